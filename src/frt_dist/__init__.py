@@ -1,0 +1,70 @@
+"""frt-dist: the distribution layer between qualified kernel work and serving.
+
+``import frt_dist`` is cheap and imports neither torch nor kernels; the loader,
+``load`` and the qualification door import them when called.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    ContractViolation,
+    FrtError,
+    HubError,
+    KernelUnavailable,
+    LockfileError,
+    ManifestError,
+    ReceiptInvalid,
+    RouteRefused,
+    UsageError,
+)
+from .hardware import Hardware, arch_admits, device_class
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "load",
+    "Plan",
+    "resolve",
+    "Decision",
+    "hub_kernel",
+    "unavailable_report",
+    "Hardware",
+    "arch_admits",
+    "device_class",
+    "Lockfile",
+    "Manifest",
+    "Receipt",
+    "FrtError",
+    "UsageError",
+    "ManifestError",
+    "LockfileError",
+    "ReceiptInvalid",
+    "HubError",
+    "KernelUnavailable",
+    "RouteRefused",
+    "ContractViolation",
+]
+
+_LAZY = {
+    "load": ("serve", "load"),
+    "Plan": ("serve", "Plan"),
+    "resolve": ("resolver", "resolve"),
+    "Decision": ("resolver", "Decision"),
+    "hub_kernel": ("loader", "hub_kernel"),
+    "unavailable_report": ("loader", "unavailable_report"),
+    "Lockfile": ("lockfile", "Lockfile"),
+    "Manifest": ("manifest", "Manifest"),
+    "Receipt": ("receipt", "Receipt"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f"{__name__}.{mod}"), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'frt_dist' has no attribute {name!r}")

@@ -1,0 +1,116 @@
+"""Strict readers for frt's own documents (manifests, receipts, lockfiles).
+
+Each check names the file and the field path (``routes.fused.seams.norm``) and
+raises the document's own error class. Unknown keys are errors in frt files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .errors import FrtError
+
+__all__ = ["Reader", "load_toml", "load_json", "SCHEMA_RE"]
+
+SCHEMA_RE = re.compile(r"^(frt\.[a-z]+)/(\d+)(?:\.(\d+))?$")
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
+               list: "an array", dict: "a table"}
+
+
+def _tname(t) -> str:
+    if isinstance(t, tuple):
+        return " or ".join(_tname(x) for x in t)
+    return _TYPE_NAMES.get(t, t.__name__)
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    for t, n in ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
+                 (list, "an array"), (dict, "a table")):
+        if isinstance(v, t):
+            return n
+    return type(v).__name__
+
+
+class Reader:
+    """Field access with error messages that name ``file`` and the field path."""
+
+    def __init__(self, file: str, error: type[FrtError]):
+        self.file = file
+        self.error = error
+
+    def fail(self, path: str, msg: str) -> FrtError:
+        where = f"{self.file}: {path}: " if path else f"{self.file}: "
+        return self.error(where + msg, reasons=[{"file": self.file, "field": path, "reason": msg}])
+
+    def get(self, table: dict, key: str, types, path: str, *, required: bool = True, default=None):
+        full = f"{path}.{key}" if path else key
+        if key not in table:
+            if required:
+                raise self.fail(full, "missing required field")
+            return default
+        v = table[key]
+        ok = isinstance(v, types)
+        if ok and isinstance(v, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+            ok = False  # a bool is not an int here
+        if not ok:
+            raise self.fail(full, f"expected {_tname(types)}, got {_kind(v)}")
+        return v
+
+    def number(self, table: dict, key: str, path: str, *, required: bool = True, default=None):
+        v = self.get(table, key, (int, float), path, required=required, default=default)
+        return float(v) if v is not None else None
+
+    def str_list(self, table: dict, key: str, path: str, *, required: bool = True, default=None) -> list[str] | None:
+        v = self.get(table, key, list, path, required=required, default=default)
+        if v is None:
+            return None
+        for i, item in enumerate(v):
+            if not isinstance(item, str):
+                raise self.fail(f"{path}.{key}[{i}]" if path else f"{key}[{i}]", f"expected a string, got {_kind(item)}")
+        return list(v)
+
+    def only(self, table: dict, allowed, path: str) -> None:
+        for key in table:
+            if key not in allowed:
+                full = f"{path}.{key}" if path else key
+                raise self.fail(full, f"unknown field (allowed: {', '.join(sorted(allowed))})")
+
+    def schema(self, table: dict, family: str, major: int) -> str:
+        s = self.get(table, "schema", str, "")
+        m = SCHEMA_RE.match(s)
+        if not m or m.group(1) != family:
+            raise self.fail("schema", f"expected {family}/{major}, got {s!r}")
+        if int(m.group(2)) != major:
+            raise self.fail("schema", f"unknown schema major version {m.group(2)} (this frt reads {family}/{major})")
+        return s
+
+
+def load_toml(path: Path, error: type[FrtError], label: str | None = None) -> dict:
+    label = label or str(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{label}: file not found", reasons=[{"file": label, "field": "", "reason": "file not found"}]) from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{label}: not valid TOML: {exc}", reasons=[{"file": label, "field": "", "reason": f"not valid TOML: {exc}"}]) from None
+
+
+def load_json(path: Path, error: type[FrtError], label: str | None = None) -> Any:
+    label = label or str(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{label}: file not found", reasons=[{"file": label, "field": "", "reason": "file not found"}]) from None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{label}: not valid JSON: {exc}", reasons=[{"file": label, "field": "", "reason": f"not valid JSON: {exc}"}]) from None

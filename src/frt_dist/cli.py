@@ -1,0 +1,379 @@
+"""The ``frt`` command (SPEC §4).
+
+Exit codes: 0 success; 1 a "no" (refused route, stale lock, failed
+verification, refused package); 2 bad invocation or invalid input. Errors go
+to stderr as ``error: ...`` then ``hint: ...`` lines. Every reporting command
+takes ``--json``. Commands import torch/kernels only when they run kernels
+(``mirror`` of Hub packages, ``qualify``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .errors import FrtError, UsageError
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse exits 2 too; keep SPEC's one-line form
+        self.print_usage(sys.stderr)
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--project", metavar="DIR", help="project root (default: the current project, FRT_HOME, or the bundled defaults)")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+
+
+def _hardware_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("hardware (declared, or --detect)")
+    g.add_argument("--arch", help="compute capability (12.0), gfx name (gfx942) or CPU machine (x86_64)")
+    g.add_argument("--device-class", help="normalised device name, e.g. rtx-5090, h200")
+    g.add_argument("--backend", choices=["cuda", "rocm", "cpu", "xpu", "metal"], help="default: from --arch")
+    g.add_argument("--software", metavar="K=V,...", help="dispatch-relevant software, e.g. torch=2.13,cuda=12.8")
+    g.add_argument("--detect", action="store_true", help="read the running system (needs torch); the default when no --arch is given")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="frt", description="Distribution layer for qualified GPU kernel packages.")
+    p.add_argument("--version", action="version", version=f"frt {__import__('frt_dist').__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    s = sub.add_parser("lock", help="lock every manifest (or one) into lockfiles/")
+    _common(s)
+    s.add_argument("--model", help="lock one model")
+    s.add_argument("--check", action="store_true", help="write nothing; exit 1 naming what is stale")
+    s.add_argument("--strict", action="store_true", help="exit 1 when any receipt is rejected")
+    s.add_argument("--upgrade-package", action="append", default=[], metavar="REPO",
+                   help="re-resolve REPO's branch on the Hub (otherwise a locked commit is kept)")
+
+    s = sub.add_parser("resolve", help="print the route decision per phase band")
+    _common(s)
+    s.add_argument("--model", required=True)
+    _hardware_flags(s)
+    s.add_argument("--precision")
+    s.add_argument("--phase", action="append", help="one phase band (repeatable); default: all")
+    s.add_argument("--fallback", choices=["refuse", "host"], default="refuse")
+    s.add_argument("--accept", action="append", choices=["certified_fast", "supported_correct"],
+                   help="accepted states (repeatable); default certified_fast; supported_correct implies both")
+    s.add_argument("--explain", action="store_true", help="list every candidate and why it won or lost")
+    s.add_argument("--lockfile", metavar="FILE", help="resolve against this lockfile")
+
+    s = sub.add_parser("verify", help="check lockfile digests and receipts (and a mirror)")
+    _common(s)
+    s.add_argument("--model")
+    s.add_argument("--mirror", metavar="DIR", help="also check that DIR holds every locked file")
+    s.add_argument("--variant", action="append", help="with --mirror: variants to check (default: this system's)")
+    s.add_argument("--all-variants", action="store_true")
+
+    s = sub.add_parser("mirror", help="fill DIR with every locked file the selection needs")
+    _common(s)
+    s.add_argument("dir", metavar="DIR")
+    s.add_argument("--model")
+    s.add_argument("--variant", action="append", help="a variant to mirror (repeatable); default: this system's")
+    s.add_argument("--all-variants", action="store_true")
+
+    s = sub.add_parser("qualify", help="measure a route against the unmodified host and write receipts")
+    _common(s)
+    s.add_argument("--model", required=True)
+    s.add_argument("--route", required=True)
+    s.add_argument("--phase", action="append")
+    s.add_argument("--rounds", type=int)
+    s.add_argument("--out", metavar="DIR", help="receipts folder (default: the project's receipts/<model>/)")
+    s.add_argument("--seed", type=int, default=0)
+
+    s = sub.add_parser("matrix", help="render the cell x route state matrix from the lockfiles")
+    _common(s)
+    s.add_argument("--model")
+    s.add_argument("--format", choices=["md", "html"], default="md")
+    s.add_argument("-o", "--output", metavar="FILE")
+    return p
+
+
+# ---------------------------------------------------------------------------
+
+
+def _project(args):
+    from .project import Project  # noqa: PLC0415
+
+    return Project.find(explicit=args.project)
+
+
+def _emit(args, doc: dict, text: str) -> None:
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
+    elif not args.quiet and text:
+        print(text)
+
+
+def cmd_lock(args) -> int:
+    from .locker import lock_model  # noqa: PLC0415
+
+    project = _project(args)
+    models = [args.model] if args.model else project.models()
+    if args.model:
+        project.manifest_path(args.model)
+    if not models:
+        raise UsageError(f"no manifests in {project.manifests_dir}")
+    hub = None
+    results, stale_any = [], False
+    warn = (lambda m: None) if args.quiet and not args.json else (lambda m: print(f"warning: {m}", file=sys.stderr))
+    for model in models:
+        res = lock_model(project, model, check=args.check, strict=args.strict, hub=hub,
+                         upgrade=set(args.upgrade_package), warn=warn)
+        results.append(res)
+        stale_any |= bool(res.stale)
+    lines = []
+    for r in results:
+        rel = project.rel(r.path)
+        if args.check:
+            lines.append(f"{rel}: {'stale' if r.stale else 'up to date'}")
+            lines += [f"  - {s}" for s in r.stale]
+        else:
+            lines.append(f"{rel}: {'written' if r.written else 'unchanged'} "
+                         f"({len(r.lockfile.packages)} packages, {len(r.lockfile.receipts)} receipts, "
+                         f"{len(r.lockfile.rejected)} rejected, {len(r.lockfile.index)} cells)")
+    doc = {"ok": not stale_any, "lockfiles": [
+        {"model": r.model, "path": project.rel(r.path), "written": r.written, "stale": r.stale,
+         "lock-digest": r.lockfile.lock_digest, "receipts": len(r.lockfile.receipts),
+         "rejected": r.lockfile.rejected} for r in results]}
+    _emit(args, doc, "\n".join(lines))
+    if stale_any:
+        print("error: lockfile is stale", file=sys.stderr)
+        print("hint: run `frt lock` to regenerate it", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _hardware(args):
+    from .hardware import Hardware, parse_software  # noqa: PLC0415
+
+    if args.arch or args.device_class:
+        if not (args.arch and args.device_class):
+            raise UsageError("declared hardware needs both --arch and --device-class",
+                             hints=["e.g. --arch 12.0 --device-class rtx-5090 --software torch=2.13,cuda=12.8"])
+        return Hardware.from_flags(arch=args.arch, device_class=args.device_class, backend=args.backend,
+                                   software=parse_software(args.software or ""))
+    hw = Hardware.detect()
+    if args.software:
+        from dataclasses import replace  # noqa: PLC0415
+
+        hw = replace(hw, software={**hw.software, **parse_software(args.software)})
+    return hw
+
+
+def _find_lock(project, model: str, explicit: str | None):
+    from .lockfile import Lockfile  # noqa: PLC0415
+
+    if explicit:
+        return Lockfile.read(explicit)
+    env = os.environ.get("FRT_LOCK")
+    if env:
+        return Lockfile.read(env)
+    path = project.lockfile_path(model)
+    if not path.exists() and project.manifests_dir.is_dir():
+        project.manifest_path(model)  # unknown model: a usage error listing the valid ones
+    if not path.exists():
+        raise FrtError(f"no lockfile for model {model!r} ({project.rel(path)})", hints=["run `frt lock` first"])
+    return Lockfile.read(path, label=project.rel(path))
+
+
+def cmd_resolve(args) -> int:
+    from .resolver import Reporter, check_policy, resolve_all  # noqa: PLC0415
+
+    project = _project(args)
+    lock = _find_lock(project, args.model, args.lockfile)
+    accept = tuple(args.accept or ("certified_fast",))
+    if "supported_correct" in accept and "certified_fast" not in accept:
+        accept = ("certified_fast", "supported_correct")
+    for ph in args.phase or ():
+        check_policy(lock, precision=args.precision, phase=ph, fallback=args.fallback, accept=accept)
+    precision, accept = check_policy(lock, precision=args.precision, phase=None, fallback=args.fallback, accept=accept)
+    hw = _hardware(args)
+
+    class _Trace(Reporter):
+        def __init__(self):
+            self.events = []
+
+        def considering(self, phase, route, receipt):
+            self.events.append({"phase": phase, "event": "considering", "route": route, "receipt": receipt})
+
+        def rejecting(self, phase, route, reason):
+            self.events.append({"phase": phase, "event": "rejecting", "route": route, "reason": reason})
+
+        def choosing(self, phase, route, decision):
+            self.events.append({"phase": phase, "event": "choosing", "route": route, "decision": decision})
+
+    trace = _Trace() if args.explain else None
+    decisions = resolve_all(lock, hardware=hw, precision=precision, phases=args.phase, fallback=args.fallback,
+                            accept=accept, reporter=trace)
+    doc = {"model": lock.model, "lock-digest": lock.lock_digest, "precision": precision,
+           "hardware": hw.to_dict(), "decisions": [d.to_dict() for d in decisions.values()]}
+    if args.explain:
+        doc["candidates"] = _explain(lock, decisions)
+        doc["rejected-receipts"] = lock.rejected
+    _emit(args, doc, _render_resolve(lock, hw, precision, accept, decisions, doc.get("candidates")))
+    return 1 if any(d.decision == "refused" for d in decisions.values()) else 0
+
+
+def _explain(lock, decisions) -> list[dict]:
+    out = []
+    m = lock.manifest
+    for phase, d in decisions.items():
+        reasons = {r.route: r.reason for r in d.reasons}
+        for rname, rt in m.routes.items():
+            pk = {}
+            for repo in m.route_packages(rname):
+                p = lock.packages[repo]
+                pk[repo] = {"revision": p.revision, "variants": sorted(p.variants),
+                            "variant": d.variants.get(repo) if d.route == rname else None}
+            out.append({"phase": phase, "route": rname, "route-digest": rt.digest,
+                        "won": d.route == rname, "reason": reasons.get(rname, "chosen" if d.route == rname else ""),
+                        "packages": pk,
+                        "receipts": sorted(r.digest for r in lock.receipts.values()
+                                           if r.route == rname and r.key.phase == phase)})
+    return out
+
+
+def _render_resolve(lock, hw, precision, accept, decisions, candidates) -> str:
+    lines = [f"model {lock.model}  precision {precision}  hardware {hw.describe()}  accept {','.join(accept)}"]
+    for d in decisions.values():
+        band = lock.manifest.phases[d.phase].rows
+        head = f"{d.phase:<8} rows {band[0]}-{band[1]:<6}"
+        if d.decision == "route":
+            sp = f"  speedup {d.speedup:.2f}x" if d.speedup else ""
+            lines.append(f"{head} route {d.route}  [{d.state}]{sp}  receipt {d.receipt[:19]}")
+        elif d.decision == "host":
+            lines.append(f"{head} host  (fallback=host; no qualified route)")
+        else:
+            lines.append(f"{head} REFUSED")
+        for r in d.reasons:
+            lines.append(f"    {r.route:<14} {r.reason}")
+    if candidates:
+        lines.append("")
+        lines.append("candidates:")
+        for c in candidates:
+            mark = "won " if c["won"] else "lost"
+            lines.append(f"  {c['phase']:<8} {mark} {c['route']:<14} {c['route-digest'][:19]}  {c['reason']}")
+            for repo, p in c["packages"].items():
+                lines.append(f"           {repo} @ {p['revision'][:19]}  variants {', '.join(p['variants'])}")
+    return "\n".join(lines)
+
+
+def cmd_verify(args) -> int:
+    from .lockfile import Lockfile  # noqa: PLC0415
+    from .errors import LockfileError  # noqa: PLC0415
+
+    project = _project(args)
+    models = [args.model] if args.model else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
+    if not models:
+        raise UsageError(f"no lockfiles in {project.lockfiles_dir}", hints=["run `frt lock` first"])
+    problems, checked = [], []
+    for model in models:
+        path = project.lockfile_path(model)
+        label = project.rel(path)
+        checked.append(label)
+        try:
+            lock = Lockfile.read(path, label=label)
+        except LockfileError as exc:
+            if exc.exit_code == 2:
+                raise  # does not parse: bad input, not a failed verification
+            problems += [{"kind": r.get("kind", "lock-digest"), "path": r.get("path", label),
+                          "expected": r.get("expected"), "computed": r.get("computed"), "message": str(exc)}
+                         for r in (exc.reasons or [{}])]
+            continue
+        for rec, why in lock.receipt_problems():
+            problems.append({"kind": "receipt", "path": rec.file, "expected": "valid", "computed": why})
+        if args.mirror:
+            from .mirror import verify_mirror  # noqa: PLC0415
+
+            for p in verify_mirror(lock, Path(args.mirror), variants=args.variant, all_variants=args.all_variants):
+                problems.append(p)
+    doc = {"ok": not problems, "lockfiles": checked, "problems": problems}
+    text = "\n".join([f"{c}: ok" for c in checked] if not problems else
+                     [f"{p['kind']}: {p['path']}: expected {p['expected']}, computed {p['computed']}" for p in problems])
+    _emit(args, doc, text)
+    if problems:
+        print(f"error: verification failed ({len(problems)} problem(s))", file=sys.stderr)
+        hint = "regenerate the lockfile with `frt lock`" if any(p["kind"] in ("lock-digest", "receipt") for p in problems) \
+            else f"refill the mirror with `frt mirror {args.mirror}`"
+        print(f"hint: {hint}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_mirror(args) -> int:
+    from .mirror import mirror_lock  # noqa: PLC0415
+
+    project = _project(args)
+    models = [args.model] if args.model else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
+    reports = []
+    for model in models:
+        lock = _find_lock(project, model, None)
+        progress = None if (args.quiet or args.json or not sys.stderr.isatty()) else (lambda m: print(m, file=sys.stderr))
+        reports.append(mirror_lock(lock, Path(args.dir), variants=args.variant, all_variants=args.all_variants,
+                                   progress=progress))
+    doc = {"ok": True, "dir": str(args.dir), "models": reports}
+    _emit(args, doc, "\n".join(f"{r.get('model')}: {r.get('summary', r)}" for r in reports))
+    return 0
+
+
+def cmd_qualify(args) -> int:
+    from .qualify import qualify_cli  # noqa: PLC0415
+
+    return qualify_cli(args, _project(args), _emit)
+
+
+def cmd_matrix(args) -> int:
+    from .matrix import render_matrix  # noqa: PLC0415
+
+    project = _project(args)
+    text = render_matrix(project, model=args.model, fmt=args.format)
+    if args.output:
+        from .lockfile import write_atomic  # noqa: PLC0415
+
+        write_atomic(Path(args.output), text.encode("utf-8"))
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+COMMANDS = {"lock": cmd_lock, "resolve": cmd_resolve, "verify": cmd_verify, "mirror": cmd_mirror,
+            "qualify": cmd_qualify, "matrix": cmd_matrix}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return 2
+    if args.command in ("lock", "mirror"):
+        try:
+            from .hub import configure_timeout  # noqa: PLC0415
+
+            configure_timeout()
+        except ImportError:  # pragma: no cover
+            pass
+    try:
+        return COMMANDS[args.command](args)
+    except FrtError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        for h in exc.hints:
+            print(f"hint: {h}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

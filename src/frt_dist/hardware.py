@@ -1,0 +1,239 @@
+"""Hardware facts as a value, the device-class name rule and the arch rule.
+
+``Hardware`` is what every decision reads: declared by a caller (``frt resolve
+--arch 12.0 --device-class rtx-5090``) or read from the running system with
+``Hardware.detect()``. Nothing here imports torch at module import time.
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from .errors import UsageError
+
+__all__ = ["Hardware", "device_class", "arch_admits", "parse_cuda_arch", "backend_for_arch"]
+
+# ---------------------------------------------------------------------------
+# device class (SPEC §3)
+
+_DROP_WORDS = {"nvidia", "geforce", "cpu", "processor"}
+
+
+def device_class(name: str) -> str:
+    """Normalise a device name: ``NVIDIA GeForce RTX 5090`` → ``rtx-5090``.
+
+    Lower-cased; ``(r)``, ``(tm)``, a trailing ``@ <freq>`` and the words
+    nvidia/geforce/cpu/processor dropped; every run of other characters → ``-``.
+    """
+    s = name.lower()
+    s = re.sub(r"\s*@\s*[^@]*$", "", s)  # trailing "@ 2.20GHz"
+    s = s.replace("(r)", " ").replace("(tm)", " ")
+    words = [w for w in re.split(r"[^a-z0-9]+", s) if w and w not in _DROP_WORDS]
+    return "-".join(words)
+
+
+# ---------------------------------------------------------------------------
+# arch rule (SPEC §6)
+
+_CUDA_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+_ROCM_ARCH = re.compile(r"^gfx[0-9a-f]+$")
+_CUDA_CAP = re.compile(r"^(\d+)\.(\d+)$")
+
+
+def parse_cuda_arch(entry: str) -> tuple[int, int, str, bool] | None:
+    """``"12.0a+PTX"`` → ``(12, 0, "a", True)``; ``None`` when it does not parse."""
+    m = _CUDA_ARCH.match(entry)
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), m.group(3), bool(m.group(4))
+
+
+def _cuda_entry_admits(entry: str, cap: tuple[int, int]) -> bool | None:
+    parsed = parse_cuda_arch(entry)
+    if parsed is None:
+        return None
+    major, minor, suffix, ptx = parsed
+    if suffix == "a":
+        return cap == (major, minor)
+    if suffix == "f":
+        return cap[0] == major and cap[1] >= minor
+    if ptx:
+        return cap >= (major, minor)
+    return cap[0] == major and cap[1] >= minor
+
+
+def arch_admits(archs: Iterable[str] | None, device: str) -> bool:
+    """Would a build declaring ``archs`` run on ``device``?
+
+    ``device`` is a CUDA capability (``"12.0"``), a ROCm gfx name (``"gfx942"``)
+    or a CPU machine name (``"x86_64"``).
+
+    - An empty (or absent) declaration makes no claim: ``True`` (callers note it).
+    - CUDA ``M.m``: major M, minor ≥ m. ``M.ma``: exactly M.m. ``M.mf``: major M,
+      minor ≥ m. ``M.m+PTX``: any capability ≥ M.m; an ``a``/``f`` suffix decides
+      even when ``+PTX`` follows.
+    - ROCm ``gfxNNN``: exact match (feature flags after ``:`` ignored on the device).
+    - An entry that does not parse is not evidence of support. Unlike ``kernels``
+      0.17.2, a declaration none of whose entries parses admits nothing.
+    - A CPU device is admitted by a declaration with no entries only.
+    """
+    entries = [str(a) for a in (archs or [])]
+    if not entries:
+        return True
+    m = _CUDA_CAP.match(device)
+    if m:
+        cap = (int(m.group(1)), int(m.group(2)))
+        return any(_cuda_entry_admits(e, cap) for e in entries)
+    dev = device.split(":", 1)[0]
+    if _ROCM_ARCH.match(dev):
+        return dev in entries
+    return False
+
+
+def backend_for_arch(arch: str) -> str:
+    """Default backend of a declared arch: ``cuda`` for ``M.m``, ``rocm`` for ``gfx…``, else ``cpu``."""
+    if _CUDA_CAP.match(arch):
+        return "cuda"
+    if arch.startswith("gfx"):
+        return "rocm"
+    return "cpu"
+
+
+# ---------------------------------------------------------------------------
+# Hardware
+
+
+def _major_minor(version: str | None) -> str | None:
+    if not version:
+        return None
+    m = re.match(r"^(\d+)\.(\d+)", version)
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The facts about one machine that decisions depend on.
+
+    ``arch``: CUDA capability (``"12.0"``), gfx name, or the CPU machine
+    (``"x86_64"``) for ``backend="cpu"``. ``software`` holds dispatch-relevant
+    versions: ``torch`` and ``cuda``/``rocm`` as ``major.minor``, ``kernels`` as
+    ``X.Y.Z``. ``cpu``/``os`` are the host platform used for variant selection.
+    """
+
+    arch: str
+    device_class: str
+    backend: str = ""
+    device_name: str = ""
+    cpu: str = ""
+    os: str = ""
+    software: Mapping[str, str] = field(default_factory=dict)
+    cxx11_abi: bool | None = True
+    detected: bool = False
+
+    def __post_init__(self):
+        if not self.arch:
+            raise UsageError("hardware: `arch` is required (e.g. 12.0, gfx942, x86_64)")
+        if not self.device_class:
+            raise UsageError("hardware: `device_class` is required (e.g. rtx-5090)")
+        if not self.backend:
+            object.__setattr__(self, "backend", backend_for_arch(self.arch))
+        if not self.cpu:
+            object.__setattr__(self, "cpu", self.arch if self.backend == "cpu" else _machine())
+        if not self.os:
+            object.__setattr__(self, "os", _platform.system().lower() or "linux")
+        soft = {}
+        for k, v in dict(self.software).items():
+            soft[str(k)] = str(v)
+        object.__setattr__(self, "software", dict(sorted(soft.items())))
+
+    # -- derived ----------------------------------------------------------
+    @property
+    def torch(self) -> str | None:
+        return self.software.get("torch")
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "arch": self.arch, "device-class": self.device_class}
+
+    def describe(self) -> str:
+        return f"{self.device_class} ({self.backend} {self.arch})"
+
+    @classmethod
+    def from_flags(cls, *, arch: str, device_class: str, backend: str | None = None,
+                   software: Mapping[str, str] | str | None = None, device_name: str = "") -> "Hardware":
+        if isinstance(software, str):
+            software = parse_software(software)
+        return cls(arch=arch, device_class=device_class, backend=backend or "",
+                   software=software or {}, device_name=device_name)
+
+    @classmethod
+    def detect(cls) -> "Hardware":
+        """Read the running system (imports torch). CPU when no GPU is visible."""
+        try:
+            import torch  # noqa: PLC0415 - deliberately lazy
+        except ImportError as exc:  # pragma: no cover - torch is a test dependency
+            raise UsageError(
+                "cannot detect hardware: torch is not installed",
+                hints=["declare the hardware instead: --arch 12.0 --device-class rtx-5090 [--software torch=2.13,cuda=12.8]"],
+            ) from exc
+        software = {"torch": _major_minor(torch.__version__)}
+        try:
+            from importlib.metadata import version
+
+            software["kernels"] = version("kernels")
+        except Exception:
+            pass
+        if torch.cuda.is_available():
+            name = torch.cuda.get_device_name(0)
+            if getattr(torch.version, "hip", None):
+                props = torch.cuda.get_device_properties(0)
+                arch = props.gcnArchName.split(":", 1)[0]
+                software["rocm"] = _major_minor(torch.version.hip)
+                backend = "rocm"
+            else:
+                major, minor = torch.cuda.get_device_capability(0)
+                arch = f"{major}.{minor}"
+                software["cuda"] = _major_minor(torch.version.cuda)
+                backend = "cuda"
+            return cls(arch=arch, device_class=device_class(name), backend=backend, device_name=name,
+                       software={k: v for k, v in software.items() if v}, cxx11_abi=_cxx11(torch), detected=True)
+        name = cpu_name()
+        return cls(arch=_machine(), device_class=device_class(name), backend="cpu", device_name=name,
+                   software={k: v for k, v in software.items() if v}, cxx11_abi=_cxx11(torch), detected=True)
+
+
+def _cxx11(torch) -> bool | None:
+    try:
+        return bool(torch.compiled_with_cxx11_abi())
+    except Exception:  # pragma: no cover
+        return None
+
+
+def _machine() -> str:
+    m = _platform.machine()
+    return {"AMD64": "x86_64", "arm64": "aarch64"}.get(m, m)
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else the machine name."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _platform.processor() or _machine()
+
+
+def parse_software(text: str) -> dict[str, str]:
+    """``"torch=2.11,cuda=12.8"`` → ``{"torch": "2.11", "cuda": "12.8"}``."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, val = part.partition("=")
+        if not sep or not key.strip() or not val.strip():
+            raise UsageError(f"--software: expected KEY=VALUE pairs separated by commas, got {part!r}")
+        out[key.strip()] = val.strip()
+    return out

@@ -1,0 +1,128 @@
+"""The Hub client: what ``frt lock`` asks the Hub, through ``huggingface_hub``.
+
+Per package the request budget is fixed by the number of variants, never by
+the number of files: one ``refs`` call (branch ``vN`` → commit), one tree
+listing of ``build/`` at that commit, one ``metadata.json`` GET per variant,
+and (for a publisher the manifest does not trust) one organization overview
+per org per run. Binaries are never fetched at lock time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import HubError
+
+__all__ = ["HubClient", "RemoteVariant", "configure_timeout"]
+
+REPO_TYPE = "kernel"
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def configure_timeout(seconds: float | None = None) -> None:
+    """Give ``huggingface_hub``'s shared HTTP client a timeout (it has none by
+    default, so a Hub that hangs would hang ``frt lock``). Called by the CLI;
+    library callers keep whatever client they configured."""
+    import httpx2  # noqa: PLC0415 - dependency of huggingface_hub
+    from huggingface_hub.utils import _http  # noqa: PLC0415
+
+    seconds = float(seconds if seconds is not None else os.environ.get("FRT_HUB_TIMEOUT", DEFAULT_TIMEOUT_S))
+
+    def factory():
+        return httpx2.Client(event_hooks={"request": [_http.hf_request_event_hook]}, follow_redirects=True,
+                             timeout=seconds)
+
+    _http.set_client_factory(factory)
+
+
+@dataclass(frozen=True)
+class RemoteVariant:
+    name: str
+    metadata: bytes
+
+
+class HubClient:
+    """A thin, counted wrapper over ``HfApi`` with errors that name the package."""
+
+    def __init__(self, endpoint: str | None = None):
+        from huggingface_hub import HfApi  # noqa: PLC0415 - not imported by `import frt_dist`
+
+        self.api = HfApi(endpoint=endpoint, library_name="frt-dist")
+        self.endpoint = self.api.endpoint
+        self._trust_cache: dict[str, bool] = {}
+
+    def _wrap(self, repo: str, what: str, fn):
+        from huggingface_hub import errors as hf_errors  # noqa: PLC0415
+        import httpx2  # noqa: PLC0415
+
+        try:
+            return fn()
+        except hf_errors.RepositoryNotFoundError:
+            raise HubError(f"package {repo!r}: not found on the Hub at {self.endpoint} ({what})",
+                           reasons=[{"package": repo, "reason": "repository not found"}],
+                           hints=["check the repo id in the manifest, or HF_ENDPOINT / the mirror in use"]) from None
+        except hf_errors.RevisionNotFoundError:
+            raise HubError(f"package {repo!r}: revision not found ({what})",
+                           reasons=[{"package": repo, "reason": "revision not found"}]) from None
+        except hf_errors.EntryNotFoundError:
+            raise HubError(f"package {repo!r}: file not found ({what})",
+                           reasons=[{"package": repo, "reason": f"file not found: {what}"}]) from None
+        except hf_errors.HfHubHTTPError as exc:
+            status = getattr(getattr(exc, "response", None), "status_code", "?")
+            raise HubError(f"package {repo!r}: the Hub answered HTTP {status} ({what})",
+                           reasons=[{"package": repo, "reason": f"HTTP {status}"}],
+                           hints=["retry later; nothing was written"]) from None
+        except httpx2.TimeoutException:
+            raise HubError(f"package {repo!r}: the Hub did not answer in time ({what})",
+                           reasons=[{"package": repo, "reason": "timeout"}],
+                           hints=["retry later, or raise FRT_HUB_TIMEOUT; nothing was written"]) from None
+        except httpx2.HTTPError as exc:
+            raise HubError(f"package {repo!r}: cannot reach the Hub at {self.endpoint}: {exc}",
+                           reasons=[{"package": repo, "reason": f"network error: {exc}"}]) from None
+
+    def branch_commit(self, repo: str, version: int) -> str:
+        """Branch ``v<version>`` → its full commit sha (the `kernels` convention)."""
+        refs = self._wrap(repo, "refs", lambda: self.api.list_repo_refs(repo, repo_type=REPO_TYPE))
+        branch = f"v{version}"
+        for b in refs.branches:
+            if b.name == branch:
+                return b.target_commit
+        names = sorted(b.name for b in refs.branches)
+        raise HubError(f"package {repo!r}: no branch {branch!r} (branches: {', '.join(names) or 'none'})",
+                       reasons=[{"package": repo, "reason": f"version {version} not published"}],
+                       hints=["publish the version (a `v<N>` branch) or change `version` in the manifest"])
+
+    def variant_names(self, repo: str, commit: str) -> list[str]:
+        from huggingface_hub.hf_api import RepoFolder  # noqa: PLC0415
+
+        def listing():
+            return [e for e in self.api.list_repo_tree(repo, path_in_repo="build", revision=commit,
+                                                       repo_type=REPO_TYPE, recursive=False)]
+
+        entries = self._wrap(repo, "list build/", listing)
+        return sorted(e.path.split("/", 1)[1] for e in entries if isinstance(e, RepoFolder) and "/" in e.path)
+
+    def metadata(self, repo: str, commit: str, variant: str) -> bytes:
+        """GET ``build/<variant>/metadata.json`` at ``commit`` (one request, no cache dance)."""
+        from huggingface_hub import hf_hub_url  # noqa: PLC0415
+        from huggingface_hub.utils import get_session, hf_raise_for_status  # noqa: PLC0415
+
+        path = f"build/{variant}/metadata.json"
+        url = hf_hub_url(repo, path, repo_type=REPO_TYPE, revision=commit, endpoint=self.endpoint)
+
+        def get():
+            r = get_session().get(url, headers=self.api._build_hf_headers())
+            hf_raise_for_status(r)
+            return r.content
+
+        return self._wrap(repo, path, get)
+
+    def publisher_trusted(self, repo: str) -> bool:
+        """The Hub's ``trustedKernelPublisher`` flag of the repo's org (cached per run)."""
+        org = repo.split("/", 1)[0]
+        if org not in self._trust_cache:
+            info = self._wrap(repo, f"organization {org!r}", lambda: self.api.get_organization_overview(org))
+            self._trust_cache[org] = bool(getattr(info, "trustedKernelPublisher", False) or
+                                          getattr(info, "trusted_kernel_publisher", False))
+        return self._trust_cache[org]

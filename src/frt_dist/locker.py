@@ -1,0 +1,297 @@
+"""``frt lock``: manifest + Hub (or path sources) + receipts → lockfile.
+
+Pins every package (branch ``vN`` → commit, or content digest for a path
+package), records each variant's metadata facts and declared file digests,
+decides trust, validates receipts (an invalid one is recorded, never fatal
+unless ``strict``), ranks the valid ones per cell, and writes the lockfile
+atomically and only when its bytes change.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from ._schema import load_json
+from .canonical import digest, sha256_hex, tree_digests
+from .errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid
+from .lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile, write_atomic
+from .manifest import Manifest, Package
+from .project import Project
+from .receipt import STATES, Receipt
+from .variants import valid_variant_name
+
+__all__ = ["lock_model", "LockResult", "parse_variant_metadata", "rank_candidates"]
+
+_NAME_RE = re.compile(r"^[a-z][-a-z0-9]*[a-z0-9]$")
+
+
+@dataclass
+class LockResult:
+    model: str
+    path: Path
+    lockfile: Lockfile
+    data: bytes
+    written: bool = False
+    stale: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def parse_variant_metadata(raw: bytes, *, repo: str, variant: str) -> LockedVariant:
+    """Read the facts frt needs from a ``metadata.json`` (unknown keys ignored, as `kernels` does)."""
+    where = f"package {repo!r} variant {variant!r}: metadata.json"
+    if not valid_variant_name(variant):
+        raise KernelUnavailable(f"package {repo!r}: variant name {variant!r} is not a plain directory name",
+                                reasons=[{"package": repo, "reason": f"variant name escapes its directory: {variant!r}"}])
+
+    def bad(field_path: str, msg: str) -> KernelUnavailable:
+        return KernelUnavailable(f"{where}: {field_path}: {msg}",
+                                 reasons=[{"package": repo, "variant": variant, "field": field_path, "reason": msg}])
+
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise bad("", f"not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise bad("", "expected a JSON object")
+    name = meta.get("name")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise bad("name", f"expected a kernel name like 'my-kernel', got {name!r}")
+    mid = meta.get("id")
+    if not isinstance(mid, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", mid):
+        raise bad("id", f"expected a Python identifier, got {mid!r}")
+    backend = meta.get("backend")
+    if not isinstance(backend, dict) or not isinstance(backend.get("type"), str):
+        raise bad("backend.type", "missing")
+    archs = backend.get("archs", [])
+    if archs is None:
+        archs = []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise bad("backend.archs", "expected a list of strings")
+    dg = meta.get("digest")
+    if not isinstance(dg, dict):
+        raise bad("digest", "missing: frt cannot verify the variant's files without it")
+    algorithm = dg.get("algorithm")
+    if algorithm not in ("sha256", "sha512"):
+        raise bad("digest.algorithm", f"expected sha256 or sha512, got {algorithm!r}")
+    files = dg.get("files")
+    if not isinstance(files, dict):
+        raise bad("digest.files", "expected an object")
+    for rel, val in files.items():
+        pp = PurePosixPath(rel)
+        if (not rel or rel.startswith("/") or "\\" in rel or ".." in pp.parts or rel != pp.as_posix()
+                or pp.parts[0] == "metadata.json" and len(pp.parts) == 1):
+            raise bad(f"digest.files.{rel}", "path escapes the variant directory")
+        if not isinstance(val, str):
+            raise bad(f"digest.files.{rel}", "expected a base64 digest string")
+    return LockedVariant(variant, backend["type"], tuple(archs), "sha256:" + sha256_hex(raw), mid,
+                         name.replace("-", "_"), algorithm, dict(sorted(files.items())))
+
+
+def rank_candidates(receipts: list[Receipt]) -> tuple[Candidate, ...]:
+    """Deterministic order from recorded facts: certified_fast first, then the
+    higher median speedup, the higher worst-round speedup, route name, digest."""
+
+    def key(r: Receipt):
+        t = r.timing or {}
+        return (STATES.index(r.state), -(t.get("speedup-median") or 0.0), -(t.get("speedup-min") or 0.0),
+                r.route, r.digest)
+
+    return tuple(Candidate(r.route, r.state, r.digest, r.speedup) for r in sorted(receipts, key=key))
+
+
+# ---------------------------------------------------------------------------
+
+
+class _Locker:
+    def __init__(self, project: Project, *, hub=None, upgrade: set[str] | None = None, out=sys.stderr):
+        self.project = project
+        self._hub = hub
+        self.upgrade = upgrade or set()
+        self.out = out
+
+    @property
+    def hub(self):
+        if self._hub is None:
+            from .hub import HubClient  # noqa: PLC0415
+
+            self._hub = HubClient()
+        return self._hub
+
+    def lock_package(self, manifest: Manifest, pkg: Package, old: Lockfile | None) -> LockedPackage:
+        if pkg.is_path:
+            return self._lock_path(pkg)
+        prev = old.packages.get(pkg.repo) if old else None
+        old_entry = old.manifest.raw.get("packages", {}).get(pkg.repo) if old else None
+        if (prev is not None and prev.source == "hub" and old_entry == manifest.raw["packages"][pkg.repo]
+                and pkg.repo not in self.upgrade):
+            return prev  # pinned: no network unless asked to upgrade
+        hub = self.hub
+        if pkg.trust:
+            trust = "manifest"
+        elif hub.publisher_trusted(pkg.repo):
+            trust = "trusted-publisher"
+        else:
+            org = pkg.repo.split("/", 1)[0]
+            raise KernelUnavailable(
+                f"package {pkg.repo!r}: publisher {org!r} is not a trusted kernel publisher",
+                reasons=[{"package": pkg.repo, "reason": "untrusted publisher"}],
+                hints=[f"after reviewing the package, add `trust = true` under [packages.\"{pkg.repo}\"] in {manifest.file}"])
+        commit = hub.branch_commit(pkg.repo, pkg.version)
+        names = hub.variant_names(pkg.repo, commit)
+        if not names:
+            raise KernelUnavailable(f"package {pkg.repo!r}: commit {commit} has no build/<variant>/ directories",
+                                    reasons=[{"package": pkg.repo, "reason": "no variants"}])
+        variants = {}
+        for name in names:
+            variants[name] = parse_variant_metadata(hub.metadata(pkg.repo, commit, name), repo=pkg.repo, variant=name)
+        return LockedPackage(pkg.repo, "hub", pkg.version, commit, trust, variants)
+
+    def _lock_path(self, pkg: Package) -> LockedPackage:
+        root = (self.project.root / pkg.path).resolve()
+        if not root.is_relative_to(self.project.root.resolve()):
+            raise KernelUnavailable(f"package {pkg.repo!r}: path {pkg.path!r} leaves the project",
+                                    reasons=[{"package": pkg.repo, "reason": "path escapes the project"}])
+        build = root / "build"
+        if not build.is_dir():
+            raise KernelUnavailable(f"package {pkg.repo!r}: {pkg.path}/build/ not found (a path package is a Hub-layout source)",
+                                    reasons=[{"package": pkg.repo, "reason": "no build/ directory"}])
+        revision = digest(tree_digests(root))
+        variants = {}
+        versions = set()
+        for vdir in sorted(p for p in build.iterdir() if p.is_dir()):
+            mpath = vdir / "metadata.json"
+            if not mpath.is_file():
+                raise KernelUnavailable(f"package {pkg.repo!r}: {pkg.path}/build/{vdir.name}/metadata.json not found",
+                                        reasons=[{"package": pkg.repo, "reason": "variant without metadata.json"}])
+            raw = mpath.read_bytes()
+            variants[vdir.name] = parse_variant_metadata(raw, repo=pkg.repo, variant=vdir.name)
+            v = json.loads(raw).get("version")
+            if isinstance(v, int):
+                versions.add(v)
+        if not variants:
+            raise KernelUnavailable(f"package {pkg.repo!r}: {pkg.path}/build/ has no variants",
+                                    reasons=[{"package": pkg.repo, "reason": "no variants"}])
+        version = min(versions) if versions else 1
+        return LockedPackage(pkg.repo, "path", version, revision, "project-path", variants, path=pkg.path)
+
+    def receipts_for(self, manifest: Manifest) -> list[tuple[str, object]]:
+        """(label, Receipt | ReceiptInvalid) for every receipt file of this model."""
+        d = self.project.receipts_dir
+        out = []
+        if not d.is_dir():
+            return out
+        for path in sorted(d.rglob("*.json")):
+            label = self.project.rel(path)
+            in_model_dir = path.relative_to(d).parts[0] == manifest.model
+            try:
+                rec = Receipt.read(path, label=label)
+            except ReceiptInvalid as exc:
+                try:
+                    raw_model = load_json(path, ReceiptInvalid, label).get("cell", {}).get("model")
+                except Exception:
+                    raw_model = None
+                if in_model_dir or raw_model == manifest.model:
+                    out.append((label, exc, path))
+                continue
+            if rec.cell["model"] == manifest.model or in_model_dir:
+                out.append((label, rec, path))
+        return out
+
+
+def lock_model(project: Project, model: str, *, check: bool = False, strict: bool = False, hub=None,
+               upgrade: set[str] | None = None, warn=None) -> LockResult:
+    """Lock one model. With ``check``, nothing is written and ``stale`` says why."""
+    warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    mpath = project.manifest_path(model)
+    mlabel = project.rel(mpath)
+    manifest = Manifest.read(mpath, label=mlabel)
+    if manifest.model != model:
+        from .errors import ManifestError  # noqa: PLC0415
+
+        raise ManifestError(f"{mlabel}: model: is {manifest.model!r} but the file is named {model}.toml")
+    lpath = project.lockfile_path(model)
+    old = None
+    old_problem = None
+    if lpath.exists():
+        try:
+            old = Lockfile.read(lpath, label=project.rel(lpath))
+        except LockfileError as exc:
+            old_problem = str(exc)
+    locker = _Locker(project, hub=hub, upgrade=upgrade)
+    packages = {repo: locker.lock_package(manifest, pkg, old) for repo, pkg in sorted(manifest.packages.items())}
+
+    lf = Lockfile(model=model, manifest_file=mlabel, manifest=manifest, packages=packages, receipts={},
+                  rejected=[], index={})
+    accepted: dict[str, Receipt] = {}
+    warnings = []
+    for label, rec, path in locker.receipts_for(manifest):
+        if isinstance(rec, ReceiptInvalid):
+            reason = str(rec).removeprefix(f"{label}: ")
+            dig = "sha256:" + sha256_hex(path.read_bytes())
+        else:
+            problems = rec.problems(manifest) + lf.pin_problems(rec)
+            if not problems:
+                accepted.setdefault(rec.digest, rec)
+                continue
+            reason, dig = "; ".join(problems), rec.digest
+        lf.rejected.append({"digest": dig, "file": label, "reason": reason})
+        warnings.append(f"{label}: {reason}")
+    lf.receipts = accepted
+    groups: dict = {}
+    for rec in accepted.values():
+        groups.setdefault(rec.key, []).append(rec)
+    lf.index = {k: IndexEntry(k, rank_candidates(v)) for k, v in groups.items()}
+    data = lf.render()
+    for w in warnings:
+        warn(w)
+    result = LockResult(model, lpath, lf, data, warnings=warnings)
+    if strict and warnings:
+        raise LockfileError(f"{len(warnings)} receipt(s) rejected under --strict", exit_code=1,
+                            reasons=[{"file": r["file"], "reason": r["reason"]} for r in lf.rejected])
+    if check:
+        result.stale = _stale_reasons(old, old_problem, lf, lpath, data, project)
+        return result
+    if project.read_only:
+        if lpath.exists() and lpath.read_bytes() == data:
+            return result
+        raise FrtError(f"the bundled defaults are read-only ({project.root})", hints=[
+            "run frt in a project (a folder with manifests/) or set FRT_HOME"])
+    result.written = write_atomic(lpath, data)
+    return result
+
+
+def _stale_reasons(old: Lockfile | None, old_problem: str | None, new: Lockfile, lpath: Path, data: bytes,
+                   project: Project) -> list[str]:
+    label = project.rel(lpath)
+    if old is None:
+        return [old_problem or f"{label} is missing"]
+    if lpath.read_bytes() == data:
+        return []
+    out = []
+    if old.manifest.digest != new.manifest.digest:
+        out.append(f"manifest {new.manifest_file} changed since {label} was written")
+    for repo in sorted(set(old.packages) | set(new.packages)):
+        a, b = old.packages.get(repo), new.packages.get(repo)
+        if a is None:
+            out.append(f"package {repo!r} is new")
+        elif b is None:
+            out.append(f"package {repo!r} was removed")
+        elif a.revision != b.revision:
+            out.append(f"package {repo!r}: locked revision {a.revision}, now {b.revision}")
+        elif a != b:
+            out.append(f"package {repo!r}: variant facts changed")
+    old_files = {r.digest: r.file for r in old.receipts.values()}
+    new_files = {r.digest: r.file for r in new.receipts.values()}
+    for d in sorted(set(new_files) - set(old_files)):
+        out.append(f"receipt added: {new_files[d]}")
+    for d in sorted(set(old_files) - set(new_files)):
+        out.append(f"receipt removed: {old_files[d]}")
+    if {(r['digest'], r['reason']) for r in old.rejected} != {(r['digest'], r['reason']) for r in new.rejected}:
+        out.append("the set of rejected receipts changed")
+    if not out:
+        out.append(f"{label} differs from what `frt lock` would write now")
+    return out

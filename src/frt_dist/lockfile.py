@@ -1,0 +1,315 @@
+"""Lockfiles: ``lockfiles/<model>.lock``, written only by ``frt lock`` (SPEC §3, §8.12).
+
+TOML, strict, deterministic. The lock embeds the manifest it was made from, so
+serving needs nothing but the lockfile (and the package bytes it pins). The
+``lock-digest`` covers everything else; a reader that finds it wrong refuses
+the lockfile before any decision.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._schema import Reader, load_toml
+from .canonical import digest
+from .errors import LockfileError
+from .manifest import Manifest
+from .receipt import CellKey, Receipt
+
+__all__ = ["Lockfile", "LockedPackage", "LockedVariant", "IndexEntry", "Candidate", "write_atomic", "render"]
+
+SCHEMA = "frt.lock/1"
+SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.lock", 1
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_SHA = re.compile(r"^sha256:[0-9a-f]{64}$")
+TRUST_DECISIONS = ("trusted-publisher", "manifest", "project-path")
+
+
+@dataclass(frozen=True)
+class LockedVariant:
+    name: str
+    backend: str
+    archs: tuple[str, ...]
+    metadata_sha256: str
+    module_id: str
+    module_name: str
+    algorithm: str
+    files: dict[str, str]  # relpath -> base64 digest, as metadata.json declares
+
+    def to_toml(self) -> dict:
+        return {"backend": self.backend, "archs": list(self.archs), "metadata-sha256": self.metadata_sha256,
+                "module-id": self.module_id, "module-name": self.module_name,
+                "digest-algorithm": self.algorithm, "files": dict(sorted(self.files.items()))}
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    repo: str
+    source: str  # "hub" | "path"
+    version: int
+    revision: str  # 40-hex commit, or sha256:<hex> content digest for a path package
+    trust: str
+    variants: dict[str, LockedVariant]
+    path: str | None = None
+
+    @property
+    def snapshot(self) -> str:
+        """The hub-cache snapshot directory name (SPEC §8.9 for path packages)."""
+        return self.revision.split(":", 1)[1][:40] if self.revision.startswith("sha256:") else self.revision
+
+    def to_toml(self) -> dict:
+        out = {"source": self.source}
+        if self.path is not None:
+            out["path"] = self.path
+        out.update({"version": self.version, "revision": self.revision, "trust": self.trust,
+                    "variants": {n: v.to_toml() for n, v in sorted(self.variants.items())}})
+        return out
+
+
+@dataclass(frozen=True)
+class Candidate:
+    route: str
+    state: str
+    receipt: str
+    speedup: float | None
+
+    def to_toml(self) -> dict:
+        d = {"route": self.route, "state": self.state, "receipt": self.receipt}
+        if self.speedup is not None:
+            d["speedup"] = self.speedup
+        return d
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    key: CellKey
+    candidates: tuple[Candidate, ...]  # ranked: [0] is the winner, the rest the runner-ups
+
+
+@dataclass
+class Lockfile:
+    model: str
+    manifest_file: str
+    manifest: Manifest
+    packages: dict[str, LockedPackage]
+    receipts: dict[str, Receipt]  # digest -> receipt
+    rejected: list[dict]
+    index: dict[CellKey, IndexEntry]
+    lock_digest: str = ""
+    path: str | None = None
+    _doc: dict = field(default_factory=dict, repr=False)
+
+    # -- building the document ---------------------------------------------
+    def document(self) -> dict:
+        """The lockfile as a TOML-ready dict, without ``lock-digest``."""
+        m = self.manifest
+        routes = {}
+        for name, rt in sorted(m.routes.items()):
+            routes[name] = {"route-digest": rt.digest, "precision": rt.precision, "assembly": rt.assembly,
+                            "packages": m.route_packages(name)}
+        doc = {
+            "schema": SCHEMA,
+            "model": self.model,
+            "manifest-file": self.manifest_file,
+            "manifest-digest": m.digest,
+            "manifest": m.raw,
+            "packages": {repo: p.to_toml() for repo, p in sorted(self.packages.items())},
+            "routes": routes,
+        }
+        if self.receipts:
+            doc["receipts"] = [
+                {"digest": r.digest, "file": r.file, "route": r.route, "state": r.state,
+                 "json": json.dumps(r.data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)}
+                for r in sorted(self.receipts.values(), key=lambda r: (r.file, r.digest))
+            ]
+        if self.rejected:
+            doc["rejected-receipts"] = sorted(self.rejected, key=lambda x: (x["file"], x["digest"]))
+        if self.index:
+            doc["index"] = [
+                {**e.key.as_dict(), "route": e.candidates[0].route, "state": e.candidates[0].state,
+                 "receipt": e.candidates[0].receipt, "candidates": [c.to_toml() for c in e.candidates]}
+                for e in sorted(self.index.values(), key=lambda e: e.key)
+            ]
+        return doc
+
+    def render(self) -> bytes:
+        doc = self.document()
+        self.lock_digest = digest(doc)
+        return render(doc, self.lock_digest)
+
+    # -- reading ------------------------------------------------------------
+    @classmethod
+    def read(cls, path: str | os.PathLike, *, verify: bool = True, label: str | None = None) -> "Lockfile":
+        label = label or str(path)
+        data = load_toml(Path(path), LockfileError, label)
+        lf = cls.from_document(data, file=label, verify=verify)
+        lf.path = str(path)
+        return lf
+
+    @classmethod
+    def from_document(cls, data: dict, *, file: str, verify: bool = True) -> "Lockfile":
+        r = Reader(file, LockfileError)
+        r.only(data, {"schema", "lock-digest", "model", "manifest-file", "manifest-digest", "manifest",
+                      "packages", "routes", "receipts", "rejected-receipts", "index"}, "")
+        r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
+        stated = r.get(data, "lock-digest", str, "")
+        body = {k: v for k, v in data.items() if k != "lock-digest"}
+        computed = digest(body)
+        if verify and stated != computed:
+            raise LockfileError(
+                f"{file}: lock-digest does not verify (expected {stated}, computed {computed})",
+                exit_code=1,
+                reasons=[{"kind": "lock-digest", "path": file, "expected": stated, "computed": computed}],
+                hints=["the lockfile was edited or damaged; regenerate it with `frt lock`"],
+            )
+        model = r.get(data, "model", str, "")
+        manifest_file = r.get(data, "manifest-file", str, "")
+        mdig = r.get(data, "manifest-digest", str, "")
+        raw = r.get(data, "manifest", dict, "")
+        from .errors import ManifestError  # noqa: PLC0415
+
+        try:
+            manifest = Manifest.from_dict(raw, file=f"{file} [manifest]")
+        except ManifestError as exc:
+            raise LockfileError(str(exc), exit_code=2, reasons=exc.reasons) from None
+        if manifest.digest != mdig:
+            raise LockfileError(f"{file}: manifest-digest does not match the embedded manifest "
+                                f"(expected {mdig}, computed {manifest.digest})", exit_code=1,
+                                reasons=[{"kind": "lock-digest", "path": file, "expected": mdig, "computed": manifest.digest}],
+                                hints=["regenerate it with `frt lock`"])
+        packages = {}
+        for repo, t in r.get(data, "packages", dict, "").items():
+            p = f'packages."{repo}"'
+            r.only(t, {"source", "path", "version", "revision", "trust", "variants"}, p)
+            source = r.get(t, "source", str, p)
+            if source not in ("hub", "path"):
+                raise r.fail(p + ".source", f"expected hub or path, got {source!r}")
+            revision = r.get(t, "revision", str, p)
+            if not (_HEX40.match(revision) if source == "hub" else _SHA.match(revision)):
+                raise r.fail(p + ".revision", f"not a {'40-hex commit' if source == 'hub' else 'sha256: content digest'}: {revision!r}")
+            trust = r.get(t, "trust", str, p)
+            if trust not in TRUST_DECISIONS:
+                raise r.fail(p + ".trust", f"expected one of {', '.join(TRUST_DECISIONS)}, got {trust!r}")
+            variants = {}
+            for vname, vt in r.get(t, "variants", dict, p).items():
+                vp = f"{p}.variants.{vname}"
+                r.only(vt, {"backend", "archs", "metadata-sha256", "module-id", "module-name",
+                            "digest-algorithm", "files"}, vp)
+                files = r.get(vt, "files", dict, vp)
+                variants[vname] = LockedVariant(
+                    vname, r.get(vt, "backend", str, vp), tuple(r.str_list(vt, "archs", vp)),
+                    r.get(vt, "metadata-sha256", str, vp), r.get(vt, "module-id", str, vp),
+                    r.get(vt, "module-name", str, vp), r.get(vt, "digest-algorithm", str, vp),
+                    {k: str(v) for k, v in files.items()})
+            packages[repo] = LockedPackage(repo, source, r.get(t, "version", int, p), revision, trust, variants,
+                                           r.get(t, "path", str, p, required=False))
+        receipts = {}
+        for i, rt in enumerate(r.get(data, "receipts", list, "", required=False, default=[])):
+            p = f"receipts[{i}]"
+            r.only(rt, {"digest", "file", "route", "state", "json"}, p)
+            try:
+                body = json.loads(r.get(rt, "json", str, p))
+            except json.JSONDecodeError as exc:
+                raise r.fail(p + ".json", f"not valid JSON: {exc}") from None
+            from .errors import ReceiptInvalid  # noqa: PLC0415
+
+            try:
+                rec = Receipt.parse(body, file=r.get(rt, "file", str, p))
+            except ReceiptInvalid as exc:
+                raise LockfileError(f"{file}: {p}: {exc}", exit_code=1,
+                                    reasons=[{"kind": "receipt", "path": p, "expected": "a valid receipt", "computed": str(exc)}]) from None
+            if verify and rec.digest != rt.get("digest"):
+                raise LockfileError(f"{file}: {p}.digest does not match the embedded receipt "
+                                    f"(expected {rt.get('digest')}, computed {rec.digest})", exit_code=1,
+                                    reasons=[{"kind": "receipt", "path": f"{p}.digest", "expected": rt.get("digest"), "computed": rec.digest}],
+                                    hints=["regenerate it with `frt lock`"])
+            receipts[rec.digest] = rec
+        rejected = r.get(data, "rejected-receipts", list, "", required=False, default=[])
+        index = {}
+        for i, it in enumerate(r.get(data, "index", list, "", required=False, default=[])):
+            p = f"index[{i}]"
+            r.only(it, {"phase", "precision", "backend", "arch", "device-class", "route", "state", "receipt", "candidates"}, p)
+            key = CellKey(*(r.get(it, k, str, p) for k in ("phase", "precision", "backend", "arch", "device-class")))
+            cands = []
+            for j, c in enumerate(r.get(it, "candidates", list, p)):
+                cp = f"{p}.candidates[{j}]"
+                sp = c.get("speedup")
+                cands.append(Candidate(r.get(c, "route", str, cp), r.get(c, "state", str, cp),
+                                       r.get(c, "receipt", str, cp), float(sp) if sp is not None else None))
+                if cands[-1].receipt not in receipts:
+                    raise r.fail(cp + ".receipt", "names a receipt the lockfile does not embed")
+            if not cands:
+                raise r.fail(p + ".candidates", "an index entry needs at least one candidate")
+            index[key] = IndexEntry(key, tuple(cands))
+        lf = cls(model=model, manifest_file=manifest_file, manifest=manifest, packages=packages,
+                 receipts=receipts, rejected=list(rejected), index=index, lock_digest=stated, _doc=data)
+        return lf
+
+    # -- checks -------------------------------------------------------------
+    def receipt_problems(self) -> list[tuple[Receipt, str]]:
+        """Re-validate every embedded receipt against the embedded manifest and the pins."""
+        out = []
+        for rec in sorted(self.receipts.values(), key=lambda r: r.file):
+            for why in rec.problems(self.manifest) + self.pin_problems(rec):
+                out.append((rec, why))
+        return out
+
+    def pin_problems(self, rec: Receipt) -> list[str]:
+        out = []
+        for seam, it in sorted(rec.cell["impls"].items()):
+            pkg = self.packages.get(it["package"])
+            if pkg is None:
+                out.append(f"cell.impls.{seam}: package {it['package']!r} is not locked")
+                continue
+            if it["revision"] != pkg.revision:
+                out.append(f"cell.impls.{seam}: measured {it['package']} at revision {it['revision']}; the lock pins {pkg.revision}")
+            if it["variant"] not in pkg.variants:
+                out.append(f"cell.impls.{seam}: variant {it['variant']!r} of {it['package']} is not locked")
+        return out
+
+
+# ---------------------------------------------------------------------------
+# rendering and writing
+
+def render(doc: dict, lock_digest: str) -> bytes:
+    """TOML bytes with ``schema`` first and ``lock-digest`` second (SPEC §8.12)."""
+    import tomli_w  # noqa: PLC0415
+
+    ordered = {"schema": doc["schema"], "lock-digest": lock_digest}
+    ordered.update((k, v) for k, v in doc.items() if k != "schema")
+    header = "# Written by `frt lock`. Do not edit: regenerate with `frt lock`.\n"
+    return (header + tomli_w.dumps(ordered)).encode("utf-8")
+
+
+def write_atomic(path: Path, data: bytes) -> bool:
+    """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``.
+
+    Returns ``False`` (and writes nothing) when the file already holds exactly
+    these bytes. The temp file never survives an error or an interrupt.
+    """
+    path = Path(path)
+    try:
+        if path.read_bytes() == data:
+            return False
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return True

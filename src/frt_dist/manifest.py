@@ -1,0 +1,342 @@
+"""Manifests: ``manifests/<model>.toml``, written by people (SPEC §3, §7).
+
+A manifest declares one model binding: packages, phase bands, seams with their
+impls and contracts, and routes. ``Manifest.read`` parses strictly and names
+the file and field of the first problem; ``route_digest`` is the identity a
+receipt is tied to.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ._schema import Reader, load_toml
+from .canonical import digest
+from .errors import ManifestError
+
+__all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES"]
+
+SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.manifest", 1
+ASSEMBLIES = ("eager", "compile", "capture", "compile-then-capture")
+LAYOUTS = ("contiguous", "any")
+_REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST_ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def validate_repo_id(repo: str) -> str | None:
+    """``None`` when ``repo`` is a safe ``org/name`` id, else what is wrong with it."""
+    if repo.startswith("/"):
+        return "a repo id must not start with '/'"
+    parts = repo.split("/")
+    if len(parts) != 2:
+        return "a repo id is 'org/name'"
+    for p in parts:
+        if p in (".", "..") or ".." in p:
+            return "a repo id must not contain '..'"
+        if not _REPO_PART.match(p):
+            return f"invalid repo id part {p!r}"
+    return None
+
+
+@dataclass(frozen=True)
+class Package:
+    repo: str
+    version: int | None = None
+    path: str | None = None
+    trust: bool = False
+
+    @property
+    def is_path(self) -> bool:
+        return self.path is not None
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    rows: tuple[int, int]
+
+    def admits(self, rows: int) -> bool:
+        return self.rows[0] <= rows <= self.rows[1]
+
+
+@dataclass(frozen=True)
+class Impl:
+    seam: str
+    name: str
+    package: str
+    entry: str
+    precision: str
+    contract: dict
+    smoke: dict
+    probes: tuple[str, ...] = ()
+    table: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Seam:
+    name: str
+    structure: str
+    impls: dict[str, Impl]
+
+
+@dataclass(frozen=True)
+class Route:
+    name: str
+    assembly: str
+    seams: dict[str, str]  # seam -> impl name
+    gate: dict
+    digest: str
+    precision: str
+
+    @property
+    def min_speedup(self) -> float | None:
+        v = self.gate.get("min-speedup")
+        return float(v) if v is not None else None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    file: str  # as named in messages and in the lock (relative to the project root)
+    model: str
+    binding: str
+    host: str
+    family: str
+    default_precision: str | None
+    host_entry: str | None
+    packages: dict[str, Package]
+    phases: dict[str, Phase]
+    seams: dict[str, Seam]
+    routes: dict[str, Route]
+    qualify: dict
+    raw: dict = field(repr=False, compare=False)
+    digest: str = ""
+
+    # -- reading ------------------------------------------------------------
+    @classmethod
+    def read(cls, path: Path, *, label: str | None = None) -> "Manifest":
+        label = label or str(path)
+        data = load_toml(Path(path), ManifestError, label)
+        return cls.from_dict(data, file=label)
+
+    @classmethod
+    def from_dict(cls, data: dict, *, file: str) -> "Manifest":
+        r = Reader(file, ManifestError)
+        r.only(data, {"schema", "model", "binding", "host", "family", "default-precision", "host-entry",
+                      "description", "packages", "phases", "seams", "routes", "qualify"}, "")
+        r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
+        model = r.get(data, "model", str, "")
+        if not _NAME.match(model):
+            raise r.fail("model", f"invalid model name {model!r}")
+        binding = r.get(data, "binding", str, "")
+        host = r.get(data, "host", str, "")
+        family = r.get(data, "family", str, "")
+        r.get(data, "description", str, "", required=False)
+        default_precision = r.get(data, "default-precision", str, "", required=False)
+        host_entry = r.get(data, "host-entry", str, "", required=False)
+        if host_entry is not None and not _HOST_ENTRY.match(host_entry):
+            raise r.fail("host-entry", f"expected 'module:callable', got {host_entry!r}")
+
+        packages: dict[str, Package] = {}
+        for repo, t in r.get(data, "packages", dict, "").items():
+            p = f"packages.{_q(repo)}"
+            why = validate_repo_id(repo)
+            if why:
+                raise r.fail(p, why)
+            if not isinstance(t, dict):
+                raise r.fail(p, "expected a table")
+            r.only(t, {"version", "path", "trust"}, p)
+            version = r.get(t, "version", int, p, required=False)
+            path = r.get(t, "path", str, p, required=False)
+            trust = r.get(t, "trust", bool, p, required=False, default=False)
+            if (version is None) == (path is None):
+                raise r.fail(p, "exactly one of `version` or `path` is required")
+            if version is not None and version < 0:
+                raise r.fail(p + ".version", "must be a non-negative integer")
+            if path is not None:
+                pp = PurePosixPath(path)
+                if path.startswith("/") or re.match(r"^[A-Za-z]:", path) or ".." in pp.parts or not pp.parts:
+                    raise r.fail(p + ".path", f"must be a relative path inside the project, got {path!r}")
+            packages[repo] = Package(repo, version, path, trust)
+        if not packages:
+            raise r.fail("packages", "at least one package is required")
+
+        phases: dict[str, Phase] = {}
+        for name, t in r.get(data, "phases", dict, "").items():
+            p = f"phases.{_q(name)}"
+            if not isinstance(t, dict):
+                raise r.fail(p, "expected a table")
+            r.only(t, {"rows"}, p)
+            rows = r.get(t, "rows", list, p)
+            if len(rows) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in rows) or rows[0] < 0 or rows[0] > rows[1]:
+                raise r.fail(p + ".rows", f"expected [low, high] integers with 0 <= low <= high, got {rows!r}")
+            phases[name] = Phase(name, (rows[0], rows[1]))
+        if not phases:
+            raise r.fail("phases", "at least one phase band is required")
+
+        seams: dict[str, Seam] = {}
+        for sname, t in r.get(data, "seams", dict, "").items():
+            p = f"seams.{_q(sname)}"
+            if not isinstance(t, dict):
+                raise r.fail(p, "expected a table")
+            r.only(t, {"structure", "impls", "description"}, p)
+            structure = r.get(t, "structure", str, p)
+            impls: dict[str, Impl] = {}
+            for iname, it in r.get(t, "impls", dict, p).items():
+                impls[iname] = _read_impl(r, sname, iname, it, f"{p}.impls.{_q(iname)}", packages)
+            if not impls:
+                raise r.fail(p + ".impls", "at least one impl is required")
+            seams[sname] = Seam(sname, structure, impls)
+
+        qualify = r.get(data, "qualify", dict, "", required=False, default={})
+        r.only(qualify, {"tolerance", "rounds", "warmup", "rows"}, "qualify")
+        if "tolerance" in qualify:
+            tol = r.get(qualify, "tolerance", dict, "qualify")
+            r.only(tol, {"abs", "rel"}, "qualify.tolerance")
+            r.number(tol, "abs", "qualify.tolerance")
+            r.number(tol, "rel", "qualify.tolerance")
+        r.get(qualify, "rounds", int, "qualify", required=False)
+        r.get(qualify, "warmup", int, "qualify", required=False)
+        if "rows" in qualify:
+            rq = r.get(qualify, "rows", dict, "qualify")
+            for ph, v in rq.items():
+                if ph not in phases:
+                    raise r.fail(f"qualify.rows.{_q(ph)}", f"unknown phase (phases: {', '.join(phases)})")
+                if not isinstance(v, list) or not all(isinstance(x, int) and phases[ph].admits(x) for x in v):
+                    raise r.fail(f"qualify.rows.{_q(ph)}", f"expected row counts inside the band {list(phases[ph].rows)}")
+
+        routes: dict[str, Route] = {}
+        for rname, t in r.get(data, "routes", dict, "").items():
+            p = f"routes.{_q(rname)}"
+            if not _NAME.match(rname) or rname == "host":
+                raise r.fail(p, "invalid route name ('host' is reserved)")
+            if not isinstance(t, dict):
+                raise r.fail(p, "expected a table")
+            r.only(t, {"assembly", "seams", "gate"}, p)
+            assembly = r.get(t, "assembly", str, p)
+            if assembly not in ASSEMBLIES:
+                raise r.fail(p + ".assembly", f"expected one of {', '.join(ASSEMBLIES)}, got {assembly!r}")
+            rseams = r.get(t, "seams", dict, p)
+            if not rseams:
+                raise r.fail(p + ".seams", "a route binds at least one seam")
+            precisions = set()
+            for seam, impl in rseams.items():
+                sp = f"{p}.seams.{_q(seam)}"
+                if seam not in seams:
+                    raise r.fail(sp, f"unknown seam (seams: {', '.join(seams)})")
+                if not isinstance(impl, str):
+                    raise r.fail(sp, "expected an impl name (string)")
+                if impl not in seams[seam].impls:
+                    raise r.fail(sp, f"unknown impl {impl!r} (impls of {seam}: {', '.join(seams[seam].impls)})")
+                precisions.add(seams[seam].impls[impl].precision)
+            if len(precisions) != 1:
+                raise r.fail(p + ".seams", f"impls of one route must share a precision, got {', '.join(sorted(precisions))}")
+            gate = r.get(t, "gate", dict, p, required=False, default={})
+            r.only(gate, {"min-speedup"}, p + ".gate")
+            if "min-speedup" in gate:
+                ms = r.number(gate, "min-speedup", p + ".gate")
+                if ms <= 0:
+                    raise r.fail(p + ".gate.min-speedup", "must be positive")
+            rd = route_digest_of(t, seams)
+            routes[rname] = Route(rname, assembly, dict(rseams), dict(gate), rd, precisions.pop())
+        if not routes:
+            raise r.fail("routes", "at least one route is required")
+
+        used = {impl.package for s in seams.values() for impl in s.impls.values()}
+        precs = {impl.precision for s in seams.values() for impl in s.impls.values()}
+        if default_precision is not None and default_precision not in precs:
+            raise r.fail("default-precision", f"no impl has precision {default_precision!r} (impls: {', '.join(sorted(precs))})")
+        del used
+        return cls(file=file, model=model, binding=binding, host=host, family=family,
+                   default_precision=default_precision, host_entry=host_entry, packages=packages,
+                   phases=phases, seams=seams, routes=routes, qualify=qualify, raw=data,
+                   digest=digest(data))
+
+    # -- derived ------------------------------------------------------------
+    @property
+    def precisions(self) -> list[str]:
+        return sorted({r.precision for r in self.routes.values()})
+
+    def route_packages(self, route: str) -> list[str]:
+        rt = self.routes[route]
+        return sorted({self.seams[s].impls[i].package for s, i in rt.seams.items()})
+
+    def impl(self, seam: str, name: str) -> Impl:
+        return self.seams[seam].impls[name]
+
+    @property
+    def tolerance(self) -> dict:
+        t = self.qualify.get("tolerance", {})
+        return {"abs": float(t.get("abs", 1e-4)), "rel": float(t.get("rel", 1e-3))}
+
+
+def _q(key: str) -> str:
+    return key if re.match(r"^[A-Za-z0-9_-]+$", key) else '"' + key.replace('"', '\\"') + '"'
+
+
+def _read_impl(r: Reader, seam: str, name: str, t: Any, p: str, packages: dict) -> Impl:
+    if not isinstance(t, dict):
+        raise r.fail(p, "expected a table")
+    r.only(t, {"package", "entry", "probes", "precision", "contract", "smoke"}, p)
+    package = r.get(t, "package", str, p)
+    if package not in packages:
+        raise r.fail(p + ".package", f"package {package!r} is not declared in [packages]")
+    entry = r.get(t, "entry", str, p)
+    if not _SYMBOL.match(entry):
+        raise r.fail(p + ".entry", f"not a Python symbol: {entry!r}")
+    probes = r.str_list(t, "probes", p, required=False, default=[])
+    for i, pr in enumerate(probes):
+        if not _SYMBOL.match(pr):
+            raise r.fail(f"{p}.probes[{i}]", f"not a Python symbol: {pr!r}")
+    precision = r.get(t, "precision", str, p)
+    contract = r.get(t, "contract", dict, p)
+    cp = p + ".contract"
+    r.only(contract, {"device", "dtypes", "layout", "width"}, cp)
+    r.get(contract, "device", str, cp)
+    r.str_list(contract, "dtypes", cp)
+    layout = r.get(contract, "layout", str, cp, required=False, default="contiguous")
+    if layout not in LAYOUTS:
+        raise r.fail(cp + ".layout", f"expected one of {', '.join(LAYOUTS)}, got {layout!r}")
+    r.get(contract, "width", int, cp, required=False)
+    smoke = r.get(t, "smoke", dict, p)
+    sp = p + ".smoke"
+    r.only(smoke, {"inputs", "expect"}, sp)
+    inputs = r.get(smoke, "inputs", list, sp)
+    if not inputs:
+        raise r.fail(sp + ".inputs", "at least one input is required")
+    for i, inp in enumerate(inputs):
+        ip = f"{sp}.inputs[{i}]"
+        if not isinstance(inp, dict):
+            raise r.fail(ip, "expected a table")
+        r.only(inp, {"shape", "dtype", "scale"}, ip)
+        _shape(r, inp, ip)
+        r.get(inp, "dtype", str, ip)
+        r.number(inp, "scale", ip, required=False)
+    if "expect" in smoke:
+        ep = sp + ".expect"
+        exp = r.get(smoke, "expect", dict, sp)
+        r.only(exp, {"shape"}, ep)
+        _shape(r, exp, ep)
+    return Impl(seam, name, package, entry, precision, dict(contract), dict(smoke), tuple(probes), dict(t))
+
+
+def _shape(r: Reader, t: dict, p: str) -> None:
+    shape = r.get(t, "shape", list, p)
+    for j, d in enumerate(shape):
+        if isinstance(d, bool) or not (isinstance(d, int) and d >= 0 or d == "rows"):
+            raise r.fail(f"{p}.shape[{j}]", f"expected a non-negative integer or \"rows\", got {d!r}")
+
+
+def route_digest_of(route_table: dict, seams: dict[str, Seam]) -> str:
+    """SPEC §3: the route's table without ``gate``, each impl name replaced by
+    that impl's table without ``smoke``."""
+    t = {k: v for k, v in route_table.items() if k != "gate"}
+    t["seams"] = {
+        seam: {k: v for k, v in seams[seam].impls[impl].table.items() if k != "smoke"}
+        for seam, impl in route_table["seams"].items()
+    }
+    return digest(t)

@@ -1,0 +1,110 @@
+"""Where a project keeps ``manifests/``, ``receipts/`` and ``lockfiles/`` (SPEC §4).
+
+In order: the current directory's project (a ``pyproject.toml`` with
+``[tool.frt]``, or a folder holding ``manifests/``; searched upward), else
+``FRT_HOME``, else the bundled defaults shipped inside the package (read-only).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import UsageError
+
+__all__ = ["Project", "bundled_root"]
+
+
+def bundled_root() -> Path:
+    return Path(__file__).resolve().parent / "_bundled"
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+    kind: str  # "project" | "frt-home" | "bundled"
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def read_only(self) -> bool:
+        return self.kind == "bundled"
+
+    @property
+    def manifests_dir(self) -> Path:
+        return self.root / self.settings.get("manifests", "manifests")
+
+    @property
+    def receipts_dir(self) -> Path:
+        return self.root / self.settings.get("receipts", "receipts")
+
+    @property
+    def lockfiles_dir(self) -> Path:
+        return self.root / self.settings.get("lockfiles", "lockfiles")
+
+    @property
+    def mirror(self) -> str | None:
+        m = self.settings.get("mirror")
+        return str((self.root / m).resolve()) if m else None
+
+    def rel(self, path: Path) -> str:
+        """A project-relative posix path (what goes into lockfiles and messages)."""
+        try:
+            return Path(path).resolve().relative_to(self.root.resolve()).as_posix()
+        except ValueError:
+            return str(path)
+
+    def models(self) -> list[str]:
+        d = self.manifests_dir
+        return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+
+    def manifest_path(self, model: str) -> Path:
+        p = self.manifests_dir / f"{model}.toml"
+        if not p.is_file():
+            raise UsageError(f"unknown model {model!r} in {self.describe()} (models: {', '.join(self.models()) or 'none'})")
+        return p
+
+    def lockfile_path(self, model: str) -> Path:
+        return self.lockfiles_dir / f"{model}.lock"
+
+    def describe(self) -> str:
+        label = {"project": "project", "frt-home": "FRT_HOME", "bundled": "bundled defaults"}[self.kind]
+        return f"{label} {self.root}"
+
+    @classmethod
+    def find(cls, start: str | os.PathLike | None = None, *, explicit: str | os.PathLike | None = None) -> "Project":
+        if explicit is not None:
+            root = Path(explicit).resolve()
+            if not root.is_dir():
+                raise UsageError(f"--project: {root} is not a directory")
+            return cls(root, "project", _settings(root))
+        here = Path(start or os.getcwd()).resolve()
+        for d in (here, *here.parents):
+            settings = _settings(d)
+            if settings is not None and (d / "pyproject.toml").is_file() and _has_tool_frt(d):
+                return cls(d, "project", settings)
+            if (d / "manifests").is_dir() and d == here:
+                return cls(d, "project", settings or {})
+        home = os.environ.get("FRT_HOME")
+        if home:
+            return cls(Path(home).resolve(), "frt-home", _settings(Path(home)) or {})
+        return cls(bundled_root(), "bundled", {})
+
+
+def _has_tool_frt(d: Path) -> bool:
+    try:
+        return "frt" in tomllib.loads((d / "pyproject.toml").read_text("utf-8")).get("tool", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+
+
+def _settings(d: Path) -> dict | None:
+    pp = d / "pyproject.toml"
+    if not pp.is_file():
+        return {}
+    try:
+        data = tomllib.loads(pp.read_text("utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{pp}: not valid TOML: {exc}") from None
+    return dict(data.get("tool", {}).get("frt", {}))
