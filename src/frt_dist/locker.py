@@ -44,7 +44,7 @@ def parse_variant_metadata(raw: bytes, *, repo: str, variant: str) -> LockedVari
     """Read the facts frt needs from a ``metadata.json`` (unknown keys ignored, as `kernels` does)."""
     where = f"package {repo!r} variant {variant!r}: metadata.json"
     if not valid_variant_name(variant):
-        raise KernelUnavailable(f"package {repo!r}: variant name {variant!r} is not a plain directory name",
+        raise KernelUnavailable(f"package {repo!r}: variant name {variant!r} escapes its directory (not a plain directory name)",
                                 reasons=[{"package": repo, "reason": f"variant name escapes its directory: {variant!r}"}])
 
     def bad(field_path: str, msg: str) -> KernelUnavailable:

@@ -1,0 +1,109 @@
+"""Shared fixtures: a Hub-protocol server on 127.0.0.1, project builders, a
+hermetic Hugging Face environment (no token, no real cache, no real Hub)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.dont_write_bytecode = True
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+sys.path.insert(0, str(TESTS))
+
+from hubserver import HubServer, kernel_variant_files  # noqa: E402
+
+BUNDLED = ROOT / "src" / "frt_dist" / "_bundled"
+
+
+@pytest.fixture(autouse=True)
+def _hermetic(monkeypatch, tmp_path_factory):
+    home = tmp_path_factory.mktemp("hfhome")
+    for k in list(os.environ):
+        if k.startswith(("HF_", "HUGGINGFACE_", "KERNELS_", "FRT_")) or k in ("LOCAL_KERNELS",):
+            monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+    try:
+        from huggingface_hub import constants
+        from huggingface_hub.utils import _detect_agent
+
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        # telemetry would fetch <ENDPOINT>/api/agent-harnesses once per process: pre-seed it
+        monkeypatch.setattr(_detect_agent, "_registry", {"standardEnvVars": [], "harnesses": {}}, raising=False)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+@pytest.fixture
+def hub():
+    srv = HubServer().start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def write_files(root: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+
+
+MANIFEST_TMPL = '''schema = "frt.manifest/1"
+model = "{model}"
+binding = "toy_binding"
+host = "torch"
+family = "toy"
+default-precision = "fp32"
+
+{packages}
+
+[phases.decode]
+rows = [1, 16]
+
+[phases.prefill]
+rows = [64, 2048]
+
+[seams.norm]
+structure = "norm@1"
+
+[seams.norm.impls.fast]
+package = "{repo}"
+entry = "add_one"
+precision = "fp32"
+contract = {{ device = "cpu", dtypes = ["float32"], layout = "contiguous" }}
+smoke = {{ inputs = [{{ shape = ["rows", 8], dtype = "float32" }}] }}
+
+[routes.fast]
+assembly = "eager"
+seams = {{ norm = "fast" }}
+gate = {{ min-speedup = 1.05 }}
+'''
+
+
+def toy_manifest(model="toy", repo="testorg/addone", package_toml=None) -> str:
+    package_toml = package_toml or f'[packages."{repo}"]\nversion = 1\ntrust = true'
+    return MANIFEST_TMPL.format(model=model, repo=repo, packages=package_toml)
+
+
+@pytest.fixture
+def project(tmp_path):
+    """An empty project folder (manifests/, receipts/, lockfiles/)."""
+    for d in ("manifests", "receipts", "lockfiles"):
+        (tmp_path / d).mkdir()
+    return tmp_path
+
+
+def run_frt(args, *, cwd, env=None, timeout=120, input=None):
+    """`frt` in a real subprocess (the console script's module)."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
+    e["PYTHONDONTWRITEBYTECODE"] = "1"
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "frt_dist.cli", *args], cwd=cwd, env=e, capture_output=True,
+                          text=True, timeout=timeout, input=input)

@@ -1,0 +1,660 @@
+"""In-process fake of the Hugging Face Hub HTTP protocol, serving *kernel* repositories.
+
+Tests build repositories in memory (``HubServer.commit``) and point the real
+``huggingface_hub`` client (``HfApi(endpoint=server.url)`` or ``HF_ENDPOINT``) and the
+real ``kernels`` library at it. Only the standard library is used.
+
+Protocol notes (verified against huggingface_hub 2.4.0 and kernels 0.17.2)
+-------------------------------------------------------------------------
+Kernel repos use the URL prefix ``kernels/`` (``constants.REPO_TYPES_URL_PREFIXES``) and the
+API prefix ``api/kernels/`` (``f"api/{repo_type}s/"``). Endpoints served:
+
+``GET  /api/kernels/<ns>/<name>``                      ``HfApi.kernel_info`` / ``repo_info(repo_type="kernel")``
+``GET  /api/kernels/<ns>/<name>/revision/<rev>``       same, with ``revision=``; ``snapshot_download`` uses it to
+                                                      resolve a branch to a commit (``sha``).
+``GET  /api/kernels/<ns>/<name>/refs[?include_prs=1]`` ``list_repo_refs`` (kernels: version branches ``v<N>``)
+``GET  /api/kernels/<ns>/<name>/tree/<rev>[/<path>]``  ``list_repo_tree`` (``?recursive=true|false&expand=...``);
+                                                      ``<path>`` arrives ``quote(path, safe="")``-encoded
+                                                      (``build%2Ftorch-cpu``); no pagination (no ``Link`` header).
+``GET  /api/kernels/<ns>/<name>/commits/<rev>``        ``list_repo_commits`` (small extra)
+``HEAD|GET /kernels/<ns>/<name>/resolve/<rev>/<path>`` ``hf_hub_download`` / ``snapshot_download``: a HEAD for
+                                                      metadata, then a GET for the bytes (``Range`` honoured).
+``GET  /api/organizations/<org>/overview``             ``get_organization_overview``; kernels reads
+                                                      ``trustedKernelPublisher`` from it.
+``GET  /api/agent-harnesses``                          telemetry side request of huggingface_hub (see below).
+
+Headers the client needs on a resolve HEAD (``file_download.get_hf_file_metadata``):
+``X-Repo-Commit`` (mandatory, else ``FileMetadataError``), ``ETag`` (mandatory; it names the blob in the
+cache; git-blob sha1 for regular files, sha256 for LFS files, where ``X-Linked-Etag`` /
+``X-Linked-Size`` take precedence) and ``Content-Length`` (expected size, checked after the GET).
+No ``X-Xet-*`` headers are sent, so the client never tries Xet.
+
+Errors (``utils/_http.py::hf_raise_for_status``) are chosen by the ``X-Error-Code`` header:
+``RepoNotFound`` -> ``RepositoryNotFoundError``, ``RevisionNotFound`` -> ``RevisionNotFoundError``,
+``EntryNotFound`` -> ``RemoteEntryNotFoundError`` (an ``EntryNotFoundError``). An EntryNotFound on a
+resolve URL also carries ``X-Repo-Commit`` so the client can cache the non-existence (``.no_exist``).
+
+Client quirks worth knowing when writing tests:
+
+* ``HF_HUB_DISABLE_TELEMETRY=1`` breaks kernels 0.17.2 with huggingface_hub 2.4.0: kernels then passes
+  ``user_agent=""``, the User-Agent ends in ``"; "`` and httpx2 refuses to send it
+  (``LocalProtocolError: Illegal header value``). Leave telemetry on; it costs one
+  ``GET /api/agent-harnesses`` per fresh HF_HOME (answered here with an empty registry).
+* Retries with exponential backoff (1, 2, 4, 8, 8 s): ``list_repo_tree`` (``http_backoff``) retries
+  408/429/5xx and timeouts; ``hf_hub_download`` retries its HEAD (timeout 60 s) after a 5xx/timeout
+  when nothing is cached. ``list_repo_refs``, ``repo_info``/``kernel_info`` and
+  ``get_organization_overview`` never retry. So inject 5xx on those, or 4xx elsewhere, to keep tests fast.
+* Every request is recorded in ``requests`` (telemetry included); ``request_count(repo_id)`` is the
+  robust counter.
+
+Files whose suffix is a typical binary (``.so``, ``.bin``, ...) or that are bigger than 10 MiB are
+served the way the Hub serves LFS files (tree entry with an ``lfs`` block, sha256 ETag); everything
+else is a plain git blob.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlsplit
+
+__all__ = ["HubServer", "kernel_variant_files"]
+
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+_LFS_SUFFIXES = (".so", ".dylib", ".dll", ".pyd", ".bin", ".safetensors", ".pt", ".pth", ".whl", ".metallib")
+_LFS_MIN_SIZE = 10 * 1024 * 1024
+# Fixed timestamp so that repo/commit info is deterministic.
+_EPOCH = "2025-01-01T00:00:00.000Z"
+
+
+# ---------------------------------------------------------------------------
+# In-memory git-like store
+# ---------------------------------------------------------------------------
+
+
+def _git_blob_sha(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Blob:
+    data: bytes
+    git_sha: str  # git object id of what git stores (the blob itself, or its LFS pointer)
+    sha256: str
+    lfs: bool
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    @property
+    def etag(self) -> str:
+        # What the Hub puts in ETag: git blob sha1 for regular files, sha256 for LFS files.
+        return self.sha256 if self.lfs else self.git_sha
+
+    @staticmethod
+    def make(path: str, data: bytes) -> "_Blob":
+        sha256 = hashlib.sha256(data).hexdigest()
+        lfs = path.endswith(_LFS_SUFFIXES) or len(data) >= _LFS_MIN_SIZE
+        if lfs:
+            pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {len(data)}\n"
+            git_sha = _git_blob_sha(pointer.encode())
+        else:
+            git_sha = _git_blob_sha(data)
+        return _Blob(data=data, git_sha=git_sha, sha256=sha256, lfs=lfs)
+
+    def pointer_size(self) -> int:
+        return len(f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\nsize {self.size}\n")
+
+
+@dataclass
+class _Commit:
+    sha: str
+    files: dict[str, _Blob]
+    parent: str | None
+    message: str
+    date: str = _EPOCH
+
+    def dirs(self) -> set[str]:
+        out: set[str] = set()
+        for path in self.files:
+            parts = path.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                out.add("/".join(parts[:i]))
+        return out
+
+    def tree_oid(self, directory: str) -> str:
+        """Deterministic id of a directory (stand-in for the git tree sha)."""
+        prefix = directory + "/"
+        h = hashlib.sha1(b"tree\0")
+        for path in sorted(p for p in self.files if p.startswith(prefix)):
+            h.update(path[len(prefix) :].encode() + b"\0" + self.files[path].git_sha.encode() + b"\n")
+        return h.hexdigest()
+
+
+@dataclass
+class _Repo:
+    commits: dict[str, _Commit] = field(default_factory=dict)
+    branches: dict[str, str] = field(default_factory=dict)
+
+
+def _normalize_path(path: str) -> str:
+    p = path.replace("\\", "/").strip("/")
+    if not p or any(part in ("", ".", "..") for part in p.split("/")):
+        raise ValueError(f"invalid repo path: {path!r}")
+    return p
+
+
+# ---------------------------------------------------------------------------
+# Server
+# ---------------------------------------------------------------------------
+
+
+_JSON = "application/json; charset=utf-8"
+# (status, body, headers, content type)
+_Response = tuple[int, bytes, dict[str, str], str]
+
+
+def _json(obj, headers: dict[str, str] | None = None) -> _Response:
+    return 200, json.dumps(obj).encode(), dict(headers or {}), _JSON
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str, error_code: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.error_code = error_code
+        self.headers = headers or {}
+
+
+class HubServer:
+    """Hub-protocol server for kernel repositories, backed by an in-memory store."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._repos: dict[str, _Repo] = {}
+        self._trusted: dict[str, bool] = {}
+        self._faults: list[tuple[str, int]] = []
+        self._delays: list[tuple[str, float]] = []
+        self.requests: list[tuple[str, str]] = []
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.url: str = ""
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> "HubServer":
+        if self._httpd is not None:
+            return self
+        handler = type("_BoundHandler", (_Handler,), {"hub": self})
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        httpd.daemon_threads = True
+        self._httpd = httpd
+        self.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> "HubServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- store manipulation -------------------------------------------------
+
+    def commit(
+        self,
+        repo_id: str,
+        files: dict[str, bytes],
+        *,
+        branch: str = "main",
+        parent: str | None = None,
+        message: str = "",
+    ) -> str:
+        """Create a commit whose tree is exactly ``files``; point ``branch`` (and "main" if absent) at it."""
+        blobs = {}
+        for path, data in files.items():
+            p = _normalize_path(path)
+            blobs[p] = _Blob.make(p, bytes(data))
+        with self._lock:
+            repo = self._repos.setdefault(repo_id, _Repo())
+            if parent is None:
+                parent = repo.branches.get(branch)
+            elif parent not in repo.commits:
+                raise KeyError(f"unknown parent commit {parent} in {repo_id}")
+            h = hashlib.sha1()
+            h.update(b"repo\0" + repo_id.encode() + b"\n")
+            for p in sorted(blobs):
+                h.update(b"file\0" + p.encode() + b"\0" + blobs[p].git_sha.encode() + b"\n")
+            h.update(b"parent\0" + (parent or "").encode() + b"\n")
+            sha = h.hexdigest()
+            if sha not in repo.commits:
+                repo.commits[sha] = _Commit(sha=sha, files=blobs, parent=parent, message=message or f"commit {sha[:7]}")
+            repo.branches[branch] = sha
+            repo.branches.setdefault("main", sha)
+            return sha
+
+    def set_branch(self, repo_id: str, branch: str, sha: str) -> None:
+        with self._lock:
+            repo = self._repos.get(repo_id)
+            if repo is None or sha not in repo.commits:
+                raise KeyError(f"unknown commit {sha} in {repo_id}")
+            repo.branches[branch] = sha
+
+    def delete_branch(self, repo_id: str, branch: str) -> None:
+        with self._lock:
+            repo = self._repos.get(repo_id)
+            if repo is not None:
+                repo.branches.pop(branch, None)
+
+    def set_trusted(self, org: str, trusted: bool) -> None:
+        with self._lock:
+            self._trusted[org] = bool(trusted)
+
+    # -- fault injection ----------------------------------------------------
+
+    def fail(self, pattern: str, status: int) -> None:
+        """Every request whose path (raw or percent-decoded) contains ``pattern`` answers ``status``."""
+        with self._lock:
+            self._faults.append((pattern, int(status)))
+
+    def delay(self, pattern: str, seconds: float) -> None:
+        """Sleep ``seconds`` before answering requests whose path contains ``pattern``."""
+        with self._lock:
+            self._delays.append((pattern, float(seconds)))
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self._delays.clear()
+
+    # -- request accounting -------------------------------------------------
+
+    def request_count(self, repo_id: str | None = None) -> int:
+        with self._lock:
+            if repo_id is None:
+                return len(self.requests)
+            return sum(1 for _, path in self.requests if repo_id in path)
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    # -- internal helpers used by the handler -------------------------------
+
+    def _record(self, method: str, path: str) -> tuple[float, int | None]:
+        """Log the request; return (delay seconds, injected status or None)."""
+        decoded = unquote(path)
+        with self._lock:
+            self.requests.append((method, decoded))
+            delay = sum(s for pat, s in self._delays if pat in path or pat in decoded)
+            status = next((st for pat, st in self._faults if pat in path or pat in decoded), None)
+        return delay, status
+
+    def _repo(self, repo_id: str) -> _Repo:
+        repo = self._repos.get(repo_id)
+        if repo is None:
+            raise _HTTPError(404, "Repository not found", "RepoNotFound")
+        return repo
+
+    def _resolve(self, repo_id: str, revision: str) -> _Commit:
+        repo = self._repo(repo_id)
+        rev = revision[len("refs/heads/") :] if revision.startswith("refs/heads/") else revision
+        sha = repo.branches.get(rev)
+        if sha is None and _COMMIT_RE.match(rev) and rev in repo.commits:
+            sha = rev
+        if sha is None:
+            raise _HTTPError(404, f"Invalid rev id: {revision}", "RevisionNotFound")
+        return repo.commits[sha]
+
+
+def _truthy(params: dict[str, list[str]], key: str) -> bool:
+    # httpx serializes Python bools as "true"/"false".
+    return params.get(key, ["false"])[-1].lower() in ("1", "true", "yes")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    hub: HubServer  # set on the bound subclass
+    protocol_version = "HTTP/1.1"  # keep-alive: httpx reuses connections
+    server_version = "FakeHub/1.0"
+    timeout = 30  # idle keep-alive connections eventually free their thread
+
+    def log_message(self, format, *args):  # noqa: A002 - silence stderr logging
+        pass
+
+    # -- plumbing -----------------------------------------------------------
+
+    def do_GET(self):
+        self._dispatch("GET")
+
+    def do_HEAD(self):
+        self._dispatch("HEAD")
+
+    def do_POST(self):
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            delay, injected = self.hub._record(method, self.path)
+            if delay:
+                time.sleep(delay)
+            if injected is not None:
+                body = json.dumps({"error": f"injected failure ({injected})"}).encode()
+                self._send(injected, body, {}, _JSON)
+                return
+            try:
+                # Build the whole response under the store lock, send it outside the lock.
+                with self.hub._lock:
+                    status, body, headers, ctype = self._route(method)
+            except _HTTPError as e:
+                headers = dict(e.headers)
+                if e.error_code:
+                    headers["X-Error-Code"] = e.error_code
+                headers["X-Error-Message"] = e.message
+                status, body, ctype = e.status, json.dumps({"error": e.message}).encode(), _JSON
+            except Exception as e:  # a bug in the fake itself: report it instead of hanging up
+                headers = {"X-Error-Message": f"fake hub internal error: {e!r}"}
+                status, body, ctype = 500, json.dumps({"error": f"fake hub internal error: {e!r}"}).encode(), _JSON
+            self._send(status, body, headers, ctype)
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            # Client went away (e.g. it timed out during an injected delay).
+            self.close_connection = True
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None, content_type: str = "") -> None:
+        self.send_response(status)
+        if content_type:
+            self.send_header("Content-Type", content_type)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    # -- routing ------------------------------------------------------------
+
+    def _route(self, method: str) -> _Response:
+        split = urlsplit(self.path)
+        params = parse_qs(split.query)
+        # Split the *raw* path first so that %2F inside a segment (revision names, tree paths)
+        # stays inside that segment.
+        seg = [unquote(s) for s in split.path.split("/")[1:]]
+        if seg == ["api", "agent-harnesses"] and method == "GET":
+            # huggingface_hub >= 2.x telemetry (utils/_detect_agent.py) fetches this registry from
+            # HF_ENDPOINT once per process/day when HF_HUB_DISABLE_TELEMETRY is not set.
+            return _json({"standardEnvVars": [], "harnesses": {}})
+
+        if seg[:2] == ["api", "organizations"] and len(seg) == 4 and seg[3] == "overview" and method == "GET":
+            return self._org_overview(seg[2])
+
+        if seg[:2] == ["api", "kernels"] and len(seg) >= 4 and method == "GET":
+            repo_id = f"{seg[2]}/{seg[3]}"
+            rest = seg[4:]
+            if not rest:
+                return self._repo_info(repo_id, "main")
+            if rest[0] == "revision" and len(rest) >= 2:
+                return self._repo_info(repo_id, "/".join(rest[1:]))
+            if rest == ["refs"]:
+                return self._refs(repo_id, _truthy(params, "include_prs"))
+            if rest[0] == "tree" and len(rest) >= 2:
+                return self._tree(repo_id, rest[1], "/".join(rest[2:]), params)
+            if rest[0] == "commits" and len(rest) >= 2:
+                return self._commits(repo_id, "/".join(rest[1:]))
+
+        # /kernels/<ns>/<name>/resolve/<rev>/<path...>
+        if seg[:1] == ["kernels"] and len(seg) >= 6 and seg[3] == "resolve" and method in ("GET", "HEAD"):
+            return self._resolve_file(f"{seg[1]}/{seg[2]}", seg[4], "/".join(seg[5:]))
+
+        raise _HTTPError(404, f"Not found: {split.path}")
+
+    # -- endpoints ----------------------------------------------------------
+
+    def _org_overview(self, org: str) -> _Response:
+        hub = self.hub
+        known = org in hub._trusted or any(r.split("/", 1)[0] == org for r in hub._repos)
+        if not known:
+            raise _HTTPError(404, "Organization not found")
+        return _json(
+            {
+                "_id": hashlib.sha1(org.encode()).hexdigest()[:24],
+                "name": org,
+                "fullname": org,
+                "avatarUrl": "",
+                "isVerified": False,
+                "isFollowing": False,
+                "numUsers": 1,
+                "numModels": 0,
+                "numSpaces": 0,
+                "numDatasets": 0,
+                "numFollowers": 0,
+                "numPapers": 0,
+                # Read by kernels.hf_hub._check_trust_remote_code via getattr(info, "trustedKernelPublisher").
+                "trustedKernelPublisher": hub._trusted.get(org, False),
+            },
+        )
+
+    def _repo_info(self, repo_id: str, revision: str) -> _Response:
+        commit = self.hub._resolve(repo_id, revision)
+        return _json(
+            {
+                "_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24],
+                "id": repo_id,
+                "author": repo_id.split("/", 1)[0],
+                "sha": commit.sha,  # snapshot_download requires this to resolve a branch
+                "lastModified": commit.date,
+                "createdAt": _EPOCH,
+                "private": False,
+                "gated": False,
+                "disabled": False,
+                "downloads": 0,
+                "likes": 0,
+                "tags": [],
+                "siblings": [{"rfilename": p} for p in sorted(commit.files)],
+            },
+        )
+
+    def _refs(self, repo_id: str, include_prs: bool) -> _Response:
+        repo = self.hub._repo(repo_id)
+        body = {
+            "branches": [
+                {"name": b, "ref": f"refs/heads/{b}", "targetCommit": sha} for b, sha in sorted(repo.branches.items())
+            ],
+            "tags": [],
+            "converts": [],
+        }
+        if include_prs:
+            body["pullRequests"] = []
+        return _json( body)
+
+    def _tree(self, repo_id: str, revision: str, path: str, params: dict[str, list[str]]) -> _Response:
+        commit = self.hub._resolve(repo_id, revision)
+        recursive = _truthy(params, "recursive")
+        expand = _truthy(params, "expand")
+        path = path.strip("/")
+        dirs = commit.dirs()
+        if path and path not in dirs:
+            raise _HTTPError(404, f"Entry not found: {path}", "EntryNotFound", {"X-Repo-Commit": commit.sha})
+        prefix = path + "/" if path else ""
+
+        def wanted(p: str) -> bool:
+            if not p.startswith(prefix):
+                return False
+            return recursive or "/" not in p[len(prefix) :]
+
+        last_commit = {"id": commit.sha, "title": commit.message, "date": commit.date}
+        entries = []
+        for d in sorted(d for d in dirs if d != path and wanted(d)):
+            entry = {"type": "directory", "oid": commit.tree_oid(d), "size": 0, "path": d}
+            if expand:
+                entry["lastCommit"] = last_commit
+            entries.append(entry)
+        for p in sorted(p for p in commit.files if wanted(p)):
+            blob = commit.files[p]
+            entry = {"type": "file", "oid": blob.git_sha, "size": blob.size, "path": p}
+            if blob.lfs:
+                entry["lfs"] = {"oid": blob.sha256, "size": blob.size, "pointerSize": blob.pointer_size()}
+            if expand:
+                entry["lastCommit"] = last_commit
+            entries.append(entry)
+        return _json( entries)
+
+    def _commits(self, repo_id: str, revision: str) -> _Response:
+        repo = self.hub._repo(repo_id)
+        commit: _Commit | None = self.hub._resolve(repo_id, revision)
+        out = []
+        while commit is not None:
+            out.append(
+                {
+                    "id": commit.sha,
+                    "authors": [{"user": "fakehub"}],
+                    "date": commit.date,
+                    "title": commit.message,
+                    "message": "",
+                }
+            )
+            commit = repo.commits.get(commit.parent) if commit.parent else None
+        return _json( out)
+
+    def _resolve_file(self, repo_id: str, revision: str, path: str) -> _Response:
+        commit = self.hub._resolve(repo_id, revision)
+        blob = commit.files.get(path)
+        if blob is None:
+            # X-Repo-Commit lets the client cache the non-existence under .no_exist/<commit>/.
+            raise _HTTPError(404, "Entry not found", "EntryNotFound", {"X-Repo-Commit": commit.sha})
+
+        headers = {
+            # Mandatory: the client raises FileMetadataError without it.
+            "X-Repo-Commit": commit.sha,
+            # Mandatory: names the cache blob. The client prefers X-Linked-Etag when present.
+            "ETag": f'"{blob.etag}"',
+            "Accept-Ranges": "bytes",
+            "Content-Disposition": f'inline; filename="{path.rsplit("/", 1)[-1]}";',
+        }
+        if blob.lfs:
+            # The Hub answers LFS files with a redirect carrying these; we serve the bytes directly.
+            headers["X-Linked-Etag"] = f'"{blob.sha256}"'
+            headers["X-Linked-Size"] = str(blob.size)
+
+        data = blob.data
+        status = 200
+        rng = self.headers.get("Range")
+        if rng and self.command == "GET":
+            m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
+            if m is None or (not m.group(1) and not m.group(2)):
+                raise _HTTPError(416, "Invalid range", headers={"Content-Range": f"bytes */{blob.size}"})
+            if m.group(1):
+                start = int(m.group(1))
+                end = int(m.group(2)) if m.group(2) else blob.size - 1
+            else:  # suffix range: last N bytes
+                start = max(blob.size - int(m.group(2)), 0)
+                end = blob.size - 1
+            end = min(end, blob.size - 1)
+            if start > end or start >= blob.size:
+                raise _HTTPError(416, "Range not satisfiable", headers={"Content-Range": f"bytes */{blob.size}"})
+            data = data[start : end + 1]
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end}/{blob.size}"
+        return status, data, headers, "application/octet-stream"
+
+
+# ---------------------------------------------------------------------------
+# Kernel build helpers
+# ---------------------------------------------------------------------------
+
+
+_DEFAULT_INIT = b'''"""Tiny test kernel served by tests/hubserver.py."""
+
+
+def add_one(x):
+    return x + 1
+'''
+
+
+def _digest_excluded(relpath: str) -> bool:
+    # Mirrors kernels._rust.Digest.hash_variant: the top-level metadata.json and its sigstore bundle,
+    # __pycache__ directories and *.pyc files are not part of the digest.
+    if relpath in ("metadata.json", "metadata.json.sigstore"):
+        return True
+    return relpath.endswith(".pyc") or "__pycache__" in relpath.split("/")
+
+
+def kernel_variant_files(
+    *,
+    name: str,
+    variant: str,
+    backend: str = "cpu",
+    archs: list[str] | None = None,
+    module_files: dict[str, bytes] | None = None,
+    version: int = 1,
+    id: str | None = None,  # noqa: A002 - mirrors the metadata key
+    extra_metadata: dict | None = None,
+) -> dict[str, bytes]:
+    """Files of one kernel build variant, keyed by repo path ``build/<variant>/...``.
+
+    ``module_files`` paths are relative to the kernel's Python package directory
+    ``build/<variant>/<python_name>/`` (default: an ``__init__.py`` defining ``add_one``).
+    ``metadata.json`` follows kernels 0.17: name, id, version, license, python-depends, backend
+    and a sha256 ``digest`` (base64 of the raw digest, keyed by the path relative to the
+    variant directory) over every other file of the variant.
+    """
+    python_name = name.replace("-", "_")
+    if module_files is None:
+        module_files = {"__init__.py": _DEFAULT_INIT}
+
+    variant_files: dict[str, bytes] = {}
+    for rel, data in module_files.items():
+        variant_files[f"{python_name}/{_normalize_path(rel)}"] = bytes(data)
+
+    if id is None:
+        h = hashlib.sha256(f"{name}\0{variant}\0{version}\0{backend}".encode())
+        for rel in sorted(variant_files):
+            h.update(rel.encode() + b"\0" + hashlib.sha256(variant_files[rel]).digest())
+        id = f"_{python_name}_{h.hexdigest()[:10]}"
+
+    backend_info: dict = {"type": backend}
+    if archs is not None:
+        backend_info["archs"] = list(archs)
+
+    metadata: dict = {
+        "name": name,
+        "id": id,
+        "version": version,
+        "license": "apache-2.0",
+        "python-depends": [],
+        "backend": backend_info,
+        "digest": {
+            "algorithm": "sha256",
+            "files": {
+                rel: base64.b64encode(hashlib.sha256(data).digest()).decode()
+                for rel, data in sorted(variant_files.items())
+                if not _digest_excluded(rel)
+            },
+        },
+    }
+    if extra_metadata:
+        metadata.update(extra_metadata)
+
+    out = {f"build/{variant}/{rel}": data for rel, data in variant_files.items()}
+    out[f"build/{variant}/metadata.json"] = (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode()
+    return out

@@ -1,0 +1,184 @@
+"""Strict parsing of manifests, receipts and lockfiles: each error names file and field."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from conftest import BUNDLED, toy_manifest
+from frt_dist.errors import LockfileError, ManifestError, ReceiptInvalid
+from frt_dist.lockfile import Lockfile
+from frt_dist.manifest import Manifest, validate_repo_id
+from frt_dist.receipt import Receipt
+
+
+def _m(tmp_path, text, name="toy.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_bundled_manifest_parses():
+    m = Manifest.read(BUNDLED / "manifests" / "demo-decoder.toml")
+    assert list(m.routes) == ["fused", "split"] and list(m.phases) == ["decode", "prefill"]
+    assert m.routes["fused"].digest.startswith("sha256:") and m.routes["fused"].digest != m.routes["split"].digest
+    assert m.route_packages("fused") == ["frt-demo/fused-ffn", "frt-demo/rmsnorm"]
+
+
+def test_route_digest_ignores_gate_and_smoke_but_not_contract(tmp_path):
+    base = Manifest.read(_m(tmp_path, toy_manifest())).routes["fast"].digest
+    no_gate = toy_manifest().replace("gate = { min-speedup = 1.05 }", "gate = { min-speedup = 2.0 }")
+    assert Manifest.read(_m(tmp_path, no_gate)).routes["fast"].digest == base
+    smoke = toy_manifest().replace('shape = ["rows", 8]', 'shape = ["rows", 16]')
+    assert Manifest.read(_m(tmp_path, smoke)).routes["fast"].digest == base
+    contract = toy_manifest().replace('layout = "contiguous"', 'layout = "any"')
+    assert Manifest.read(_m(tmp_path, contract)).routes["fast"].digest != base
+
+
+@pytest.mark.parametrize("edit, field, message", [
+    (lambda t: t.replace('model = "toy"', 'model = "toy"\ncolour = "red"'), "colour", "unknown field"),
+    (lambda t: t.replace('schema = "frt.manifest/1"', 'schema = "frt.manifest/2"'), "schema", "unknown schema major version 2"),
+    (lambda t: t.replace('binding = "toy_binding"\n', ''), "binding", "missing required field"),
+    (lambda t: t.replace('rows = [1, 16]', 'rows = [16, 1]'), "phases.decode.rows", "low <= high"),
+    (lambda t: t.replace('rows = [1, 16]', 'rows = "1-16"'), "phases.decode.rows", "expected an array"),
+    (lambda t: t.replace('seams = { norm = "fast" }', 'seams = { norm = "slow" }'), "routes.fast.seams.norm", "unknown impl 'slow'"),
+    (lambda t: t.replace('assembly = "eager"', 'assembly = "warp"'), "routes.fast.assembly", "expected one of"),
+    (lambda t: t.replace('entry = "add_one"', 'entry = 3'), "seams.norm.impls.fast.entry", "expected a string, got an integer"),
+    (lambda t: t.replace('[packages."testorg/addone"]\nversion = 1', '[packages."testorg/addone"]\nversion = 1\npath = "p"'),
+     'packages."testorg/addone"', "exactly one of `version` or `path`"),
+    (lambda t: t.replace('version = 1\ntrust = true', 'path = "../outside"'), 'packages."testorg/addone".path', "inside the project"),
+    (lambda t: t.replace('version = 1\ntrust = true', 'path = "/abs/pkg"'), 'packages."testorg/addone".path', "inside the project"),
+])
+def test_manifest_errors_name_file_and_field(tmp_path, edit, field, message):
+    p = _m(tmp_path, edit(toy_manifest()))
+    with pytest.raises(ManifestError) as ei:
+        Manifest.read(p, label="manifests/toy.toml")
+    assert str(ei.value).startswith(f"manifests/toy.toml: {field}: ")
+    assert message in str(ei.value)
+    assert ei.value.exit_code == 2 and ei.value.reasons[0]["field"] == field
+
+
+@pytest.mark.parametrize("repo, why", [("../evil", "must not contain '..'"), ("/abs/name", "must not start with '/'"),
+                                       ("org/na..me", "must not contain '..'"), ("justname", "'org/name'"),
+                                       ("a/b/c", "'org/name'")])
+def test_repo_id_rules(tmp_path, repo, why):
+    assert why in validate_repo_id(repo)
+    with pytest.raises(ManifestError, match="packages"):
+        Manifest.read(_m(tmp_path, toy_manifest(repo=repo)))
+
+
+def test_malformed_toml_is_exit_2(tmp_path):
+    p = _m(tmp_path, "schema = \n")
+    with pytest.raises(ManifestError, match="not valid TOML") as ei:
+        Manifest.read(p)
+    assert ei.value.exit_code == 2
+
+
+# --- receipts ---------------------------------------------------------------
+
+def receipt_for(manifest: Manifest, *, route="fast", phase="decode", state="certified_fast", speedup=1.2,
+                revision="0" * 40, variant="torch-cpu", hardware=None) -> dict:
+    rt = manifest.routes[route]
+    return {
+        "schema": "frt.receipt/1",
+        "cell": {
+            "model": manifest.model, "binding": manifest.binding, "family": manifest.family,
+            "route": route, "route-digest": rt.digest,
+            "hardware": hardware or {"backend": "cpu", "arch": "x86_64", "device-class": "amd-epyc-7b13"},
+            "precision": rt.precision, "layout": "contiguous", "phase": phase,
+            "band": {"rows": list(manifest.phases[phase].rows)},
+            "software": {"torch": "2.13"}, "assembly": rt.assembly,
+            "impls": {seam: {"impl": impl, "package": manifest.impl(seam, impl).package, "revision": revision,
+                             "variant": variant} for seam, impl in rt.seams.items()},
+            "calibration": None,
+            "inputs": {"source": "synthetic", "seed": 0, "note": "seeded normal(0, 1)"},
+        },
+        "state": state,
+        "evidence": {
+            "parity": {"max-abs": 1e-6, "max-rel": 1e-6, "tolerance": {"abs": 1e-4, "rel": 1e-3},
+                       "worst-case": {"rows": 16}, "pass": True},
+            "target-calls": {seam: 10 for seam in rt.seams},
+            "fallbacks": 0,
+            "timing": {"method": "paired-alternating", "rounds": 20, "host-median-ms": 1.0,
+                       "route-median-ms": 1.0 / speedup, "speedup-median": speedup,
+                       "speedup-min": speedup - 0.05, "speedup-max": speedup + 0.05},
+            "null-check": True, "negative-control": True, "detach-restores-host": True,
+        },
+        "verdict": "PASS",
+    }
+
+
+@pytest.fixture
+def toy(tmp_path):
+    return Manifest.read(_m(tmp_path, toy_manifest()))
+
+
+def test_valid_receipt_has_no_problems(toy):
+    r = Receipt.parse(receipt_for(toy), file="r.json")
+    assert r.problems(toy) == [] and r.digest.startswith("sha256:")
+
+
+@pytest.mark.parametrize("mutate, problem", [
+    (lambda d: d["evidence"].update(fallbacks=2), "fallbacks is 2"),
+    (lambda d: d["evidence"]["target-calls"].update(norm=0), "target-calls for seam 'norm' is 0"),
+    (lambda d: d["evidence"].pop("timing"), "certified_fast without timing evidence"),
+    (lambda d: d["evidence"]["timing"].update({"speedup-median": 1.01}), "under the route's gate 1.05"),
+    (lambda d: d["evidence"]["timing"].update(method="single-shot"), "needs paired-alternating timing"),
+    (lambda d: d["evidence"]["parity"].update({"pass": False}), "parity did not pass"),
+    (lambda d: d["evidence"].update({"negative-control": False}), "negative-control is false"),
+    (lambda d: d["cell"].update(route="turbo"), "route 'turbo' is not defined by the manifest"),
+    (lambda d: d["cell"].update({"route-digest": "sha256:" + "1" * 64}), "the route changed since it was measured"),
+    (lambda d: d["cell"]["band"].update(rows=[1, 32]), "differ from the manifest's decode band"),
+    (lambda d: d["cell"].update(phase="verify"), "phase 'verify' is not a phase band"),
+    (lambda d: d.update(verdict="FAIL"), "verdict is 'FAIL'"),
+])
+def test_receipt_evidence_must_support_state(toy, mutate, problem):
+    d = receipt_for(toy)
+    mutate(d)
+    probs = Receipt.parse(d, file="r.json").problems(toy)
+    assert any(problem in p for p in probs), probs
+
+
+def test_supported_correct_needs_no_speed(toy):
+    d = receipt_for(toy, state="supported_correct", speedup=0.8)
+    assert Receipt.parse(d, file="r.json").problems(toy) == []
+
+
+@pytest.mark.parametrize("mutate, field, message", [
+    (lambda d: d["cell"].pop("hardware"), "cell.hardware", "missing required field"),
+    (lambda d: d["cell"].update(extra=1), "cell.extra", "unknown field"),
+    (lambda d: d.update(schema="frt.receipt/9"), "schema", "unknown schema major version 9"),
+    (lambda d: d["evidence"].update(fallbacks="0"), "evidence.fallbacks", "expected an integer"),
+    (lambda d: d.update(state="fast"), "state", "expected one of"),
+    (lambda d: d["cell"].pop("calibration"), "cell.calibration", "missing required field"),
+    (lambda d: d["cell"]["inputs"].pop("seed"), "cell.inputs.seed", "missing required field"),
+])
+def test_receipt_shape_errors(toy, mutate, field, message):
+    d = receipt_for(toy)
+    mutate(d)
+    with pytest.raises(ReceiptInvalid) as ei:
+        Receipt.parse(d, file="receipts/toy/r.json")
+    assert str(ei.value).startswith(f"receipts/toy/r.json: {field}: ") and message in str(ei.value)
+
+
+def test_receipt_malformed_json(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text("{nope")
+    with pytest.raises(ReceiptInvalid, match="not valid JSON"):
+        Receipt.read(p)
+
+
+# --- lockfiles --------------------------------------------------------------
+
+def test_lockfile_unknown_major_and_malformed(tmp_path):
+    p = tmp_path / "x.lock"
+    p.write_text('schema = "frt.lock/2"\nlock-digest = "sha256:00"\n')
+    with pytest.raises(LockfileError, match="unknown schema major version 2") as ei:
+        Lockfile.read(p)
+    assert ei.value.exit_code == 2
+    p.write_text("schema = [\n")
+    with pytest.raises(LockfileError, match="not valid TOML") as ei:
+        Lockfile.read(p)
+    assert ei.value.exit_code == 2
