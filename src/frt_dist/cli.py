@@ -247,7 +247,7 @@ def _render_resolve(lock, hw, precision, accept, decisions, candidates) -> str:
     lines = [f"model {lock.model}  precision {precision}  hardware {hw.describe()}  accept {','.join(accept)}"]
     for d in decisions.values():
         band = lock.manifest.phases[d.phase].rows
-        head = f"{d.phase:<8} rows {band[0]}-{band[1]:<6}"
+        head = f"{d.phase:<8} {'rows ' + str(band[0]) + '-' + str(band[1]):<14}"
         if d.decision == "route":
             sp = f"  speedup {d.speedup:.2f}x" if d.speedup else ""
             lines.append(f"{head} route {d.route}  [{d.state}]{sp}  receipt {d.receipt[:19]}")
@@ -351,6 +351,10 @@ COMMANDS = {"lock": cmd_lock, "resolve": cmd_resolve, "verify": cmd_verify, "mir
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings  # noqa: PLC0415
+
+    # torch warns once when numpy is absent; frt never hands tensors to numpy
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:

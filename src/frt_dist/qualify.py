@@ -1,0 +1,321 @@
+"""The qualification door: ``frt qualify --model X --route R``.
+
+Runs the route and the unmodified host in one process on this machine and
+writes one receipt per phase band (SPEC §3 "Receipt", §7). Never called by
+``load``. What it measures, per band:
+
+- **parity** at the output boundary (the whole binding's output, not a seam's)
+  over the manifest's qualification rows, against the declared tolerances
+  (``|route - host| <= abs + rel * |host|`` elementwise), with the worst case;
+- **target calls** per seam (> 0) and **fallbacks** (= 0), counted by guarded
+  entries around each bound impl;
+- **paired alternating timing**: warm-up, then rounds of host and route calls
+  in alternating order (ABBA...), per-round speedup, medians and spread;
+- a **null check** (the host rerun is bit-identical), a **negative control**
+  (a deliberately perturbed impl must fail parity, proving the gate can fail),
+  and **detach restores host** bit-exactly.
+
+``certified_fast`` only when the route's ``gate.min-speedup`` is cleared (and
+the median speedup is above 1); otherwise ``supported_correct``. A failed
+check writes no receipt.
+
+The host binding is the manifest's ``host-entry = "module:callable"``: a
+factory ``(phase, *, seed) -> block`` where ``block(x)`` runs the binding,
+``block.seams`` maps seam → callable, ``block.bind(seam, fn)`` swaps one,
+``block.detach()`` restores the host and ``block.make_inputs(rows, seed=)``
+builds the seeded input.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import FrtError, KernelUnavailable, UsageError
+from .hardware import Hardware
+from .lockfile import Lockfile, write_atomic
+
+__all__ = ["qualify", "QualifyResult", "qualify_cli", "load_host_factory"]
+
+DEFAULT_ROUNDS = 30
+DEFAULT_WARMUP = 5
+
+
+@dataclass
+class QualifyResult:
+    phase: str
+    passed: bool
+    state: str | None
+    receipt: dict | None
+    path: Path | None = None
+    failures: list[str] = field(default_factory=list)
+
+
+def load_host_factory(spec: str | None, model: str):
+    if not spec:
+        raise UsageError(f"model {model!r}: the manifest declares no `host-entry = \"module:callable\"`; "
+                         "qualification needs the unmodified host")
+    mod, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"host-entry {spec!r} cannot be imported: {exc}") from None
+
+
+class _Counted:
+    """A seam entry that counts calls and routes band misses to the host (counted)."""
+
+    __slots__ = ("fn", "host", "lo", "hi", "calls", "fallbacks")
+
+    def __init__(self, fn, host, band):
+        self.fn, self.host = fn, host
+        self.lo, self.hi = band
+        self.calls = self.fallbacks = 0
+
+    def __call__(self, x, *args):
+        if self.lo <= x.shape[0] <= self.hi and x.is_contiguous():
+            self.calls += 1
+            return self.fn(x, *args)
+        self.fallbacks += 1
+        return self.host(x, *args)
+
+
+def _parity(torch, outs_route, outs_host, tol) -> dict:
+    worst = {"rows": None, "max-abs": -1.0}
+    max_abs = max_rel = 0.0
+    ok = True
+    for rows in sorted(outs_host):
+        a, b = outs_route[rows], outs_host[rows]
+        if not torch.isfinite(a).all():
+            ok = False
+            max_abs = float("inf")
+            worst = {"rows": rows, "max-abs": float("inf")}
+            continue
+        err = (a - b).abs()
+        m_abs = float(err.max())
+        m_rel = float((err / (b.abs() + tol["abs"])).max())
+        ok &= bool((err <= tol["abs"] + tol["rel"] * b.abs()).all())
+        if m_abs > worst["max-abs"]:
+            worst = {"rows": rows, "max-abs": m_abs}
+        max_abs, max_rel = max(max_abs, m_abs), max(max_rel, m_rel)
+    return {"max-abs": max_abs, "max-rel": max_rel, "tolerance": dict(tol), "worst-case": worst, "pass": ok}
+
+
+def _run_all(block, inputs):
+    return {rows: block(x) for rows, x in inputs.items()}
+
+
+def _timing(host, route, inputs, *, rounds: int, warmup: int) -> dict:
+    """Paired alternating timing over the same inputs; per-round speedup = host / route."""
+    xs = list(inputs.values())
+
+    def once(block) -> float:
+        t0 = time.perf_counter()
+        for x in xs:
+            block(x)
+        return time.perf_counter() - t0
+
+    for _ in range(warmup):
+        once(host)
+        once(route)
+    th, tr, sp = [], [], []
+    for i in range(rounds):
+        if i % 2 == 0:
+            h = once(host)
+            r = once(route)
+        else:
+            r = once(route)
+            h = once(host)
+        th.append(h)
+        tr.append(r)
+        sp.append(h / r)
+    q = statistics.quantiles(sp, n=4) if len(sp) >= 2 else [sp[0]] * 3
+    return {"method": "paired-alternating", "rounds": rounds, "warmup": warmup, "rows": list(inputs),
+            "host-median-ms": round(statistics.median(th) * 1e3, 4),
+            "route-median-ms": round(statistics.median(tr) * 1e3, 4),
+            "speedup-median": round(statistics.median(sp), 4), "speedup-min": round(min(sp), 4),
+            "speedup-max": round(max(sp), 4), "speedup-p25": round(q[0], 4), "speedup-p75": round(q[2], 4)}
+
+
+def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None = None, seed: int = 0,
+            hardware: Hardware | None = None, root=None, progress=None) -> list[QualifyResult]:
+    """Measure ``route_name`` against the host in every requested phase band."""
+    import torch  # noqa: PLC0415
+
+    from .loader import load_locked  # noqa: PLC0415
+    from .smoke import smoke_impl  # noqa: PLC0415
+
+    m = lock.manifest
+    say = progress or (lambda msg: None)
+    if route_name not in m.routes:
+        raise UsageError(f"unknown route {route_name!r} for model {m.model!r} (valid: {', '.join(m.routes)})")
+    phases = list(phases or m.phases)
+    for ph in phases:
+        if ph not in m.phases:
+            raise UsageError(f"unknown phase {ph!r} for model {m.model!r} (valid: {', '.join(m.phases)})")
+    route = m.routes[route_name]
+    hw = hardware or Hardware.detect()
+    factory = load_host_factory(m.host_entry, m.model)
+    tol = m.tolerance
+    rounds = rounds or int(m.qualify.get("rounds", DEFAULT_ROUNDS))
+    warmup = int(m.qualify.get("warmup", DEFAULT_WARMUP))
+
+    loaded, entries, problems = {}, {}, []
+    for seam, impl_name in sorted(route.seams.items()):
+        impl = m.impl(seam, impl_name)
+        try:
+            pkg = loaded.get(impl.package) or load_locked(lock, impl.package, hardware=hw, root=root)
+        except KernelUnavailable as exc:
+            problems.append(str(exc))
+            continue
+        loaded[impl.package] = pkg
+        fn = getattr(pkg.module, impl.entry, None)
+        if not callable(fn):
+            problems.append(f"{impl.package} offers no entry {impl.entry!r} (seam {seam})")
+            continue
+        entries[seam] = (impl, fn)
+    if problems:
+        raise KernelUnavailable("route cannot be bound: " + "; ".join(problems),
+                                reasons=[{"route": route_name, "reason": p} for p in problems])
+
+    results = []
+    for ph in phases:
+        phase = m.phases[ph]
+        failures = []
+        for seam, (impl, fn) in entries.items():
+            why = smoke_impl(fn, impl, phase)
+            if why:
+                failures.append(why)
+        if failures:
+            results.append(QualifyResult(ph, False, None, None, failures=failures))
+            continue
+        rows_list = list(m.qualify.get("rows", {}).get(ph) or sorted({phase.rows[0], min(phase.rows[1], 512)}))
+        host = factory(ph, seed=seed)
+        block = factory(ph, seed=seed)
+        counted = {}
+        for seam, (impl, fn) in entries.items():
+            counted[seam] = _Counted(fn, block.host_seams[seam], phase.rows)
+            block.bind(seam, counted[seam])
+        inputs = {r: host.make_inputs(r, seed=seed + r) for r in rows_list}
+        say(f"  {ph}: parity over rows {rows_list}")
+        with torch.inference_mode():
+            ref = _run_all(host, inputs)
+            out = _run_all(block, inputs)
+            parity = _parity(torch, out, ref, tol)
+            null_check = all(torch.equal(ref[r], v) for r, v in _run_all(host, inputs).items())
+            # negative control: a perturbed impl on the first seam must fail the same gate
+            first = sorted(entries)[0]
+            good = block.seams[first]
+            block.bind(first, lambda *a, _f=good: _f(*a) * (1 + 1e-2) + 1e-3)
+            negative = not _parity(torch, _run_all(block, inputs), ref, tol)["pass"]
+            block.bind(first, good)
+            for c in counted.values():
+                c.calls = c.fallbacks = 0
+            out = _run_all(block, inputs)  # counted pass (the receipt's target-calls)
+            target_calls = {s: c.calls for s, c in counted.items()}
+            fallbacks = sum(c.fallbacks for c in counted.values())
+            # detach restores host bit-exactly
+            probe = factory(ph, seed=seed)
+            for seam, (impl, fn) in entries.items():
+                probe.bind(seam, fn)
+            probe.detach()
+            detach_ok = all(torch.equal(ref[r], v) for r, v in _run_all(probe, inputs).items())
+            say(f"  {ph}: timing {rounds} paired rounds (+{warmup} warm-up)")
+            timing = _timing(host, block, inputs, rounds=rounds, warmup=warmup)
+        if not parity["pass"]:
+            failures.append(f"parity failed: max-abs {parity['max-abs']:.3g} at rows {parity['worst-case']['rows']} "
+                            f"(tolerance abs {tol['abs']:g}, rel {tol['rel']:g})")
+        if not null_check:
+            failures.append("null check failed: the host is not bit-reproducible")
+        if not negative:
+            failures.append("negative control passed parity: the gate cannot fail")
+        if not detach_ok:
+            failures.append("detach did not restore the host bit-exactly")
+        if fallbacks:
+            failures.append(f"{fallbacks} call(s) fell back to the host")
+        if any(n <= 0 for n in target_calls.values()):
+            failures.append(f"a seam was never called: {target_calls}")
+        if failures:
+            results.append(QualifyResult(ph, False, None, None, failures=failures))
+            continue
+        gate = route.min_speedup if route.min_speedup is not None else 1.0
+        state = "certified_fast" if timing["speedup-median"] >= gate and timing["speedup-median"] > 1.0 else "supported_correct"
+        receipt = {
+            "schema": "frt.receipt/1",
+            "cell": {
+                "model": m.model, "binding": m.binding, "family": m.family,
+                "route": route_name, "route-digest": route.digest,
+                "hardware": {"backend": hw.backend, "arch": hw.arch, "device-class": hw.device_class,
+                             "device-name": hw.device_name or hw.device_class},
+                "precision": route.precision,
+                "layout": entries[sorted(entries)[0]][0].contract.get("layout", "contiguous"),
+                "phase": ph, "band": {"rows": list(phase.rows)},
+                "software": {k: v for k, v in hw.software.items() if k in ("torch", "cuda", "rocm", "kernels")},
+                "assembly": route.assembly,
+                "impls": {seam: {"impl": impl.name, "package": impl.package,
+                                 "revision": loaded[impl.package].revision,
+                                 "variant": loaded[impl.package].variant}
+                          for seam, (impl, _) in sorted(entries.items())},
+                "calibration": None,
+                "inputs": {"source": "synthetic", "seed": seed,
+                           "note": f"seeded normal(0, 1) block inputs at rows {rows_list}; weights from host-entry seed {seed}"},
+            },
+            "state": state,
+            "evidence": {"parity": parity, "target-calls": target_calls, "fallbacks": fallbacks, "timing": timing,
+                         "null-check": null_check, "negative-control": negative, "detach-restores-host": detach_ok},
+            "verdict": "PASS",
+        }
+        results.append(QualifyResult(ph, True, state, receipt))
+    return results
+
+
+def receipt_filename(receipt: dict) -> str:
+    c = receipt["cell"]
+    return f"{c['route']}--{c['phase']}--{c['precision']}--{c['hardware']['device-class']}.json"
+
+
+def write_receipt(receipt: dict, folder: Path) -> Path:
+    path = Path(folder) / receipt_filename(receipt)
+    write_atomic(path, (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    return path
+
+
+def qualify_cli(args, project, emit) -> int:
+    from .cli import _find_lock  # noqa: PLC0415
+
+    lock = _find_lock(project, args.model, None)
+    if project.read_only and not args.out:
+        raise FrtError("the bundled defaults are read-only; pass --out DIR for the receipts",
+                       hints=["or run in a project folder (manifests/, receipts/, lockfiles/)"])
+    out = Path(args.out) if args.out else project.receipts_dir / args.model
+    progress = None if (args.quiet or args.json) else (lambda msg: print(msg, file=sys.stderr))
+    if progress:
+        progress(f"qualifying {args.model} route {args.route} on this machine")
+    results = qualify(lock, args.route, phases=args.phase, rounds=args.rounds, seed=args.seed,
+                      root=project.root, progress=progress)
+    lines, docs = [], []
+    for r in results:
+        if r.passed:
+            r.path = write_receipt(r.receipt, out)
+            ev = r.receipt["evidence"]
+            t = ev["timing"]
+            lines.append(f"{r.phase:<8} {r.state:<17} speedup {t['speedup-median']:.3f}x "
+                         f"[{t['speedup-min']:.3f}-{t['speedup-max']:.3f}]  max-abs {ev['parity']['max-abs']:.2e}  "
+                         f"-> {project.rel(r.path)}")
+        else:
+            lines.append(f"{r.phase:<8} FAIL (no receipt written)")
+            lines += [f"    {f}" for f in r.failures]
+        docs.append({"phase": r.phase, "passed": r.passed, "state": r.state,
+                     "receipt": project.rel(r.path) if r.path else None, "failures": r.failures})
+    emit(args, {"model": args.model, "route": args.route, "results": docs}, "\n".join(lines))
+    if all(r.passed for r in results):
+        if not args.quiet and not args.json:
+            print("hint: run `frt lock` to embed the new receipts", file=sys.stderr)
+        return 0
+    print("error: qualification failed for " + ", ".join(r.phase for r in results if not r.passed), file=sys.stderr)
+    return 1
