@@ -45,7 +45,7 @@ def test_manifest_error_exit_2_names_file_and_field(toy_project):
 def test_resolve_human_and_json(toy_project):
     r = run_frt(["resolve", "--model", "toy", *HW], cwd=toy_project)
     assert r.returncode == 1
-    assert "decode   rows 1-16     REFUSED" in r.stdout and "fast           no receipt for this cell" in r.stdout
+    assert "decode   rows 1-16      REFUSED" in r.stdout and "fast           no receipt for this cell" in r.stdout
     r = run_frt(["resolve", "--model", "toy", *HW, "--json", "--fallback", "host"], cwd=toy_project)
     assert r.returncode == 0
     doc = json.loads(r.stdout)

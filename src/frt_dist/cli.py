@@ -315,14 +315,31 @@ def cmd_mirror(args) -> int:
 
     project = _project(args)
     models = [args.model] if args.model else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
-    reports = []
+    if not models:
+        raise UsageError(f"no lockfiles in {project.lockfiles_dir}", hints=["run `frt lock` first"])
+    tty = sys.stderr.isatty() and not (args.quiet or args.json)
+
+    def progress(ev: dict) -> None:
+        if ev.get("event") == "file":
+            print(f"\r  {ev.get('repo')} {ev.get('variant')} {ev.get('path')}\033[K", end="", file=sys.stderr)
+
+    reports, lines = [], []
     for model in models:
         lock = _find_lock(project, model, None)
-        progress = None if (args.quiet or args.json or not sys.stderr.isatty()) else (lambda m: print(m, file=sys.stderr))
-        reports.append(mirror_lock(lock, Path(args.dir), variants=args.variant, all_variants=args.all_variants,
-                                   progress=progress))
-    doc = {"ok": True, "dir": str(args.dir), "models": reports}
-    _emit(args, doc, "\n".join(f"{r.get('model')}: {r.get('summary', r)}" for r in reports))
+        rep = mirror_lock(lock, Path(args.dir), variants=args.variant, all_variants=args.all_variants,
+                          progress=progress if tty else None, root=project.root)
+        if tty:
+            print("\r\033[K", end="", file=sys.stderr)
+        d = rep.to_dict()
+        d["model"] = model
+        reports.append(d)
+        lines.append(f"{model}: {len(rep.packages)} package(s) into {args.dir}: {rep.fetched} blob(s) fetched, "
+                     f"{rep.present} already present and verified, {rep.bytes} bytes written")
+        for p in rep.packages:
+            lines.append(f"  {p['repo']} @ {p['snapshot'][:12]}  {', '.join(p['variants'])}")
+        for sk in rep.skipped:
+            lines.append(f"  skipped {sk['repo']}: {sk['reason']}")
+    _emit(args, {"ok": True, "dir": str(args.dir), "models": reports}, "\n".join(lines))
     return 0
 
 

@@ -1,0 +1,182 @@
+"""Integrity of one build-variant directory, checked before anything in it is imported
+(SPEC §6 "Integrity before import", §8.8).
+
+A variant directory is compared with what it must hold: the ``metadata.json``
+the lock pinned (by its sha256) and every file the metadata's ``digest`` names
+(base64 of the raw digest, the `kernels` 0.17 form). The answer is one list of
+problems, never the first one found::
+
+    {"kind": "missing" | "unknown" | "mismatched", "path": ..., "expected": ..., "computed": ..., "reason": ...}
+
+``expected``/``computed`` use the lock's own forms: ``sha256:<hex>`` for
+``metadata.json``, the metadata's base64 for every other file; ``None`` where
+there is nothing to compare (a missing file has no computed digest). A symlink
+that resolves outside its tree (the package's source folder, or the
+``kernels--org--name`` folder of a hub cache or mirror, whose snapshots link
+into ``blobs/``) is reported as ``mismatched`` with a ``computed`` that names
+the target and is never read. Files outside the digest rule (``__pycache__/``,
+``*.pyc``, a top-level ``metadata.json.sigstore``) are ignored, as `kernels` does.
+
+Standard library only: the loader runs this before it imports `kernels` or torch.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Expected", "check_variant_dir", "file_digest", "format_problems"]
+
+METADATA = "metadata.json"
+_IGNORED_TOP = {"metadata.json.sigstore"}
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a variant directory must contain.
+
+    ``metadata_sha256`` is ``sha256:<hex>`` when a lock pinned the metadata;
+    ``None`` when the metadata is taken as found (no lockfile in force, or an
+    author pin) and only the files it declares are checked.
+    """
+
+    algorithm: str
+    files: dict  # relpath -> base64 digest
+    metadata_sha256: str | None = None
+
+    @classmethod
+    def from_locked(cls, variant) -> "Expected":
+        """From a ``frt_dist.lockfile.LockedVariant``."""
+        return cls(variant.algorithm, dict(variant.files), variant.metadata_sha256)
+
+
+def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
+    """base64 of the raw digest of a file's bytes (the ``metadata.json`` form)."""
+    with open(path, "rb") as fh:
+        raw = hashlib.file_digest(fh, algorithm).digest()
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _metadata_digest(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _ignored(rel: str) -> bool:
+    parts = rel.split("/")
+    return "__pycache__" in parts or rel.endswith(".pyc") or rel in _IGNORED_TOP
+
+
+def _entries(root: Path) -> list[tuple[str, Path]]:
+    """Every file, symlink and special file under ``root`` (symlinked directories
+    are listed, not entered), as sorted (posix relpath, path)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        keep = []
+        for d in sorted(dirnames):
+            p = Path(dirpath) / d
+            if d == "__pycache__":
+                continue
+            if p.is_symlink():
+                filenames.append(d)
+            else:
+                keep.append(d)
+        dirnames[:] = keep
+        for f in filenames:
+            p = Path(dirpath) / f
+            rel = p.relative_to(root).as_posix()
+            if not _ignored(rel):
+                out.append((rel, p))
+    out.sort()
+    return out
+
+
+def _problem(kind: str, path: str, expected, computed, reason: str) -> dict:
+    return {"kind": kind, "path": path, "expected": expected, "computed": computed, "reason": reason}
+
+
+def _inside(target: str, root: str) -> bool:
+    return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _readable(path: Path, tree_root: str) -> tuple[bool, str | None]:
+    """(is a regular file we may read, why not). Symlinks must stay in the tree."""
+    if path.is_symlink():
+        target = os.path.realpath(path)
+        if not _inside(target, tree_root):
+            return False, f"symlink leaving its tree -> {target}"
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return False, f"unreadable: {exc.strerror or exc}"
+    if stat.S_ISDIR(st.st_mode):
+        return False, "a directory where a file belongs"
+    if not stat.S_ISREG(st.st_mode):
+        return False, "not a regular file"
+    return True, None
+
+
+def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tree_root: str | os.PathLike | None = None,
+                      prefix: str = "") -> list[dict]:
+    """Every problem of ``variant_dir`` against ``expected``, sorted by path.
+
+    ``tree_root`` bounds where symlinks may point (default: the variant
+    directory itself). ``prefix`` is prepended to each reported path (e.g.
+    ``build/torch-cpu/``) so a report names files the way a reader finds them.
+    """
+    vdir = Path(variant_dir)
+    root = os.path.realpath(tree_root if tree_root is not None else vdir)
+    problems: list[dict] = []
+    if not vdir.is_dir():  # every file it should hold is missing
+        missing = [(METADATA, expected.metadata_sha256)] + sorted(expected.files.items())
+        return sorted((_problem("missing", prefix + rel, want, None, f"{prefix}{rel}: missing (variant directory not found)")
+                       for rel, want in missing), key=lambda p: p["path"])
+    seen = set()
+    for rel, path in _entries(vdir):
+        shown = prefix + rel
+        if rel == METADATA:
+            seen.add(rel)
+            ok, why = _readable(path, root)
+            want = expected.metadata_sha256
+            if not ok:
+                problems.append(_problem("mismatched", shown, want, why, f"{shown}: {why}"))
+            elif want is not None:
+                got = _metadata_digest(path)
+                if got != want:
+                    problems.append(_problem("mismatched", shown, want, got,
+                                             f"{shown}: digest mismatch (expected {want}, computed {got})"))
+            continue
+        want = expected.files.get(rel)
+        seen.add(rel)
+        ok, why = _readable(path, root)
+        if not ok:
+            kind = "mismatched" if want is not None else "unknown"
+            problems.append(_problem(kind, shown, want, why, f"{shown}: {why}"))
+            continue
+        got = file_digest(path, expected.algorithm)
+        if want is None:
+            problems.append(_problem("unknown", shown, None, got,
+                                     f"{shown}: not declared by the package (computed {got})"))
+        elif got != want:
+            problems.append(_problem("mismatched", shown, want, got,
+                                     f"{shown}: digest mismatch (expected {want}, computed {got})"))
+    if METADATA not in seen:
+        problems.append(_problem("missing", prefix + METADATA, expected.metadata_sha256, None,
+                                 f"{prefix}{METADATA}: missing"))
+    for rel in sorted(set(expected.files) - seen):
+        problems.append(_problem("missing", prefix + rel, expected.files[rel], None,
+                                 f"{prefix}{rel}: missing (expected {expected.files[rel]})"))
+    problems.sort(key=lambda p: (p["path"], p["kind"]))
+    return problems
+
+
+def format_problems(problems: list[dict], limit: int = 20) -> str:
+    """One line per problem (at most ``limit``, then a count)."""
+    lines = [p["reason"] for p in problems[:limit]]
+    if len(problems) > limit:
+        lines.append(f"... and {len(problems) - limit} more")
+    return "\n  ".join(lines)

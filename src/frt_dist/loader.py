@@ -1,0 +1,742 @@
+"""The one shared loader (SPEC §1, §6, §8.4, §8.14).
+
+``hub_kernel(repo, version)`` and ``load_locked(lock, repo, variant)`` turn a
+package request into one imported module, or a ``KernelUnavailable`` whose
+``reasons`` list everything that stood in the way. Before anything is imported:
+
+1. **which revision** – the lockfile in force decides (``lockfile=``, else
+   ``FRT_LOCK``); with none, `kernels`' rule (branch ``v<N>`` → commit: from the
+   Hub online, from the mirror's or cache's ``refs/v<N>`` offline). An author pin
+   ``FRT_KERNEL_REV_<REPO>`` overrides it; with a lockfile in force only when the
+   caller passes ``allow_pins=True``.
+2. **trust** – with a lockfile, the lock's recorded decision; without one, the
+   Hub's trusted-publisher flag or ``trust=True``; offline, only ``trust=True``.
+3. **variant** – ``frt_dist.variants.select_variants`` for the (declared or
+   detected) hardware.
+4. **arch** – ``backend.archs`` against the device with ``arch_admits``, on
+   every source; an empty list loads with a recorded note.
+5. **bytes** – from the mirror (``mirror=``, ``FRT_MIRROR``, ``[tool.frt]
+   mirror``), then the hub cache (``KERNELS_CACHE`` / HF cache), then the path
+   source (path packages), then the Hub (``HF_ENDPOINT`` honoured) unless
+   offline (``HF_HUB_OFFLINE=1`` or a mirror in use: then no network at all).
+   The first source that holds the variant is the one used; it is never
+   silently replaced by another when its files are wrong.
+6. **integrity** – every file of the variant against the locked digests
+   (``frt_dist.integrity``), one report naming each file.
+7. **import id** – the ``metadata.json`` ``id`` becomes a ``sys.modules`` key;
+   an id that would shadow a module frt does not own is refused.
+
+Only then is the variant imported, through `kernels` (``get_local_kernel`` on
+the verified variant directory). There is one module per repo per process: a
+second request for the same (repo, revision, variant) returns the same module
+wherever its bytes live; a request for another version or revision of a loaded
+repo is refused, naming both requests. Every refusal is also kept, verbatim,
+for ``unavailable_report()``.
+
+Nothing here imports torch, `kernels` or `huggingface_hub` at module import; a
+refused request imports nothing at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import FrtError, KernelUnavailable
+from .hardware import Hardware, arch_admits
+from .integrity import Expected, check_variant_dir, format_problems
+from .variants import select_variants, valid_variant_name
+
+__all__ = ["hub_kernel", "load_package", "load_locked", "prepare_locked", "unavailable_report", "LoadedPackage",
+           "Ready", "pin_env_name", "record_unavailable",
+           "mirror_dir", "cache_dirs", "is_offline", "repo_folder", "lock_root"]
+
+PIN_PREFIX = "FRT_KERNEL_REV_"
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_SHA = re.compile(r"^sha256:[0-9a-f]{64}$")
+_BYTECODE = ["*.pyc", "**/__pycache__/**"]
+
+
+# ---------------------------------------------------------------------------
+# results and process-wide state
+
+
+@dataclass(frozen=True)
+class LoadedPackage:
+    """One imported package variant and where it came from."""
+
+    repo: str
+    version: int
+    revision: str
+    variant: str
+    module: Any = field(repr=False)
+    module_id: str
+    source: str  # "mirror" | "cache" | "path" | "hub"
+    location: str  # the variant directory the module was imported from
+    trust: str  # the trust decision it was loaded under
+    pinned: bool = False
+    notes: tuple[str, ...] = ()
+    request: str = ""
+
+    def offers(self, symbol: str) -> bool:
+        """Does the module export a callable ``symbol`` (a capability probe)?"""
+        return callable(getattr(self.module, symbol, None))
+
+
+_LOCK = threading.RLock()
+_LOADED: dict[str, LoadedPackage] = {}  # repo -> the one load of this process
+_OWNED: dict[str, str] = {}  # sys.modules key -> repo that put it there
+_UNAVAILABLE: list[dict] = []
+
+
+def unavailable_report() -> list[dict]:
+    """Every package this process asked for and could not get, in order:
+    ``{"repo", "version", "revision", "variant", "message", "reasons"}``."""
+    with _LOCK:
+        return [dict(r, reasons=[dict(x) for x in r["reasons"]]) for r in _UNAVAILABLE]
+
+
+def record_unavailable(repo: str, exc: FrtError, *, version=None, revision=None, variant=None) -> None:
+    """Keep a refusal for ``unavailable_report()`` (also used for smoke failures)."""
+    with _LOCK:
+        _UNAVAILABLE.append({"repo": repo, "version": version, "revision": revision, "variant": variant,
+                             "message": str(exc), "reasons": [dict(r) for r in exc.reasons]})
+
+
+def _forget_all() -> None:
+    """Test hook: forget every load of this process and unregister its modules."""
+    with _LOCK:
+        for mid in list(_OWNED):
+            for key in [k for k in sys.modules if k == mid or k.startswith(mid + ".")]:
+                sys.modules.pop(key, None)
+        kimp = sys.modules.get("kernels.importer")
+        registry = getattr(kimp, "_loaded_kernels", None)
+        if isinstance(registry, dict):
+            locations = {Path(p.location) for p in _LOADED.values()}
+            for key in [k for k in registry if Path(k) in locations]:
+                registry.pop(key, None)
+        _LOADED.clear()
+        _OWNED.clear()
+        _UNAVAILABLE.clear()
+
+
+# ---------------------------------------------------------------------------
+# environment facts (read without importing huggingface_hub)
+
+
+def pin_env_name(repo: str) -> str:
+    """``FRT_KERNEL_REV_<REPO>``: upper-cased, every non-alphanumeric → ``_``."""
+    return PIN_PREFIX + re.sub(r"[^A-Z0-9]", "_", repo.upper())
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def is_offline(mirror: str | os.PathLike | None = None) -> bool:
+    """Offline: a mirror is in use, or ``HF_HUB_OFFLINE`` is set (env, or already read by huggingface_hub)."""
+    if mirror is not None:
+        return True
+    if _truthy(os.environ.get("HF_HUB_OFFLINE")) or _truthy(os.environ.get("TRANSFORMERS_OFFLINE")):
+        return True
+    constants = sys.modules.get("huggingface_hub.constants")
+    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
+
+
+def cache_dirs() -> list[Path]:
+    """Hub caches to look in: ``KERNELS_CACHE``, then the HF hub cache (same rule as huggingface_hub)."""
+    out = []
+    if os.environ.get("KERNELS_CACHE"):
+        out.append(Path(os.environ["KERNELS_CACHE"]))
+    hf_home = os.path.expandvars(os.path.expanduser(os.environ.get(
+        "HF_HOME", os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")),
+                                "huggingface"))))
+    legacy = os.environ.get("HUGGINGFACE_HUB_CACHE", os.path.join(hf_home, "hub"))
+    hub = Path(os.path.expandvars(os.path.expanduser(os.environ.get("HF_HUB_CACHE", legacy))))
+    if hub not in out:
+        out.append(hub)
+    return out
+
+
+def mirror_dir(mirror=None, project=None) -> Path | None:
+    """The mirror in force: ``mirror=``, else ``FRT_MIRROR``, else the project's ``[tool.frt] mirror``."""
+    if mirror is not None:
+        return Path(mirror)
+    if os.environ.get("FRT_MIRROR"):
+        return Path(os.environ["FRT_MIRROR"])
+    if project is not None and project.mirror:
+        return Path(project.mirror)
+    return None
+
+
+def repo_folder(repo: str) -> str:
+    """The hub-cache folder of a kernel repo: ``kernels--<org>--<name>``."""
+    return "kernels--" + "--".join(repo.split("/"))
+
+
+def lock_root(lock) -> Path:
+    """The project root a lockfile's ``path`` packages are relative to: the
+    bundled root for the bundled lock, else the nearest folder above the
+    lockfile holding ``manifests/`` or a ``pyproject.toml`` with ``[tool.frt]``."""
+    from .project import Project, bundled_root  # noqa: PLC0415
+
+    if lock.path:
+        p = Path(lock.path).resolve()
+        b = bundled_root().resolve()
+        if p.is_relative_to(b):
+            return b
+        for d in p.parents:
+            if (d / "manifests").is_dir():
+                return d
+            if _has_tool_frt(d / "pyproject.toml"):
+                return d
+    return Project.find().root
+
+
+def _has_tool_frt(pyproject: Path) -> bool:
+    import tomllib  # noqa: PLC0415
+
+    try:
+        return "frt" in tomllib.loads(pyproject.read_text("utf-8")).get("tool", {})
+    except (OSError, ValueError):
+        return False
+
+
+def _as_lock(lock):
+    from .lockfile import Lockfile  # noqa: PLC0415
+
+    if lock is None or isinstance(lock, Lockfile):
+        return lock
+    return Lockfile.read(lock)
+
+
+# ---------------------------------------------------------------------------
+# what to load
+
+
+@dataclass
+class _Want:
+    """A fully decided request: which bytes, checked against what."""
+
+    repo: str
+    version: int
+    revision: str
+    variant: str
+    source_kind: str  # "hub" | "path": where the package is published
+    trust: str
+    request: str
+    expected: Expected | None = None  # None: the variant's own metadata digest (no lock, or pinned)
+    archs: tuple[str, ...] | None = None  # None: read from the metadata found
+    module_id: str | None = None
+    path_root: Path | None = None  # a path package's source folder
+    pinned: bool = False
+
+    @property
+    def snapshot(self) -> str:
+        return self.revision.split(":", 1)[1][:40] if self.revision.startswith("sha256:") else self.revision
+
+
+def _refuse(repo: str, reasons: list[str | dict], *, hints=None, **facts) -> KernelUnavailable:
+    rs = []
+    for r in reasons:
+        d = dict(r) if isinstance(r, dict) else {"reason": r}
+        rs.append({"package": repo, **facts, **d})
+    text = "; ".join(r["reason"] for r in rs) if len(rs) <= 1 else "\n  " + "\n  ".join(r["reason"] for r in rs)
+    return KernelUnavailable(f"package {repo!r} is unavailable: {text}", reasons=rs, hints=hints)
+
+
+def _pin_value(repo: str) -> str | None:
+    v = os.environ.get(pin_env_name(repo))
+    return v.strip() if v and v.strip() else None
+
+
+def _check_pin_form(repo: str, pin: str) -> None:
+    if not (_HEX40.match(pin) or _SHA.match(pin)):
+        raise _refuse(repo, [f"{pin_env_name(repo)}={pin!r} is not a 40-hex commit or a sha256:<hex> content digest"])
+
+
+def _want_from_lock(lock, repo: str, variant: str | None, hw: Hardware, *, allow_pins: bool,
+                    root: Path | None) -> _Want:
+    label = lock.path or f"lockfile of {lock.model}"
+    pkg = lock.packages.get(repo)
+    if pkg is None:
+        raise _refuse(repo, [f"not locked in {label} (locked: {', '.join(sorted(lock.packages)) or 'none'})"],
+                      hints=["add the package to the manifest and run `frt lock`"])
+    if variant is None:
+        choice = select_variants(pkg.variants, hw)
+        if choice.selected is None:
+            raise _refuse(repo, [f"no locked variant runs on this system ({hw.describe()}): "
+                                 + "; ".join(f"{n}: {why}" for n, why in choice.rejected)], revision=pkg.revision)
+        variant = choice.selected
+    if variant not in pkg.variants:
+        raise _refuse(repo, [f"variant {variant!r} is not locked (locked: {', '.join(sorted(pkg.variants))})"],
+                      revision=pkg.revision)
+    lv = pkg.variants[variant]
+    revision, pinned, expected = pkg.revision, False, Expected.from_locked(lv)
+    pin = _pin_value(repo)
+    if pin is not None:
+        if not allow_pins:
+            raise _refuse(repo, [f"author pin {pin_env_name(repo)}={pin} is set but lockfile {label} is in force "
+                                 f"(it pins {pkg.revision})"], revision=pkg.revision,
+                          hints=["unset the pin, or pass allow_pins=True to load the pinned revision"])
+        _check_pin_form(repo, pin)
+        revision, pinned = pin, True
+        if pin != pkg.revision:
+            expected = None  # the pinned revision's own metadata declares its files
+    path_root = None
+    if pkg.source == "path" and pkg.path:
+        path_root = (Path(root) if root is not None else lock_root(lock)) / pkg.path
+    return _Want(repo, pkg.version, revision, variant, pkg.source, pkg.trust,
+                 f"{repo} version {pkg.version} at revision {revision} variant {variant} (lockfile {label})",
+                 expected, lv.archs if expected is not None else None,
+                 lv.module_id if expected is not None else None, path_root, pinned)
+
+
+# ---------------------------------------------------------------------------
+# finding bytes
+
+
+def _snapshot_in(base: Path, want: _Want) -> tuple[Path, Path] | None:
+    folder = base / repo_folder(want.repo)
+    vdir = folder / "snapshots" / want.snapshot / "build" / want.variant
+    return (vdir, folder) if vdir.is_dir() else None
+
+
+def _path_source(want: _Want) -> tuple[Path, Path] | None:
+    if want.path_root is None:
+        return None
+    vdir = want.path_root / "build" / want.variant
+    if not vdir.is_dir():
+        return None
+    if want.pinned and want.expected is None:
+        from .canonical import digest, tree_digests  # noqa: PLC0415
+
+        if digest(tree_digests(want.path_root)) != want.revision:
+            return None  # the path source holds other content than the pinned revision
+    return vdir, want.path_root
+
+
+def _hub_endpoint() -> str | None:
+    return os.environ.get("HF_ENDPOINT") or None
+
+
+def _download(want: _Want) -> tuple[Path, Path]:
+    """Fetch ``build/<variant>/`` at the commit into the hub cache (the only network step)."""
+    from huggingface_hub import snapshot_download  # noqa: PLC0415
+
+    cache = os.environ.get("KERNELS_CACHE") or None
+    try:
+        snap = Path(snapshot_download(want.repo, repo_type="kernel", revision=want.revision,
+                                      allow_patterns=[f"build/{want.variant}/*"], ignore_patterns=_BYTECODE,
+                                      cache_dir=cache, endpoint=_hub_endpoint()))
+    except Exception as exc:  # noqa: BLE001 - every Hub failure is a refusal with its text
+        raise _refuse(want.repo, [f"download of build/{want.variant}/ at {want.revision} failed: "
+                                  f"{type(exc).__name__}: {exc}"], revision=want.revision) from None
+    vdir = snap / "build" / want.variant
+    if not vdir.is_dir():
+        raise _refuse(want.repo, [f"revision {want.revision} has no build/{want.variant}/ on the Hub"],
+                      revision=want.revision)
+    return vdir, snap.parent.parent
+
+
+def _locate(want: _Want, mirror: Path | None, offline: bool) -> tuple[Path, Path, str]:
+    """(variant dir, tree root, source name) from the first source that holds it."""
+    looked = []
+    if mirror is not None:
+        hit = _snapshot_in(mirror, want)
+        if hit:
+            return (*hit, "mirror")
+        looked.append(f"mirror {mirror}")
+    for cache in cache_dirs():
+        hit = _snapshot_in(cache, want)
+        if hit:
+            return (*hit, "cache")
+        looked.append(f"cache {cache}")
+    hit = _path_source(want)
+    if hit:
+        return (*hit, "path")
+    if want.path_root is not None:
+        looked.append(f"path source {want.path_root}")
+    if want.source_kind == "hub" and not offline:
+        return (*_download(want), "hub")
+    why = "offline (a mirror is in use)" if mirror is not None else "offline (HF_HUB_OFFLINE)"
+    tail = f"; the Hub was not asked: {why}" if want.source_kind == "hub" else ""
+    raise _refuse(want.repo, [f"build/{want.variant}/ at revision {want.revision} not found in "
+                              f"{', '.join(looked)}{tail}"], revision=want.revision,
+                  hints=["fill the mirror with `frt mirror DIR`, or go online"])
+
+
+# ---------------------------------------------------------------------------
+# checks on the bytes found
+
+
+def _read_metadata(want: _Want, vdir: Path) -> dict:
+    try:
+        meta = json.loads((vdir / "metadata.json").read_bytes().decode("utf-8"))
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+        return meta
+    except (OSError, ValueError) as exc:
+        raise _refuse(want.repo, [f"build/{want.variant}/metadata.json: unreadable: {exc}"],
+                      revision=want.revision) from None
+
+
+def _self_declared(want: _Want, vdir: Path) -> None:
+    """No lock facts for this revision: take archs, id and file digests from its metadata."""
+    from .locker import parse_variant_metadata  # noqa: PLC0415
+
+    try:
+        raw = (vdir / "metadata.json").read_bytes()
+    except OSError as exc:
+        raise _refuse(want.repo, [f"build/{want.variant}/metadata.json: {exc.strerror or exc}"],
+                      revision=want.revision) from None
+    try:
+        lv = parse_variant_metadata(raw, repo=want.repo, variant=want.variant)
+    except KernelUnavailable as exc:
+        raise _refuse(want.repo, exc.reasons, revision=want.revision) from None
+    want.expected = Expected(lv.algorithm, dict(lv.files), None)
+    want.archs = lv.archs
+    want.module_id = lv.module_id
+
+
+def _arch_notes(want: _Want, hw: Hardware) -> list[str]:
+    archs = tuple(want.archs or ())
+    if not archs:
+        return [f"{want.repo} variant {want.variant} declares no backend.archs; loaded without an arch claim"]
+    if not arch_admits(archs, hw.arch):
+        raise _refuse(want.repo, [{"reason": f"variant {want.variant} declares archs {', '.join(archs)}; "
+                                             f"device {hw.device_class} is {hw.arch}",
+                                   "kind": "arch", "archs": list(archs), "device": hw.arch}],
+                      revision=want.revision)
+    return []
+
+
+def _integrity(want: _Want, vdir: Path, tree: Path, source: str, offline: bool) -> tuple[Path, Path, str]:
+    """Check the variant's files; returns where they are (a partial hub-cache
+    snapshot of a Hub package is completed from the Hub once, online)."""
+    problems = check_variant_dir(vdir, want.expected, tree_root=tree, prefix=f"build/{want.variant}/")
+    if (problems and source == "cache" and want.source_kind == "hub" and not offline
+            and all(p["kind"] == "missing" for p in problems)):  # an interrupted download, not tampering
+        vdir, tree = _download(want)
+        source = "hub"
+        problems = check_variant_dir(vdir, want.expected, tree_root=tree, prefix=f"build/{want.variant}/")
+    if problems:
+        raise KernelUnavailable(
+            f"package {want.repo!r} revision {want.revision}: {len(problems)} file(s) of build/{want.variant}/ "
+            f"(from {source} {vdir}) do not match the locked digests; nothing was imported:\n  "
+            + format_problems(problems),
+            reasons=[{"package": want.repo, "revision": want.revision, "source": source, **p} for p in problems],
+            hints=["re-fill the mirror (`frt mirror`) or clear the cached snapshot; never edit locked files"])
+    return vdir, tree, source
+
+
+def _module_problems(want: _Want, meta: dict, vdir: Path) -> list[str]:
+    out = []
+    mid = meta.get("id")
+    if want.module_id is not None and mid != want.module_id:
+        out.append(f"metadata id {mid!r} is not the locked module id {want.module_id!r}")
+    if meta.get("kernel-depends"):
+        out.append("declares kernel-depends, which frt cannot lock or verify yet")
+    name = str(meta.get("name", "")).replace("-", "_")
+    if not ((vdir / "__init__.py").is_file() or (vdir / name / "__init__.py").is_file()):
+        out.append(f"build/{want.variant}/ has neither __init__.py nor {name}/__init__.py")
+    if isinstance(mid, str):
+        owner = _OWNED.get(mid)
+        if owner is None and (mid in sys.modules or any(k.startswith(mid + ".") for k in sys.modules)):
+            out.append(f"import id {mid!r} would shadow sys.modules[{mid!r}], which frt did not load")
+        elif owner is None and _is_importable_elsewhere(mid):
+            out.append(f"import id {mid!r} would shadow the importable module {mid!r}")
+        elif owner is not None and owner != want.repo:
+            out.append(f"import id {mid!r} is already taken by package {owner!r}")
+    return out
+
+
+def _is_importable_elsewhere(name: str) -> bool:
+    if name in sys.builtin_module_names or name in getattr(sys, "stdlib_module_names", ()):
+        return True
+    from importlib.machinery import PathFinder  # noqa: PLC0415
+
+    return PathFinder.find_spec(name) is not None
+
+
+def _import(want: _Want, vdir: Path, mid: str):
+    before = set(sys.modules)
+    try:
+        import kernels  # noqa: PLC0415 - deliberately lazy
+
+        return kernels.get_local_kernel(vdir.resolve())
+    except Exception as exc:  # noqa: BLE001 - an import that raises is a refusal, with its text
+        for key in set(sys.modules) - before:
+            if key == mid or key.startswith(mid + "."):
+                sys.modules.pop(key, None)
+        raise _refuse(want.repo, [f"import of build/{want.variant}/ failed: {type(exc).__name__}: {exc}"],
+                      revision=want.revision) from None
+
+
+# ---------------------------------------------------------------------------
+# the one path every load takes
+
+
+def _conflict(want: _Want, have: LoadedPackage) -> KernelUnavailable | None:
+    if (have.version, have.revision, have.variant) == (want.version, want.revision, want.variant):
+        return None
+    return _refuse(want.repo, [{"reason": f"already loaded in this process as {have.request}; "
+                                          f"this request asks for {want.request}",
+                                "kind": "conflict", "loaded": have.request, "requested": want.request}],
+                   revision=want.revision,
+                   hints=["one process loads one revision of a package; restart to switch revisions"])
+
+
+@dataclass
+class Ready:
+    """A package that passed every check and is ready to import (``load()``).
+
+    ``load`` can check several packages first and import only when all pass,
+    so a refusal of one imports none of them.
+    """
+
+    want: _Want
+    vdir: Path
+    source: str
+    module_id: str
+    notes: tuple[str, ...]
+
+    @property
+    def repo(self) -> str:
+        return self.want.repo
+
+    def load(self) -> LoadedPackage:
+        want = self.want
+        with _LOCK:
+            try:
+                have = _LOADED.get(want.repo)
+                if have is not None:  # another thread got there first
+                    err = _conflict(want, have)
+                    if err:
+                        raise err
+                    return have
+                module = _import(want, self.vdir, self.module_id)
+            except KernelUnavailable as exc:
+                record_unavailable(want.repo, exc, version=want.version, revision=want.revision,
+                                   variant=want.variant)
+                raise
+            loaded = LoadedPackage(want.repo, want.version, want.revision, want.variant, module, self.module_id,
+                                   self.source, str(self.vdir.resolve()), want.trust, want.pinned, self.notes,
+                                   want.request)
+            _LOADED[want.repo] = loaded
+            _OWNED[self.module_id] = want.repo
+            return loaded
+
+
+def _prepare(want: _Want, hw: Hardware, mirror: Path | None) -> LoadedPackage | Ready:
+    """Every check before import; the loaded package when this process already has it."""
+    have = _LOADED.get(want.repo)
+    if have is not None:
+        err = _conflict(want, have)
+        if err:
+            raise err
+        return have
+    if not valid_variant_name(want.variant):
+        raise _refuse(want.repo, [f"variant name {want.variant!r} is not a plain directory name"])
+    notes = _arch_notes(want, hw) if want.expected is not None else []
+    offline = is_offline(mirror)
+    vdir, tree, source = _locate(want, mirror, offline)
+    if want.expected is None:
+        _self_declared(want, vdir)
+        notes = _arch_notes(want, hw)
+    vdir, tree, source = _integrity(want, vdir, tree, source, offline)
+    meta = _read_metadata(want, vdir)
+    problems = _module_problems(want, meta, vdir)
+    if problems:
+        raise _refuse(want.repo, problems, revision=want.revision)
+    return Ready(want, vdir, source, meta["id"], tuple(notes))
+
+
+def _load(want: _Want, hw: Hardware, mirror: Path | None) -> LoadedPackage:
+    got = _prepare(want, hw, mirror)
+    return got.load() if isinstance(got, Ready) else got
+
+
+def _run(repo: str, facts: dict, fn):
+    with _LOCK:
+        try:
+            return fn()
+        except KernelUnavailable as exc:
+            record_unavailable(repo, exc, **facts)
+            raise
+
+
+# ---------------------------------------------------------------------------
+# public entry points
+
+
+def load_locked(lock, repo: str, variant: str | None = None, *, mirror=None, hardware: Hardware | None = None,
+                allow_pins: bool = False, root: str | os.PathLike | None = None, project=None) -> LoadedPackage:
+    """Load ``repo`` exactly as ``lock`` pins it.
+
+    ``variant`` is the one the route decision names (default: the one
+    ``select_variants`` picks for ``hardware``). ``root`` is the project root
+    ``path`` packages are relative to (default: found from the lockfile's place).
+    """
+    got = prepare_locked(lock, repo, variant, mirror=mirror, hardware=hardware, allow_pins=allow_pins, root=root,
+                         project=project)
+    return got.load() if isinstance(got, Ready) else got
+
+
+def prepare_locked(lock, repo: str, variant: str | None = None, *, mirror=None, hardware: Hardware | None = None,
+                   allow_pins: bool = False, root: str | os.PathLike | None = None,
+                   project=None) -> LoadedPackage | Ready:
+    """``load_locked`` without the import: every check, then a ``Ready`` to ``load()``
+    (or the ``LoadedPackage`` this process already has). The planner's entry point."""
+    lock = _as_lock(lock)
+    pkg = lock.packages.get(repo)
+    facts = {"version": pkg.version if pkg else None, "revision": pkg.revision if pkg else None, "variant": variant}
+
+    def go():
+        hw = hardware or Hardware.detect()
+        want = _want_from_lock(lock, repo, variant, hw, allow_pins=allow_pins, root=Path(root) if root else None)
+        facts.update(revision=want.revision, variant=want.variant)
+        return _prepare(want, hw, mirror_dir(mirror, project))
+
+    return _run(repo, facts, go)
+
+
+def hub_kernel(repo: str, version: int, *, trust: bool | None = None, lockfile=None, mirror=None,
+               hardware: Hardware | None = None, allow_pins: bool = False):
+    """The one shared loader: the module of ``repo`` at ``version`` (branch ``v<version>``).
+
+    With a lockfile in force (``lockfile=`` or ``FRT_LOCK``) the package must be
+    locked at that version and loads exactly as locked; without one it follows
+    `kernels` (``get_kernel(version=...)``) plus frt's checks. Returns the same
+    module object for the same package every time; raises ``KernelUnavailable``.
+    """
+    return load_package(repo, version, trust=trust, lockfile=lockfile, mirror=mirror, hardware=hardware,
+                        allow_pins=allow_pins).module
+
+
+def load_package(repo: str, version: int, *, trust: bool | None = None, lockfile=None, mirror=None,
+                 hardware: Hardware | None = None, allow_pins: bool = False, project=None) -> LoadedPackage:
+    """``hub_kernel`` returning the ``LoadedPackage`` (module, revision, source, notes)."""
+    if lockfile is None and os.environ.get("FRT_LOCK"):
+        lockfile = os.environ["FRT_LOCK"]
+    if lockfile is not None:
+        lock = _as_lock(lockfile)
+        pkg = lock.packages.get(repo)
+        if pkg is not None and pkg.version != version:
+            exc = _refuse(repo, [f"lockfile {lock.path or lock.model} locks version {pkg.version}; "
+                                 f"version {version} was requested"], revision=pkg.revision)
+            record_unavailable(repo, exc, version=version, revision=pkg.revision)
+            raise exc
+        return load_locked(lock, repo, mirror=mirror, hardware=hardware, allow_pins=allow_pins, project=project)
+    facts = {"version": version, "revision": None, "variant": None}
+
+    def go():
+        hw = hardware or Hardware.detect()
+        mdir = mirror_dir(mirror, project)
+        have = _LOADED.get(repo)
+        if have is not None and have.version == version and _pin_value(repo) in (None, have.revision):
+            return have
+        if have is not None and have.version != version:  # refuse before asking anyone anything
+            raise _refuse(repo, [{"reason": f"already loaded in this process as {have.request}; "
+                                            f"this request asks for {repo} version {version} (no lockfile)",
+                                  "kind": "conflict", "loaded": have.request,
+                                  "requested": f"{repo} version {version} (no lockfile)"}])
+        want = _want_unlocked(repo, version, trust, hw, mdir)
+        facts.update(revision=want.revision, variant=want.variant)
+        return _load(want, hw, mdir)
+
+    return _run(repo, facts, go)
+
+
+# ---------------------------------------------------------------------------
+# no lockfile in force: kernels' rules plus frt's checks
+
+
+def _want_unlocked(repo: str, version: int, trust: bool | None, hw: Hardware, mirror: Path | None) -> _Want:
+    from .manifest import validate_repo_id  # noqa: PLC0415
+
+    why = validate_repo_id(repo)
+    if why:
+        raise _refuse(repo, [f"invalid repo id: {why}"])
+    offline = is_offline(mirror)
+    trust_decision = _trust_unlocked(repo, trust, offline)
+    pin = _pin_value(repo)
+    if pin is not None:
+        _check_pin_form(repo, pin)
+    revision = pin or _branch_commit(repo, version, mirror, offline)
+    want = _Want(repo, version, revision, "", "hub", trust_decision,
+                 f"{repo} version {version} at revision {revision} (no lockfile)", pinned=pin is not None)
+    names = _variant_names(want, mirror, offline)
+    choice = select_variants(names, hw)
+    if choice.selected is None:
+        raise _refuse(repo, [f"no variant of revision {revision} runs on this system ({hw.describe()}): "
+                             + ("; ".join(f"{n}: {w}" for n, w in choice.rejected) or "no variants")],
+                      revision=revision)
+    want.variant = choice.selected
+    want.request = f"{repo} version {version} at revision {revision} variant {want.variant} (no lockfile)"
+    return want
+
+
+def _trust_unlocked(repo: str, trust: bool | None, offline: bool) -> str:
+    if trust:
+        return "caller"
+    org = repo.split("/", 1)[0]
+    if offline:
+        raise _refuse(repo, [f"publisher {org!r} cannot be verified offline and no lockfile is in force"],
+                      hints=["pass trust=True after reviewing the package, or load it through a lockfile"])
+    from .hub import HubClient  # noqa: PLC0415
+
+    try:
+        trusted = HubClient(endpoint=_hub_endpoint()).publisher_trusted(repo)
+    except FrtError as exc:
+        raise _refuse(repo, [f"publisher trust of {org!r} could not be verified: {exc}"]) from None
+    if not trusted:
+        raise _refuse(repo, [f"publisher {org!r} is not a trusted kernel publisher"],
+                      hints=["pass trust=True after reviewing the package, or trust it in a manifest and lock it"])
+    return "trusted-publisher"
+
+
+def _branch_commit(repo: str, version: int, mirror: Path | None, offline: bool) -> str:
+    if offline:
+        bases = ([mirror] if mirror is not None else []) + cache_dirs()
+        for base in bases:
+            ref = base / repo_folder(repo) / "refs" / f"v{version}"
+            try:
+                commit = ref.read_text("utf-8").strip()
+            except OSError:
+                continue
+            if commit:
+                return commit
+        raise _refuse(repo, [f"version {version} is not in {', '.join(str(b) for b in bases)} "
+                             f"(no refs/v{version}) and the Hub is offline"])
+    from .hub import HubClient  # noqa: PLC0415
+
+    try:
+        return HubClient(endpoint=_hub_endpoint()).branch_commit(repo, version)
+    except FrtError as exc:
+        raise _refuse(repo, [str(exc)]) from None
+
+
+def _variant_names(want: _Want, mirror: Path | None, offline: bool) -> list[str]:
+    """The revision's variants: from the Hub online (as `kernels` does; a local
+    snapshot may hold only some), else from the mirror's or cache's snapshot."""
+    if offline:
+        bases = ([mirror] if mirror is not None else []) + cache_dirs()
+        for base in bases:
+            build = base / repo_folder(want.repo) / "snapshots" / want.snapshot / "build"
+            if build.is_dir():
+                return sorted(p.name for p in build.iterdir() if p.is_dir())
+        raise _refuse(want.repo, [f"revision {want.revision} is not in {', '.join(str(b) for b in bases)} "
+                                  "and the Hub is offline"], revision=want.revision)
+    from .hub import HubClient  # noqa: PLC0415
+
+    try:
+        return HubClient(endpoint=_hub_endpoint()).variant_names(want.repo, want.revision)
+    except FrtError as exc:
+        raise _refuse(want.repo, [str(exc)], revision=want.revision) from None
