@@ -158,6 +158,10 @@ def _variant_problem(rec: Receipt, variants: dict) -> str | None:
     return None
 
 
+def _fig(c) -> str:
+    return f"{c.state} {c.speedup:.2f}x" if c.speedup is not None else c.state
+
+
 def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> str:
     """Why no receipt of ``route`` covers this cell, naming the closest one."""
     mine = [r for r in lock.receipts.values() if r.route == route]
@@ -171,11 +175,12 @@ def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> str
         if k.backend != key.backend:
             return f"no receipt for this cell: receipt measured on backend {k.backend}, device is {key.backend}"
     same_hw = [r for r in mine if (r.key.backend, r.key.arch, r.key.device_class) == (key.backend, key.arch, key.device_class)]
-    if any(r.key.phase != key.phase and r.key.precision == key.precision for r in same_hw):
-        have = sorted({r.key.phase for r in same_hw})
-        return f"no receipt for this cell: receipts cover phase {', '.join(have)}, not {key.phase}"
-    if any(r.key.precision != key.precision for r in same_hw):
-        return f"no receipt for this cell: receipts cover precision {', '.join(sorted({r.key.precision for r in same_hw}))}, not {key.precision}"
+    phases = sorted({r.key.phase for r in same_hw if r.key.precision == key.precision})
+    if phases and key.phase not in phases:
+        return f"no receipt for this cell: receipts cover phase {', '.join(phases)}, not {key.phase}"
+    precisions = sorted({r.key.precision for r in same_hw})
+    if precisions and key.precision not in precisions:
+        return f"no receipt for this cell: receipts cover precision {', '.join(precisions)}, not {key.precision}"
     return "no receipt for this cell"
 
 
@@ -209,6 +214,16 @@ def resolve(lock, *, hardware: Hardware, precision: str | None = None, phase: st
                 break
             reasons[cand.route] = why
             rep.rejecting(phase, cand.route, why)
+        if chosen:
+            win = chosen[0]
+            for cand in entry.candidates:
+                if cand.route in reasons or cand.route == win.route:
+                    continue
+                if cand.state not in accept:
+                    reasons[cand.route] = f"receipt is {cand.state}; accept is {','.join(accept)}"
+                else:
+                    reasons[cand.route] = (f"ranked below {win.route} in this cell at lock time "
+                                           f"({_fig(cand)} vs {_fig(win)})")
     ordered: list[Reason] = []
     for rname, rt in m.routes.items():
         if chosen and chosen[0].route == rname:

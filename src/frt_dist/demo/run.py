@@ -45,16 +45,18 @@ SERVE = textwrap.dedent('''
     led = plan.ledger()
     print("ledger:")
     for seam, s in led["seams"].items():
-        print(f"  {seam:<5} calls {s['calls']:<3} fallbacks {s['fallbacks']}  contract-misses {dict(s['contract-misses']) or 0}"
-              f"  route {s['route']} [{s['state']}]")
+        routes = ", ".join(f"{ph}: {r} [{s['state'][ph]}]" for ph, r in s["route"].items())
+        print(f"  {seam:<5} calls {s['calls']:<3} fallbacks {s['fallbacks']}  contract-misses {sum(s['contract-misses'].values())}"
+              f"  {routes}")
     t = led["totals"]
     print(f"  totals: calls {t['calls']}, fallbacks {t['fallbacks']}, host decisions {t['host-decisions']}")
     plan.detach()
 ''')
 
 
-def _run(argv: list[str], *, cwd: Path, env: dict, check: bool = True, show: bool = True) -> subprocess.CompletedProcess:
-    shown = " ".join(a if " " not in a else repr(a) for a in argv)
+def _run(argv: list[str], *, cwd: Path, env: dict, check: bool = True, show: bool = True,
+         label: str | None = None) -> subprocess.CompletedProcess:
+    shown = label or " ".join(a if " " not in a else repr(a) for a in argv)
     print(f"\n$ {shown}", flush=True)
     exe = [sys.executable, "-m", "frt_dist.cli", *argv[1:]] if argv[0] == "frt" else argv
     r = subprocess.run(exe, cwd=cwd, env=env, text=True, capture_output=True)
@@ -94,7 +96,8 @@ def main() -> int:
     # the path sources are not needed once mirrored: prove it by moving them away
     (work / "packages").rename(work / "packages.moved")
     print("\n# serving: HF_HUB_OFFLINE=1, packages from the mirror only (the path sources are moved away)")
-    _run([sys.executable, "-c", SERVE], cwd=work, env=offline)
+    _run([sys.executable, "-c", SERVE], cwd=work, env=offline,
+         label='python -c \'plan = frt_dist.load("demo-decoder"); ...\'   # see frt_dist/demo/run.py')
     (work / "packages.moved").rename(work / "packages")
 
     print("\n# the same lockfile on hardware it holds no evidence for:")
