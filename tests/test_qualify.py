@@ -1,0 +1,121 @@
+"""`frt qualify`: route vs unmodified host, receipts whose evidence supports their state."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import kernel_variant_files, run_frt, write_files, TESTS
+from frt_dist.lockfile import Lockfile
+from frt_dist.locker import lock_model
+from frt_dist.project import Project
+from frt_dist.qualify import qualify
+from frt_dist.receipt import Receipt
+
+KERNELS = {
+    "fastscale": b"def scale(x, w):\n    return x * w\n",
+    "slowscale": b"import time\n\ndef scale(x, w):\n    time.sleep(0.006)\n    return x * w\n",
+    "badscale": b"def scale(x, w):\n    return x * w + 0.1\n",
+}
+
+MANIFEST = '''schema = "frt.manifest/1"
+model = "toyq"
+binding = "toy_block"
+host = "torch"
+family = "toy"
+default-precision = "fp32"
+host-entry = "toyhost:build_host"
+{packages}
+[phases.decode]
+rows = [1, 16]
+
+[seams.norm]
+structure = "scale@1"
+{impls}
+{routes}
+[qualify]
+tolerance = {{ abs = 1e-5, rel = 1e-4 }}
+rounds = 6
+warmup = 1
+'''
+
+
+@pytest.fixture
+def qproject(project):
+    pk = im = rt = ""
+    for name, code in KERNELS.items():
+        write_files(project / "packages" / name, kernel_variant_files(
+            name=name, variant="torch-cpu", module_files={"__init__.py": code}, id=f"_toyq_{name}"))
+        pk += f'[packages."testorg/{name}"]\npath = "packages/{name}"\n'
+        im += (f'[seams.norm.impls.{name}]\npackage = "testorg/{name}"\nentry = "scale"\nprecision = "fp32"\n'
+               f'contract = {{ device = "cpu", dtypes = ["float32"], layout = "contiguous", width = 8 }}\n'
+               f'smoke = {{ inputs = [{{ shape = ["rows", 8], dtype = "float32" }}, {{ shape = [8], dtype = "float32" }}] }}\n')
+        rt += f'[routes.{name}]\nassembly = "eager"\nseams = {{ norm = "{name}" }}\ngate = {{ min-speedup = 1.05 }}\n'
+    (project / "manifests" / "toyq.toml").write_text(MANIFEST.format(packages=pk, impls=im, routes=rt))
+    lock_model(Project(project, "project"), "toyq")
+    return project
+
+
+def _lock(p):
+    return Lockfile.read(p / "lockfiles" / "toyq.lock")
+
+
+def test_fast_route_is_certified_with_full_evidence(qproject):
+    [res] = qualify(_lock(qproject), "fastscale", root=qproject)
+    assert res.passed and res.state == "certified_fast", res.failures
+    r = res.receipt
+    ev, cell = r["evidence"], r["cell"]
+    assert ev["parity"]["pass"] and ev["parity"]["max-abs"] == 0.0
+    assert ev["target-calls"] == {"norm": 2} and ev["fallbacks"] == 0  # rows 1 and 16, one counted pass
+    assert ev["null-check"] and ev["negative-control"] and ev["detach-restores-host"]
+    t = ev["timing"]
+    assert t["method"] == "paired-alternating" and t["rounds"] == 6 and t["speedup-median"] > 1.05
+    assert t["speedup-min"] <= t["speedup-median"] <= t["speedup-max"]
+    assert cell["inputs"]["source"] == "synthetic" and cell["inputs"]["seed"] == 0
+    assert cell["impls"]["norm"]["variant"] == "torch-cpu" and cell["impls"]["norm"]["revision"].startswith("sha256:")
+    assert cell["hardware"]["backend"] == "cpu" and cell["software"]["torch"] and cell["software"]["kernels"] == "0.17.2"
+    # the receipt is valid for the lock it was measured against
+    lk = _lock(qproject)
+    rec = Receipt.parse(r, file="x.json")
+    assert rec.problems(lk.manifest) == [] and lk.pin_problems(rec) == []
+
+
+def test_correct_but_slower_route_is_supported_correct(qproject):
+    [res] = qualify(_lock(qproject), "slowscale", root=qproject)
+    assert res.passed and res.state == "supported_correct"
+    assert res.receipt["evidence"]["timing"]["speedup-median"] < 1.05
+
+
+def test_failed_parity_writes_no_receipt(qproject):
+    r = run_frt(["qualify", "--model", "toyq", "--route", "badscale"], cwd=qproject,
+                env={"PYTHONPATH": str(TESTS)})
+    assert r.returncode == 1
+    assert "decode   FAIL (no receipt written)" in r.stdout and "parity failed: max-abs 0.1" in r.stdout
+    assert not (qproject / "receipts" / "toyq").exists()
+
+
+def test_cli_writes_receipts_that_lock_embeds(qproject):
+    r = run_frt(["qualify", "--model", "toyq", "--route", "fastscale", "--json"], cwd=qproject,
+                env={"PYTHONPATH": str(TESTS)})
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["results"][0]["state"] == "certified_fast"
+    path = qproject / doc["results"][0]["receipt"]
+    assert path.is_file()
+    r = run_frt(["lock"], cwd=qproject)
+    assert r.returncode == 0 and "1 receipts, 0 rejected, 1 cells" in r.stdout
+    r = run_frt(["resolve", "--model", "toyq", "--detect"], cwd=qproject)
+    assert r.returncode == 0 and "route fastscale  [certified_fast]" in r.stdout
+
+
+def test_unknown_route_is_usage_error(qproject):
+    r = run_frt(["qualify", "--model", "toyq", "--route", "nope"], cwd=qproject, env={"PYTHONPATH": str(TESTS)})
+    assert r.returncode == 2 and "unknown route 'nope' for model 'toyq' (valid: fastscale, slowscale, badscale)" in r.stderr
+
+
+def test_qualify_is_never_imported_by_serving():
+    import frt_dist.serve as serve
+    import inspect
+
+    assert "qualify" not in inspect.getsource(serve).replace("qualification", "")
