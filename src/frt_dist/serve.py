@@ -133,6 +133,7 @@ def _check_binds(lock, binds, packages) -> tuple[dict, dict, list[dict]]:
     from .smoke import smoke_impl  # noqa: PLC0415
 
     fns, probes, reasons = {}, {}, []
+    cache: dict = {}  # smoke inputs shared by the binds of this load (weights materialised once)
     for b in binds:
         pkg = packages.get(b.repo)
         if pkg is None:
@@ -146,7 +147,7 @@ def _check_binds(lock, binds, packages) -> tuple[dict, dict, list[dict]]:
                                revision=pkg.revision, variant=pkg.variant)
             continue
         probes[(b.seam, b.phase)] = {p: ("offered" if pkg.offers(p) else "not offered") for p in b.impl.probes}
-        why = smoke_impl(fn, b.impl, lock.manifest.phases[b.phase])
+        why = smoke_impl(fn, b.impl, lock.manifest.phases[b.phase], cache=cache)
         if why:
             reasons.append({**facts, "kind": "smoke", "reason": why})
             record_unavailable(b.repo, KernelUnavailable(why, reasons=[reasons[-1]]), version=pkg.version,

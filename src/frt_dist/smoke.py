@@ -40,17 +40,47 @@ def _dtype(name: str):
     return dt
 
 
-def smoke_inputs(impl, rows: int, *, seed: int = SEED) -> list:
-    """The smoke inputs of ``impl`` at ``rows``: seeded ``N(0, 1) * scale`` on the contract device."""
+_TILE = 65521  # prime: a tiled seeded block has no short period along any dimension
+
+
+def smoke_inputs(impl, rows: int, *, seed: int = SEED, cache: dict | None = None) -> list:
+    """The smoke inputs of ``impl`` at ``rows``: seeded ``N(0, 1) * scale`` on the contract device.
+
+    Large inputs (weights at real shapes) tile one seeded block of ``_TILE``
+    values instead of drawing every element: same shape, dtype and value
+    distribution, a fraction of the cost (a real shape is what the smoke needs,
+    not fresh randomness in every element). ``cache`` (one ``load`` call's dict)
+    shares inputs whose shape does not depend on ``rows`` — the weights — between
+    the smokes of one load, so each is materialised once.
+    """
+    import math  # noqa: PLC0415
+
     import torch  # noqa: PLC0415
 
     gen = torch.Generator(device="cpu").manual_seed(seed)
     device = impl.contract.get("device", "cpu")
     out = []
-    for spec in impl.smoke["inputs"]:
-        t = torch.randn(_dims(spec["shape"], rows), generator=gen, dtype=torch.float32)
-        t = t * float(spec.get("scale", 1.0))
-        out.append(t.to(dtype=_dtype(spec["dtype"]), device=device))
+    for i, spec in enumerate(impl.smoke["inputs"]):
+        shape = _dims(spec["shape"], rows)
+        key = None
+        if cache is not None and "rows" not in spec["shape"]:
+            key = (i, shape, spec["dtype"], float(spec.get("scale", 1.0)), device, seed)
+            if key in cache:
+                out.append(cache[key])
+                continue
+        n = math.prod(shape)
+        if n > _TILE:
+            base = torch.randn(_TILE, generator=gen, dtype=torch.float32)
+            t = base.repeat(-(-n // _TILE))[:n].view(shape)
+        else:
+            t = torch.randn(shape, generator=gen, dtype=torch.float32)
+        scale = float(spec.get("scale", 1.0))
+        if scale != 1.0:
+            t = t.mul_(scale) if n > _TILE else t * scale
+        t = t.to(dtype=_dtype(spec["dtype"]), device=device)
+        if key is not None:
+            cache[key] = t
+        out.append(t)
     return out
 
 
@@ -61,14 +91,14 @@ def expected_shape(impl, rows: int, inputs: list) -> tuple[int, ...]:
     return tuple(inputs[0].shape)
 
 
-def smoke_impl(fn, impl, phase, *, seed: int = SEED) -> str | None:
+def smoke_impl(fn, impl, phase, *, seed: int = SEED, cache: dict | None = None) -> str | None:
     """One real call of ``fn`` for ``impl`` in ``phase``; ``None`` when it passes, else why not."""
     import torch  # noqa: PLC0415
 
     rows = smoke_rows(phase)
     where = f"smoke of {impl.seam}/{impl.name} ({impl.package}.{impl.entry}) at rows={rows} ({phase.name})"
     try:
-        inputs = smoke_inputs(impl, rows, seed=seed)
+        inputs = smoke_inputs(impl, rows, seed=seed, cache=cache)
     except Exception as exc:  # noqa: BLE001 - e.g. no such device on this machine
         return f"{where}: could not build inputs: {type(exc).__name__}: {exc}"
     want = expected_shape(impl, rows, inputs)
