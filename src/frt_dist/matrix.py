@@ -1,0 +1,401 @@
+"""``frt matrix``: the cell × route state matrix, read from the lockfiles (SPEC §4).
+
+One table per model. Rows are cells — phase band, precision, hardware (backend,
+arch, device class) and, where receipts of one cell differ in it, the software
+they measured (SPEC §2: software that affects dispatch is part of the cell).
+Columns are the manifest's routes, in manifest order. A table cell shows the
+state of the route there — ``certified_fast``, ``supported_correct`` or
+``unknown`` (``n/a`` when the route's precision is not the row's) — with the
+receipt's key figures: median speedup with its min–max and the worst parity
+error (max-abs). ``★`` marks the row's winner: the first receipt of the lock's
+ranking (certified_fast first, then higher median speedup), which is what
+``resolve`` takes when its state is accepted and the system matches.
+
+Markdown is for reviews; HTML is one self-contained page (inline CSS, no
+script, no external asset) with the states as colours, a legend, the figures
+in the cell and the full detail as ``title`` hover text. Output is a pure
+function of the lockfiles: no timestamps, no absolute paths.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+
+from .errors import FrtError, UsageError
+from .lockfile import Lockfile
+from .receipt import Receipt
+
+__all__ = ["render_matrix", "STATE_CLASSES"]
+
+STATES = ("certified_fast", "supported_correct", "unknown")
+STATE_CLASSES = STATES + ("na",)
+LEGEND = {
+    "certified_fast": "correct, and clears the route's declared net-win gate",
+    "supported_correct": "correct, no speed claim: used only when the caller accepts supported_correct",
+    "unknown": "no valid receipt: refused unless the caller asks for the host fallback",
+    "na": "not applicable: the route's precision is not this row's (a precision is never substituted)",
+}
+WINNER_NOTE = "★ winner: first in the lock's ranking for the cell (certified_fast first, then higher median speedup)"
+
+
+# ---------------------------------------------------------------------------
+# model
+
+
+@dataclass
+class Cell:
+    route: str
+    state: str  # one of STATE_CLASSES
+    receipt: Receipt | None = None
+    winner: bool = False
+    rank: int = 0  # 1-based position in the row's ranking (0: no receipt)
+    ranked: int = 0  # how many receipts the row ranks
+    others: int = 0  # further (lower-ranked) receipts of this route in the row
+    note: str = ""
+
+
+@dataclass
+class Row:
+    phase: str
+    rows: tuple[int, int] | None
+    precision: str
+    backend: str
+    arch: str
+    device_class: str
+    software: tuple[tuple[str, str], ...]
+    device_name: str = ""
+    cells: list[Cell] = field(default_factory=list)
+
+    @property
+    def software_text(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in self.software) or "—"
+
+    @property
+    def band_text(self) -> str:
+        return f"{self.rows[0]}–{self.rows[1]}" if self.rows else "?"
+
+
+@dataclass
+class Table:
+    lock: Lockfile
+    label: str
+    routes: list[str]
+    rows: list[Row]
+
+
+def _natural(s: str) -> tuple:
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.findall(r"\d+|\D+", s))
+
+
+def _table(lock: Lockfile, label: str) -> Table:
+    m = lock.manifest
+    routes = list(m.routes)
+    phase_order = {p: i for i, p in enumerate(m.phases)}
+    rows: list[Row] = []
+    for key, entry in lock.index.items():
+        groups: dict[tuple, list] = {}
+        for cand in entry.candidates:
+            rec = lock.receipts[cand.receipt]
+            sw = tuple(sorted(rec.software.items()))
+            groups.setdefault(sw, []).append((cand, rec))
+        for sw, cands in groups.items():
+            ph = m.phases.get(key.phase)
+            names = sorted({rec.cell["hardware"].get("device-name", "") for _, rec in cands} - {""})
+            row = Row(key.phase, tuple(ph.rows) if ph else None, key.precision, key.backend, key.arch,
+                      key.device_class, sw, device_name=", ".join(names))
+            for rname in routes:
+                mine = [(i, c, r) for i, (c, r) in enumerate(cands) if c.route == rname]
+                if mine:
+                    i, cand, rec = mine[0]
+                    row.cells.append(Cell(rname, cand.state, rec, winner=(i == 0), rank=i + 1, ranked=len(cands),
+                                          others=len(mine) - 1))
+                elif m.routes[rname].precision != key.precision:
+                    row.cells.append(Cell(rname, "na", note=f"route precision is {m.routes[rname].precision}"))
+                else:
+                    row.cells.append(Cell(rname, "unknown", note="no receipt for this cell"))
+            rows.append(row)
+    rows.sort(key=lambda r: (phase_order.get(r.phase, len(phase_order)), r.phase, r.precision, r.backend,
+                             _natural(r.arch), r.device_class, r.software))
+    return Table(lock, label, routes, rows)
+
+
+def _load(project, model: str | None) -> list[Table]:
+    if model is not None:
+        path = project.lockfile_path(model)
+        if not path.exists():
+            if project.manifests_dir.is_dir():
+                project.manifest_path(model)  # unknown model: a usage error naming the valid ones
+            raise FrtError(f"no lockfile for model {model!r} ({project.rel(path)})", hints=["run `frt lock` first"])
+        paths = [path]
+    else:
+        d = project.lockfiles_dir
+        paths = sorted(d.glob("*.lock")) if d.is_dir() else []
+        if not paths:
+            raise FrtError(f"no lockfiles in {project.describe()} ({project.rel(d)}/)", hints=["run `frt lock` first"])
+    tables = []
+    for p in paths:
+        label = project.rel(p)
+        tables.append(_table(Lockfile.read(p, label=label), label))
+    tables.sort(key=lambda t: (t.lock.model, t.label))
+    return tables
+
+
+# ---------------------------------------------------------------------------
+# figures and detail text
+
+
+def _num(x: float) -> str:
+    if x != x:  # NaN never comes from a valid receipt, but a report must not crash on it
+        return "nan"
+    if abs(x) >= 1000:
+        return f"{x:.0f}"
+    return f"{x:.3g}" if abs(x) >= 10 else f"{x:.2f}"
+
+
+def _sci(x: float) -> str:
+    return f"{x:.1e}"
+
+
+def _speed(rec: Receipt) -> str:
+    t = rec.timing
+    if not t:
+        return "no timing"
+    return f"{_num(t['speedup-median'])}× ({_num(t['speedup-min'])}–{_num(t['speedup-max'])})"
+
+
+def _figures(cell: Cell) -> str:
+    """The one-line figures shown in the table cell."""
+    if cell.receipt is None:
+        return ""
+    return f"{_speed(cell.receipt)} · max-abs {_sci(cell.receipt.worst_error)}"
+
+
+def _short(d: str, n: int = 12) -> str:
+    if d.startswith("sha256:"):
+        return "sha256:" + d[7:7 + n]
+    return d[:n]
+
+
+def _detail(lock: Lockfile, row: Row, cell: Cell) -> list[str]:
+    """Full detail of one table cell (HTML hover text; Markdown footnote-free)."""
+    head = (f"route {cell.route} — {row.phase} (rows {row.band_text}), {row.precision}, "
+            f"{row.backend} {row.arch} {row.device_class}, software {row.software_text}")
+    if cell.receipt is None:
+        return [head, f"state {cell.state}: {cell.note}"]
+    rec = cell.receipt
+    c, ev = rec.cell, rec.data["evidence"]
+    rank = "winner" if cell.winner else f"runner-up, rank {cell.rank}"
+    lines = [head, f"state {cell.state} ({rank} of {cell.ranked} in this cell)",
+             f"receipt {rec.digest}", f"file {rec.file}"]
+    t = rec.timing
+    if t:
+        lines.append(f"speedup median {_num(t['speedup-median'])}, min {_num(t['speedup-min'])}, max "
+                     f"{_num(t['speedup-max'])}; {t.get('rounds')} rounds, {t.get('method')}; host "
+                     f"{t.get('host-median-ms')} ms, route {t.get('route-median-ms')} ms")
+    else:
+        lines.append("no timing evidence (no speed claim)")
+    par = ev["parity"]
+    tol = par.get("tolerance", {})
+    worst = ", ".join(f"{k}={v}" for k, v in sorted(par.get("worst-case", {}).items()))
+    lines.append(f"parity max-abs {_sci(par['max-abs'])}, max-rel {_sci(par['max-rel'])} (tolerance abs "
+                 f"{tol.get('abs')}, rel {tol.get('rel')}); worst case {worst or '—'}")
+    calls = ", ".join(f"{k} {v}" for k, v in sorted(ev.get("target-calls", {}).items()))
+    lines.append(f"target calls {calls}; fallbacks {ev.get('fallbacks')}")
+    for seam, it in sorted(c["impls"].items()):
+        lines.append(f"impl {seam} = {it['impl']}: {it['package']} @ {_short(it['revision'], 16)} [{it['variant']}]")
+    lines.append(f"assembly {c['assembly']}, layout {c['layout']}, route-digest {_short(c['route-digest'], 16)}")
+    if c["hardware"].get("device-name"):
+        lines.append(f"device {c['hardware']['device-name']}")
+    if c.get("calibration"):
+        lines.append(f"calibration {c['calibration'].get('method')} ({c['calibration'].get('provenance')})")
+    if cell.others:
+        lines.append(f"{cell.others} lower-ranked receipt(s) of this route in this cell")
+    lines.append(f"verdict {rec.data.get('verdict')}")
+    return lines
+
+
+def _route_line(lock: Lockfile, rname: str) -> str:
+    m = lock.manifest
+    rt = m.routes[rname]
+    seams = ", ".join(f"{s} = {i} ({m.impl(s, i).package})" for s, i in sorted(rt.seams.items()))
+    gate = f"; gate min-speedup {_num(rt.min_speedup)}" if rt.min_speedup is not None else ""
+    return f"{rname}: {rt.assembly}, {rt.precision}; {seams}{gate}; route-digest {_short(rt.digest, 16)}"
+
+
+def _counts(t: Table) -> str:
+    n = len(t.lock.receipts)
+    rj = len(t.lock.rejected)
+    return (f"{len(t.rows)} cell row(s) × {len(t.routes)} route(s) · {n} receipt(s)"
+            + (f", {rj} rejected at lock time" if rj else ""))
+
+
+# ---------------------------------------------------------------------------
+# Markdown
+
+
+def _md_escape(s: str) -> str:
+    s = str(s).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    for ch in "*_`[]<>":
+        s = s.replace(ch, "\\" + ch)
+    return s
+
+
+def _md_cell(cell: Cell) -> str:
+    if cell.state == "na":
+        return "n/a"
+    if cell.receipt is None:
+        return "unknown"
+    label = {"certified_fast": "**certified_fast**", "supported_correct": "*supported\\_correct*"}[cell.state]
+    star = "★ " if cell.winner else ""
+    return f"{star}{label} {_md_escape(_figures(cell))}"
+
+
+def _markdown(tables: list[Table]) -> str:
+    out = ["# frt route matrix", ""]
+    labels = {"certified_fast": "**certified_fast**", "supported_correct": "*supported\\_correct*",
+              "unknown": "unknown", "na": "n/a"}
+    out.append("States: " + " · ".join(f"{labels[s]}: {_md_escape(LEGEND[s])}" for s in STATE_CLASSES) + ".")
+    out.append(f"{_md_escape(WINNER_NOTE)}. Figures: median speedup (min–max) · worst parity error (max-abs).")
+    for t in tables:
+        lk, m = t.lock, t.lock.manifest
+        out += ["", f"## {_md_escape(lk.model)}", ""]
+        out.append(f"`{t.label}` · binding `{m.binding}` · family `{m.family}` · lock-digest `{_short(lk.lock_digest, 16)}` · "
+                   + _md_escape(_counts(t)))
+        out.append("")
+        if not t.rows:
+            out.append("No receipts: every cell is **unknown** for every route.")
+        else:
+            head = ["phase", "rows", "precision", "hardware", "device class", "software"] + t.routes
+            out.append("| " + " | ".join(_md_escape(h) for h in head) + " |")
+            out.append("|" + "---|" * len(head))
+            for r in t.rows:
+                vals = [_md_escape(r.phase), r.band_text, _md_escape(r.precision), _md_escape(f"{r.backend} {r.arch}"),
+                        _md_escape(r.device_class), _md_escape(r.software_text)]
+                vals += [_md_cell(c) for c in r.cells]
+                out.append("| " + " | ".join(vals) + " |")
+        out += ["", "Routes:", ""]
+        out += [f"- {_md_escape(_route_line(lk, rn))}" for rn in t.routes]
+        if lk.rejected:
+            out += ["", "Rejected receipts (the cell stays unknown):", ""]
+            for rj in sorted(lk.rejected, key=lambda x: (x.get("file", ""), x.get("digest", ""))):
+                out.append(f"- `{rj.get('file')}`: {_md_escape(rj.get('reason', ''))}")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# HTML
+
+_CSS = """
+:root { color-scheme: light; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1f2328; margin: 24px; background: #fff; }
+h1 { font-size: 22px; margin: 0 0 8px; }
+h2 { font-size: 18px; margin: 28px 0 4px; }
+h3 { font-size: 14px; margin: 16px 0 4px; }
+.meta { color: #59636e; margin: 0 0 10px; }
+code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+.legend { display: flex; flex-wrap: wrap; gap: 8px 18px; align-items: center; margin: 8px 0 4px; padding: 8px 10px; border: 1px solid #d1d9e0; border-radius: 6px; background: #f6f8fa; }
+.legend .item { display: inline-flex; align-items: center; gap: 6px; }
+.swatch { display: inline-block; min-width: 9.5em; padding: 2px 6px; border-radius: 4px; border: 1px solid; font-weight: 600; text-align: center; }
+.note { color: #59636e; margin: 4px 0 0; }
+table.matrix { border-collapse: separate; border-spacing: 0; margin-top: 6px; }
+table.matrix th, table.matrix td { border-right: 1px solid #d1d9e0; border-bottom: 1px solid #d1d9e0; padding: 6px 8px; vertical-align: top; text-align: left; }
+table.matrix tr > :first-child { border-left: 1px solid #d1d9e0; }
+table.matrix thead th { background: #eef1f4; border-top: 1px solid #d1d9e0; position: sticky; top: 0; white-space: nowrap; }
+table.matrix thead th.route { text-align: center; min-width: 12em; }
+table.matrix tbody th { background: #f6f8fa; font-weight: normal; white-space: nowrap; }
+td.cell { min-width: 12em; }
+td.cell .state { display: block; font-weight: 600; }
+td.cell .fig { display: block; font-size: 12px; font-variant-numeric: tabular-nums; }
+.certified_fast { background: #d1f4dc; color: #0b5d25; border-color: #4ac26b; }
+.supported_correct { background: #fff1c2; color: #6f4e00; border-color: #d4a72c; }
+.unknown { background: #f3f4f6; color: #6e7781; border-color: #c8ced6; }
+.na { background: repeating-linear-gradient(135deg, #fafbfc 0 6px, #eef0f3 6px 12px); color: #8c959f; border-color: #d1d9e0; }
+td.cell.unknown .state, td.cell.na .state { font-weight: normal; }
+td.winner { box-shadow: inset 0 0 0 2px #1a7f37; }
+td.supported_correct.winner { box-shadow: inset 0 0 0 2px #9a6700; }
+.star { color: #1a7f37; }
+td.supported_correct .star { color: #9a6700; }
+ul.routes, ul.rejected { margin: 4px 0; padding-left: 20px; }
+ul.rejected li { color: #82071e; }
+""".strip()
+
+
+def _e(s) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def _title(lines: list[str]) -> str:
+    return _e("\n".join(lines)).replace("\n", "&#10;")
+
+
+def _html_cell(lock: Lockfile, row: Row, cell: Cell) -> str:
+    classes = ["cell", cell.state] + (["winner"] if cell.winner else [])
+    label = "n/a" if cell.state == "na" else cell.state
+    star = '<span class="star" aria-label="winner">★</span> ' if cell.winner else ""
+    fig = f'<span class="fig">{_e(_figures(cell))}</span>' if cell.receipt is not None else ""
+    return (f'<td class="{" ".join(classes)}" data-route="{_e(cell.route)}" title="{_title(_detail(lock, row, cell))}">'
+            f'<span class="state">{star}{_e(label)}</span>{fig}</td>')
+
+
+def _html(tables: list[Table]) -> str:
+    out = ['<!DOCTYPE html>', '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           "<title>frt route matrix</title>", f"<style>\n{_CSS}\n</style>", "</head>", "<body>",
+           "<h1>frt route matrix</h1>", '<div class="legend" role="list" aria-label="legend">']
+    for s in STATE_CLASSES:
+        out.append(f'<span class="item" role="listitem"><span class="swatch {s}">{_e("n/a" if s == "na" else s)}'
+                   f"</span> {_e(LEGEND[s])}</span>")
+    out.append("</div>")
+    out.append(f'<p class="note">{_e(WINNER_NOTE)}. In each cell: median speedup (min–max) · worst parity error '
+               "(max-abs); hover a cell for the full receipt detail.</p>")
+    for t in tables:
+        lk, m = t.lock, t.lock.manifest
+        out.append(f'<section class="model" id="model-{_e(lk.model)}">')
+        out.append(f"<h2>{_e(lk.model)}</h2>")
+        out.append(f'<p class="meta"><code>{_e(t.label)}</code> · binding <code>{_e(m.binding)}</code> · family '
+                   f"<code>{_e(m.family)}</code> · lock-digest <code title=\"{_e(lk.lock_digest)}\">"
+                   f"{_e(_short(lk.lock_digest, 16))}</code> · {_e(_counts(t))}</p>")
+        if not t.rows:
+            out.append('<p class="empty">No receipts: every cell is <span class="swatch unknown">unknown</span> '
+                       "for every route.</p>")
+        else:
+            out.append('<table class="matrix">')
+            out.append("<thead><tr>" + "".join(f'<th scope="col">{_e(h)}</th>' for h in
+                                                 ("phase", "rows", "precision", "hardware", "device class", "software")))
+            for rn in t.routes:
+                rt = m.routes[rn]
+                out.append(f'<th scope="col" class="route" title="{_title([_route_line(lk, rn)])}">'
+                           f'<span class="rname">{_e(rn)}</span><br><small>{_e(rt.assembly)} · {_e(rt.precision)}</small></th>')
+            out.append("</tr></thead>")
+            out.append("<tbody>")
+            for r in t.rows:
+                dev = f' title="{_e(r.device_name)}"' if r.device_name else ""
+                cells = [f'<th scope="row">{_e(r.phase)}</th>', f"<th>{_e(r.band_text)}</th>",
+                         f"<th>{_e(r.precision)}</th>", f"<th>{_e(r.backend)} {_e(r.arch)}</th>",
+                         f"<th{dev}>{_e(r.device_class)}</th>", f"<th>{_e(r.software_text)}</th>"]
+                cells += [_html_cell(lk, r, c) for c in r.cells]
+                out.append("<tr>" + "".join(cells) + "</tr>")
+            out.append("</tbody></table>")
+        out.append("<h3>Routes</h3>")
+        out.append('<ul class="routes">' + "".join(f"<li>{_e(_route_line(lk, rn))}</li>" for rn in t.routes) + "</ul>")
+        if lk.rejected:
+            out.append("<h3>Rejected receipts (the cell stays unknown)</h3>")
+            out.append('<ul class="rejected">' + "".join(
+                f"<li><code>{_e(rj.get('file'))}</code>: {_e(rj.get('reason', ''))}</li>"
+                for rj in sorted(lk.rejected, key=lambda x: (x.get("file", ""), x.get("digest", "")))) + "</ul>")
+        out.append("</section>")
+    out += ["</body>", "</html>"]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------
+
+
+def render_matrix(project, *, model: str | None = None, fmt: str = "md") -> str:
+    """The state matrix of one model's lockfile (or of every ``lockfiles/*.lock``) as Markdown or HTML."""
+    if fmt not in ("md", "html"):
+        raise UsageError(f"matrix format must be md or html, got {fmt!r}")
+    tables = _load(project, model)
+    return _markdown(tables) if fmt == "md" else _html(tables)
