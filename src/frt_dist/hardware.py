@@ -132,6 +132,7 @@ class Hardware:
     software: Mapping[str, str] = field(default_factory=dict)
     cxx11_abi: bool | None = True
     detected: bool = False
+    fingerprint: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not self.arch:
@@ -148,6 +149,9 @@ class Hardware:
         for k, v in dict(self.software).items():
             soft[str(k)] = str(v)
         object.__setattr__(self, "software", dict(sorted(soft.items())))
+        # every fact a decision can depend on, hashable (a memo key)
+        object.__setattr__(self, "fingerprint", (self.backend, self.arch, self.device_class, self.cpu, self.os,
+                                                 self.cxx11_abi, self.detected, tuple(self.software.items())))
 
     # -- derived ----------------------------------------------------------
     @property

@@ -103,6 +103,8 @@ class Lockfile:
     lock_digest: str = ""
     path: str | None = None
     _doc: dict = field(default_factory=dict, repr=False)
+    # derived, read-only facts the resolver computes once per lockfile (indexes, decisions)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     # -- building the document ---------------------------------------------
     def document(self) -> dict:
@@ -286,6 +288,20 @@ def render(doc: dict, lock_digest: str) -> bytes:
     return (header + tomli_w.dumps(ordered)).encode("utf-8")
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where the platform allows."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def write_atomic(path: Path, data: bytes) -> bool:
     """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``.
 
@@ -301,6 +317,12 @@ def write_atomic(path: Path, data: bytes) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file 0600: give the result the old file's mode, or what a plain write would
+        try:
+            mode = path.stat().st_mode & 0o777
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

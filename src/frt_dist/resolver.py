@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from os import PathLike
+from types import MappingProxyType
 
 from .errors import RouteRefused, UsageError
 from .hardware import Hardware, arch_admits
@@ -107,6 +108,7 @@ class _RouteFacts:
     def __init__(self, lock: Lockfile, hw: Hardware):
         self.lock, self.hw = lock, hw
         self._pkg: dict[str, tuple[str | None, str | None]] = {}
+        self._route: dict[str, tuple[dict, str | None]] = {}
 
     def package(self, repo: str) -> tuple[str | None, str | None]:
         """(selected variant, problem) for one locked package on this hardware."""
@@ -130,13 +132,16 @@ class _RouteFacts:
         return res
 
     def route(self, route: str) -> tuple[dict, str | None]:
-        variants, problem = {}, None
-        for repo in self.lock.manifest.route_packages(route):
-            sel, why = self.package(repo)
-            variants[repo] = sel
-            if why and problem is None:
-                problem = why
-        return variants, problem
+        hit = self._route.get(route)
+        if hit is None:
+            variants, problem = {}, None
+            for repo in self.lock.manifest.route_packages(route):
+                sel, why = self.package(repo)
+                variants[repo] = sel
+                if why and problem is None:
+                    problem = why
+            hit = self._route[route] = (MappingProxyType(variants), problem)
+        return hit
 
 
 def _software_problem(rec: Receipt, hw: Hardware) -> str | None:
@@ -162,26 +167,63 @@ def _fig(c) -> str:
     return f"{c.state} {c.speedup:.2f}x" if c.speedup is not None else c.state
 
 
+class _MissIndex:
+    """What ``_nearest_miss`` needs, grouped once per lockfile from the index, so a
+    reason costs O(1) in the number of receipts."""
+
+    def __init__(self, lock: Lockfile):
+        same: dict[tuple, set] = {}  # (route, phase, precision, backend) -> {(device_class, arch)}
+        band: dict[tuple, set] = {}  # (route, phase, precision) -> {(device_class, arch, backend)}
+        self.hw: dict[tuple, set] = {}  # (route, backend, arch, device_class) -> {(phase, precision)}
+        for k, entry in lock.index.items():
+            for route in {c.route for c in entry.candidates}:
+                same.setdefault((route, k.phase, k.precision, k.backend), set()).add((k.device_class, k.arch))
+                band.setdefault((route, k.phase, k.precision), set()).add((k.device_class, k.arch, k.backend))
+                self.hw.setdefault((route, k.backend, k.arch, k.device_class), set()).add((k.phase, k.precision))
+        self.same = {k: sorted(v) for k, v in same.items()}
+        self.band = {k: sorted(v) for k, v in band.items()}
+
+
 def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> str:
     """Why no receipt of ``route`` covers this cell, naming the closest one."""
-    mine = [r for r in lock.receipts.values() if r.route == route]
-    same_band = [r for r in mine if r.key.phase == key.phase and r.key.precision == key.precision]
-    for r in sorted(same_band, key=lambda r: (r.key.backend != key.backend, r.key.device_class, r.key.arch)):
-        k = r.key
-        if k.device_class != key.device_class:
-            return f"no receipt for this cell: receipt measured on {k.device_class}, device is {key.device_class}"
-        if k.arch != key.arch:
-            return f"no receipt for this cell: receipt measured on arch {k.arch}, device is {key.arch}"
-        if k.backend != key.backend:
-            return f"no receipt for this cell: receipt measured on backend {k.backend}, device is {key.backend}"
-    same_hw = [r for r in mine if (r.key.backend, r.key.arch, r.key.device_class) == (key.backend, key.arch, key.device_class)]
-    phases = sorted({r.key.phase for r in same_hw if r.key.precision == key.precision})
+    ix = lock.memo.get("miss")
+    if ix is None:
+        ix = lock.memo["miss"] = _MissIndex(lock)
+    # the closest receipt of this band and precision: same backend first, then by device class, arch
+    for dc, arch in ix.same.get((route, key.phase, key.precision, key.backend), ()):
+        if dc != key.device_class:
+            return f"no receipt for this cell: receipt measured on {dc}, device is {key.device_class}"
+        if arch != key.arch:
+            return f"no receipt for this cell: receipt measured on arch {arch}, device is {key.arch}"
+    for dc, arch, backend in ix.band.get((route, key.phase, key.precision), ()):
+        if backend == key.backend:
+            continue
+        if dc != key.device_class:
+            return f"no receipt for this cell: receipt measured on {dc}, device is {key.device_class}"
+        if arch != key.arch:
+            return f"no receipt for this cell: receipt measured on arch {arch}, device is {key.arch}"
+        return f"no receipt for this cell: receipt measured on backend {backend}, device is {key.backend}"
+    cells = ix.hw.get((route, key.backend, key.arch, key.device_class), ())
+    phases = sorted({ph for ph, prec in cells if prec == key.precision})
     if phases and key.phase not in phases:
         return f"no receipt for this cell: receipts cover phase {', '.join(phases)}, not {key.phase}"
-    precisions = sorted({r.key.precision for r in same_hw})
+    precisions = sorted({prec for _, prec in cells})
     if precisions and key.precision not in precisions:
         return f"no receipt for this cell: receipts cover precision {', '.join(precisions)}, not {key.precision}"
     return "no receipt for this cell"
+
+
+def _facts_for(lock: Lockfile, hw: Hardware) -> _RouteFacts:
+    """Per-route facts for this system, kept with the lockfile: they depend on the
+    variant-selection facts and the arch only, not on device class or phase."""
+    memo = lock.memo.setdefault("facts", {})
+    fp = (hw.backend, hw.arch, hw.cpu, hw.os, hw.cxx11_abi, tuple(hw.software.items()))
+    facts = memo.get(fp)
+    if facts is None:
+        if len(memo) >= 64:
+            memo.clear()
+        facts = memo[fp] = _RouteFacts(lock, hw)
+    return facts
 
 
 def resolve(lock, *, hardware: Hardware, precision: str | None = None, phase: str,
@@ -189,41 +231,58 @@ def resolve(lock, *, hardware: Hardware, precision: str | None = None, phase: st
             _facts: _RouteFacts | None = None) -> Decision:
     """One phase band → one ``Decision`` (SPEC §5, §6)."""
     lock = _as_lock(lock)
+    memo_key = None
+    if reporter is None:
+        # a decision is a pure function of these: serve it from the lock's memo when asked again
+        memo_key = (hardware.fingerprint, precision, phase, fallback, (accept,) if isinstance(accept, str) else tuple(accept))
+        hit = lock.memo.get("decisions", {}).get(memo_key)
+        if hit is not None:
+            return hit
+    decision = _resolve(lock, hardware=hardware, precision=precision, phase=phase, fallback=fallback,
+                        accept=accept, reporter=reporter, _facts=_facts)
+    if memo_key is not None:
+        memo = lock.memo.setdefault("decisions", {})
+        if len(memo) >= 4096:
+            memo.clear()
+        memo[memo_key] = decision
+    return decision
+
+
+def _resolve(lock: Lockfile, *, hardware: Hardware, precision, phase, fallback, accept, reporter, _facts) -> Decision:
     if phase is None:
         raise UsageError(f"phase is required (valid: {', '.join(lock.manifest.phases)})")
     precision, accept = check_policy(lock, precision=precision, phase=phase, fallback=fallback, accept=accept)
     rep = reporter or _NULL
-    facts = _facts or _RouteFacts(lock, hardware)
+    facts = _facts or _facts_for(lock, hardware)
     m = lock.manifest
     key = CellKey(phase, precision, hardware.backend, hardware.arch, hardware.device_class)
     reasons: dict[str, str] = {}
+    outranked: set[str] = set()
     entry = lock.index.get(key)
     chosen = None
     if entry is not None:
+        # Every candidate is considered in ranking order. One route may hold several receipts
+        # for one index key (they differ in software or variant, which the key leaves out), so
+        # a route's failing best receipt must not hide a matching one; after the choice, each
+        # remaining route still gets its own reason (its best receipt's).
         for cand in entry.candidates:
-            if cand.route in reasons:
-                continue  # one reason per route: its best receipt's
+            if chosen is not None and (cand.route == chosen[0].route or cand.route in outranked):
+                continue
             rep.considering(phase, cand.route, cand.receipt)
             rec = lock.receipts[cand.receipt]
             variants, problem = facts.route(cand.route)
             why = (problem or _software_problem(rec, hardware) or _variant_problem(rec, variants))
             if why is None and cand.state not in accept:
                 why = f"receipt is {cand.state}; accept is {','.join(accept)}"
-            if why is None:
+            if why is not None:
+                reasons.setdefault(cand.route, why)
+            elif chosen is None:
                 chosen = (cand, rec, variants)
-                break
-            reasons[cand.route] = why
-            rep.rejecting(phase, cand.route, why)
-        if chosen:
-            win = chosen[0]
-            for cand in entry.candidates:
-                if cand.route in reasons or cand.route == win.route:
-                    continue
-                if cand.state not in accept:
-                    reasons[cand.route] = f"receipt is {cand.state}; accept is {','.join(accept)}"
-                else:
-                    reasons[cand.route] = (f"ranked below {win.route} in this cell at lock time "
-                                           f"({_fig(cand)} vs {_fig(win)})")
+            else:
+                win = chosen[0]
+                reasons[cand.route] = (f"ranked below {win.route} in this cell at lock time "
+                                       f"({_fig(cand)} vs {_fig(win)})")
+                outranked.add(cand.route)
     ordered: list[Reason] = []
     for rname, rt in m.routes.items():
         if chosen and chosen[0].route == rname:
@@ -235,13 +294,12 @@ def resolve(lock, *, hardware: Hardware, precision: str | None = None, phase: st
             else:
                 _, problem = facts.route(rname)
                 why = problem or _nearest_miss(lock, rname, key, hardware)
-            if chosen is None or why:
-                rep.rejecting(phase, rname, why)
+        rep.rejecting(phase, rname, why)  # once per route, with the reason the decision carries
         ordered.append(Reason(rname, why))
     if chosen:
         cand, rec, variants = chosen
         rep.choosing(phase, cand.route, "route")
-        revs = {repo: lock.packages[repo].revision for repo in variants}
+        revs = MappingProxyType({repo: lock.packages[repo].revision for repo in variants})
         return Decision(phase, "route", cand.route, cand.state, cand.receipt, tuple(ordered), variants, revs,
                         cand.speedup)
     if fallback == "host":
@@ -256,7 +314,7 @@ def resolve_all(lock, *, hardware: Hardware, precision: str | None = None, phase
     """Every requested phase band (default: all, in manifest order)."""
     lock = _as_lock(lock)
     phases = list(lock.manifest.phases) if phases is None else list(phases)
-    facts = _RouteFacts(lock, hardware)
+    facts = _facts_for(lock, hardware)
     return {ph: resolve(lock, hardware=hardware, precision=precision, phase=ph, fallback=fallback,
                         accept=accept, reporter=reporter, _facts=facts) for ph in phases}
 
