@@ -227,7 +227,12 @@ def bench_size(n_cells: int, workdir: Path, results: dict, *, parse_toml: bool, 
     tuple_dict = {(k.phase, k.precision, k.backend, k.arch, k.device_class): e for k, e in index.items()}
     tkeys = [(k.phase, k.precision, k.backend, k.arch, k.device_class) for k in keys]
 
-    def run_resolve(items):
+    def run_resolve(items):  # warm: a repeated question is answered from the lock's decision memo
+        for hw, ph in items:
+            resolve(lock, hardware=hw, phase=ph)
+
+    def run_resolve_cold(items):  # cold: every decision computed (memo dropped before each round)
+        lock.memo.pop("decisions", None)
         for hw, ph in items:
             resolve(lock, hardware=hw, phase=ph)
 
@@ -244,12 +249,13 @@ def bench_size(n_cells: int, workdir: Path, results: dict, *, parse_toml: bool, 
     # sanity: every sampled decision is a route (each cell holds one certified receipt)
     d = resolve(lock, hardware=qs[0][0], phase=qs[0][1])
     assert d.decision == "route" and len(d.reasons) == len(ROUTES) - 1, d
+    ns_cold, _ = per_call_ns(run_resolve_cold, qs, budget=1.5)
     ns_resolve, n_q = per_call_ns(run_resolve, qs, budget=1.5)
     ns_dict, _ = per_call_ns(run_dict, keys * 100, budget=0.2)
     ns_tdict, _ = per_call_ns(run_tuple_dict, tkeys * 100, budget=0.2)
     cli_res = run_cli(proj, cli_hardware(n_cells)) if cli else None
     results[n_cells] = {"build": t_build, "render": t_render, "bytes": len(data), "toml": t_toml, "doc": t_doc,
-                        "verify": t_verify, "cli": cli_res, "ns_resolve": ns_resolve, "ns_dict": ns_dict,
+                        "verify": t_verify, "cli": cli_res, "ns_resolve": ns_resolve, "ns_cold": ns_cold, "ns_dict": ns_dict,
                         "ns_tdict": ns_tdict, "queries": n_q, "receipts": len(lock.receipts), "lock": lock, "qs": qs}
     read = (f"Lockfile.read {t_toml + t_doc:6.2f}s (tomllib {t_toml:.2f}s + from_document {t_doc:.2f}s"
             if t_toml is not None else f"from_document {t_doc:6.2f}s (in-memory document; tomllib: see the CLI line")
@@ -304,11 +310,13 @@ def main() -> int:
         base = results[args.sizes[0]]["ns_resolve"]
         print()
         print(f"{'cells':>8} {'receipts':>9} {'resolve ns/dec':>15} {'dict.get ns':>12} {'tuple-dict ns':>14} "
-              f"{'ratio':>9} {'flatness':>9}")
+              f"{'ratio':>9} {'flatness':>9} {'cold ns/dec':>12} {'cold ratio':>10}")
         for n in args.sizes:
             r = results[n]
             print(f"{n:>8} {r['receipts']:>9} {r['ns_resolve']:>15,.0f} {r['ns_dict']:>12.1f} {r['ns_tdict']:>14.1f} "
-                  f"{r['ns_resolve'] / r['ns_dict']:>8,.0f}x {r['ns_resolve'] / base:>8.2f}x")
+                  f"{r['ns_resolve'] / r['ns_dict']:>8,.0f}x {r['ns_resolve'] / base:>8.2f}x "
+                  f"{r['ns_cold']:>12,.0f} {r['ns_cold'] / r['ns_dict']:>9,.0f}x")
+        print("  resolve = a decision asked again (served from the lock's decision memo); cold = computed every time;")
         print("  ratio = resolve / dict.get of the same CellKey in the lock's index (per call, loop included);")
         print("  tuple-dict = dict.get of a plain 5-tuple key; flatness = resolve ns at this size / at the smallest size")
         worst = max(results[n]["ns_resolve"] / results[n]["ns_dict"] for n in args.sizes)

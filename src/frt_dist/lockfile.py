@@ -12,6 +12,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,12 +93,61 @@ class IndexEntry:
 
 
 @dataclass
+class _LazyReceipts(Mapping):
+    """The embedded receipts, parsed on first use.
+
+    The lock-digest already covers every embedded byte, so reading a lockfile
+    (what serving does) need not parse and re-digest every receipt: a receipt is
+    parsed, shape-checked and checked against its own recorded digest when it is
+    first looked at (the resolver looks only at the candidates it considers;
+    ``frt verify`` looks at all of them).
+    """
+
+    def __init__(self, file: str, raw: dict[str, tuple[str, str, str]], verify: bool):
+        self._file, self._raw, self._verify = file, raw, verify
+        self._parsed: dict[str, Receipt] = {}
+
+    def __getitem__(self, digest_: str) -> Receipt:
+        rec = self._parsed.get(digest_)
+        if rec is None:
+            p, label, text = self._raw[digest_]
+            from .errors import ReceiptInvalid  # noqa: PLC0415
+
+            try:
+                rec = Receipt.parse(json.loads(text), file=label)
+            except json.JSONDecodeError as exc:
+                raise LockfileError(f"{self._file}: {p}.json: not valid JSON: {exc}", exit_code=1,
+                                    reasons=[{"kind": "receipt", "path": p, "expected": "JSON", "computed": str(exc)}]) from None
+            except ReceiptInvalid as exc:
+                raise LockfileError(f"{self._file}: {p}: {exc}", exit_code=1,
+                                    reasons=[{"kind": "receipt", "path": p, "expected": "a valid receipt",
+                                              "computed": str(exc)}]) from None
+            if self._verify and rec.digest != digest_:
+                raise LockfileError(f"{self._file}: {p}.digest does not match the embedded receipt "
+                                    f"(expected {digest_}, computed {rec.digest})", exit_code=1,
+                                    reasons=[{"kind": "receipt", "path": f"{p}.digest", "expected": digest_,
+                                              "computed": rec.digest}],
+                                    hints=["regenerate it with `frt lock`"])
+            self._parsed[digest_] = rec
+        return rec
+
+    def __contains__(self, digest_) -> bool:
+        return digest_ in self._raw
+
+    def __iter__(self):
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+@dataclass
 class Lockfile:
     model: str
     manifest_file: str
     manifest: Manifest
     packages: dict[str, LockedPackage]
-    receipts: dict[str, Receipt]  # digest -> receipt
+    receipts: Mapping[str, Receipt]  # digest -> receipt (lazily parsed when read from a file)
     rejected: list[dict]
     index: dict[CellKey, IndexEntry]
     lock_digest: str = ""
@@ -210,27 +260,13 @@ class Lockfile:
                     {k: str(v) for k, v in files.items()})
             packages[repo] = LockedPackage(repo, source, r.get(t, "version", int, p), revision, trust, variants,
                                            r.get(t, "path", str, p, required=False))
-        receipts = {}
+        raw_receipts = {}
         for i, rt in enumerate(r.get(data, "receipts", list, "", required=False, default=[])):
             p = f"receipts[{i}]"
             r.only(rt, {"digest", "file", "route", "state", "json"}, p)
-            try:
-                body = json.loads(r.get(rt, "json", str, p))
-            except json.JSONDecodeError as exc:
-                raise r.fail(p + ".json", f"not valid JSON: {exc}") from None
-            from .errors import ReceiptInvalid  # noqa: PLC0415
-
-            try:
-                rec = Receipt.parse(body, file=r.get(rt, "file", str, p))
-            except ReceiptInvalid as exc:
-                raise LockfileError(f"{file}: {p}: {exc}", exit_code=1,
-                                    reasons=[{"kind": "receipt", "path": p, "expected": "a valid receipt", "computed": str(exc)}]) from None
-            if verify and rec.digest != rt.get("digest"):
-                raise LockfileError(f"{file}: {p}.digest does not match the embedded receipt "
-                                    f"(expected {rt.get('digest')}, computed {rec.digest})", exit_code=1,
-                                    reasons=[{"kind": "receipt", "path": f"{p}.digest", "expected": rt.get("digest"), "computed": rec.digest}],
-                                    hints=["regenerate it with `frt lock`"])
-            receipts[rec.digest] = rec
+            dig = r.get(rt, "digest", str, p)
+            raw_receipts[dig] = (p, r.get(rt, "file", str, p), r.get(rt, "json", str, p))
+        receipts = _LazyReceipts(file, raw_receipts, verify)
         rejected = r.get(data, "rejected-receipts", list, "", required=False, default=[])
         index = {}
         for i, it in enumerate(r.get(data, "index", list, "", required=False, default=[])):
@@ -279,13 +315,33 @@ class Lockfile:
 # rendering and writing
 
 def render(doc: dict, lock_digest: str) -> bytes:
-    """TOML bytes with ``schema`` first and ``lock-digest`` second (SPEC §8.12)."""
+    """TOML bytes with ``schema`` first and ``lock-digest`` second (SPEC §8.12).
+
+    Embedded receipts come last, their JSON as TOML literal strings where it can
+    be (no ``'`` and no control character): readers then take each receipt with
+    one string search instead of unescaping it character by character.
+    """
     import tomli_w  # noqa: PLC0415
 
     ordered = {"schema": doc["schema"], "lock-digest": lock_digest}
-    ordered.update((k, v) for k, v in doc.items() if k != "schema")
+    ordered.update((k, v) for k, v in doc.items() if k not in ("schema", "receipts"))
     header = "# Written by `frt lock`. Do not edit: regenerate with `frt lock`.\n"
-    return (header + tomli_w.dumps(ordered)).encode("utf-8")
+    parts = [header, tomli_w.dumps(ordered)]
+    for rec in doc.get("receipts", ()):
+        parts.append("\n[[receipts]]\n")
+        for k, v in rec.items():
+            if k == "json" and _literal_ok(v):
+                parts.append(f"json = '{v}'\n")
+            else:
+                parts.append(tomli_w.dumps({k: v}))
+    return "".join(parts).encode("utf-8")
+
+
+_NOT_LITERAL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f']")
+
+
+def _literal_ok(s: str) -> bool:
+    return _NOT_LITERAL.search(s) is None
 
 
 def _umask() -> int:
