@@ -238,7 +238,10 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
                 accepted.setdefault(rec.digest, rec)
                 continue
             reason, dig = "; ".join(problems), rec.digest
-        lf.rejected.append({"digest": dig, "file": label, "reason": reason})
+        entry = {"digest": dig, "file": label, "reason": reason}
+        if not isinstance(rec, ReceiptInvalid):
+            entry.update(route=rec.route, phase=rec.cell["phase"], **{"device-class": rec.key.device_class})
+        lf.rejected.append(entry)
         warnings.append(f"{label}: {reason}")
     lf.receipts = accepted
     groups: dict = {}

@@ -7,8 +7,8 @@ writes one receipt per phase band (SPEC §3 "Receipt", §7). Never called by
 - **parity** at the output boundary (the whole binding's output, not a seam's)
   over the manifest's qualification rows, against the declared tolerances
   (``|route - host| <= abs + rel * |host|`` elementwise), with the worst case;
-- **target calls** per seam (> 0) and **fallbacks** (= 0), counted by guarded
-  entries around each bound impl;
+- **target calls** per seam (> 0) and **fallbacks** (= 0), read from the ledger
+  of the same guarded entries serving uses (``serve.plan_for_route``);
 - **paired alternating timing**: warm-up, then rounds of host and route calls
   in alternating order (ABBA...), per-round speedup, medians and spread;
 - a **null check** (the host rerun is bit-identical), a **negative control**
@@ -39,6 +39,7 @@ from pathlib import Path
 from .errors import FrtError, KernelUnavailable, UsageError
 from .hardware import Hardware
 from .lockfile import Lockfile, write_atomic
+from .receipt import MIN_CERT_ROUNDS
 
 __all__ = ["qualify", "QualifyResult", "qualify_cli", "load_host_factory"]
 
@@ -65,24 +66,6 @@ def load_host_factory(spec: str | None, model: str):
         return getattr(importlib.import_module(mod), attr)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"host-entry {spec!r} cannot be imported: {exc}") from None
-
-
-class _Counted:
-    """A seam entry that counts calls and routes band misses to the host (counted)."""
-
-    __slots__ = ("fn", "host", "lo", "hi", "calls", "fallbacks")
-
-    def __init__(self, fn, host, band):
-        self.fn, self.host = fn, host
-        self.lo, self.hi = band
-        self.calls = self.fallbacks = 0
-
-    def __call__(self, x, *args):
-        if self.lo <= x.shape[0] <= self.hi and x.is_contiguous():
-            self.calls += 1
-            return self.fn(x, *args)
-        self.fallbacks += 1
-        return self.host(x, *args)
 
 
 def _parity(torch, outs_route, outs_host, tol) -> dict:
@@ -148,6 +131,7 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
     import torch  # noqa: PLC0415
 
     from .loader import load_locked  # noqa: PLC0415
+    from .serve import plan_for_route  # noqa: PLC0415
     from .smoke import smoke_impl  # noqa: PLC0415
 
     m = lock.manifest
@@ -197,10 +181,10 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
         rows_list = list(m.qualify.get("rows", {}).get(ph) or sorted({phase.rows[0], min(phase.rows[1], 512)}))
         host = factory(ph, seed=seed)
         block = factory(ph, seed=seed)
-        counted = {}
-        for seam, (impl, fn) in entries.items():
-            counted[seam] = _Counted(fn, block.host_seams[seam], phase.rows)
-            block.bind(seam, counted[seam])
+        # the route runs through the same guarded entries and ledger that serving uses
+        plan = plan_for_route(lock, route_name, [ph], hw, loaded, {(seam, ph): fn for seam, (_, fn) in entries.items()})
+        for seam in entries:
+            block.bind(seam, plan.entry(seam, ph, host=block.host_seams[seam]))
         inputs = {r: host.make_inputs(r, seed=seed + r) for r in rows_list}
         say(f"  {ph}: parity over rows {rows_list}")
         with torch.inference_mode():
@@ -214,11 +198,9 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
             block.bind(first, lambda *a, _f=good: _f(*a) * (1 + 1e-2) + 1e-3)
             negative = not _parity(torch, _run_all(block, inputs), ref, tol)["pass"]
             block.bind(first, good)
-            for c in counted.values():
-                c.calls = c.fallbacks = 0
-            out = _run_all(block, inputs)  # counted pass (the receipt's target-calls)
-            target_calls = {s: c.calls for s, c in counted.items()}
-            fallbacks = sum(c.fallbacks for c in counted.values())
+            led = plan.ledger()["seams"]
+            target_calls = {s: led[s]["phases"][ph]["calls"] for s in entries}
+            fallbacks = sum(led[s]["phases"][ph]["fallbacks"] for s in entries)
             # detach restores host bit-exactly
             probe = factory(ph, seed=seed)
             for seam, (impl, fn) in entries.items():
@@ -244,7 +226,11 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
             results.append(QualifyResult(ph, False, None, None, failures=failures))
             continue
         gate = route.min_speedup if route.min_speedup is not None else 1.0
-        state = "certified_fast" if timing["speedup-median"] >= gate and timing["speedup-median"] > 1.0 else "supported_correct"
+        fast = timing["speedup-median"] >= gate and timing["speedup-median"] > 1.0
+        # the same rule `frt lock` applies: a speed claim needs enough paired rounds
+        state = "certified_fast" if fast and rounds >= MIN_CERT_ROUNDS else "supported_correct"
+        if fast and rounds < MIN_CERT_ROUNDS:
+            say(f"  {ph}: {rounds} timing rounds are too few for a speed claim (>= {MIN_CERT_ROUNDS}): supported_correct")
         receipt = {
             "schema": "frt.receipt/1",
             "cell": {

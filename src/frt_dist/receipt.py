@@ -17,10 +17,11 @@ from ._schema import Reader, load_json
 from .canonical import digest
 from .errors import ReceiptInvalid
 
-__all__ = ["Receipt", "STATES", "CellKey"]
+__all__ = ["Receipt", "STATES", "CellKey", "MIN_CERT_ROUNDS"]
 
 SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.receipt", 1
 STATES = ("certified_fast", "supported_correct")
+MIN_CERT_ROUNDS = 5  # a speed claim needs at least this many paired timing rounds
 TIMING_KEYS = {"method", "rounds", "warmup", "rows", "host-median-ms", "route-median-ms",
                "speedup-median", "speedup-min", "speedup-max", "speedup-p25", "speedup-p75"}
 
@@ -231,8 +232,8 @@ class Receipt:
             else:
                 if t["method"] != "paired-alternating":
                     out.append(f"certified_fast needs paired-alternating timing, got {t['method']!r}")
-                if t["rounds"] < 5:
-                    out.append(f"certified_fast needs at least 5 timing rounds, got {t['rounds']}")
+                if t["rounds"] < MIN_CERT_ROUNDS:
+                    out.append(f"certified_fast needs at least {MIN_CERT_ROUNDS} timing rounds, got {t['rounds']}")
                 if t["speedup-median"] < gate or t["speedup-median"] <= 1.0:
                     out.append(f"certified_fast but speedup-median {t['speedup-median']:.4g} is under the route's gate {gate:.4g}")
         return out

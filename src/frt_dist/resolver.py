@@ -210,6 +210,11 @@ def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> str
     precisions = sorted({prec for _, prec in cells})
     if precisions and key.precision not in precisions:
         return f"no receipt for this cell: receipts cover precision {', '.join(precisions)}, not {key.precision}"
+    rejected = [r for r in lock.rejected if r.get("route") == route and r.get("phase") == key.phase
+                and r.get("device-class") == key.device_class]
+    if rejected:
+        return (f"no receipt for this cell: {len(rejected)} rejected at lock time "
+                f"({rejected[0]['file']}: {rejected[0]['reason']})")
     return "no receipt for this cell"
 
 

@@ -185,6 +185,25 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
     return Plan(lock, hw, decisions, fallback, packages, binds, fns, probes)
 
 
+def plan_for_route(lock, route: str, phases, hardware: Hardware, packages: dict, fns: dict) -> "Plan":
+    """A ``Plan`` that binds ``route`` in ``phases`` without a decision from receipts.
+
+    For the qualification door only (``frt qualify`` measures a route before any
+    receipt exists): the same guarded entries and ledger serving uses, with
+    ``fallback="host"`` so a contract miss is counted as a fallback, never hidden.
+    """
+    from .resolver import Decision  # noqa: PLC0415
+
+    m = lock.manifest
+    rt = m.routes[route]
+    variants = {repo: packages[repo].variant for repo in m.route_packages(route)}
+    revisions = {repo: packages[repo].revision for repo in variants}
+    decisions = {ph: Decision(ph, "route", route, "unknown", None, (), variants, revisions) for ph in phases}
+    binds = [_Bind(seam, ph, m.impl(seam, name), m.impl(seam, name).package, variants[m.impl(seam, name).package])
+             for ph in phases for seam, name in sorted(rt.seams.items())]
+    return Plan(lock, hardware, decisions, "host", packages, binds, dict(fns), {})
+
+
 # ---------------------------------------------------------------------------
 # contracts and counters
 
