@@ -215,3 +215,46 @@ def test_hub_packages_are_downloaded_at_the_locked_commit_once(monkeypatch, tmp_
         assert server.request_count(REMOTE) == 0
     finally:
         server.stop()
+
+
+def _mirror_only(tp, lock, tmp_path, monkeypatch) -> Path:
+    """A mirror of the lock with the path sources moved away and the process offline."""
+    mirror = tmp_path / "m"
+    mirror_lock(lock, mirror, variants=["torch-cpu"])
+    (tp.root / "packages").rename(tp.root / "packages.away")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return mirror
+
+
+def test_a_truncated_blob_is_refused_before_import(proj, tmp_path, monkeypatch):
+    tp, lock = proj
+    mirror = _mirror_only(tp, lock, tmp_path, monkeypatch)
+    target = (_snapshot(mirror, lock, "t-org/scale") / "scale" / "__init__.py").resolve()  # the blob
+    data = target.read_bytes()
+    target.write_bytes(data[: len(data) // 2])
+    before = set(sys.modules)
+    with pytest.raises(KernelUnavailable) as ei:
+        loader.load_locked(lock, "t-org/scale", mirror=mirror, hardware=CPU)
+    assert set(sys.modules) == before
+    [r] = [r for r in ei.value.reasons if r.get("kind") == "mismatched"]
+    assert r["path"] == "build/torch-cpu/scale/__init__.py"
+    assert r["expected"] == lock.packages["t-org/scale"].variants["torch-cpu"].files["scale/__init__.py"]
+    assert r["computed"] == sha256_b64(data[: len(data) // 2])
+    problems = verify_mirror(lock, mirror, variants=["torch-cpu"])
+    assert [(p["kind"], p["path"].endswith("scale/__init__.py")) for p in problems] == [("mismatched", True)]
+
+
+def test_a_mirror_missing_the_variant_is_refused_offline(proj, tmp_path, monkeypatch):
+    tp, lock = proj
+    mirror = _mirror_only(tp, lock, tmp_path, monkeypatch)
+    import shutil
+
+    shutil.rmtree(_snapshot(mirror, lock, "t-org/norm"))  # the variant directory is gone
+    before = set(sys.modules)
+    with pytest.raises(KernelUnavailable) as ei:
+        loader.load_locked(lock, "t-org/norm", mirror=mirror, hardware=CPU)
+    assert set(sys.modules) == before
+    text = str(ei.value)
+    assert text.startswith("package 't-org/norm' is unavailable: build/torch-cpu/ at revision sha256:")
+    assert f"not found in mirror {mirror}" in text
+    assert any(p["kind"] == "missing" for p in verify_mirror(lock, mirror, variants=["torch-cpu"]))
