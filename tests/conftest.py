@@ -15,7 +15,7 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 sys.path.insert(0, str(TESTS))
 
-from hubserver import HubServer, kernel_variant_files  # noqa: E402
+from hubserver import HubServer, kernel_variant_files  # noqa: E402,F401 (re-exported to tests)
 
 BUNDLED = ROOT / "src" / "frt_dist" / "_bundled"
 

@@ -9,11 +9,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, kernel_variant_files, run_frt, toy_manifest, write_files
+from conftest import kernel_variant_files, run_frt, toy_manifest, write_files
 from frt_dist.locker import parse_variant_metadata
 from frt_dist.errors import KernelUnavailable
 from frt_dist.lockfile import Lockfile

@@ -123,11 +123,10 @@ def cmd_lock(args) -> int:
         project.manifest_path(args.model)
     if not models:
         raise UsageError(f"no manifests in {project.manifests_dir}")
-    hub = None
     results, stale_any = [], False
     warn = (lambda m: None) if args.quiet and not args.json else (lambda m: print(f"warning: {m}", file=sys.stderr))
     for model in models:
-        res = lock_model(project, model, check=args.check, strict=args.strict, hub=hub,
+        res = lock_model(project, model, check=args.check, strict=args.strict,
                          upgrade=set(args.upgrade_package), warn=warn)
         results.append(res)
         stale_any |= bool(res.stale)

@@ -178,8 +178,9 @@ class _Locker:
         version = min(versions) if versions else 1
         return LockedPackage(pkg.repo, "path", version, revision, "project-path", variants, path=pkg.path)
 
-    def receipts_for(self, manifest: Manifest) -> list[tuple[str, object]]:
-        """(label, Receipt | ReceiptInvalid) for every receipt file of this model."""
+    def receipts_for(self, manifest: Manifest) -> list[tuple[str, object, Path]]:
+        """(label, Receipt or the ReceiptInvalid it raised, path) for every receipt file of this model:
+        files under ``receipts/<model>/``, and any other receipt whose ``cell.model`` names it."""
         d = self.project.receipts_dir
         out = []
         if not d.is_dir():

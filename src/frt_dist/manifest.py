@@ -246,11 +246,9 @@ class Manifest:
         if not routes:
             raise r.fail("routes", "at least one route is required")
 
-        used = {impl.package for s in seams.values() for impl in s.impls.values()}
         precs = {impl.precision for s in seams.values() for impl in s.impls.values()}
         if default_precision is not None and default_precision not in precs:
             raise r.fail("default-precision", f"no impl has precision {default_precision!r} (impls: {', '.join(sorted(precs))})")
-        del used
         return cls(file=file, model=model, binding=binding, host=host, family=family,
                    default_precision=default_precision, host_entry=host_entry, packages=packages,
                    phases=phases, seams=seams, routes=routes, qualify=qualify, raw=data,
