@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._schema import Reader, load_json
 from .canonical import digest
@@ -26,9 +26,9 @@ TIMING_KEYS = {"method", "rounds", "warmup", "rows", "host-median-ms", "route-me
                "speedup-median", "speedup-min", "speedup-max", "speedup-p25", "speedup-p75"}
 
 
-@dataclass(frozen=True, order=True)
-class CellKey:
-    """What a route index is keyed by (software is matched per candidate)."""
+class CellKey(NamedTuple):
+    """What a route index is keyed by (software is matched per candidate).
+    A named tuple: built and hashed on every decision, so it must be cheap."""
 
     phase: str
     precision: str

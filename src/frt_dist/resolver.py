@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from os import PathLike
 from types import MappingProxyType
+from typing import NamedTuple
 
 from .errors import RouteRefused, UsageError
 from .hardware import Hardware, arch_admits
@@ -27,11 +28,11 @@ FALLBACKS = ("refuse", "host")
 ACCEPTABLE = ("certified_fast", "supported_correct")
 
 
-@dataclass(frozen=True)
-class Reason:
+class Reason(NamedTuple):
+    """Why one candidate route was not taken (a named tuple: several per decision)."""
+
     route: str
     reason: str
-    kind: str = ""
 
     def to_dict(self) -> dict:
         return {"route": self.route, "reason": self.reason}
