@@ -59,14 +59,18 @@ def _run(argv: list[str], *, cwd: Path, env: dict, check: bool = True, show: boo
     shown = label or " ".join(a if " " not in a else repr(a) for a in argv)
     print(f"\n$ {shown}", flush=True)
     exe = [sys.executable, "-m", "frt_dist.cli", *argv[1:]] if argv[0] == "frt" else argv
-    r = subprocess.run(exe, cwd=cwd, env=env, text=True, capture_output=True)
-    out = (r.stdout + ("" if not r.stderr else r.stderr)).rstrip()
-    if show and out:
-        print(textwrap.indent(out, "  "), flush=True)
-    if check and r.returncode != 0:
-        print(f"demo: step failed with exit {r.returncode}", file=sys.stderr)
-        raise SystemExit(r.returncode)
-    return r
+    # stream the step's output as it comes (progress included), indented under its command
+    proc = subprocess.Popen(exe, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if show:
+            print("  " + line.rstrip(), flush=True)
+    rc = proc.wait()
+    if check and rc != 0:
+        print(f"demo: step failed with exit {rc}", file=sys.stderr)
+        raise SystemExit(rc)
+    return subprocess.CompletedProcess(exe, rc, "".join(lines), "")
 
 
 def main() -> int:
