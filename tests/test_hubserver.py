@@ -30,23 +30,9 @@ META = "build/torch-cpu/metadata.json"
 
 
 @pytest.fixture
-def server():
-    srv = HubServer().start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture(autouse=True)
-def _hermetic_hf(monkeypatch):
-    # huggingface_hub reads HF_HUB_OFFLINE at import time: make sure an offline env doesn't leak in.
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    # Telemetry would fetch {constants.ENDPOINT}/api/agent-harnesses (huggingface.co, in-process) and cache
-    # it under the real HF_HOME: pre-seed the in-process registry cache instead.
-    from huggingface_hub.utils import _detect_agent
-
-    monkeypatch.setattr(_detect_agent, "_registry", {"standardEnvVars": [], "harnesses": {}})
+def server(hub):
+    """The loopback Hub of conftest.py (conftest's autouse fixture keeps HF hermetic)."""
+    return hub
 
 
 @pytest.fixture

@@ -22,12 +22,13 @@ Standard library only: the loader runs this before it imports `kernels` or torch
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from .canonical import file_digest_b64 as file_digest
+from .canonical import file_sha256_hex, iter_tree
 
 __all__ = ["Expected", "check_variant_dir", "file_digest", "format_problems"]
 
@@ -54,45 +55,14 @@ class Expected:
         return cls(variant.algorithm, dict(variant.files), variant.metadata_sha256)
 
 
-def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
-    """base64 of the raw digest of a file's bytes (the ``metadata.json`` form)."""
-    with open(path, "rb") as fh:
-        raw = hashlib.file_digest(fh, algorithm).digest()
-    return base64.b64encode(raw).decode("ascii")
-
-
 def _metadata_digest(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def _ignored(rel: str) -> bool:
-    parts = rel.split("/")
-    return "__pycache__" in parts or rel.endswith(".pyc") or rel in _IGNORED_TOP
+    return "sha256:" + file_sha256_hex(path)
 
 
 def _entries(root: Path) -> list[tuple[str, Path]]:
-    """Every file, symlink and special file under ``root`` (symlinked directories
-    are listed, not entered), as sorted (posix relpath, path)."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        keep = []
-        for d in sorted(dirnames):
-            p = Path(dirpath) / d
-            if d == "__pycache__":
-                continue
-            if p.is_symlink():
-                filenames.append(d)
-            else:
-                keep.append(d)
-        dirnames[:] = keep
-        for f in filenames:
-            p = Path(dirpath) / f
-            rel = p.relative_to(root).as_posix()
-            if not _ignored(rel):
-                out.append((rel, p))
-    out.sort()
-    return out
+    """Every file, symlink and special file under ``root`` that the digest rule
+    covers (symlinked directories are listed, not entered), as sorted (posix relpath, path)."""
+    return [(rel, p) for rel, p in iter_tree(root) if rel not in _IGNORED_TOP]
 
 
 def _problem(kind: str, path: str, expected, computed, reason: str) -> dict:
