@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -255,8 +256,9 @@ class Manifest:
                    digest=digest(data))
 
     # -- derived ------------------------------------------------------------
-    @property
+    @cached_property
     def precisions(self) -> list[str]:
+        """Every precision a route of this manifest runs at (checked on each decision)."""
         return sorted({r.precision for r in self.routes.values()})
 
     def route_packages(self, route: str) -> list[str]:
