@@ -184,7 +184,7 @@ def lock_root(lock) -> Path:
     """The project root a lockfile's ``path`` packages are relative to: the
     bundled root for the bundled lock, else the nearest folder above the
     lockfile holding ``manifests/`` or a ``pyproject.toml`` with ``[tool.frt]``."""
-    from .project import Project, bundled_root  # noqa: PLC0415
+    from .project import Project, _has_tool_frt, bundled_root  # noqa: PLC0415
 
     if lock.path:
         p = Path(lock.path).resolve()
@@ -194,26 +194,15 @@ def lock_root(lock) -> Path:
         for d in p.parents:
             if (d / "manifests").is_dir():
                 return d
-            if _has_tool_frt(d / "pyproject.toml"):
+            if _has_tool_frt(d):
                 return d
     return Project.find().root
-
-
-def _has_tool_frt(pyproject: Path) -> bool:
-    import tomllib  # noqa: PLC0415
-
-    try:
-        return "frt" in tomllib.loads(pyproject.read_text("utf-8")).get("tool", {})
-    except (OSError, ValueError):
-        return False
 
 
 def _as_lock(lock):
     from .lockfile import Lockfile  # noqa: PLC0415
 
-    if lock is None or isinstance(lock, Lockfile):
-        return lock
-    return Lockfile.read(lock)
+    return Lockfile.of(lock)
 
 
 # ---------------------------------------------------------------------------

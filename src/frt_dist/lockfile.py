@@ -196,6 +196,16 @@ class Lockfile:
 
     # -- reading ------------------------------------------------------------
     @classmethod
+    def of(cls, lock) -> "Lockfile":
+        """``lock`` itself, or the lockfile read (and verified) from a path: what every
+        API taking ``lock`` accepts."""
+        if isinstance(lock, cls):
+            return lock
+        if isinstance(lock, (str, os.PathLike)):
+            return cls.read(lock)
+        raise TypeError(f"lock must be a path or a frt_dist.Lockfile, got {type(lock).__name__}")
+
+    @classmethod
     def read(cls, path: str | os.PathLike, *, verify: bool = True, label: str | None = None) -> "Lockfile":
         label = label or str(path)
         data = load_toml(Path(path), LockfileError, label)

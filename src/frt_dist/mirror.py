@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .canonical import file_digest_b64, file_sha256_hex
 from .errors import KernelUnavailable, UsageError
 from .integrity import Expected, check_variant_dir
 from .loader import cache_dirs, is_offline, lock_root, repo_folder
@@ -162,13 +163,11 @@ def _hash_copy(src: Path, dst: Path, algorithm: str) -> tuple[dict, int]:
 
 def _blob_ok(path: Path, item: _Item) -> bool:
     try:
-        with open(path, "rb") as fh:
-            h = hashlib.file_digest(fh, item.algorithm if not item.expected.startswith("sha256:") else "sha256")
+        if item.expected.startswith("sha256:"):
+            return "sha256:" + file_sha256_hex(path) == item.expected
+        return file_digest_b64(path, item.algorithm) == item.expected
     except OSError:
         return False
-    if item.expected.startswith("sha256:"):
-        return "sha256:" + h.hexdigest() == item.expected
-    return base64.b64encode(h.digest()).decode("ascii") == item.expected
 
 
 class _Mirror:

@@ -12,7 +12,6 @@ route order, so a refusal reads like a table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from os import PathLike
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -65,14 +64,6 @@ class Reporter:
 
 
 _NULL = Reporter()
-
-
-def _as_lock(lock) -> Lockfile:
-    if isinstance(lock, Lockfile):
-        return lock
-    if isinstance(lock, (str, PathLike)):
-        return Lockfile.read(lock)
-    raise TypeError(f"lock must be a path or a frt_dist.Lockfile, got {type(lock).__name__}")
 
 
 def check_policy(lock: Lockfile, *, precision: str | None, phase: str | None, fallback: str, accept) -> tuple[str, tuple]:
@@ -236,7 +227,7 @@ def resolve(lock, *, hardware: Hardware, precision: str | None = None, phase: st
             fallback: str = "refuse", accept=("certified_fast",), reporter: Reporter | None = None,
             _facts: _RouteFacts | None = None) -> Decision:
     """One phase band → one ``Decision`` (SPEC §5, §6)."""
-    lock = _as_lock(lock)
+    lock = Lockfile.of(lock)
     memo_key = None
     if reporter is None:
         # a decision is a pure function of these: serve it from the lock's memo when asked again
@@ -318,7 +309,7 @@ def _resolve(lock: Lockfile, *, hardware: Hardware, precision, phase, fallback, 
 def resolve_all(lock, *, hardware: Hardware, precision: str | None = None, phases=None,
                 fallback: str = "refuse", accept=("certified_fast",), reporter: Reporter | None = None) -> dict[str, Decision]:
     """Every requested phase band (default: all, in manifest order)."""
-    lock = _as_lock(lock)
+    lock = Lockfile.of(lock)
     phases = list(lock.manifest.phases) if phases is None else list(phases)
     facts = _facts_for(lock, hardware)
     return {ph: resolve(lock, hardware=hardware, precision=precision, phase=ph, fallback=fallback,
