@@ -6,6 +6,9 @@ lockfile back into src/frt_dist/_bundled/ and checks `frt lock --check` there.
 Run it when a demo kernel, the manifest or the reference machine changes:
 
     .venv/bin/python scripts/refresh_bundled.py [--rounds N]
+
+With ``--lock-only`` it keeps the committed receipts and only re-locks (for a
+change in how lockfiles are written, when nothing was measured anew).
 """
 
 from __future__ import annotations
@@ -32,19 +35,22 @@ def frt(*args, cwd):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=None, help="default: the manifest's [qualify] rounds")
+    ap.add_argument("--lock-only", action="store_true", help="keep the committed receipts; only re-lock")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="frt-refresh-"))
-    for d in ("manifests", "packages"):
+    for d in ("manifests", "packages") + (("receipts",) if args.lock_only else ()):
         shutil.copytree(BUNDLED / d, work / d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    (work / "receipts").mkdir()
+    if not args.lock_only:
+        (work / "receipts").mkdir()
+        frt("lock", cwd=work)
+        for route in ("fused", "split"):
+            extra = ["--rounds", str(args.rounds)] if args.rounds else []
+            frt("qualify", "--model", MODEL, "--route", route, *extra, cwd=work)
     frt("lock", cwd=work)
-    for route in ("fused", "split"):
-        extra = ["--rounds", str(args.rounds)] if args.rounds else []
-        frt("qualify", "--model", MODEL, "--route", route, *extra, cwd=work)
-    frt("lock", cwd=work)
-    dst = BUNDLED / "receipts" / MODEL
-    shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(work / "receipts" / MODEL, dst)
+    if not args.lock_only:
+        dst = BUNDLED / "receipts" / MODEL
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(work / "receipts" / MODEL, dst)
     (BUNDLED / "lockfiles").mkdir(exist_ok=True)
     shutil.copy2(work / "lockfiles" / f"{MODEL}.lock", BUNDLED / "lockfiles" / f"{MODEL}.lock")
     frt("lock", "--check", cwd=ROOT)

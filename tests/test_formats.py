@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 
 import pytest
 
 from conftest import BUNDLED, toy_manifest
 from frt_dist.errors import LockfileError, ManifestError, ReceiptInvalid
-from frt_dist.lockfile import Lockfile
+from frt_dist.canonical import digest
+from frt_dist.lockfile import Lockfile, render
 from frt_dist.manifest import Manifest, validate_repo_id
 from frt_dist.receipt import Receipt
 
@@ -179,4 +181,46 @@ def test_lockfile_unknown_major_and_malformed(tmp_path):
     p.write_text("schema = [\n")
     with pytest.raises(LockfileError, match="not valid TOML") as ei:
         Lockfile.read(p)
+    assert ei.value.exit_code == 2
+
+
+def _bundled_lock() -> Lockfile:
+    return Lockfile.read(BUNDLED / "lockfiles" / "demo-decoder.lock")
+
+
+def test_lockfile_embeds_the_manifest_as_one_json_literal_in_manifest_order():
+    text = (BUNDLED / "lockfiles" / "demo-decoder.lock").read_text("utf-8")
+    assert "\nmanifest = '''\n{\n" in text and "\n[manifest" not in text  # no TOML tables for it
+    lock = _bundled_lock()
+    assert list(lock.manifest.routes) == ["fused", "split"]  # the manifest file's order, not sorted
+    assert lock.manifest.digest == Manifest.read(BUNDLED / "manifests" / "demo-decoder.toml").digest
+
+
+@pytest.mark.parametrize("description", ["a ''' b", "del \x7f here"])
+def test_lockfile_manifest_text_no_literal_can_hold_still_round_trips(tmp_path, description):
+    lock = _bundled_lock()
+    raw = {**lock.manifest.raw, "description": description}
+    new = dataclasses.replace(lock, manifest=Manifest.from_dict(raw, file="m.toml"), path=None, memo={})
+    p = tmp_path / "x.lock"
+    p.write_bytes(new.render())
+    assert "\nmanifest = '''" not in p.read_text("utf-8")  # the escaped basic-string form instead
+    back = Lockfile.read(p)
+    assert back.manifest.raw["description"] == description
+    assert back.manifest.digest == new.manifest.digest and back.lock_digest == new.lock_digest
+    assert new.render() == p.read_bytes()  # still byte-deterministic
+
+
+@pytest.mark.parametrize("value, message", [
+    ("{nope", "manifest: not valid JSON"),
+    ("[1, 2]", "manifest: expected the manifest as a JSON object"),
+    (5, "manifest: expected the manifest as a JSON object"),
+])
+def test_lockfile_embedded_manifest_errors_name_the_field(tmp_path, value, message):
+    doc = _bundled_lock().document()
+    doc["manifest"] = value
+    p = tmp_path / "x.lock"
+    p.write_bytes(render(doc, digest(doc)))  # a lock-digest that verifies: the manifest itself is bad
+    with pytest.raises(LockfileError) as ei:
+        Lockfile.read(p, label="lockfiles/x.lock")
+    assert str(ei.value).startswith(f"lockfiles/x.lock: {message}"), str(ei.value)
     assert ei.value.exit_code == 2

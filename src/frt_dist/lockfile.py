@@ -169,7 +169,7 @@ class Lockfile:
             "model": self.model,
             "manifest-file": self.manifest_file,
             "manifest-digest": m.digest,
-            "manifest": m.raw,
+            "manifest": manifest_text(m.raw),
             "packages": {repo: p.to_toml() for repo, p in sorted(self.packages.items())},
             "routes": routes,
         }
@@ -232,7 +232,15 @@ class Lockfile:
         model = r.get(data, "model", str, "")
         manifest_file = r.get(data, "manifest-file", str, "")
         mdig = r.get(data, "manifest-digest", str, "")
-        raw = r.get(data, "manifest", dict, "")
+        raw = data.get("manifest")
+        if isinstance(raw, str):  # the form frt lock writes: the manifest's JSON, read with one search
+            try:
+                raw = json.loads(raw)
+            except ValueError as exc:
+                raise r.fail("manifest", f"not valid JSON: {exc}") from None
+        if not isinstance(raw, dict):
+            raise r.fail("manifest", f"expected the manifest as a JSON object (string) or a table, "
+                                     f"got {type(raw).__name__}")
         from .errors import ManifestError  # noqa: PLC0415
 
         try:
@@ -324,19 +332,40 @@ class Lockfile:
 # ---------------------------------------------------------------------------
 # rendering and writing
 
+def manifest_text(raw: dict) -> str:
+    """The embedded manifest: its JSON in the manifest file's own order (route and
+    seam order mean something to readers), one key or item per line.
+
+    Stored as one TOML multi-line literal string, a reader takes it with one
+    string search and ``json.loads`` (a TOML table of the same content costs
+    a reader about as much as the rest of the lockfile together); it stays one
+    line per value for review and diffs.
+    """
+    return json.dumps(raw, indent=1, ensure_ascii=False) + "\n"
+
+
 def render(doc: dict, lock_digest: str) -> bytes:
     """TOML bytes with ``schema`` first and ``lock-digest`` second (SPEC §8.12).
 
-    Embedded receipts come last, their JSON as TOML literal strings where it can
-    be (no ``'`` and no control character): readers then take each receipt with
-    one string search instead of unescaping it character by character.
+    The embedded manifest (JSON) is a multi-line literal string among the
+    top-level keys; embedded receipts come last, their JSON as TOML literal
+    strings. Either falls back to an escaped basic string when its text holds
+    what a literal cannot (``'`` / ``'''`` or a control character).
     """
     import tomli_w  # noqa: PLC0415
 
-    ordered = {"schema": doc["schema"], "lock-digest": lock_digest}
-    ordered.update((k, v) for k, v in doc.items() if k not in ("schema", "receipts"))
+    top = {"schema": doc["schema"], "lock-digest": lock_digest}
+    top.update((k, v) for k, v in doc.items() if k not in ("schema", "receipts") and not _is_table(v))
+    tables = {k: v for k, v in doc.items() if k != "receipts" and _is_table(v)}
     header = "# Written by `frt lock`. Do not edit: regenerate with `frt lock`.\n"
-    parts = [header, tomli_w.dumps(ordered)]
+    parts = [header]
+    for k, v in top.items():
+        if k == "manifest" and isinstance(v, str) and _multiline_literal_ok(v):
+            parts.append(f"{k} = '''\n{v}'''\n")
+        else:
+            parts.append(tomli_w.dumps({k: v}))
+    if tables:
+        parts.append("\n" + tomli_w.dumps(tables))
     for rec in doc.get("receipts", ()):
         parts.append("\n[[receipts]]\n")
         for k, v in rec.items():
@@ -347,11 +376,20 @@ def render(doc: dict, lock_digest: str) -> bytes:
     return "".join(parts).encode("utf-8")
 
 
+def _is_table(v) -> bool:
+    return isinstance(v, dict) or (isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v))
+
+
 _NOT_LITERAL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f']")
+_NOT_MULTILINE_LITERAL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|'''|'\Z")
 
 
 def _literal_ok(s: str) -> bool:
     return _NOT_LITERAL.search(s) is None
+
+
+def _multiline_literal_ok(s: str) -> bool:
+    return _NOT_MULTILINE_LITERAL.search(s) is None
 
 
 def _umask() -> int:
