@@ -67,61 +67,108 @@ def guard_overhead(n: int = 200_000, repeats: int = 7) -> dict:
             "ratio": round(g / d, 2), "counted-calls": calls}
 
 
-LOAD = r'''
+LOAD = r"""
 import time, warnings, json, sys
 warnings.filterwarnings("ignore")
-import torch, kernels, pathlib  # both sides start with torch and kernels imported
-mode, mirror = sys.argv[1], sys.argv[2]
-import frt_dist
+import torch, kernels, pathlib  # both sides start with torch and kernels imported ...
+mode, mirror, plan = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+# ... and frt's side with the frt modules a load uses (their import cost is measured apart: import_time)
+import frt_dist, frt_dist.serve, frt_dist.loader, frt_dist.lockfile, frt_dist.resolver, frt_dist.smoke, frt_dist.project
 hw = frt_dist.Hardware(arch="x86_64", device_class="amd-epyc", backend="cpu",
                        software={"torch": "2.13", "kernels": "0.17.2"})
-if mode == "load":      # the whole serving start-up: verify lock, resolve, check + import, smoke at real shapes
-    t0 = time.perf_counter()
-    plan = frt_dist.load("demo-decoder", mirror=mirror, hardware=hw)
-    dt = time.perf_counter() - t0
-elif mode == "loader":  # lockfile read + per-package trust/variant/arch/full digest verification + import
-    from frt_dist.loader import load_locked
-    from frt_dist.lockfile import Lockfile
-    from frt_dist.project import bundled_root
-    t0 = time.perf_counter()
-    lock = Lockfile.read(bundled_root() / "lockfiles" / "demo-decoder.lock")
-    mods = [load_locked(lock, repo, mirror=mirror, hardware=hw) for repo in sorted(lock.packages)]
-    dt = time.perf_counter() - t0
-else:                   # plain kernels, no verification at all
-    dirs = json.loads(sys.argv[3])
-    t0 = time.perf_counter()
-    mods = [kernels.get_local_kernel(pathlib.Path(d)) for d in dirs]
-    dt = time.perf_counter() - t0
+
+
+def launches(fns):  # the binds' real-shape calls, with plain torch tensors (what a bare smoke costs)
+    for fn, shapes, scales in fns:
+        args = [torch.full(sh, sc) for sh, sc in zip(shapes, scales)]
+        with torch.no_grad():
+            out = fn(*args)
+        assert torch.isfinite(out).all()
+
+
+t0 = time.perf_counter()
+if mode == "load":        # the whole serving start-up: verify lock, resolve, check + import, smoke at real shapes
+    frt_dist.load("demo-decoder", mirror=mirror, hardware=hw)
+elif mode == "loader":    # lockfile read + per-package trust/variant/arch/full digest verification + import
+    lock = frt_dist.lockfile.Lockfile.read(frt_dist.project.bundled_root() / "lockfiles" / "demo-decoder.lock")
+    for repo in plan["route-repos"]:
+        frt_dist.loader.load_locked(lock, repo, mirror=mirror, hardware=hw)
+elif mode == "raw":       # plain kernels, no verification at all
+    for d in plan["route-dirs"]:
+        kernels.get_local_kernel(pathlib.Path(d))
+else:                     # plain kernels + the same launches load's smoke makes, no checks
+    mods = [kernels.get_local_kernel(pathlib.Path(d)) for d in plan["route-dirs"]]
+    launches([(getattr(mods[i], entry), shapes, scales) for i, entry, shapes, scales in plan["launches"]])
+dt = time.perf_counter() - t0
 print(json.dumps({"s": dt}))
-'''
+"""
 
 
-def warm_load(rounds: int = 7) -> dict:
+def _route_plan(lock, mirror: Path) -> dict:
+    """What the certified route of the demo binds: its packages' mirror dirs and every smoke launch
+    (entry, concrete shapes, scales) load makes, so the bare baseline does the same work."""
+    from frt_dist.resolver import resolve_all
+    from frt_dist.smoke import _dims, smoke_rows
+
+    hw = _bench_hardware()
+    decisions = resolve_all(lock, hardware=hw)
+    m = lock.manifest
+    repos = sorted({m.impl(s, n).package for d in decisions.values() for s, n in m.routes[d.route].seams.items()})
+    dirs = []
+    for repo in repos:
+        org, name = repo.split("/")
+        snap = lock.packages[repo].snapshot
+        dirs.append(str(mirror / f"kernels--{org}--{name}" / "snapshots" / snap))
+    calls = []
+    for phase, d in sorted(decisions.items()):
+        for seam, name in sorted(m.routes[d.route].seams.items()):
+            impl = m.impl(seam, name)
+            rows = smoke_rows(m.phases[phase])
+            shapes = [list(_dims(i["shape"], rows)) for i in impl.smoke["inputs"]]
+            scales = [float(i.get("scale", 1.0)) for i in impl.smoke["inputs"]]
+            calls.append([repos.index(impl.package), impl.entry, shapes, scales])
+    return {"route-repos": repos, "route-dirs": dirs, "launches": calls}
+
+
+def _bench_hardware():
+    import frt_dist
+
+    return frt_dist.Hardware(arch="x86_64", device_class="amd-epyc", backend="cpu",
+                             software={"torch": "2.13", "kernels": "0.17.2"})
+
+
+def warm_load(rounds: int = 9) -> dict:
+    """Each measurement is a fresh process over a filled mirror, with bytecode cached for every module
+    on both sides (``PYTHONPYCACHEPREFIX``; one untimed round first), as an installed deployment runs."""
     from frt_dist.lockfile import Lockfile
     from frt_dist.mirror import mirror_lock
     from frt_dist.project import bundled_root
 
     lock = Lockfile.read(bundled_root() / "lockfiles" / "demo-decoder.lock")
     tmp = Path(tempfile.mkdtemp(prefix="frt-bench-mirror-"))
-    mirror_lock(lock, tmp, variants=["torch-cpu"], root=bundled_root())
-    dirs = []
-    for repo, pkg in sorted(lock.packages.items()):
-        org, name = repo.split("/")
-        dirs.append(str(tmp / f"kernels--{org}--{name}" / "snapshots" / pkg.snapshot))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
-    env.update(HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
-    times = {"load": [], "loader": [], "raw": []}
+    mirror = tmp / "mirror"
+    mirror_lock(lock, mirror, variants=["torch-cpu"], root=bundled_root())
+    plan = json.dumps(_route_plan(lock, mirror))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HF_", "FRT_", "KERNELS_")) and k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(HF_HUB_OFFLINE="1", PYTHONPYCACHEPREFIX=str(tmp / "pycache"), OMP_NUM_THREADS="2")
+    times = {"load": [], "loader": [], "raw": [], "raw+launches": []}
     modes = list(times)
-    for i in range(rounds):
+    for i in range(rounds + 1):
         for mode in (modes if i % 2 == 0 else modes[::-1]):
-            out = subprocess.run([PY, "-c", LOAD, mode, str(tmp), json.dumps(dirs)], capture_output=True, text=True,
+            out = subprocess.run([PY, "-c", LOAD, mode, str(mirror), plan], capture_output=True, text=True,
                                  env=env, cwd=tmp, check=True).stdout
-            times[mode].append(json.loads(out.strip().splitlines()[-1])["s"])
+            if i:  # round 0 only fills the bytecode caches
+                times[mode].append(json.loads(out.strip().splitlines()[-1])["s"])
     shutil.rmtree(tmp, ignore_errors=True)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     return {"load-ms": round(med["load"], 2), "loader-ms": round(med["loader"], 2),
-            "get_local_kernel-ms": round(med["raw"], 2), "loader-ratio": round(med["loader"] / med["raw"], 2),
-            "load-ratio": round(med["load"] / med["raw"], 2), "rounds": rounds}
+            "get_local_kernel-ms": round(med["raw"], 2), "raw+launches-ms": round(med["raw+launches"], 2),
+            "loader-ratio": round(med["loader"] / med["raw"], 2),
+            "load-ratio": round(med["load"] / med["raw"], 2),
+            "load-vs-raw+launches": round(med["load"] / med["raw+launches"], 2),
+            "packages": len(json.loads(plan)["route-repos"]), "launches": len(json.loads(plan)["launches"]),
+            "rounds": rounds}
 
 
 def digest_throughput(size_mb: int = 256, repeats: int = 5) -> dict:
@@ -174,13 +221,14 @@ def main() -> int:
     print(f"guarded call, no-op entry: direct {g['direct-ns']} ns, guarded {g['guarded-ns']} ns -> "
           f"overhead {g['overhead-ns']} ns/call, ratio {g['ratio']}x (ledger counted {g['counted-calls']} calls)")
     w = warm_load()
-    print(f"warm load from a mirror (demo-decoder, 3 packages, fresh process each, {w['rounds']} alternating rounds, "
-          f"torch+kernels already imported):")
-    print(f"  kernels.get_local_kernel x3, no verification : {w['get_local_kernel-ms']} ms (baseline)")
-    print(f"  frt loader x3 (lock read, trust, variant, arch, full digest verification, import): "
+    print(f"warm load from a mirror (demo-decoder's route: {w['packages']} packages, {w['launches']} smoke launches; "
+          f"fresh process each, {w['rounds']} alternating rounds, torch+kernels+frt modules imported, bytecode cached):")
+    print(f"  kernels.get_local_kernel, no verification : {w['get_local_kernel-ms']} ms (baseline)")
+    print(f"  frt loader (lock read+verify, trust, variant, arch, full digest verification, import): "
           f"{w['loader-ms']} ms -> {w['loader-ratio']}x")
-    print(f"  frt_dist.load (above + resolve + real-shape smoke launch of each bound impl): "
-          f"{w['load-ms']} ms -> {w['load-ratio']}x")
+    print(f"  get_local_kernel + the same real-shape launches, no checks: {w['raw+launches-ms']} ms")
+    print(f"  frt_dist.load (loader + resolve + smoke launch of each bound impl): {w['load-ms']} ms -> "
+          f"{w['load-ratio']}x the bare import, {w['load-vs-raw+launches']}x import+launches")
     d = digest_throughput()
     print(f"digest throughput over {d['size-mb']} MiB: frt {d['frt-MBps']} MiB/s vs hashlib {d['hashlib-MBps']} MiB/s "
           f"-> {d['throughput-ratio']}x")

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 __all__ = [
     "canonical_json",
@@ -20,6 +20,7 @@ __all__ = [
     "file_sha256_hex",
     "file_digest_b64",
     "tree_digests",
+    "scan_tree",
     "IGNORED_PARTS",
 ]
 
@@ -57,31 +58,42 @@ def file_digest_b64(path: str | os.PathLike, algorithm: str = "sha256") -> str:
 IGNORED_PARTS = ("__pycache__",)
 
 
-def _ignored(rel: str) -> bool:
-    parts = rel.split("/")
-    return any(p in IGNORED_PARTS for p in parts) or rel.endswith(".pyc")
+def scan_tree(root: str | os.PathLike) -> list[tuple[str, str, bool]]:
+    """Every file, symlink and special file under ``root`` that the digest rule covers,
+    as sorted (posix relpath, path, is a symlink).
 
-
-def iter_tree(root: Path) -> Iterable[tuple[str, Path]]:
-    """Every regular file (and symlink) under ``root`` as (posix relpath, path), sorted."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_PARTS)
-        # a symlinked directory is listed in dirnames but not walked into; report it as a file entry
-        for d in list(dirnames):
-            p = Path(dirpath) / d
-            if p.is_symlink():
-                dirnames.remove(d)
-                filenames.append(d)
-        for f in filenames:
-            p = Path(dirpath) / f
-            rel = p.relative_to(root).as_posix()
-            if not _ignored(rel):
-                out.append((rel, p))
+    ``__pycache__`` (file or folder) and ``*.pyc`` are left out, as `kernels` does; a
+    symlinked directory is an entry, never entered. One ``scandir`` per directory and
+    no ``stat`` per entry: what a directory holds comes from the directory itself.
+    A directory that cannot be listed contributes nothing (its files then show up as
+    missing to whoever expected them).
+    """
+    out: list[tuple[str, str, bool]] = []
+    stack = [(os.fspath(root), "")]
+    while stack:
+        where, base = stack.pop()
+        try:
+            with os.scandir(where) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for e in entries:
+            name = e.name
+            if name in IGNORED_PARTS:
+                continue
+            try:
+                link = e.is_symlink()
+                is_dir = not link and e.is_dir(follow_symlinks=False)
+            except OSError:
+                link = is_dir = False
+            if is_dir:
+                stack.append((e.path, f"{base}{name}/"))
+            elif not name.endswith(".pyc"):
+                out.append((base + name, e.path, link))
     out.sort()
     return out
 
 
 def tree_digests(root: Path) -> dict[str, str]:
     """``{relpath: sha256 hex}`` over every file under ``root`` (path-package revision input)."""
-    return {rel: file_sha256_hex(p) for rel, p in iter_tree(root)}
+    return {rel: file_sha256_hex(p) for rel, p, _ in scan_tree(root)}

@@ -16,6 +16,10 @@ from .errors import UsageError
 
 __all__ = ["Hardware", "device_class", "arch_admits", "parse_cuda_arch", "backend_for_arch"]
 
+_FREQ = re.compile(r"\s*@\s*[^@]*$")
+_NON_ALNUM = re.compile(r"[^a-z0-9]+")
+_MAJOR_MINOR = re.compile(r"^(\d+)\.(\d+)")
+
 # ---------------------------------------------------------------------------
 # device class (SPEC §3)
 
@@ -29,9 +33,9 @@ def device_class(name: str) -> str:
     nvidia/geforce/cpu/processor dropped; every run of other characters → ``-``.
     """
     s = name.lower()
-    s = re.sub(r"\s*@\s*[^@]*$", "", s)  # trailing "@ 2.20GHz"
+    s = _FREQ.sub("", s)  # trailing "@ 2.20GHz"
     s = s.replace("(r)", " ").replace("(tm)", " ")
-    words = [w for w in re.split(r"[^a-z0-9]+", s) if w and w not in _DROP_WORDS]
+    words = [w for w in _NON_ALNUM.split(s) if w and w not in _DROP_WORDS]
     return "-".join(words)
 
 
@@ -109,7 +113,7 @@ def backend_for_arch(arch: str) -> str:
 def _major_minor(version: str | None) -> str | None:
     if not version:
         return None
-    m = re.match(r"^(\d+)\.(\d+)", version)
+    m = _MAJOR_MINOR.match(version)
     return f"{m.group(1)}.{m.group(2)}" if m else None
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .canonical import file_digest_b64 as file_digest
-from .canonical import file_sha256_hex, iter_tree
+from .canonical import file_sha256_hex, scan_tree
 
 __all__ = ["Expected", "check_variant_dir", "file_digest", "format_problems"]
 
@@ -55,14 +55,8 @@ class Expected:
         return cls(variant.algorithm, dict(variant.files), variant.metadata_sha256)
 
 
-def _metadata_digest(path: Path) -> str:
+def _metadata_digest(path: str | os.PathLike) -> str:
     return "sha256:" + file_sha256_hex(path)
-
-
-def _entries(root: Path) -> list[tuple[str, Path]]:
-    """Every file, symlink and special file under ``root`` that the digest rule
-    covers (symlinked directories are listed, not entered), as sorted (posix relpath, path)."""
-    return [(rel, p) for rel, p in iter_tree(root) if rel not in _IGNORED_TOP]
 
 
 def _problem(kind: str, path: str, expected, computed, reason: str) -> dict:
@@ -73,9 +67,9 @@ def _inside(target: str, root: str) -> bool:
     return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _readable(path: Path, tree_root: str) -> tuple[bool, str | None]:
+def _readable(path: str, link: bool, tree_root: str) -> tuple[bool, str | None]:
     """(is a regular file we may read, why not). Symlinks must stay in the tree."""
-    if path.is_symlink():
+    if link:
         target = os.path.realpath(path)
         if not _inside(target, tree_root):
             return False, f"symlink leaving its tree -> {target}"
@@ -106,11 +100,13 @@ def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tre
         return sorted((_problem("missing", prefix + rel, want, None, f"{prefix}{rel}: missing (variant directory not found)")
                        for rel, want in missing), key=lambda p: p["path"])
     seen = set()
-    for rel, path in _entries(vdir):
+    for rel, path, link in scan_tree(vdir):
+        if rel in _IGNORED_TOP:
+            continue
         shown = prefix + rel
         if rel == METADATA:
             seen.add(rel)
-            ok, why = _readable(path, root)
+            ok, why = _readable(path, link, root)
             want = expected.metadata_sha256
             if not ok:
                 problems.append(_problem("mismatched", shown, want, why, f"{shown}: {why}"))
@@ -122,7 +118,7 @@ def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tre
             continue
         want = expected.files.get(rel)
         seen.add(rel)
-        ok, why = _readable(path, root)
+        ok, why = _readable(path, link, root)
         if not ok:
             kind = "mismatched" if want is not None else "unknown"
             problems.append(_problem(kind, shown, want, why, f"{shown}: {why}"))

@@ -57,6 +57,8 @@ __all__ = ["hub_kernel", "load_package", "load_locked", "prepare_locked", "unava
            "Ready", "pin_env_name", "record_unavailable",
            "mirror_dir", "cache_dirs", "is_offline", "repo_folder", "lock_root"]
 
+_PIN_CHARS = re.compile(r"[^A-Z0-9]")
+
 PIN_PREFIX = "FRT_KERNEL_REV_"
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _SHA = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -132,7 +134,7 @@ def _forget_all() -> None:
 
 def pin_env_name(repo: str) -> str:
     """``FRT_KERNEL_REV_<REPO>``: upper-cased, every non-alphanumeric → ``_``."""
-    return PIN_PREFIX + re.sub(r"[^A-Z0-9]", "_", repo.upper())
+    return PIN_PREFIX + _PIN_CHARS.sub("_", repo.upper())
 
 
 def _truthy(value: str | None) -> bool:
@@ -183,20 +185,26 @@ def repo_folder(repo: str) -> str:
 def lock_root(lock) -> Path:
     """The project root a lockfile's ``path`` packages are relative to: the
     bundled root for the bundled lock, else the nearest folder above the
-    lockfile holding ``manifests/`` or a ``pyproject.toml`` with ``[tool.frt]``."""
+    lockfile holding ``manifests/`` or a ``pyproject.toml`` with ``[tool.frt]``.
+    Found once per lockfile object (kept in its ``memo``)."""
     from .project import Project, _has_tool_frt, bundled_root  # noqa: PLC0415
 
+    key = ("lock-root", lock.path)
+    hit = lock.memo.get(key)
+    if hit is not None:
+        return hit
+    root = None
     if lock.path:
         p = Path(lock.path).resolve()
-        b = bundled_root().resolve()
+        b = bundled_root()
         if p.is_relative_to(b):
-            return b
-        for d in p.parents:
-            if (d / "manifests").is_dir():
-                return d
-            if _has_tool_frt(d):
-                return d
-    return Project.find().root
+            root = b
+        else:
+            root = next((d for d in p.parents if (d / "manifests").is_dir() or _has_tool_frt(d)), None)
+    if root is None:
+        root = Project.find().root
+    lock.memo[key] = root
+    return root
 
 
 def _as_lock(lock):
@@ -437,13 +445,21 @@ def _module_problems(want: _Want, meta: dict, vdir: Path) -> list[str]:
         out.append(f"build/{want.variant}/ has neither __init__.py nor {name}/__init__.py")
     if isinstance(mid, str):
         owner = _OWNED.get(mid)
-        if owner is None and (mid in sys.modules or any(k.startswith(mid + ".") for k in sys.modules)):
+        if owner is None and (mid in sys.modules or _has_submodule(mid)):
             out.append(f"import id {mid!r} would shadow sys.modules[{mid!r}], which frt did not load")
         elif owner is None and _is_importable_elsewhere(mid):
             out.append(f"import id {mid!r} would shadow the importable module {mid!r}")
         elif owner is not None and owner != want.repo:
             out.append(f"import id {mid!r} is already taken by package {owner!r}")
     return out
+
+
+def _has_submodule(name: str) -> bool:
+    """Some ``name.<x>`` is in ``sys.modules``."""
+    try:  # module names hold no newline: one join and one search instead of a loop over the keys
+        return f"\n{name}." in "\n" + "\n".join(sys.modules)
+    except TypeError:  # a non-str key someone put there
+        return any(isinstance(k, str) and k.startswith(name + ".") for k in list(sys.modules))
 
 
 def _is_importable_elsewhere(name: str) -> bool:
@@ -459,7 +475,7 @@ def _import(want: _Want, vdir: Path, mid: str):
     try:
         import kernels  # noqa: PLC0415 - deliberately lazy
 
-        return kernels.get_local_kernel(vdir.resolve())
+        return kernels.get_local_kernel(vdir)
     except Exception as exc:  # noqa: BLE001 - an import that raises is a refusal, with its text
         for key in set(sys.modules) - before:
             if key == mid or key.startswith(mid + "."):
@@ -510,13 +526,14 @@ class Ready:
                     if err:
                         raise err
                     return have
-                module = _import(want, self.vdir, self.module_id)
+                vdir = self.vdir.resolve()
+                module = _import(want, vdir, self.module_id)
             except KernelUnavailable as exc:
                 record_unavailable(want.repo, exc, version=want.version, revision=want.revision,
                                    variant=want.variant)
                 raise
             loaded = LoadedPackage(want.repo, want.version, want.revision, want.variant, module, self.module_id,
-                                   self.source, str(self.vdir.resolve()), want.trust, want.pinned, self.notes,
+                                   self.source, str(vdir), want.trust, want.pinned, self.notes,
                                    want.request)
             _LOADED[want.repo] = loaded
             _OWNED[self.module_id] = want.repo

@@ -20,6 +20,9 @@ from .errors import ManifestError
 
 __all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES"]
 
+_DRIVE = re.compile(r"^[A-Za-z]:")
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
 SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.manifest", 1
 ASSEMBLIES = ("eager", "compile", "capture", "compile-then-capture")
 LAYOUTS = ("contiguous", "any")
@@ -160,7 +163,7 @@ class Manifest:
                 raise r.fail(p + ".version", "must be a non-negative integer")
             if path is not None:
                 pp = PurePosixPath(path)
-                if path.startswith("/") or re.match(r"^[A-Za-z]:", path) or ".." in pp.parts or not pp.parts:
+                if path.startswith("/") or _DRIVE.match(path) or ".." in pp.parts or not pp.parts:
                     raise r.fail(p + ".path", f"must be a relative path inside the project, got {path!r}")
             packages[repo] = Package(repo, version, path, trust)
         if not packages:
@@ -275,7 +278,7 @@ class Manifest:
 
 
 def _q(key: str) -> str:
-    return key if re.match(r"^[A-Za-z0-9_-]+$", key) else '"' + key.replace('"', '\\"') + '"'
+    return key if _BARE_KEY.match(key) else '"' + key.replace('"', '\\"') + '"'
 
 
 def _read_impl(r: Reader, seam: str, name: str, t: Any, p: str, packages: dict) -> Impl:

@@ -7,6 +7,7 @@ In order: the current directory's project (a ``pyproject.toml`` with
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -17,7 +18,9 @@ from .errors import UsageError
 __all__ = ["Project", "bundled_root"]
 
 
+@functools.cache
 def bundled_root() -> Path:
+    """The bundled defaults (read-only, inside the installed package), resolved once."""
     return Path(__file__).resolve().parent / "_bundled"
 
 

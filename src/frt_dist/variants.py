@@ -15,6 +15,13 @@ from .hardware import Hardware
 
 __all__ = ["ParsedVariant", "parse_variant", "select_variants", "VariantChoice", "valid_variant_name"]
 
+_STABLE_ABI = re.compile(r"torch-stable-abi(\d)(\d+)")
+_TORCH_VER = re.compile(r"torch(\d)(\d+)")
+_FFI_VER = re.compile(r"ffi(\d+?)(\d+)")
+_MAJOR_MINOR = re.compile(r"^(\d+)\.(\d+)")
+_CUDA_VER = re.compile(r"cu(\d+)(\d)")
+_OTHER_BACKEND = re.compile(r"^(rocm|xpu|cann)\d*?(\d)$")
+
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -43,7 +50,7 @@ def parse_variant(name: str) -> ParsedVariant | None:
     parts = name.split("-")
     try:
         if name.startswith("torch-stable-abi"):
-            m = re.fullmatch(r"torch-stable-abi(\d)(\d+)", "-".join(parts[:3]))
+            m = _STABLE_ABI.fullmatch("-".join(parts[:3]))
             if not m or len(parts) != 6:
                 return None
             return ParsedVariant(name, "stable-abi", _ver(m.group(1), m.group(2)), None, parts[3], parts[4], parts[5])
@@ -52,7 +59,7 @@ def parse_variant(name: str) -> ParsedVariant | None:
                 return None
             return ParsedVariant(name, "noarch", backend="-".join(parts[1:]))
         if parts[0].startswith("torch"):
-            m = re.fullmatch(r"torch(\d)(\d+)", parts[0])
+            m = _TORCH_VER.fullmatch(parts[0])
             if not m:
                 return None
             rest = parts[1:]
@@ -64,7 +71,7 @@ def parse_variant(name: str) -> ParsedVariant | None:
                 return None
             return ParsedVariant(name, "torch", _ver(m.group(1), m.group(2)), cxx11, rest[0], rest[1], rest[2])
         if parts[0] == "tvm" and len(parts) == 5 and parts[1].startswith("ffi"):
-            m = re.fullmatch(r"ffi(\d+?)(\d+)", parts[1])
+            m = _FFI_VER.fullmatch(parts[1])
             if not m:
                 return None
             return ParsedVariant(name, "tvm-ffi", _ver(m.group(1), m.group(2)), None, parts[2], parts[3], parts[4])
@@ -86,7 +93,7 @@ def _system_backend(hw: Hardware) -> str:
 
 def _torch_version(hw: Hardware) -> tuple[int, int] | None:
     t = hw.software.get("torch")
-    m = re.match(r"^(\d+)\.(\d+)", t or "")
+    m = _MAJOR_MINOR.match(t or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
@@ -134,7 +141,7 @@ def _check(v: ParsedVariant, hw: Hardware) -> str | None:
 
 
 def _cuda_mm(s: str) -> tuple[int, int] | None:
-    m = re.fullmatch(r"cu(\d+)(\d)", s)
+    m = _CUDA_VER.fullmatch(s)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
@@ -150,7 +157,7 @@ def _sort_key(v: ParsedVariant) -> tuple:
     if mm:
         backend_minor = -mm[1]
     else:
-        m = re.match(r"^(rocm|xpu|cann)\d*?(\d)$", v.backend)
+        m = _OTHER_BACKEND.match(v.backend)
         if m:
             backend_minor = -int(m.group(2))
     if v.kind == "stable-abi":
