@@ -29,7 +29,7 @@ sys.dont_write_bytecode = True
 PY = sys.executable
 
 
-def guard_overhead(n: int = 200_000, repeats: int = 7) -> dict:
+def guard_overhead(n: int = 200_000, repeats: int = 9) -> dict:
     import torch
 
     from factories import CPU, TinyProject, impl_doc
@@ -63,8 +63,10 @@ def guard_overhead(n: int = 200_000, repeats: int = 7) -> dict:
     d, g = statistics.median(d_ns), statistics.median(g_ns)
     calls = plan.ledger()["seams"]["s"]["calls"]
     shutil.rmtree(tmp, ignore_errors=True)
+    # median: what this (shared, noisy) machine gave; min: the code's cost with the least interference
     return {"direct-ns": round(d, 1), "guarded-ns": round(g, 1), "overhead-ns": round(g - d, 1),
-            "ratio": round(g / d, 2), "counted-calls": calls}
+            "ratio": round(g / d, 2), "min-direct-ns": round(min(d_ns), 1), "min-guarded-ns": round(min(g_ns), 1),
+            "min-overhead-ns": round(min(g_ns) - min(d_ns), 1), "counted-calls": calls, "repeats": repeats}
 
 
 LOAD = r"""
@@ -137,7 +139,7 @@ def _bench_hardware():
                              software={"torch": "2.13", "kernels": "0.17.2"})
 
 
-def warm_load(rounds: int = 9) -> dict:
+def warm_load(rounds: int = 15) -> dict:
     """Each measurement is a fresh process over a filled mirror, with bytecode cached for every module
     on both sides (``PYTHONPYCACHEPREFIX``; one untimed round first), as an installed deployment runs."""
     from frt_dist.lockfile import Lockfile
@@ -162,11 +164,16 @@ def warm_load(rounds: int = 9) -> dict:
                 times[mode].append(json.loads(out.strip().splitlines()[-1])["s"])
     shutil.rmtree(tmp, ignore_errors=True)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+
+    def paired(a: str, b: str) -> float:  # median of per-round ratios: each pair ran back to back
+        return round(statistics.median(x / y for x, y in zip(times[a], times[b])), 2)
+
     return {"load-ms": round(med["load"], 2), "loader-ms": round(med["loader"], 2),
             "get_local_kernel-ms": round(med["raw"], 2), "raw+launches-ms": round(med["raw+launches"], 2),
-            "loader-ratio": round(med["loader"] / med["raw"], 2),
+            "loader-ratio": round(med["loader"] / med["raw"], 2), "loader-ratio-paired": paired("loader", "raw"),
             "load-ratio": round(med["load"] / med["raw"], 2),
             "load-vs-raw+launches": round(med["load"] / med["raw+launches"], 2),
+            "load-vs-raw+launches-paired": paired("load", "raw+launches"),
             "packages": len(json.loads(plan)["route-repos"]), "launches": len(json.loads(plan)["launches"]),
             "rounds": rounds}
 
@@ -197,44 +204,74 @@ def digest_throughput(size_mb: int = 256, repeats: int = 5) -> dict:
             "throughput-ratio": round(r / f, 2)}
 
 
+SERVING_MODULES = "frt_dist.serve, frt_dist.loader, frt_dist.lockfile, frt_dist.resolver, frt_dist.smoke, frt_dist.project"
+
+
 def import_time(rounds: int = 15) -> dict:
-    env = {k: v for k, v in os.environ.items()}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    code = "import frt_dist, sys; print(int('torch' in sys.modules), int('kernels' in sys.modules))"
-    base, imp = [], []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        subprocess.run([PY, "-c", "pass"], check=True, env=env)
-        base.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        out = subprocess.run([PY, "-c", code], check=True, capture_output=True, text=True, env=env).stdout
-        imp.append(time.perf_counter() - t0)
-    return {"bare-python-ms": round(statistics.median(base) * 1e3, 1),
-            "import-frt_dist-ms": round(statistics.median(imp) * 1e3, 1),
-            "added-ms": round((statistics.median(imp) - statistics.median(base)) * 1e3, 1),
-            "torch-imported": out.split()[0] == "1", "kernels-imported": out.split()[1] == "1"}
+    """Fresh interpreters: bare, ``import frt_dist``, and ``import frt_dist`` plus the modules ``load`` pulls in,
+    with bytecode cached (as an installed package runs; one untimed round fills the cache) and, for
+    ``import frt_dist``, without any bytecode (``PYTHONDONTWRITEBYTECODE=1`` and no cache, as `make test` runs)."""
+    tmp = Path(tempfile.mkdtemp(prefix="frt-bench-import-"))
+    cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    cached["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
+    bare["PYTHONDONTWRITEBYTECODE"] = "1"
+    probe = "; import sys; print(int('torch' in sys.modules), int('kernels' in sys.modules))"
+    runs = {"bare": ("pass", cached), "frt_dist": ("import frt_dist" + probe, cached),
+            "serving": (f"import frt_dist, {SERVING_MODULES}" + probe, cached),
+            "frt_dist-no-bytecode": ("import frt_dist" + probe, bare)}
+    # what a serving process pays: the frt modules load uses, in a process that already has torch and kernels
+    in_serving = ("import warnings; warnings.filterwarnings('ignore'); import time, torch, kernels; "
+                  f"t0 = time.perf_counter(); import frt_dist, {SERVING_MODULES}; print(time.perf_counter() - t0)")
+    times = {k: [] for k in runs}
+    times["after-torch"] = []
+    outs = {}
+    for i in range(rounds + 1):
+        for k, (code, env) in runs.items():
+            t0 = time.perf_counter()
+            outs[k] = subprocess.run([PY, "-c", code], check=True, capture_output=True, text=True, env=env).stdout
+            if i:
+                times[k].append(time.perf_counter() - t0)
+        out = subprocess.run([PY, "-c", in_serving], check=True, capture_output=True, text=True, env=cached).stdout
+        if i:
+            times["after-torch"].append(float(out.split()[-1]))
+    shutil.rmtree(tmp, ignore_errors=True)
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    return {"bare-python-ms": round(med["bare"], 1),
+            "added-ms": round(med["frt_dist"] - med["bare"], 1),
+            "added-serving-ms": round(med["serving"] - med["bare"], 1),
+            "serving-after-torch-ms": round(med["after-torch"], 1),
+            "added-no-bytecode-ms": round(med["frt_dist-no-bytecode"] - med["bare"], 1),
+            "torch-imported": any(outs[k].split()[0] == "1" for k in ("frt_dist", "serving")),
+            "kernels-imported": any(outs[k].split()[1] == "1" for k in ("frt_dist", "serving"))}
 
 
 def main() -> int:
     print("frt-dist serving benchmarks (ratios against baselines measured in this run)")
     g = guard_overhead()
-    print(f"guarded call, no-op entry: direct {g['direct-ns']} ns, guarded {g['guarded-ns']} ns -> "
-          f"overhead {g['overhead-ns']} ns/call, ratio {g['ratio']}x (ledger counted {g['counted-calls']} calls)")
+    print(f"guarded call, no-op entry, median of {g['repeats']} rounds: direct {g['direct-ns']} ns, guarded "
+          f"{g['guarded-ns']} ns -> overhead {g['overhead-ns']} ns/call, ratio {g['ratio']}x; fastest rounds: "
+          f"{g['min-guarded-ns']} vs {g['min-direct-ns']} ns -> {g['min-overhead-ns']} ns "
+          f"(ledger counted {g['counted-calls']} calls)")
     w = warm_load()
     print(f"warm load from a mirror (demo-decoder's route: {w['packages']} packages, {w['launches']} smoke launches; "
           f"fresh process each, {w['rounds']} alternating rounds, torch+kernels+frt modules imported, bytecode cached):")
     print(f"  kernels.get_local_kernel, no verification : {w['get_local_kernel-ms']} ms (baseline)")
     print(f"  frt loader (lock read+verify, trust, variant, arch, full digest verification, import): "
-          f"{w['loader-ms']} ms -> {w['loader-ratio']}x")
+          f"{w['loader-ms']} ms -> {w['loader-ratio']}x (per-round pairs: {w['loader-ratio-paired']}x)")
     print(f"  get_local_kernel + the same real-shape launches, no checks: {w['raw+launches-ms']} ms")
     print(f"  frt_dist.load (loader + resolve + smoke launch of each bound impl): {w['load-ms']} ms -> "
-          f"{w['load-ratio']}x the bare import, {w['load-vs-raw+launches']}x import+launches")
+          f"{w['load-ratio']}x the bare import, {w['load-vs-raw+launches']}x import+launches "
+          f"(per-round pairs: {w['load-vs-raw+launches-paired']}x)")
     d = digest_throughput()
     print(f"digest throughput over {d['size-mb']} MiB: frt {d['frt-MBps']} MiB/s vs hashlib {d['hashlib-MBps']} MiB/s "
           f"-> {d['throughput-ratio']}x")
     i = import_time()
-    print(f"import frt_dist: {i['import-frt_dist-ms']} ms vs bare python {i['bare-python-ms']} ms "
-          f"(+{i['added-ms']} ms); torch imported: {i['torch-imported']}, kernels imported: {i['kernels-imported']}")
+    print(f"import frt_dist: +{i['added-ms']} ms over a bare interpreter ({i['bare-python-ms']} ms), "
+          f"+{i['added-serving-ms']} ms with the modules load uses (bytecode cached), of which "
+          f"{i['serving-after-torch-ms']} ms remain in a process that already imported torch and kernels; "
+          f"+{i['added-no-bytecode-ms']} ms with no bytecode at all; "
+          f"torch imported: {i['torch-imported']}, kernels imported: {i['kernels-imported']}")
     print(json.dumps({"guard": g, "warm-load": w, "digest": d, "import": i}, sort_keys=True))
     return 0
 

@@ -394,3 +394,28 @@ def test_importing_frt_modules_imports_neither_torch_nor_kernels():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_symlink_targets_are_resolved_exactly_as_realpath_does(tmp_path):
+    """The integrity check resolves hub-cache style links from cached real directories;
+    every other link shape must land exactly where ``os.path.realpath`` says."""
+    from frt_dist.integrity import _link_target
+
+    t = tmp_path
+    (t / "a" / "b" / "c").mkdir(parents=True)
+    (t / "blobs").mkdir()
+    (t / "blobs" / "x").write_text("x")
+    os.symlink(t / "blobs", t / "a" / "bl")
+    links = {
+        "hub": "../../../blobs/x", "via-dir-link": "../../bl/x", "to-a-link": "hub", "absolute": str(t / "blobs" / "x"),
+        "escapes": "../" * 30 + "etc/passwd", "dotdot-after-name": "x/../../y", "dangling": "missing/file",
+        "trailing-slash": "../../../blobs/", "dot": "./../../../blobs/x",
+    }
+    for name, target in links.items():
+        os.symlink(target, t / "a" / "b" / "c" / name)
+    os.symlink(t / "a", t / "root-link")
+    for base in (t / "a" / "b" / "c", t / "root-link" / "b" / "c"):
+        cache: dict = {}
+        for name in links:
+            p = str(base / name)
+            assert _link_target(p, cache) == os.path.realpath(p), name

@@ -219,6 +219,23 @@ def test_guard_boundaries_and_reasons(plan):
     assert (act["calls"], act["contract-refusals"], act["fallbacks"]) == (9, 7, 0)
 
 
+def test_every_call_shape_is_guarded_the_same(plan):
+    """The guard's fastest path is the smoke's call shape (two positional tensors here);
+    keywords or all-keyword calls take other paths with the same contract and counts."""
+    entry, x = plan.entry("act", "decode"), _x(4)
+    for call in (lambda t: entry(t, W), lambda t: entry(t, w=W), lambda t: entry(x=t, w=W)):
+        assert torch.equal(call(x), x * W)
+        for bad, why in ((_x(17), "rows 17 outside decode band [1, 16]"), (_x(4, 9), "width 9 not 8"),
+                         (torch.randn(8, 8).t(), "layout: input is not contiguous")):
+            with pytest.raises(ContractViolation, match=why.replace("[", r"\[").replace("]", r"\]")):
+                call(bad)
+    with pytest.raises(TypeError):  # a wrong call reaches the kernel, which says what is wrong
+        entry(x, W, W)
+    act = plan.ledger()["seams"]["act"]
+    assert (act["calls"], act["contract-refusals"]) == (13, 9)
+    assert act["contract-misses"] == {"rows": 3, "width": 3, "layout": 3}
+
+
 def test_several_misses_in_one_call_are_all_named(plan):
     with pytest.raises(ContractViolation) as ei:
         plan.entry("act", "decode")(torch.randn(40, 16, dtype=torch.float64)[:, ::2], W)

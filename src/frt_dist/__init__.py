@@ -1,6 +1,7 @@
 """frt-dist: the distribution layer between qualified kernel work and serving.
 
-``import frt_dist`` is cheap and imports neither torch nor kernels; the loader,
+``import frt_dist`` is cheap (the error types only; every other name is
+imported on first use) and imports neither torch nor kernels; the loader,
 ``load`` and the qualification door import them when called.
 """
 
@@ -17,7 +18,6 @@ from .errors import (
     RouteRefused,
     UsageError,
 )
-from .hardware import Hardware, arch_admits, device_class
 
 __version__ = "0.1.0"
 
@@ -56,6 +56,9 @@ _LAZY = {
     "Lockfile": ("lockfile", "Lockfile"),
     "Manifest": ("manifest", "Manifest"),
     "Receipt": ("receipt", "Receipt"),
+    "Hardware": ("hardware", "Hardware"),
+    "arch_admits": ("hardware", "arch_admits"),
+    "device_class": ("hardware", "device_class"),
 }
 
 

@@ -41,17 +41,26 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_sha256_hex(path: str | os.PathLike, algorithm: str = "sha256") -> str:
-    """Hex digest of a file's bytes, streamed (``hashlib.file_digest``)."""
+_SMALL = 1 << 20
+
+
+def _file_hash(path: str | os.PathLike, algorithm: str):
+    """The hash object over a file's bytes: a small file in one read, a larger one
+    streamed (``hashlib.file_digest``)."""
     with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, algorithm).hexdigest()
+        if os.fstat(fh.fileno()).st_size <= _SMALL:
+            return hashlib.new(algorithm, fh.read())  # read() goes to EOF, even if the file grew
+        return hashlib.file_digest(fh, algorithm)
+
+
+def file_sha256_hex(path: str | os.PathLike, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's bytes."""
+    return _file_hash(path, algorithm).hexdigest()
 
 
 def file_digest_b64(path: str | os.PathLike, algorithm: str = "sha256") -> str:
     """The ``metadata.json`` digest form: base64 of the raw digest bytes."""
-    with open(path, "rb") as fh:
-        raw = hashlib.file_digest(fh, algorithm).digest()
-    return base64.b64encode(raw).decode("ascii")
+    return base64.b64encode(_file_hash(path, algorithm).digest()).decode("ascii")
 
 
 # Files that never take part in a tree digest (the `kernels` convention).

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import platform as _platform
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
@@ -148,7 +147,7 @@ class Hardware:
         if not self.cpu:
             object.__setattr__(self, "cpu", self.arch if self.backend == "cpu" else _machine())
         if not self.os:
-            object.__setattr__(self, "os", _platform.system().lower() or "linux")
+            object.__setattr__(self, "os", _system())
         soft = {}
         for k, v in dict(self.software).items():
             soft[str(k)] = str(v)
@@ -219,8 +218,16 @@ def _cxx11(torch) -> bool | None:
         return None
 
 
+def _system() -> str:
+    import platform  # noqa: PLC0415 - lazy: `import frt_dist` stays cheap
+
+    return platform.system().lower() or "linux"
+
+
 def _machine() -> str:
-    m = _platform.machine()
+    import platform  # noqa: PLC0415
+
+    m = platform.machine()
     return {"AMD64": "x86_64", "arm64": "aarch64"}.get(m, m)
 
 
@@ -233,7 +240,9 @@ def cpu_name() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return _platform.processor() or _machine()
+    import platform  # noqa: PLC0415
+
+    return platform.processor() or _machine()
 
 
 def parse_software(text: str) -> dict[str, str]:

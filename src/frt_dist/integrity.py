@@ -67,10 +67,47 @@ def _inside(target: str, root: str) -> bool:
     return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _readable(path: str, link: bool, tree_root: str) -> tuple[bool, str | None]:
+def _link_target(path: str, real_dirs: dict) -> str:
+    """``os.path.realpath(path)`` for a symlink, with each directory resolved once.
+
+    A hub cache links ``snapshots/<sha>/<file>`` to ``../../../../blobs/<digest>``:
+    leading ``..`` applied to an already resolved directory, then plain names.
+    That form is resolved from the (cached) real directories plus one ``lstat``;
+    anything else (absolute targets, ``..`` after a name, a link to a link) goes
+    to ``realpath``.
+    """
+    target = os.readlink(path)
+    parts = target.split("/")
+    ups = 0
+    while ups < len(parts) and parts[ups] == "..":
+        ups += 1
+    rest = parts[ups:]
+    if target.startswith("/") or not rest or any(p in ("", ".", "..") for p in rest):
+        return os.path.realpath(path)
+    base = _real_dir(os.path.dirname(path), real_dirs)
+    for _ in range(ups):
+        base = os.path.dirname(base)
+    head = _real_dir(os.path.join(base, *rest[:-1]), real_dirs)
+    cand = os.path.join(head, rest[-1])
+    if os.path.islink(cand):  # a link to a link: let realpath follow the chain
+        return os.path.realpath(path)
+    return cand
+
+
+def _real_dir(d: str, real_dirs: dict) -> str:
+    got = real_dirs.get(d)
+    if got is None:
+        got = real_dirs[d] = os.path.realpath(d)
+    return got
+
+
+def _readable(path: str, link: bool, tree_root: str, real_dirs: dict) -> tuple[bool, str | None]:
     """(is a regular file we may read, why not). Symlinks must stay in the tree."""
     if link:
-        target = os.path.realpath(path)
+        try:
+            target = _link_target(path, real_dirs)
+        except OSError as exc:
+            return False, f"unreadable: {exc.strerror or exc}"
         if not _inside(target, tree_root):
             return False, f"symlink leaving its tree -> {target}"
     try:
@@ -100,13 +137,14 @@ def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tre
         return sorted((_problem("missing", prefix + rel, want, None, f"{prefix}{rel}: missing (variant directory not found)")
                        for rel, want in missing), key=lambda p: p["path"])
     seen = set()
+    real_dirs: dict[str, str] = {}
     for rel, path, link in scan_tree(vdir):
         if rel in _IGNORED_TOP:
             continue
         shown = prefix + rel
         if rel == METADATA:
             seen.add(rel)
-            ok, why = _readable(path, link, root)
+            ok, why = _readable(path, link, root, real_dirs)
             want = expected.metadata_sha256
             if not ok:
                 problems.append(_problem("mismatched", shown, want, why, f"{shown}: {why}"))
@@ -118,7 +156,7 @@ def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tre
             continue
         want = expected.files.get(rel)
         seen.add(rel)
-        ok, why = _readable(path, link, root)
+        ok, why = _readable(path, link, root, real_dirs)
         if not ok:
             kind = "mismatched" if want is not None else "unknown"
             problems.append(_problem(kind, shown, want, why, f"{shown}: {why}"))

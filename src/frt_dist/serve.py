@@ -238,6 +238,7 @@ class _Contract:
         self.contiguous = c.get("layout", "contiguous") == "contiguous"
         self.lo, self.hi = phase.rows
         self.width = c.get("width")
+        self.arity = len(impl.smoke.get("inputs", ())) or 1  # positional arguments of the smoke call
 
     def problems(self, args, kwargs) -> list[tuple[str, str]]:
         """Every way the call's first tensor argument misses the contract, as (kind, reason)."""
@@ -285,18 +286,27 @@ def entry(*args, **kwargs):
     if compiling():
         return traced(args, kwargs)
     st.calls += 1
-    if args and st.active:
-        x = args[0]
-        if type(x) is Tensor and {dtype} and {device}{layout}:
-            s = x.shape
-            if s and lo <= s[0] <= hi{width}:
-                return fn(*args, **kwargs)
+    if st.active:
+        if len(args) == {arity} and not kwargs:  # the call shape the manifest's smoke declares
+            {unpack} = args
+            if type(x) is Tensor and {dtype} and {device}{layout}:
+                s = x.shape
+                if s and lo <= s[0] <= hi{width}:
+                    return fn({call})
+        elif args:
+            x = args[0]
+            if type(x) is Tensor and {dtype} and {device}{layout}:
+                s = x.shape
+                if s and lo <= s[0] <= hi{width}:
+                    return fn(*args, **kwargs)
     return slow(args, kwargs)
 """
 
 
 def _fast_source(con: _Contract) -> str:
+    names = ["x"] + [f"a{i}" for i in range(1, max(con.arity, 1))]
     return _FAST_TEMPLATE.format(
+        arity=len(names), unpack=", ".join(names) + ("," if len(names) == 1 else ""), call=", ".join(names),
         dtype="x.dtype is dtype0" if len(con.dtypes) == 1 else "x.dtype in dtypes",
         device=f"x.{_DEVICE_FLAGS[con.device]}" if con.device in _DEVICE_FLAGS else "x.device.type == device",
         layout=" and x.is_contiguous()" if con.contiguous else "",
