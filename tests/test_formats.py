@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -224,3 +225,42 @@ def test_lockfile_embedded_manifest_errors_name_the_field(tmp_path, value, messa
         Lockfile.read(p, label="lockfiles/x.lock")
     assert str(ei.value).startswith(f"lockfiles/x.lock: {message}"), str(ei.value)
     assert ei.value.exit_code == 2
+
+
+def test_lockfile_index_is_one_json_line_per_cell_and_the_table_form_still_reads(tmp_path):
+    text = (BUNDLED / "lockfiles" / "demo-decoder.lock").read_text("utf-8")
+    assert "\nindex = '''\n[\n{" in text and "[[index]]" not in text
+    lock = _bundled_lock()
+    doc = lock.document()
+    assert len(doc["index"].splitlines()) == len(lock.index) + 2  # "[", one line per cell, "]"
+    doc["index"] = json.loads(doc["index"])  # the same cells as [[index]] tables
+    p = tmp_path / "tables.lock"
+    p.write_bytes(render(doc, digest(doc)))
+    assert "[[index]]" in p.read_text("utf-8")
+    assert Lockfile.read(p).index == lock.index
+
+
+@pytest.mark.parametrize("value, field, message", [
+    ("[nope", "index", "not valid JSON"),
+    ('{"a": 1}', "index", "expected a JSON array"),
+    ("[5]", "index[0]", "expected an object, got int"),
+])
+def test_lockfile_index_errors_name_the_field(tmp_path, value, field, message):
+    doc = _bundled_lock().document()
+    doc["index"] = value
+    p = tmp_path / "x.lock"
+    p.write_bytes(render(doc, digest(doc)))
+    with pytest.raises(LockfileError) as ei:
+        Lockfile.read(p, label="lockfiles/x.lock")
+    assert str(ei.value).startswith(f"lockfiles/x.lock: {field}: {message}"), str(ei.value)
+
+
+def test_lockfile_index_candidate_must_be_an_object(tmp_path):
+    doc = _bundled_lock().document()
+    cells = json.loads(doc["index"])
+    cells[1]["candidates"][0] = "fused"
+    doc["index"] = json.dumps(cells)
+    p = tmp_path / "x.lock"
+    p.write_bytes(render(doc, digest(doc)))
+    with pytest.raises(LockfileError, match=r"^lockfiles/x.lock: index\[1\].candidates\[0\]: expected an object"):
+        Lockfile.read(p, label="lockfiles/x.lock")

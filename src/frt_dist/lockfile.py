@@ -182,11 +182,11 @@ class Lockfile:
         if self.rejected:
             doc["rejected-receipts"] = sorted(self.rejected, key=lambda x: (x["file"], x["digest"]))
         if self.index:
-            doc["index"] = [
+            doc["index"] = index_text([
                 {**e.key.as_dict(), "route": e.candidates[0].route, "state": e.candidates[0].state,
                  "receipt": e.candidates[0].receipt, "candidates": [c.to_toml() for c in e.candidates]}
                 for e in sorted(self.index.values(), key=lambda e: e.key)
-            ]
+            ])
         return doc
 
     def render(self) -> bytes:
@@ -287,13 +287,25 @@ class Lockfile:
         receipts = _LazyReceipts(file, raw_receipts, verify)
         rejected = r.get(data, "rejected-receipts", list, "", required=False, default=[])
         index = {}
-        for i, it in enumerate(r.get(data, "index", list, "", required=False, default=[])):
+        entries = data.get("index", [])
+        if isinstance(entries, str):  # the form frt lock writes: a JSON array, one cell per line
+            try:
+                entries = json.loads(entries)
+            except ValueError as exc:
+                raise r.fail("index", f"not valid JSON: {exc}") from None
+        if not isinstance(entries, list):
+            raise r.fail("index", f"expected a JSON array (string) or an array of tables, got {type(entries).__name__}")
+        for i, it in enumerate(entries):
             p = f"index[{i}]"
+            if not isinstance(it, dict):
+                raise r.fail(p, f"expected an object, got {type(it).__name__}")
             r.only(it, {"phase", "precision", "backend", "arch", "device-class", "route", "state", "receipt", "candidates"}, p)
             key = CellKey(*(r.get(it, k, str, p) for k in ("phase", "precision", "backend", "arch", "device-class")))
             cands = []
             for j, c in enumerate(r.get(it, "candidates", list, p)):
                 cp = f"{p}.candidates[{j}]"
+                if not isinstance(c, dict):
+                    raise r.fail(cp, f"expected an object, got {type(c).__name__}")
                 sp = c.get("speedup")
                 cands.append(Candidate(r.get(c, "route", str, cp), r.get(c, "state", str, cp),
                                        r.get(c, "receipt", str, cp), float(sp) if sp is not None else None))
@@ -344,11 +356,19 @@ def manifest_text(raw: dict) -> str:
     return json.dumps(raw, indent=1, ensure_ascii=False) + "\n"
 
 
+def index_text(entries: list[dict]) -> str:
+    """The route index: a JSON array with one cell per line (a reviewer sees one line
+    change per cell that changed). Stored as a TOML multi-line literal string like the
+    manifest: a large lock is mostly index, and ``json`` reads it many times faster than
+    ``tomllib`` reads the same cells as ``[[index]]`` tables."""
+    return "[\n" + ",\n".join(json.dumps(e, ensure_ascii=False) for e in entries) + "\n]\n"
+
+
 def render(doc: dict, lock_digest: str) -> bytes:
     """TOML bytes with ``schema`` first and ``lock-digest`` second (SPEC §8.12).
 
-    The embedded manifest (JSON) is a multi-line literal string among the
-    top-level keys; embedded receipts come last, their JSON as TOML literal
+    The embedded manifest and the route index (JSON) are multi-line literal
+    strings among the top-level keys; embedded receipts come last, their JSON as TOML literal
     strings. Either falls back to an escaped basic string when its text holds
     what a literal cannot (``'`` / ``'''`` or a control character).
     """
@@ -360,7 +380,7 @@ def render(doc: dict, lock_digest: str) -> bytes:
     header = "# Written by `frt lock`. Do not edit: regenerate with `frt lock`.\n"
     parts = [header]
     for k, v in top.items():
-        if k == "manifest" and isinstance(v, str) and _multiline_literal_ok(v):
+        if k in ("manifest", "index") and isinstance(v, str) and _multiline_literal_ok(v):
             parts.append(f"{k} = '''\n{v}'''\n")
         else:
             parts.append(tomli_w.dumps({k: v}))
