@@ -264,3 +264,48 @@ def test_lockfile_index_candidate_must_be_an_object(tmp_path):
     p.write_bytes(render(doc, digest(doc)))
     with pytest.raises(LockfileError, match=r"^lockfiles/x.lock: index\[1\].candidates\[0\]: expected an object"):
         Lockfile.read(p, label="lockfiles/x.lock")
+
+
+def test_lockfile_receipts_are_one_json_line_each_and_the_table_form_still_reads(tmp_path):
+    lock = _bundled_lock()
+    doc = lock.document()
+    assert len(doc["receipts"].splitlines()) == len(lock.receipts) + 2
+    want = {d: lock.receipts[d].data for d in lock.receipts}
+    rows = json.loads(doc["receipts"])
+    doc["receipts"] = [{"digest": x["digest"], "file": x["file"], "route": x["route"], "state": x["state"],
+                        "json": json.dumps(x["receipt"])} for x in rows]  # as [[receipts]] tables
+    p = tmp_path / "tables.lock"
+    p.write_bytes(render(doc, digest(doc)))
+    assert "[[receipts]]" in p.read_text("utf-8")
+    back = Lockfile.read(p)
+    assert {d: back.receipts[d].data for d in back.receipts} == want
+
+
+@pytest.mark.parametrize("mutate, field, message", [
+    (lambda rows: "[nope", "receipts", "not valid JSON"),
+    (lambda rows: "5", "receipts", "expected a JSON array"),
+    (lambda rows: json.dumps([7]), "receipts[0]", "expected an object, got int"),
+    (lambda rows: json.dumps([{**rows[0], "receipt": "text"}]), "receipts[0].receipt", "expected"),
+    (lambda rows: json.dumps([{**rows[0], "extra": 1}]), "receipts[0]", "unknown"),
+])
+def test_lockfile_receipt_errors_name_the_field(tmp_path, mutate, field, message):
+    doc = _bundled_lock().document()
+    doc["receipts"] = mutate(json.loads(doc["receipts"]))
+    p = tmp_path / "x.lock"
+    p.write_bytes(render(doc, digest(doc)))
+    with pytest.raises(LockfileError) as ei:
+        Lockfile.read(p, label="lockfiles/x.lock")
+    assert str(ei.value).startswith(f"lockfiles/x.lock: {field}"), str(ei.value)
+    assert message in str(ei.value)
+
+
+def test_an_embedded_receipt_that_does_not_match_its_digest_is_refused_on_use(tmp_path):
+    doc = _bundled_lock().document()
+    rows = json.loads(doc["receipts"])
+    rows[0]["receipt"]["evidence"]["fallbacks"] += 1  # the lock-digest is recomputed: only the receipt digest catches it
+    doc["receipts"] = json.dumps(rows)
+    p = tmp_path / "x.lock"
+    p.write_bytes(render(doc, digest(doc)))
+    lock = Lockfile.read(p, label="lockfiles/x.lock")
+    with pytest.raises(LockfileError, match=r"receipts\[0\]\.digest does not match the embedded receipt"):
+        lock.receipts[rows[0]["digest"]]

@@ -290,7 +290,7 @@ def test_verify_catches_one_hex_digit_anywhere(project, hub):
     r = run_frt(["verify"], cwd=project)
     assert r.returncode == 0 and "lockfiles/toy.lock: ok" in r.stdout
     targets = [m.end() + 5 for m in re.finditer(r'(revision = "|metadata-sha256 = "sha256:|lock-digest = "sha256:|receipt = "sha256:|"receipt": "sha256:)', good)]
-    targets.append(good.index("sha256:", good.index("json = ")) + 12)  # inside an embedded receipt
+    targets.append(good.index("sha256:", good.index("\"receipt\": {")) + 12)  # inside an embedded receipt
     assert len(targets) >= 6
     for at in targets:
         assert re.match(r"[0-9a-f]", good[at]), good[at - 10: at + 10]

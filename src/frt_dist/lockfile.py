@@ -103,18 +103,18 @@ class _LazyReceipts(Mapping):
     ``frt verify`` looks at all of them).
     """
 
-    def __init__(self, file: str, raw: dict[str, tuple[str, str, str]], verify: bool):
+    def __init__(self, file: str, raw: dict[str, tuple[str, str, str | dict]], verify: bool):
         self._file, self._raw, self._verify = file, raw, verify
         self._parsed: dict[str, Receipt] = {}
 
     def __getitem__(self, digest_: str) -> Receipt:
         rec = self._parsed.get(digest_)
         if rec is None:
-            p, label, text = self._raw[digest_]
+            p, label, body = self._raw[digest_]
             from .errors import ReceiptInvalid  # noqa: PLC0415
 
             try:
-                rec = Receipt.parse(json.loads(text), file=label)
+                rec = Receipt.parse(json.loads(body) if isinstance(body, str) else body, file=label)
             except json.JSONDecodeError as exc:
                 raise LockfileError(f"{self._file}: {p}.json: not valid JSON: {exc}", exit_code=1,
                                     reasons=[{"kind": "receipt", "path": p, "expected": "JSON", "computed": str(exc)}]) from None
@@ -173,12 +173,6 @@ class Lockfile:
             "packages": {repo: p.to_toml() for repo, p in sorted(self.packages.items())},
             "routes": routes,
         }
-        if self.receipts:
-            doc["receipts"] = [
-                {"digest": r.digest, "file": r.file, "route": r.route, "state": r.state,
-                 "json": json.dumps(r.data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)}
-                for r in sorted(self.receipts.values(), key=lambda r: (r.file, r.digest))
-            ]
         if self.rejected:
             doc["rejected-receipts"] = sorted(self.rejected, key=lambda x: (x["file"], x["digest"]))
         if self.index:
@@ -187,6 +181,8 @@ class Lockfile:
                  "receipt": e.candidates[0].receipt, "candidates": [c.to_toml() for c in e.candidates]}
                 for e in sorted(self.index.values(), key=lambda e: e.key)
             ])
+        if self.receipts:
+            doc["receipts"] = receipts_text(sorted(self.receipts.values(), key=lambda r: (r.file, r.digest)))
         return doc
 
     def render(self) -> bytes:
@@ -279,11 +275,27 @@ class Lockfile:
             packages[repo] = LockedPackage(repo, source, r.get(t, "version", int, p), revision, trust, variants,
                                            r.get(t, "path", str, p, required=False))
         raw_receipts = {}
-        for i, rt in enumerate(r.get(data, "receipts", list, "", required=False, default=[])):
+        embedded = data.get("receipts", [])
+        if isinstance(embedded, str):  # the form frt lock writes: a JSON array, one receipt per line
+            try:
+                embedded = json.loads(embedded)
+            except ValueError as exc:
+                raise r.fail("receipts", f"not valid JSON: {exc}") from None
+        if not isinstance(embedded, list):
+            raise r.fail("receipts", f"expected a JSON array (string) or an array of tables, "
+                                     f"got {type(embedded).__name__}")
+        for i, rt in enumerate(embedded):
             p = f"receipts[{i}]"
-            r.only(rt, {"digest", "file", "route", "state", "json"}, p)
+            if not isinstance(rt, dict):
+                raise r.fail(p, f"expected an object, got {type(rt).__name__}")
+            if "json" in rt:  # [[receipts]] tables: the receipt as a JSON string
+                r.only(rt, {"digest", "file", "route", "state", "json"}, p)
+                body = r.get(rt, "json", str, p)
+            else:
+                r.only(rt, {"digest", "file", "route", "state", "receipt"}, p)
+                body = r.get(rt, "receipt", dict, p)
             dig = r.get(rt, "digest", str, p)
-            raw_receipts[dig] = (p, r.get(rt, "file", str, p), r.get(rt, "json", str, p))
+            raw_receipts[dig] = (p, r.get(rt, "file", str, p), body)
         receipts = _LazyReceipts(file, raw_receipts, verify)
         rejected = r.get(data, "rejected-receipts", list, "", required=False, default=[])
         index = {}
@@ -364,35 +376,44 @@ def index_text(entries: list[dict]) -> str:
     return "[\n" + ",\n".join(json.dumps(e, ensure_ascii=False) for e in entries) + "\n]\n"
 
 
+def receipts_text(receipts) -> str:
+    """The embedded receipts: a JSON array, one receipt per line, each the receipt's
+    canonical JSON with the digest, file, route and state it is indexed by."""
+    lines = []
+    for r in receipts:
+        head = json.dumps({"digest": r.digest, "file": r.file, "route": r.route, "state": r.state},
+                          ensure_ascii=False)
+        body = json.dumps(r.data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        lines.append(f'{head[:-1]}, "receipt": {body}}}')
+    return "[\n" + ",\n".join(lines) + "\n]\n"
+
+
+_JSON_TEXT = ("manifest", "index", "receipts")
+
+
 def render(doc: dict, lock_digest: str) -> bytes:
     """TOML bytes with ``schema`` first and ``lock-digest`` second (SPEC §8.12).
 
-    The embedded manifest and the route index (JSON) are multi-line literal
-    strings among the top-level keys; embedded receipts come last, their JSON as TOML literal
-    strings. Either falls back to an escaped basic string when its text holds
-    what a literal cannot (``'`` / ``'''`` or a control character).
+    The embedded manifest, route index and receipts are JSON, each one TOML
+    multi-line literal string among the top-level keys (a reader takes each with
+    one string search and ``json``); a text a literal cannot hold (``'''`` or a
+    control character) falls back to an escaped basic string. Packages, routes and
+    rejected receipts are TOML tables.
     """
     import tomli_w  # noqa: PLC0415
 
     top = {"schema": doc["schema"], "lock-digest": lock_digest}
-    top.update((k, v) for k, v in doc.items() if k not in ("schema", "receipts") and not _is_table(v))
-    tables = {k: v for k, v in doc.items() if k != "receipts" and _is_table(v)}
+    top.update((k, v) for k, v in doc.items() if k != "schema" and not _is_table(v))
+    tables = {k: v for k, v in doc.items() if _is_table(v)}
     header = "# Written by `frt lock`. Do not edit: regenerate with `frt lock`.\n"
     parts = [header]
     for k, v in top.items():
-        if k in ("manifest", "index") and isinstance(v, str) and _multiline_literal_ok(v):
+        if k in _JSON_TEXT and isinstance(v, str) and _multiline_literal_ok(v):
             parts.append(f"{k} = '''\n{v}'''\n")
         else:
             parts.append(tomli_w.dumps({k: v}))
     if tables:
         parts.append("\n" + tomli_w.dumps(tables))
-    for rec in doc.get("receipts", ()):
-        parts.append("\n[[receipts]]\n")
-        for k, v in rec.items():
-            if k == "json" and _literal_ok(v):
-                parts.append(f"json = '{v}'\n")
-            else:
-                parts.append(tomli_w.dumps({k: v}))
     return "".join(parts).encode("utf-8")
 
 
@@ -400,12 +421,7 @@ def _is_table(v) -> bool:
     return isinstance(v, dict) or (isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v))
 
 
-_NOT_LITERAL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f']")
 _NOT_MULTILINE_LITERAL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|'''|'\Z")
-
-
-def _literal_ok(s: str) -> bool:
-    return _NOT_LITERAL.search(s) is None
 
 
 def _multiline_literal_ok(s: str) -> bool:
