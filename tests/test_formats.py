@@ -309,3 +309,22 @@ def test_an_embedded_receipt_that_does_not_match_its_digest_is_refused_on_use(tm
     lock = Lockfile.read(p, label="lockfiles/x.lock")
     with pytest.raises(LockfileError, match=r"receipts\[0\]\.digest does not match the embedded receipt"):
         lock.receipts[rows[0]["digest"]]
+
+
+def test_a_damaged_receipt_line_is_refused_when_first_used_naming_it(tmp_path):
+    """Reading a lock parses no receipt line (a large lock is mostly receipts); the line is
+    checked, like the table form was, when a decision or `frt verify` first looks at it."""
+    doc = _bundled_lock().document()
+    lines = doc["receipts"].split("\n")
+    digest1 = json.loads(lines[2].rstrip(","))["digest"]
+    lines[2] = lines[2].replace('"receipt": {', '"receipt": {,', 1)
+    doc["receipts"] = "\n".join(lines)
+    p = tmp_path / "x.lock"
+    p.write_bytes(render(doc, digest(doc)))
+    lock = Lockfile.read(p, label="lockfiles/x.lock")
+    assert digest1 in lock.receipts and len(lock.receipts) == 4
+    with pytest.raises(LockfileError, match=r"^lockfiles/x.lock: receipts\[1\]: not valid JSON"):
+        lock.receipts[digest1]
+    # `frt verify` (receipt_problems) reports it as a problem with the others instead of stopping
+    [(where, why)] = lock.receipt_problems()
+    assert where == "receipts[1]" and "not valid JSON" in why

@@ -289,8 +289,8 @@ def cmd_verify(args) -> int:
                           "expected": r.get("expected"), "computed": r.get("computed"), "message": str(exc)}
                          for r in (exc.reasons or [{}])]
             continue
-        for rec, why in lock.receipt_problems():
-            problems.append({"kind": "receipt", "path": rec.file, "expected": "valid", "computed": why})
+        for where, why in lock.receipt_problems():
+            problems.append({"kind": "receipt", "path": where, "expected": "valid", "computed": why})
         if args.mirror:
             from .mirror import verify_mirror  # noqa: PLC0415
 

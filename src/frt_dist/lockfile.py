@@ -103,20 +103,24 @@ class _LazyReceipts(Mapping):
     ``frt verify`` looks at all of them).
     """
 
-    def __init__(self, file: str, raw: dict[str, tuple[str, str, str | dict]], verify: bool):
+    def __init__(self, file: str, raw: dict[str, tuple], verify: bool):
+        # digest -> (path, file label, body, kind): kind "line" is one line of the JSON array frt lock
+        # writes (parsed on use), "text" a [[receipts]] table's json string, "object" a parsed receipt
         self._file, self._raw, self._verify = file, raw, verify
         self._parsed: dict[str, Receipt] = {}
 
     def __getitem__(self, digest_: str) -> Receipt:
         rec = self._parsed.get(digest_)
         if rec is None:
-            p, label, body = self._raw[digest_]
+            p, label, body, kind = self._raw[digest_]
             from .errors import ReceiptInvalid  # noqa: PLC0415
 
             try:
-                rec = Receipt.parse(json.loads(body) if isinstance(body, str) else body, file=label)
+                if kind == "line":
+                    label, body = self._line(p, digest_, body)
+                rec = Receipt.parse(json.loads(body) if kind == "text" else body, file=label)
             except json.JSONDecodeError as exc:
-                raise LockfileError(f"{self._file}: {p}.json: not valid JSON: {exc}", exit_code=1,
+                raise LockfileError(f"{self._file}: {p}: not valid JSON: {exc}", exit_code=1,
                                     reasons=[{"kind": "receipt", "path": p, "expected": "JSON", "computed": str(exc)}]) from None
             except ReceiptInvalid as exc:
                 raise LockfileError(f"{self._file}: {p}: {exc}", exit_code=1,
@@ -130,6 +134,19 @@ class _LazyReceipts(Mapping):
                                     hints=["regenerate it with `frt lock`"])
             self._parsed[digest_] = rec
         return rec
+
+    def _line(self, p: str, digest_: str, line: str) -> tuple[str, dict]:
+        """(file label, receipt object) of one line of the receipts array, checked like a table."""
+        obj = json.loads(line)
+        r = Reader(self._file, LockfileError)
+        if not isinstance(obj, dict):
+            raise r.fail(p, f"expected an object, got {type(obj).__name__}")
+        r.only(obj, {"digest", "file", "route", "state", "receipt"}, p)
+        if r.get(obj, "digest", str, p) != digest_:  # the line's head was read without parsing it
+            raise r.fail(p + ".digest", "does not match the line it heads")
+        for k in ("route", "state"):
+            r.get(obj, k, str, p)
+        return r.get(obj, "file", str, p), r.get(obj, "receipt", dict, p)
 
     def __contains__(self, digest_) -> bool:
         return digest_ in self._raw
@@ -274,9 +291,16 @@ class Lockfile:
                     {k: str(v) for k, v in files.items()})
             packages[repo] = LockedPackage(repo, source, r.get(t, "version", int, p), revision, trust, variants,
                                            r.get(t, "path", str, p, required=False))
-        raw_receipts = {}
+        raw_receipts: dict[str, tuple] = {}
         embedded = data.get("receipts", [])
-        if isinstance(embedded, str):  # the form frt lock writes: a JSON array, one receipt per line
+        lines = _receipt_lines(embedded) if isinstance(embedded, str) else None
+        if lines is not None:  # the layout frt lock writes: each line parsed when first used
+            for i, (dig, line) in enumerate(lines):
+                if dig in raw_receipts:
+                    raise r.fail(f"receipts[{i}].digest", f"{dig} is embedded twice")
+                raw_receipts[dig] = (f"receipts[{i}]", None, line, "line")
+            embedded = []
+        elif isinstance(embedded, str):  # JSON in another layout: parse it whole
             try:
                 embedded = json.loads(embedded)
             except ValueError as exc:
@@ -290,12 +314,12 @@ class Lockfile:
                 raise r.fail(p, f"expected an object, got {type(rt).__name__}")
             if "json" in rt:  # [[receipts]] tables: the receipt as a JSON string
                 r.only(rt, {"digest", "file", "route", "state", "json"}, p)
-                body = r.get(rt, "json", str, p)
+                body, kind = r.get(rt, "json", str, p), "text"
             else:
                 r.only(rt, {"digest", "file", "route", "state", "receipt"}, p)
-                body = r.get(rt, "receipt", dict, p)
+                body, kind = r.get(rt, "receipt", dict, p), "object"
             dig = r.get(rt, "digest", str, p)
-            raw_receipts[dig] = (p, r.get(rt, "file", str, p), body)
+            raw_receipts[dig] = (p, r.get(rt, "file", str, p), body, kind)
         receipts = _LazyReceipts(file, raw_receipts, verify)
         rejected = r.get(data, "rejected-receipts", list, "", required=False, default=[])
         index = {}
@@ -331,12 +355,19 @@ class Lockfile:
         return lf
 
     # -- checks -------------------------------------------------------------
-    def receipt_problems(self) -> list[tuple[Receipt, str]]:
-        """Re-validate every embedded receipt against the embedded manifest and the pins."""
-        out = []
-        for rec in sorted(self.receipts.values(), key=lambda r: r.file):
+    def receipt_problems(self) -> list[tuple[str, str]]:
+        """(where, why) for every embedded receipt that does not parse, does not match its
+        digest, or does not fit the embedded manifest and the pins."""
+        out, ok = [], []
+        for dig in self.receipts:
+            try:
+                ok.append(self.receipts[dig])
+            except LockfileError as exc:
+                where = (exc.reasons or [{}])[0].get("path") or dig
+                out.append((where, str(exc)))
+        for rec in sorted(ok, key=lambda r: r.file):
             for why in rec.problems(self.manifest) + self.pin_problems(rec):
-                out.append((rec, why))
+                out.append((rec.file, why))
         return out
 
     def pin_problems(self, rec: Receipt) -> list[str]:
@@ -389,6 +420,27 @@ def receipts_text(receipts) -> str:
 
 
 _JSON_TEXT = ("manifest", "index", "receipts")
+_RECEIPT_LINE = re.compile(r'\{"digest": "(sha256:[0-9a-f]{64})", ')
+
+
+def _receipt_lines(text: str) -> list[tuple[str, str]] | None:
+    """(digest, line) per receipt when ``text`` has exactly the layout ``receipts_text``
+    writes (``[``, one object per line headed by its digest, ``]``), else ``None``."""
+    lines = text.split("\n")
+    if len(lines) < 4 or lines[0] != "[" or lines[-2:] != ["]", ""]:
+        return None
+    body = lines[1:-2]
+    out = []
+    for j, line in enumerate(body):
+        if j < len(body) - 1:
+            if not line.endswith(","):
+                return None
+            line = line[:-1]
+        m = _RECEIPT_LINE.match(line)
+        if m is None or not line.endswith("}"):
+            return None
+        out.append((m.group(1), line))
+    return out
 
 
 def render(doc: dict, lock_digest: str) -> bytes:
