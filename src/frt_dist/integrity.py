@@ -95,9 +95,18 @@ def _link_target(path: str, real_dirs: dict) -> str:
 
 
 def _real_dir(d: str, real_dirs: dict) -> str:
+    """``os.path.realpath(d)``, built from the nearest known real parent: a name that
+    is not a symlink in a resolved directory resolves to that directory plus the name
+    (one ``lstat`` per new level instead of one per component of the whole path)."""
     got = real_dirs.get(d)
     if got is None:
-        got = real_dirs[d] = os.path.realpath(d)
+        parent, name = os.path.split(d)
+        if name in ("", ".", "..") or parent == d:
+            got = os.path.realpath(d)
+        else:
+            cand = os.path.join(_real_dir(parent, real_dirs), name)
+            got = os.path.realpath(cand) if os.path.islink(cand) else cand
+        real_dirs[d] = got
     return got
 
 
@@ -137,7 +146,7 @@ def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tre
         return sorted((_problem("missing", prefix + rel, want, None, f"{prefix}{rel}: missing (variant directory not found)")
                        for rel, want in missing), key=lambda p: p["path"])
     seen = set()
-    real_dirs: dict[str, str] = {}
+    real_dirs: dict[str, str] = {os.fspath(tree_root if tree_root is not None else vdir): root}
     for rel, path, link in scan_tree(vdir):
         if rel in _IGNORED_TOP:
             continue
