@@ -76,6 +76,18 @@ class Reader:
                 raise self.fail(f"{path}.{key}[{i}]" if path else f"{key}[{i}]", f"expected a string, got {_kind(item)}")
         return list(v)
 
+    def json_value(self, value, path: str, types, expected: str):
+        """``value``, or the JSON it holds when it is a string (frt writes large parts of a TOML
+        document as JSON text), which must then be one of ``types``."""
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise self.fail(path, f"not valid JSON: {exc}") from None
+        if not isinstance(value, types):
+            raise self.fail(path, f"expected {expected}, got {type(value).__name__}")
+        return value
+
     def only(self, table: dict, allowed, path: str) -> None:
         for key in table:
             if key not in allowed:

@@ -245,15 +245,8 @@ class Lockfile:
         model = r.get(data, "model", str, "")
         manifest_file = r.get(data, "manifest-file", str, "")
         mdig = r.get(data, "manifest-digest", str, "")
-        raw = data.get("manifest")
-        if isinstance(raw, str):  # the form frt lock writes: the manifest's JSON, read with one search
-            try:
-                raw = json.loads(raw)
-            except ValueError as exc:
-                raise r.fail("manifest", f"not valid JSON: {exc}") from None
-        if not isinstance(raw, dict):
-            raise r.fail("manifest", f"expected the manifest as a JSON object (string) or a table, "
-                                     f"got {type(raw).__name__}")
+        raw = r.json_value(data.get("manifest"), "manifest", dict,
+                           "the manifest as a JSON object (string) or a table")
         from .errors import ManifestError  # noqa: PLC0415
 
         try:
@@ -300,14 +293,7 @@ class Lockfile:
                     raise r.fail(f"receipts[{i}].digest", f"{dig} is embedded twice")
                 raw_receipts[dig] = (f"receipts[{i}]", None, line, "line")
             embedded = []
-        elif isinstance(embedded, str):  # JSON in another layout: parse it whole
-            try:
-                embedded = json.loads(embedded)
-            except ValueError as exc:
-                raise r.fail("receipts", f"not valid JSON: {exc}") from None
-        if not isinstance(embedded, list):
-            raise r.fail("receipts", f"expected a JSON array (string) or an array of tables, "
-                                     f"got {type(embedded).__name__}")
+        embedded = r.json_value(embedded, "receipts", list, "a JSON array (string) or an array of tables")
         for i, rt in enumerate(embedded):
             p = f"receipts[{i}]"
             if not isinstance(rt, dict):
@@ -323,14 +309,7 @@ class Lockfile:
         receipts = _LazyReceipts(file, raw_receipts, verify)
         rejected = r.get(data, "rejected-receipts", list, "", required=False, default=[])
         index = {}
-        entries = data.get("index", [])
-        if isinstance(entries, str):  # the form frt lock writes: a JSON array, one cell per line
-            try:
-                entries = json.loads(entries)
-            except ValueError as exc:
-                raise r.fail("index", f"not valid JSON: {exc}") from None
-        if not isinstance(entries, list):
-            raise r.fail("index", f"expected a JSON array (string) or an array of tables, got {type(entries).__name__}")
+        entries = r.json_value(data.get("index", []), "index", list, "a JSON array (string) or an array of tables")
         for i, it in enumerate(entries):
             p = f"index[{i}]"
             if not isinstance(it, dict):
