@@ -104,12 +104,19 @@ class Reader:
         return s
 
 
-def load_toml(path: Path, error: type[FrtError], label: str | None = None) -> dict:
+def read_bytes(path: Path, error: type[FrtError], label: str | None = None) -> bytes:
     label = label or str(path)
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise error(f"{label}: file not found", reasons=[{"file": label, "field": "", "reason": "file not found"}]) from None
+
+
+def load_toml(path: Path, error: type[FrtError], label: str | None = None) -> dict:
+    return parse_toml(read_bytes(path, error, label), error, label or str(path))
+
+
+def parse_toml(data: bytes, error: type[FrtError], label: str) -> dict:
     try:
         return tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

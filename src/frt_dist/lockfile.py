@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._schema import Reader, load_toml
+from . import _toml_fast
+from ._schema import Reader, parse_toml, read_bytes
 from .canonical import digest
 from .errors import LockfileError
 from .manifest import Manifest
@@ -221,7 +222,11 @@ class Lockfile:
     @classmethod
     def read(cls, path: str | os.PathLike, *, verify: bool = True, label: str | None = None) -> "Lockfile":
         label = label or str(path)
-        data = load_toml(Path(path), LockfileError, label)
+        raw = read_bytes(Path(path), LockfileError, label)
+        # what frt lock writes is read by the lockfile-layout reader; anything else (or damaged) by tomllib
+        data = _toml_fast.loads(raw)
+        if data is None:
+            data = parse_toml(raw, LockfileError, label)
         lf = cls.from_document(data, file=label, verify=verify)
         lf.path = str(path)
         return lf
