@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 sys.dont_write_bytecode = True
@@ -80,6 +81,16 @@ def test_second_copy_and_symlinked_path_do_not_load_twice(proj, tmp_path):
         assert other.packages[SCALE].revision == lock.packages[SCALE].revision
         assert loader.load_locked(other, SCALE, hardware=CPU).module is first.module
     assert [k for k in sys.modules if k.startswith("_frt_test_scale")] == [first.module_id]
+
+
+def test_location_is_the_real_variant_directory_through_a_symlinked_project(proj, tmp_path):
+    tp, _ = proj
+    link = tmp_path / "via" / "link"
+    link.parent.mkdir()
+    link.symlink_to(tp.root)
+    got = loader.load_locked(Lockfile.read(link / "lockfiles" / "tiny.lock"), SCALE, hardware=CPU)
+    assert got.location == os.path.realpath(tp.root / "packages" / "scale" / "build" / "torch-cpu")
+    assert Path(got.module.__file__).parent.parent == Path(got.location)
 
 
 def test_two_revisions_of_one_repo_are_refused_naming_both(proj, tmp_path):
@@ -200,10 +211,13 @@ def test_no_variant_for_this_system_is_refused(proj):
 @pytest.mark.parametrize("mid,why", [
     ("json", "import id 'json' would shadow sys.modules['json'], which frt did not load"),
     ("antigravity", "import id 'antigravity' would shadow the importable module 'antigravity'"),
+    # a submodule entry without its parent: the package's own `from . import ops` would get it
+    ("_frt_orphan", "import id '_frt_orphan' would shadow sys.modules['_frt_orphan.ops'], which frt did not load"),
 ])
-def test_an_import_id_that_would_shadow_a_module_is_refused(tmp_path, mid, why):
+def test_an_import_id_that_would_shadow_a_module_is_refused(tmp_path, monkeypatch, mid, why):
     import json  # noqa: F401 - make sure the stdlib module is the one in sys.modules
 
+    monkeypatch.setitem(sys.modules, "_frt_orphan.ops", types.ModuleType("_frt_orphan.ops"))
     stdlib_json = sys.modules["json"]
     tp = tiny_project(tmp_path, packages={"scale": {"name": "scale", "id": mid},
                                           "norm": {"name": "norm", "source": NORM_SRC}})

@@ -30,7 +30,7 @@ from pathlib import Path
 from .canonical import file_digest_b64 as file_digest
 from .canonical import file_sha256_hex, scan_tree
 
-__all__ = ["Expected", "check_variant_dir", "file_digest", "format_problems"]
+__all__ = ["Expected", "check_variant_dir", "file_digest", "format_problems", "real_dir"]
 
 METADATA = "metadata.json"
 _IGNORED_TOP = {"metadata.json.sigstore"}
@@ -94,6 +94,11 @@ def _link_target(path: str, real_dirs: dict) -> str:
     return cand
 
 
+def real_dir(d: str | os.PathLike, real_dirs: dict) -> str:
+    """``os.path.realpath(d)`` from the directories ``check_variant_dir`` resolved."""
+    return _real_dir(os.fspath(d), real_dirs)
+
+
 def _real_dir(d: str, real_dirs: dict) -> str:
     """``os.path.realpath(d)``, built from the nearest known real parent: a name that
     is not a symlink in a resolved directory resolves to that directory plus the name
@@ -131,12 +136,14 @@ def _readable(path: str, link: bool, tree_root: str, real_dirs: dict) -> tuple[b
 
 
 def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tree_root: str | os.PathLike | None = None,
-                      prefix: str = "") -> list[dict]:
+                      prefix: str = "", real_dirs: dict[str, str] | None = None) -> list[dict]:
     """Every problem of ``variant_dir`` against ``expected``, sorted by path.
 
     ``tree_root`` bounds where symlinks may point (default: the variant
     directory itself). ``prefix`` is prepended to each reported path (e.g.
     ``build/torch-cpu/``) so a report names files the way a reader finds them.
+    ``real_dirs``, when given, keeps the real paths of the directories resolved
+    on the way (``real_dir`` then answers for the variant directory from it).
     """
     vdir = Path(variant_dir)
     root = os.path.realpath(tree_root if tree_root is not None else vdir)
@@ -146,7 +153,9 @@ def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tre
         return sorted((_problem("missing", prefix + rel, want, None, f"{prefix}{rel}: missing (variant directory not found)")
                        for rel, want in missing), key=lambda p: p["path"])
     seen = set()
-    real_dirs: dict[str, str] = {os.fspath(tree_root if tree_root is not None else vdir): root}
+    if real_dirs is None:
+        real_dirs = {}
+    real_dirs[os.fspath(tree_root if tree_root is not None else vdir)] = root
     for rel, path, link in scan_tree(vdir):
         if rel in _IGNORED_TOP:
             continue

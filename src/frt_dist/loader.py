@@ -50,7 +50,7 @@ from typing import Any
 
 from .errors import FrtError, KernelUnavailable
 from .hardware import Hardware, arch_admits
-from .integrity import Expected, check_variant_dir, format_problems
+from .integrity import Expected, check_variant_dir, format_problems, real_dir
 from .variants import select_variants, valid_variant_name
 
 __all__ = ["hub_kernel", "load_package", "load_locked", "prepare_locked", "unavailable_report", "LoadedPackage",
@@ -415,14 +415,19 @@ def _arch_notes(want: _Want, hw: Hardware) -> list[str]:
 
 
 def _integrity(want: _Want, vdir: Path, tree: Path, source: str, offline: bool) -> tuple[Path, Path, str]:
-    """Check the variant's files; returns where they are (a partial hub-cache
-    snapshot of a Hub package is completed from the Hub once, online)."""
-    problems = check_variant_dir(vdir, want.expected, tree_root=tree, prefix=f"build/{want.variant}/")
+    """Check the variant's files; returns where they are: the variant directory's
+    real path, its tree, the source (a partial hub-cache snapshot of a Hub package
+    is completed from the Hub once, online)."""
+    real_dirs: dict[str, str] = {}
+    problems = check_variant_dir(vdir, want.expected, tree_root=tree, prefix=f"build/{want.variant}/",
+                                 real_dirs=real_dirs)
     if (problems and source == "cache" and want.source_kind == "hub" and not offline
             and all(p["kind"] == "missing" for p in problems)):  # an interrupted download, not tampering
         vdir, tree = _download(want)
         source = "hub"
-        problems = check_variant_dir(vdir, want.expected, tree_root=tree, prefix=f"build/{want.variant}/")
+        real_dirs.clear()
+        problems = check_variant_dir(vdir, want.expected, tree_root=tree, prefix=f"build/{want.variant}/",
+                                     real_dirs=real_dirs)
     if problems:
         raise KernelUnavailable(
             f"package {want.repo!r} revision {want.revision}: {len(problems)} file(s) of build/{want.variant}/ "
@@ -430,7 +435,8 @@ def _integrity(want: _Want, vdir: Path, tree: Path, source: str, offline: bool) 
             + format_problems(problems),
             reasons=[{"package": want.repo, "revision": want.revision, "source": source, **p} for p in problems],
             hints=["re-fill the mirror (`frt mirror`) or clear the cached snapshot; never edit locked files"])
-    return vdir, tree, source
+    # what the checks resolved on the way (one lstat per level), not a realpath of the whole path again
+    return Path(real_dir(vdir, real_dirs)), tree, source
 
 
 def _module_problems(want: _Want, meta: dict, vdir: Path) -> list[str]:
@@ -445,8 +451,9 @@ def _module_problems(want: _Want, meta: dict, vdir: Path) -> list[str]:
         out.append(f"build/{want.variant}/ has neither __init__.py nor {name}/__init__.py")
     if isinstance(mid, str):
         owner = _OWNED.get(mid)
-        if owner is None and (mid in sys.modules or _has_submodule(mid)):
-            out.append(f"import id {mid!r} would shadow sys.modules[{mid!r}], which frt did not load")
+        taken = None if owner is not None else mid if mid in sys.modules else _submodule_of(mid)
+        if taken is not None:
+            out.append(f"import id {mid!r} would shadow sys.modules[{taken!r}], which frt did not load")
         elif owner is None and _is_importable_elsewhere(mid):
             out.append(f"import id {mid!r} would shadow the importable module {mid!r}")
         elif owner is not None and owner != want.repo:
@@ -454,12 +461,15 @@ def _module_problems(want: _Want, meta: dict, vdir: Path) -> list[str]:
     return out
 
 
-def _has_submodule(name: str) -> bool:
-    """Some ``name.<x>`` is in ``sys.modules``."""
+def _submodule_of(name: str) -> str | None:
+    """A ``name.<x>`` key of ``sys.modules``, if there is one."""
     try:  # module names hold no newline: one join and one search instead of a loop over the keys
-        return f"\n{name}." in "\n" + "\n".join(sys.modules)
-    except TypeError:  # a non-str key someone put there
-        return any(isinstance(k, str) and k.startswith(name + ".") for k in list(sys.modules))
+        names = "\n".join(sys.modules)
+        if not (names.startswith(name + ".") or f"\n{name}." in names):
+            return None
+    except TypeError:  # a non-str key someone put there: take the slow walk
+        pass
+    return next((k for k in list(sys.modules) if isinstance(k, str) and k.startswith(name + ".")), None)
 
 
 def _is_importable_elsewhere(name: str) -> bool:
@@ -471,13 +481,13 @@ def _is_importable_elsewhere(name: str) -> bool:
 
 
 def _import(want: _Want, vdir: Path, mid: str):
-    before = set(sys.modules)
+    before = sys.modules.copy()  # a dict copy: cheaper than a set of the keys, and only read on failure
     try:
         import kernels  # noqa: PLC0415 - deliberately lazy
 
         return kernels.get_local_kernel(vdir)
     except Exception as exc:  # noqa: BLE001 - an import that raises is a refusal, with its text
-        for key in set(sys.modules) - before:
+        for key in [k for k in sys.modules if k not in before]:
             if key == mid or key.startswith(mid + "."):
                 sys.modules.pop(key, None)
         raise _refuse(want.repo, [f"import of build/{want.variant}/ failed: {type(exc).__name__}: {exc}"],
@@ -507,7 +517,7 @@ class Ready:
     """
 
     want: _Want
-    vdir: Path
+    vdir: Path  # its real path
     source: str
     module_id: str
     notes: tuple[str, ...]
@@ -526,7 +536,7 @@ class Ready:
                     if err:
                         raise err
                     return have
-                vdir = self.vdir.resolve()
+                vdir = self.vdir  # the real path: _integrity resolved it
                 module = _import(want, vdir, self.module_id)
             except KernelUnavailable as exc:
                 record_unavailable(want.repo, exc, version=want.version, revision=want.revision,
