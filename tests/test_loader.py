@@ -147,6 +147,39 @@ def test_every_damaged_file_is_reported_and_nothing_is_imported(tmp_path):
     assert report[-1]["message"] == str(exc) and report[-1]["reasons"] == exc.reasons
 
 
+def test_special_files_are_refused_without_reading_or_waiting(tmp_path):
+    """A FIFO where a file belongs must not block the check (it is opened non-blocking and
+    classified by what was opened); a symlink to a directory is named as such."""
+    module = {"__init__.py": SCALE_SRC, "fifo.bin": "data\n", "dirlink": "not a dir\n"}
+    tp = tiny_project(tmp_path, packages={"scale": {"name": "scale", "module": module},
+                                          "norm": {"name": "norm", "source": NORM_SRC}})
+    lock = tp.lock()
+    pkg = tp.root / "packages" / "scale" / "build" / "torch-cpu" / "scale"
+    (pkg / "fifo.bin").unlink()
+    os.mkfifo(pkg / "fifo.bin")
+    (pkg / "sub").mkdir()
+    (pkg / "dirlink").unlink()
+    (pkg / "dirlink").symlink_to(pkg / "sub")
+    exc = _refusal(loader.load_locked, lock, SCALE, hardware=CPU)
+    got = [(r["kind"], r["path"], r["computed"]) for r in exc.reasons]
+    assert got == [("mismatched", "build/torch-cpu/scale/dirlink", "a directory where a file belongs"),
+                   ("mismatched", "build/torch-cpu/scale/fifo.bin", "not a regular file")]
+
+
+@pytest.mark.parametrize("case,why", [
+    ("no-entry", "build/torch-cpu/ has neither __init__.py nor scale/__init__.py"),
+    ("kernel-depends", "declares kernel-depends, which frt cannot lock or verify yet"),
+])
+def test_a_variant_frt_cannot_import_is_refused(tmp_path, case, why):
+    spec = {"name": "scale", "module": {"ops.py": SCALE_SRC}} if case == "no-entry" else \
+        {"name": "scale", "source": SCALE_SRC, "extra": {"kernel-depends": ["other-org/dep"]}}
+    tp = tiny_project(tmp_path, packages={"scale": spec, "norm": {"name": "norm", "source": NORM_SRC}})
+    before = set(sys.modules)
+    exc = _refusal(loader.load_locked, tp.lock(), SCALE, hardware=CPU)
+    assert [r["reason"] for r in exc.reasons] == [why]
+    assert set(sys.modules) == before
+
+
 def test_locked_metadata_is_pinned_too(proj):
     tp, lock = proj
     meta = tp.root / "packages" / "scale" / "build" / "torch-cpu" / "metadata.json"

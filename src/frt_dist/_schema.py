@@ -50,17 +50,19 @@ class Reader:
         return self.error(where + msg, reasons=[{"file": self.file, "field": path, "reason": msg}])
 
     def get(self, table: dict, key: str, types, path: str, *, required: bool = True, default=None):
-        full = f"{path}.{key}" if path else key
-        if key not in table:
+        try:
+            v = table[key]
+        except (KeyError, TypeError):  # TypeError: not a table at all, which has no such field either
             if required:
-                raise self.fail(full, "missing required field")
+                raise self.fail(f"{path}.{key}" if path else key, "missing required field") from None
             return default
-        v = table[key]
+        if type(v) is types:  # the common case, exactly the type asked for (a bool is never an int)
+            return v
         ok = isinstance(v, types)
         if ok and isinstance(v, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
             ok = False  # a bool is not an int here
         if not ok:
-            raise self.fail(full, f"expected {_tname(types)}, got {_kind(v)}")
+            raise self.fail(f"{path}.{key}" if path else key, f"expected {_tname(types)}, got {_kind(v)}")
         return v
 
     def number(self, table: dict, key: str, path: str, *, required: bool = True, default=None):

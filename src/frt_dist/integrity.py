@@ -22,13 +22,15 @@ Standard library only: the loader runs this before it imports `kernels` or torch
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from .canonical import _SMALL, scan_tree
 from .canonical import file_digest_b64 as file_digest
-from .canonical import file_sha256_hex, scan_tree
 
 __all__ = ["Expected", "check_variant_dir", "file_digest", "format_problems", "real_dir"]
 
@@ -53,10 +55,6 @@ class Expected:
     def from_locked(cls, variant) -> "Expected":
         """From a ``frt_dist.lockfile.LockedVariant``."""
         return cls(variant.algorithm, dict(variant.files), variant.metadata_sha256)
-
-
-def _metadata_digest(path: str | os.PathLike) -> str:
-    return "sha256:" + file_sha256_hex(path)
 
 
 def _problem(kind: str, path: str, expected, computed, reason: str) -> dict:
@@ -115,35 +113,65 @@ def _real_dir(d: str, real_dirs: dict) -> str:
     return got
 
 
-def _readable(path: str, link: bool, tree_root: str, real_dirs: dict) -> tuple[bool, str | None]:
-    """(is a regular file we may read, why not). Symlinks must stay in the tree."""
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_checked(path: str, link: bool, tree_root: str, real_dirs: dict) -> tuple[int | None, str | None]:
+    """(a descriptor open on the regular file at ``path``, or None and why not).
+
+    Symlinks must stay in the tree. The file is opened before it is looked at
+    (``O_NONBLOCK``: a FIFO does not wait for a writer) and classified by
+    ``fstat`` of what was opened, so checking and reading are one lookup.
+    """
     if link:
         try:
             target = _link_target(path, real_dirs)
         except OSError as exc:
-            return False, f"unreadable: {exc.strerror or exc}"
+            return None, f"unreadable: {exc.strerror or exc}"
         if not _inside(target, tree_root):
-            return False, f"symlink leaving its tree -> {target}"
+            return None, f"symlink leaving its tree -> {target}"
     try:
-        st = os.stat(path)
+        fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
-        return False, f"unreadable: {exc.strerror or exc}"
-    if stat.S_ISDIR(st.st_mode):
-        return False, "a directory where a file belongs"
-    if not stat.S_ISREG(st.st_mode):
-        return False, "not a regular file"
-    return True, None
+        try:  # a socket, say, cannot be opened at all: still say what it is
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                return None, "not a regular file"
+        except OSError:
+            pass
+        return None, f"unreadable: {exc.strerror or exc}"
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        os.close(fd)
+        return None, f"unreadable: {exc.strerror or exc}"
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        return None, "a directory where a file belongs" if stat.S_ISDIR(mode) else "not a regular file"
+    return fd, None
+
+
+def _digest_fd(fd: int, algorithm: str, keep: bool = False) -> tuple[bytes, bytes | None]:
+    """(raw digest of the open file's bytes, the bytes when ``keep``); closes ``fd``.
+    A small file is read at once, a large one streamed."""
+    with open(fd, "rb") as fh:
+        if keep or os.fstat(fd).st_size <= _SMALL:
+            data = fh.read()
+            return hashlib.new(algorithm, data).digest(), data if keep else None
+        return hashlib.file_digest(fh, algorithm).digest(), None
 
 
 def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tree_root: str | os.PathLike | None = None,
-                      prefix: str = "", real_dirs: dict[str, str] | None = None) -> list[dict]:
+                      prefix: str = "", real_dirs: dict[str, str] | None = None,
+                      found: dict[str, bytes] | None = None) -> list[dict]:
     """Every problem of ``variant_dir`` against ``expected``, sorted by path.
 
     ``tree_root`` bounds where symlinks may point (default: the variant
     directory itself). ``prefix`` is prepended to each reported path (e.g.
     ``build/torch-cpu/``) so a report names files the way a reader finds them.
     ``real_dirs``, when given, keeps the real paths of the directories resolved
-    on the way (``real_dir`` then answers for the variant directory from it).
+    on the way (``real_dir`` then answers for the variant directory from it);
+    ``found``, when given, receives the bytes of ``metadata.json`` that were
+    hashed, so a caller parses exactly what was checked without reading it again.
     """
     vdir = Path(variant_dir)
     root = os.path.realpath(tree_root if tree_root is not None else vdir)
@@ -160,26 +188,25 @@ def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tre
         if rel in _IGNORED_TOP:
             continue
         shown = prefix + rel
-        if rel == METADATA:
-            seen.add(rel)
-            ok, why = _readable(path, link, root, real_dirs)
-            want = expected.metadata_sha256
-            if not ok:
-                problems.append(_problem("mismatched", shown, want, why, f"{shown}: {why}"))
-            elif want is not None:
-                got = _metadata_digest(path)
+        seen.add(rel)
+        is_meta = rel == METADATA
+        want = expected.metadata_sha256 if is_meta else expected.files.get(rel)
+        fd, why = _open_checked(path, link, root, real_dirs)
+        if fd is None:
+            kind = "mismatched" if want is not None or is_meta else "unknown"
+            problems.append(_problem(kind, shown, want, why, f"{shown}: {why}"))
+            continue
+        if is_meta:
+            raw, data = _digest_fd(fd, "sha256", keep=True)
+            if found is not None:
+                found[METADATA] = data
+            if want is not None:
+                got = "sha256:" + raw.hex()
                 if got != want:
                     problems.append(_problem("mismatched", shown, want, got,
                                              f"{shown}: digest mismatch (expected {want}, computed {got})"))
             continue
-        want = expected.files.get(rel)
-        seen.add(rel)
-        ok, why = _readable(path, link, root, real_dirs)
-        if not ok:
-            kind = "mismatched" if want is not None else "unknown"
-            problems.append(_problem(kind, shown, want, why, f"{shown}: {why}"))
-            continue
-        got = file_digest(path, expected.algorithm)
+        got = base64.b64encode(_digest_fd(fd, expected.algorithm)[0]).decode("ascii")
         if want is None:
             problems.append(_problem("unknown", shown, None, got,
                                      f"{shown}: not declared by the package (computed {got})"))

@@ -373,9 +373,10 @@ def _locate(want: _Want, mirror: Path | None, offline: bool) -> tuple[Path, Path
 # checks on the bytes found
 
 
-def _read_metadata(want: _Want, vdir: Path) -> dict:
+def _read_metadata(want: _Want, vdir: Path, data: bytes | None) -> dict:
+    """The variant's metadata: ``data``, the bytes the integrity check hashed, when it has them."""
     try:
-        meta = json.loads((vdir / "metadata.json").read_bytes().decode("utf-8"))
+        meta = json.loads((data if data is not None else (vdir / "metadata.json").read_bytes()).decode("utf-8"))
         if not isinstance(meta, dict):
             raise ValueError("not a JSON object")
         return meta
@@ -414,20 +415,23 @@ def _arch_notes(want: _Want, hw: Hardware) -> list[str]:
     return []
 
 
-def _integrity(want: _Want, vdir: Path, tree: Path, source: str, offline: bool) -> tuple[Path, Path, str]:
+def _integrity(want: _Want, vdir: Path, tree: Path, source: str,
+               offline: bool) -> tuple[Path, Path, str, bytes | None]:
     """Check the variant's files; returns where they are: the variant directory's
     real path, its tree, the source (a partial hub-cache snapshot of a Hub package
-    is completed from the Hub once, online)."""
+    is completed from the Hub once, online), and the metadata bytes checked."""
     real_dirs: dict[str, str] = {}
+    found: dict[str, bytes] = {}
     problems = check_variant_dir(vdir, want.expected, tree_root=tree, prefix=f"build/{want.variant}/",
-                                 real_dirs=real_dirs)
+                                 real_dirs=real_dirs, found=found)
     if (problems and source == "cache" and want.source_kind == "hub" and not offline
             and all(p["kind"] == "missing" for p in problems)):  # an interrupted download, not tampering
         vdir, tree = _download(want)
         source = "hub"
         real_dirs.clear()
+        found.clear()
         problems = check_variant_dir(vdir, want.expected, tree_root=tree, prefix=f"build/{want.variant}/",
-                                     real_dirs=real_dirs)
+                                     real_dirs=real_dirs, found=found)
     if problems:
         raise KernelUnavailable(
             f"package {want.repo!r} revision {want.revision}: {len(problems)} file(s) of build/{want.variant}/ "
@@ -436,7 +440,7 @@ def _integrity(want: _Want, vdir: Path, tree: Path, source: str, offline: bool) 
             reasons=[{"package": want.repo, "revision": want.revision, "source": source, **p} for p in problems],
             hints=["re-fill the mirror (`frt mirror`) or clear the cached snapshot; never edit locked files"])
     # what the checks resolved on the way (one lstat per level), not a realpath of the whole path again
-    return Path(real_dir(vdir, real_dirs)), tree, source
+    return Path(real_dir(vdir, real_dirs)), tree, source, found.get("metadata.json")
 
 
 def _module_problems(want: _Want, meta: dict, vdir: Path) -> list[str]:
@@ -447,7 +451,9 @@ def _module_problems(want: _Want, meta: dict, vdir: Path) -> list[str]:
     if meta.get("kernel-depends"):
         out.append("declares kernel-depends, which frt cannot lock or verify yet")
     name = str(meta.get("name", "")).replace("-", "_")
-    if not ((vdir / "__init__.py").is_file() or (vdir / name / "__init__.py").is_file()):
+    # the integrity check passed: the variant holds exactly the regular files expected names
+    files = want.expected.files
+    if not ("__init__.py" in files or f"{name}/__init__.py" in files):
         out.append(f"build/{want.variant}/ has neither __init__.py nor {name}/__init__.py")
     if isinstance(mid, str):
         owner = _OWNED.get(mid)
@@ -566,8 +572,8 @@ def _prepare(want: _Want, hw: Hardware, mirror: Path | None) -> LoadedPackage | 
     if want.expected is None:
         _self_declared(want, vdir)
         notes = _arch_notes(want, hw)
-    vdir, tree, source = _integrity(want, vdir, tree, source, offline)
-    meta = _read_metadata(want, vdir)
+    vdir, tree, source, meta_bytes = _integrity(want, vdir, tree, source, offline)
+    meta = _read_metadata(want, vdir, meta_bytes)
     problems = _module_problems(want, meta, vdir)
     if problems:
         raise _refuse(want.repo, problems, revision=want.revision)
