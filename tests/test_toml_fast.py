@@ -128,6 +128,15 @@ def test_edge_cases_agree_with_tomllib(text):
     _agrees(text.encode("utf-8"))
 
 
+@pytest.mark.parametrize("text", [
+    '[a."b.c".d]\nx = 1\n[a."b.c".e]\ny = "\\"q\\" \\u00e9"\n',
+    '[a.""]\nx = true\n[[r]]\nx = 1\n[[r]]\nx = 2\n',
+    'k = [\n    "a",\n    -3,\n]\n# note\n\nm = \'\'\'\n{"j": 1}\n\'\'\'\n',
+])
+def test_the_forms_frt_writes_are_read_not_left_to_tomllib(text):
+    assert _agrees(text.encode("utf-8"))
+
+
 def test_invalid_utf8_is_left_to_tomllib():
     assert _toml_fast.loads(b'a = "\xff"\n') is None
 
