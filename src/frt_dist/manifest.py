@@ -8,7 +8,9 @@ receipt is tied to.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path, PurePosixPath
@@ -94,8 +96,14 @@ class Route:
     assembly: str
     seams: dict[str, str]  # seam -> impl name
     gate: dict
-    digest: str
     precision: str
+    # computes ``digest`` (SPEC §3 route digest) when first asked: serving never needs it,
+    # only locking, qualifying and checking receipts do
+    digest_of: Callable[[], str] = field(repr=False, compare=False)
+
+    @cached_property
+    def digest(self) -> str:
+        return self.digest_of()
 
     @property
     def min_speedup(self) -> float | None:
@@ -245,8 +253,8 @@ class Manifest:
                 ms = r.number(gate, "min-speedup", p + ".gate")
                 if ms <= 0:
                     raise r.fail(p + ".gate.min-speedup", "must be positive")
-            rd = route_digest_of(t, seams)
-            routes[rname] = Route(rname, assembly, dict(rseams), dict(gate), rd, precisions.pop())
+            routes[rname] = Route(rname, assembly, dict(rseams), dict(gate), precisions.pop(),
+                                  functools.partial(route_digest_of, t, seams))
         if not routes:
             raise r.fail("routes", "at least one route is required")
 
