@@ -39,6 +39,7 @@ refused request imports nothing at all.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -46,7 +47,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import FrtError, KernelUnavailable
 from .hardware import Hardware, arch_admits
@@ -231,8 +232,14 @@ class _Want:
     expected: Expected | None = None  # None: the variant's own metadata digest (no lock, or pinned)
     archs: tuple[str, ...] | None = None  # None: read from the metadata found
     module_id: str | None = None
-    path_root: Path | None = None  # a path package's source folder
+    path_source: Callable[[], Path] | None = None  # finds a path package's source folder (path_root)
     pinned: bool = False
+
+    @functools.cached_property
+    def path_root(self) -> Path | None:
+        """A path package's source folder, found when first needed: a load from a mirror or
+        cache never looks at it (finding the project root costs a realpath)."""
+        return self.path_source() if self.path_source is not None else None
 
     @property
     def snapshot(self) -> str:
@@ -286,13 +293,17 @@ def _want_from_lock(lock, repo: str, variant: str | None, hw: Hardware, *, allow
         revision, pinned = pin, True
         if pin != pkg.revision:
             expected = None  # the pinned revision's own metadata declares its files
-    path_root = None
+    path_source = None
     if pkg.source == "path" and pkg.path:
-        path_root = (Path(root) if root is not None else lock_root(lock)) / pkg.path
+        path_source = functools.partial(_path_root, lock, root, pkg.path)
     return _Want(repo, pkg.version, revision, variant, pkg.source, pkg.trust,
                  f"{repo} version {pkg.version} at revision {revision} variant {variant} (lockfile {label})",
                  expected, lv.archs if expected is not None else None,
-                 lv.module_id if expected is not None else None, path_root, pinned)
+                 lv.module_id if expected is not None else None, path_source, pinned)
+
+
+def _path_root(lock, root: Path | None, rel: str) -> Path:
+    return (Path(root) if root is not None else lock_root(lock)) / rel
 
 
 # ---------------------------------------------------------------------------
