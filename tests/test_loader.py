@@ -443,10 +443,10 @@ def test_importing_frt_modules_imports_neither_torch_nor_kernels():
     assert out.stdout.strip() == "[]"
 
 
-def test_symlink_targets_are_resolved_exactly_as_realpath_does(tmp_path):
+def test_symlink_targets_are_resolved_exactly_as_realpath_does(tmp_path, monkeypatch):
     """The integrity check resolves hub-cache style links from cached real directories;
     every other link shape must land exactly where ``os.path.realpath`` says."""
-    from frt_dist.integrity import _link_target
+    from frt_dist.integrity import _link_target, real_dir
 
     t = tmp_path
     (t / "a" / "b" / "c").mkdir(parents=True)
@@ -461,8 +461,14 @@ def test_symlink_targets_are_resolved_exactly_as_realpath_does(tmp_path):
     for name, target in links.items():
         os.symlink(target, t / "a" / "b" / "c" / name)
     os.symlink(t / "a", t / "root-link")
+    shared: dict = {}  # one cache across trees, as a CheckBatch shares it across the packages of a load
     for base in (t / "a" / "b" / "c", t / "root-link" / "b" / "c"):
         cache: dict = {}
         for name in links:
             p = str(base / name)
             assert _link_target(p, cache) == os.path.realpath(p), name
+            assert _link_target(p, shared) == os.path.realpath(p), name
+    for d in (t / "root-link" / "b", t / "a" / "bl", t / "root-link" / "bl", t / "nowhere" / "x", t / "a" / "b" / ".." / "bl"):
+        assert real_dir(d, shared) == real_dir(d, {}) == os.path.realpath(d), d
+    monkeypatch.chdir(t)  # a relative path resolves from the working directory
+    assert real_dir("root-link/b", {}) == os.path.realpath("root-link/b") == os.path.realpath(t / "a" / "b")

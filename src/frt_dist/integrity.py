@@ -174,7 +174,9 @@ def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tre
     hashed, so a caller parses exactly what was checked without reading it again.
     """
     vdir = Path(variant_dir)
-    root = os.path.realpath(tree_root if tree_root is not None else vdir)
+    tree = os.fspath(tree_root if tree_root is not None else vdir)
+    # a caller's cache may already hold the tree's parents (a mirror checked for another package)
+    root = _real_dir(tree, real_dirs) if real_dirs is not None else os.path.realpath(tree)
     problems: list[dict] = []
     if not vdir.is_dir():  # every file it should hold is missing
         missing = [(METADATA, expected.metadata_sha256)] + sorted(expected.files.items())
@@ -182,8 +184,7 @@ def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tre
                        for rel, want in missing), key=lambda p: p["path"])
     seen = set()
     if real_dirs is None:
-        real_dirs = {}
-    real_dirs[os.fspath(tree_root if tree_root is not None else vdir)] = root
+        real_dirs = {tree: root}
     for rel, path, link in scan_tree(vdir):
         if rel in _IGNORED_TOP:
             continue

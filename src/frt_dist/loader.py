@@ -55,7 +55,7 @@ from .integrity import Expected, check_variant_dir, format_problems, real_dir
 from .variants import select_variants, valid_variant_name
 
 __all__ = ["hub_kernel", "load_package", "load_locked", "prepare_locked", "unavailable_report", "LoadedPackage",
-           "Ready", "pin_env_name", "record_unavailable",
+           "Ready", "CheckBatch", "pin_env_name", "record_unavailable",
            "mirror_dir", "cache_dirs", "is_offline", "repo_folder", "lock_root"]
 
 _PIN_CHARS = re.compile(r"[^A-Z0-9]")
@@ -212,6 +212,28 @@ def _as_lock(lock):
     from .lockfile import Lockfile  # noqa: PLC0415
 
     return Lockfile.of(lock)
+
+
+# ---------------------------------------------------------------------------
+# what the checks of several packages share
+
+
+class CheckBatch:
+    """What the checks of several packages share while nothing is imported in between
+    (``frt_dist.load`` checks every package of a plan before it imports any): one
+    listing of the ``sys.modules`` names for the import-id checks, and the real paths
+    of the directories resolved so far (a mirror's own path is resolved once, not
+    once per package). A single ``load_locked`` uses a batch of its own."""
+
+    def __init__(self) -> None:
+        self.real_dirs: dict[str, str] = {}
+        self._names: str | None = None
+
+    def module_names(self) -> str:
+        """The keys of ``sys.modules``, one per line (module names hold no newline)."""
+        if self._names is None:
+            self._names = "\n".join(sys.modules)
+        return self._names
 
 
 # ---------------------------------------------------------------------------
@@ -426,12 +448,12 @@ def _arch_notes(want: _Want, hw: Hardware) -> list[str]:
     return []
 
 
-def _integrity(want: _Want, vdir: Path, tree: Path, source: str,
-               offline: bool) -> tuple[Path, Path, str, bytes | None]:
+def _integrity(want: _Want, vdir: Path, tree: Path, source: str, offline: bool,
+               batch: CheckBatch) -> tuple[Path, Path, str, bytes | None]:
     """Check the variant's files; returns where they are: the variant directory's
     real path, its tree, the source (a partial hub-cache snapshot of a Hub package
     is completed from the Hub once, online), and the metadata bytes checked."""
-    real_dirs: dict[str, str] = {}
+    real_dirs = batch.real_dirs
     found: dict[str, bytes] = {}
     problems = check_variant_dir(vdir, want.expected, tree_root=tree, prefix=f"build/{want.variant}/",
                                  real_dirs=real_dirs, found=found)
@@ -454,7 +476,7 @@ def _integrity(want: _Want, vdir: Path, tree: Path, source: str,
     return Path(real_dir(vdir, real_dirs)), tree, source, found.get("metadata.json")
 
 
-def _module_problems(want: _Want, meta: dict, vdir: Path) -> list[str]:
+def _module_problems(want: _Want, meta: dict, vdir: Path, batch: CheckBatch) -> list[str]:
     out = []
     mid = meta.get("id")
     if want.module_id is not None and mid != want.module_id:
@@ -468,7 +490,7 @@ def _module_problems(want: _Want, meta: dict, vdir: Path) -> list[str]:
         out.append(f"build/{want.variant}/ has neither __init__.py nor {name}/__init__.py")
     if isinstance(mid, str):
         owner = _OWNED.get(mid)
-        taken = None if owner is not None else mid if mid in sys.modules else _submodule_of(mid)
+        taken = None if owner is not None else mid if mid in sys.modules else _submodule_of(mid, batch)
         if taken is not None:
             out.append(f"import id {mid!r} would shadow sys.modules[{taken!r}], which frt did not load")
         elif owner is None and _is_importable_elsewhere(mid):
@@ -478,10 +500,10 @@ def _module_problems(want: _Want, meta: dict, vdir: Path) -> list[str]:
     return out
 
 
-def _submodule_of(name: str) -> str | None:
+def _submodule_of(name: str, batch: CheckBatch) -> str | None:
     """A ``name.<x>`` key of ``sys.modules``, if there is one."""
-    try:  # module names hold no newline: one join and one search instead of a loop over the keys
-        names = "\n".join(sys.modules)
+    try:  # one search of the batch's listing instead of a loop over the keys
+        names = batch.module_names()
         if not (names.startswith(name + ".") or f"\n{name}." in names):
             return None
     except TypeError:  # a non-str key someone put there: take the slow walk
@@ -567,8 +589,9 @@ class Ready:
             return loaded
 
 
-def _prepare(want: _Want, hw: Hardware, mirror: Path | None) -> LoadedPackage | Ready:
+def _prepare(want: _Want, hw: Hardware, mirror: Path | None, batch: CheckBatch | None = None) -> LoadedPackage | Ready:
     """Every check before import; the loaded package when this process already has it."""
+    batch = batch or CheckBatch()
     have = _LOADED.get(want.repo)
     if have is not None:
         err = _conflict(want, have)
@@ -583,9 +606,9 @@ def _prepare(want: _Want, hw: Hardware, mirror: Path | None) -> LoadedPackage | 
     if want.expected is None:
         _self_declared(want, vdir)
         notes = _arch_notes(want, hw)
-    vdir, tree, source, meta_bytes = _integrity(want, vdir, tree, source, offline)
+    vdir, tree, source, meta_bytes = _integrity(want, vdir, tree, source, offline, batch)
     meta = _read_metadata(want, vdir, meta_bytes)
-    problems = _module_problems(want, meta, vdir)
+    problems = _module_problems(want, meta, vdir, batch)
     if problems:
         raise _refuse(want.repo, problems, revision=want.revision)
     return Ready(want, vdir, source, meta["id"], tuple(notes))
@@ -624,9 +647,10 @@ def load_locked(lock, repo: str, variant: str | None = None, *, mirror=None, har
 
 def prepare_locked(lock, repo: str, variant: str | None = None, *, mirror=None, hardware: Hardware | None = None,
                    allow_pins: bool = False, root: str | os.PathLike | None = None,
-                   project=None) -> LoadedPackage | Ready:
+                   project=None, batch: CheckBatch | None = None) -> LoadedPackage | Ready:
     """``load_locked`` without the import: every check, then a ``Ready`` to ``load()``
-    (or the ``LoadedPackage`` this process already has). The planner's entry point."""
+    (or the ``LoadedPackage`` this process already has). The planner's entry point;
+    ``batch`` is shared by the packages it checks before importing any."""
     lock = _as_lock(lock)
     pkg = lock.packages.get(repo)
     facts = {"version": pkg.version if pkg else None, "revision": pkg.revision if pkg else None, "variant": variant}
@@ -635,7 +659,7 @@ def prepare_locked(lock, repo: str, variant: str | None = None, *, mirror=None, 
         hw = hardware or Hardware.detect()
         want = _want_from_lock(lock, repo, variant, hw, allow_pins=allow_pins, root=Path(root) if root else None)
         facts.update(revision=want.revision, variant=want.variant)
-        return _prepare(want, hw, mirror_dir(mirror, project))
+        return _prepare(want, hw, mirror_dir(mirror, project), batch)
 
     return _run(repo, facts, go)
 
