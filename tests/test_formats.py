@@ -328,3 +328,17 @@ def test_a_damaged_receipt_line_is_refused_when_first_used_naming_it(tmp_path):
     # `frt verify` (receipt_problems) reports it as a problem with the others instead of stopping
     [(where, why)] = lock.receipt_problems()
     assert where == "receipts[1]" and "not valid JSON" in why
+
+
+def test_embedded_receipts_compare_by_content():
+    """A lockfile's lazily parsed receipts compare as the mapping they are (two different
+    sets of receipts are not equal, whatever class holds them)."""
+    from frt_dist.lockfile import _LazyReceipts
+
+    path = BUNDLED / "lockfiles" / "demo-decoder.lock"
+    a, b = Lockfile.read(path), Lockfile.read(path)
+    assert a.receipts is not b.receipts and a.receipts == b.receipts
+    some = dict(list(a.receipts._raw.items())[1:])
+    fewer = _LazyReceipts("fewer.lock", some, True)
+    assert len(fewer) == 3 and fewer != a.receipts and _LazyReceipts("none.lock", {}, True) != a.receipts
+    assert fewer == {d: a.receipts[d] for d in some}

@@ -34,6 +34,8 @@ TRUST_DECISIONS = ("trusted-publisher", "manifest", "project-path")
 
 @dataclass(frozen=True)
 class LockedVariant:
+    """One locked build variant of a package: what its directory must hold, and its import id."""
+
     name: str
     backend: str
     archs: tuple[str, ...]
@@ -51,6 +53,8 @@ class LockedVariant:
 
 @dataclass(frozen=True)
 class LockedPackage:
+    """One package as the lock pins it: source, revision, trust decision and its locked variants."""
+
     repo: str
     source: str  # "hub" | "path"
     version: int
@@ -75,6 +79,8 @@ class LockedPackage:
 
 @dataclass(frozen=True)
 class Candidate:
+    """One ranked route for a cell of the route index, with the receipt it rests on."""
+
     route: str
     state: str
     receipt: str
@@ -89,11 +95,12 @@ class Candidate:
 
 @dataclass(frozen=True)
 class IndexEntry:
+    """A cell of the route index and its ranked candidates."""
+
     key: CellKey
     candidates: tuple[Candidate, ...]  # ranked: [0] is the winner, the rest the runner-ups
 
 
-@dataclass
 class _LazyReceipts(Mapping):
     """The embedded receipts, parsed on first use.
 
@@ -161,6 +168,8 @@ class _LazyReceipts(Mapping):
 
 @dataclass
 class Lockfile:
+    """A lockfile: the embedded manifest, the package pins, the receipts and the route index."""
+
     model: str
     manifest_file: str
     manifest: Manifest

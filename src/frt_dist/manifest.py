@@ -51,6 +51,8 @@ def validate_repo_id(repo: str) -> str | None:
 
 @dataclass(frozen=True)
 class Package:
+    """A package the manifest declares: a Hub version or a project path."""
+
     repo: str
     version: int | None = None
     path: str | None = None
@@ -63,6 +65,8 @@ class Package:
 
 @dataclass(frozen=True)
 class Phase:
+    """A phase band: the row counts (inclusive) a route is qualified for."""
+
     name: str
     rows: tuple[int, int]
 
@@ -72,6 +76,8 @@ class Phase:
 
 @dataclass(frozen=True)
 class Impl:
+    """One implementation of a seam: package entry, precision, contract and smoke."""
+
     seam: str
     name: str
     package: str
@@ -85,6 +91,8 @@ class Impl:
 
 @dataclass(frozen=True)
 class Seam:
+    """A place in the host model a kernel can take over, with its implementations."""
+
     name: str
     structure: str
     impls: dict[str, Impl]
@@ -92,6 +100,8 @@ class Seam:
 
 @dataclass(frozen=True)
 class Route:
+    """A named choice of one impl per seam, its assembly and its gate."""
+
     name: str
     assembly: str
     seams: dict[str, str]  # seam -> impl name
@@ -113,6 +123,8 @@ class Route:
 
 @dataclass(frozen=True)
 class Manifest:
+    """A model binding's manifest, validated (``Manifest.read``, ``Manifest.from_dict``)."""
+
     file: str  # as named in messages and in the lock (relative to the project root)
     model: str
     binding: str

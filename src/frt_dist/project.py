@@ -26,6 +26,8 @@ def bundled_root() -> Path:
 
 @dataclass(frozen=True)
 class Project:
+    """Where manifests, receipts, lockfiles and the mirror live, and which kind of root it is."""
+
     root: Path
     kind: str  # "project" | "frt-home" | "bundled"
     settings: dict = field(default_factory=dict)

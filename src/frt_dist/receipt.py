@@ -43,6 +43,8 @@ class CellKey(NamedTuple):
 
 @dataclass(frozen=True)
 class Receipt:
+    """A qualification receipt, validated, with its digest (``Receipt.read``, ``Receipt.parse``)."""
+
     data: dict = field(repr=False)
     file: str
     digest: str

@@ -39,6 +39,8 @@ class Reason(NamedTuple):
 
 @dataclass(frozen=True)
 class Decision:
+    """What resolution decided for one phase band: a route, the host, or a refusal, with reasons."""
+
     phase: str
     decision: str  # "route" | "host" | "refused"
     route: str | None

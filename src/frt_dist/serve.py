@@ -85,6 +85,8 @@ def find_lockfile(model: str, lockfile=None, project=None):
 
 @dataclass(frozen=True)
 class _Bind:
+    """Which impl (from which package variant) serves a seam in a phase band."""
+
     seam: str
     phase: str
     impl: object  # frt_dist.manifest.Impl

@@ -32,6 +32,8 @@ def valid_variant_name(name: str) -> bool:
 
 @dataclass(frozen=True)
 class ParsedVariant:
+    """A build variant directory name, taken apart (``parse_variant``)."""
+
     name: str
     kind: str  # "stable-abi" | "torch" | "tvm-ffi" | "noarch"
     framework_version: tuple[int, int] | None = None
