@@ -44,13 +44,17 @@ def sha256_hex(data: bytes) -> str:
 _SMALL = 1 << 20
 
 
+def hash_open_file(fh, algorithm: str):
+    """The hash object over the bytes of an open binary file: a small file in one read,
+    a larger one streamed (``hashlib.file_digest``)."""
+    if os.fstat(fh.fileno()).st_size <= _SMALL:
+        return hashlib.new(algorithm, fh.read())  # read() goes to EOF, even if the file grew
+    return hashlib.file_digest(fh, algorithm)
+
+
 def _file_hash(path: str | os.PathLike, algorithm: str):
-    """The hash object over a file's bytes: a small file in one read, a larger one
-    streamed (``hashlib.file_digest``)."""
     with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size <= _SMALL:
-            return hashlib.new(algorithm, fh.read())  # read() goes to EOF, even if the file grew
-        return hashlib.file_digest(fh, algorithm)
+        return hash_open_file(fh, algorithm)
 
 
 def file_sha256_hex(path: str | os.PathLike, algorithm: str = "sha256") -> str:

@@ -29,7 +29,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .canonical import _SMALL, scan_tree
+from .canonical import hash_open_file, scan_tree
 from .canonical import file_digest_b64 as file_digest
 
 __all__ = ["Expected", "check_variant_dir", "file_digest", "format_problems", "real_dir"]
@@ -151,13 +151,12 @@ def _open_checked(path: str, link: bool, tree_root: str, real_dirs: dict) -> tup
 
 
 def _digest_fd(fd: int, algorithm: str, keep: bool = False) -> tuple[bytes, bytes | None]:
-    """(raw digest of the open file's bytes, the bytes when ``keep``); closes ``fd``.
-    A small file is read at once, a large one streamed."""
+    """(raw digest of the open file's bytes, the bytes when ``keep``); closes ``fd``."""
     with open(fd, "rb") as fh:
-        if keep or os.fstat(fd).st_size <= _SMALL:
+        if keep:
             data = fh.read()
-            return hashlib.new(algorithm, data).digest(), data if keep else None
-        return hashlib.file_digest(fh, algorithm).digest(), None
+            return hashlib.new(algorithm, data).digest(), data
+        return hash_open_file(fh, algorithm).digest(), None
 
 
 def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tree_root: str | os.PathLike | None = None,

@@ -575,14 +575,13 @@ class Ready:
                     if err:
                         raise err
                     return have
-                vdir = self.vdir  # the real path: _integrity resolved it
-                module = _import(want, vdir, self.module_id)
+                module = _import(want, self.vdir, self.module_id)
             except KernelUnavailable as exc:
                 record_unavailable(want.repo, exc, version=want.version, revision=want.revision,
                                    variant=want.variant)
                 raise
             loaded = LoadedPackage(want.repo, want.version, want.revision, want.variant, module, self.module_id,
-                                   self.source, str(vdir), want.trust, want.pinned, self.notes,
+                                   self.source, str(self.vdir), want.trust, want.pinned, self.notes,
                                    want.request)
             _LOADED[want.repo] = loaded
             _OWNED[self.module_id] = want.repo

@@ -8,11 +8,10 @@ receipt is tied to.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -266,7 +265,7 @@ class Manifest:
                 if ms <= 0:
                     raise r.fail(p + ".gate.min-speedup", "must be positive")
             routes[rname] = Route(rname, assembly, dict(rseams), dict(gate), precisions.pop(),
-                                  functools.partial(route_digest_of, t, seams))
+                                  partial(route_digest_of, t, seams))
         if not routes:
             raise r.fail("routes", "at least one route is required")
 
