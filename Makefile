@@ -28,4 +28,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_resolve.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build dist *.egg-info frt_dist/_bundled

@@ -2,7 +2,7 @@
 """Micro-benchmark: the demo decoder block on its host binding vs two kernel routes.
 
 Routes (packages imported straight from their Hub-layout sources under
-``src/frt_dist/_bundled/packages`` with ``kernels.get_local_kernel``):
+the repository's ``packages/`` with ``kernels.get_local_kernel``):
 
 * ``fused``: norm -> frt-demo/rmsnorm ``rms_norm``, ffn -> frt-demo/fused-ffn ``gated_mlp``
 * ``split``: norm -> frt-demo/rmsnorm ``rms_norm``, ffn -> frt-demo/silu-mul ``gated_mlp``
@@ -32,13 +32,13 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
 from frt_dist.demo.decoder import DecoderBlock  # noqa: E402
 
-PACKAGES = ROOT / "src" / "frt_dist" / "_bundled" / "packages"
+PACKAGES = ROOT / "packages"
 
 
 def load_packages() -> dict:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("frt_dist") is None:  # not installed: use the checkout's sources
-    sys.path.insert(0, str(ROOT / "src"))
+    sys.path.insert(0, str(ROOT))
 
 from frt_dist import _toml_fast  # noqa: E402
 from frt_dist.canonical import digest  # noqa: E402
@@ -53,7 +53,7 @@ from frt_dist.lockfile import IndexEntry, LockedPackage, LockedVariant, Lockfile
 from frt_dist.locker import rank_candidates  # noqa: E402
 from frt_dist.manifest import Manifest  # noqa: E402
 from frt_dist.receipt import CellKey, Receipt  # noqa: E402
-from frt_dist.resolver import resolve  # noqa: E402
+from frt_dist.routes.resolver import resolve  # noqa: E402
 
 MODEL = "bench-model"
 PHASES = {"decode": [1, 16], "prefill": [64, 2048], "verify": [17, 63], "long": [2049, 32768]}

@@ -75,7 +75,7 @@ warnings.filterwarnings("ignore")
 import torch, kernels, pathlib  # both sides start with torch and kernels imported ...
 mode, mirror, plan = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 # ... and frt's side with the frt modules a load uses (their import cost is measured apart: import_time)
-import frt_dist, frt_dist.serve, frt_dist.loader, frt_dist.lockfile, frt_dist.resolver, frt_dist.smoke, frt_dist.project
+import frt_dist, frt_dist.serve, frt_dist.loader, frt_dist.lockfile, frt_dist.routes.resolver, frt_dist.loader.smoke, frt_dist.project
 hw = frt_dist.Hardware(arch="x86_64", device_class="amd-epyc", backend="cpu",
                        software={"torch": "2.13", "kernels": "0.17.2"})
 
@@ -116,8 +116,8 @@ print(json.dumps({"s": dt}))
 def _route_plan(lock, mirror: Path) -> dict:
     """What the certified route of the demo binds: its packages' mirror dirs and every smoke launch
     (entry, concrete shapes, scales) load makes, so the bare baseline does the same work."""
-    from frt_dist.resolver import resolve_all
-    from frt_dist.smoke import _dims, smoke_rows
+    from frt_dist.routes.resolver import resolve_all
+    from frt_dist.loader.smoke import _dims, smoke_rows
 
     hw = _bench_hardware()
     decisions = resolve_all(lock, hardware=hw)
@@ -189,7 +189,7 @@ def warm_load(rounds: int = 15) -> dict:
 
 
 def digest_throughput(size_mb: int = 256, repeats: int = 5) -> dict:
-    from frt_dist.integrity import file_digest
+    from frt_dist.loader.integrity import file_digest
 
     tmp = Path(tempfile.mkdtemp(prefix="frt-bench-digest-"))
     p = tmp / "blob.bin"
@@ -214,7 +214,7 @@ def digest_throughput(size_mb: int = 256, repeats: int = 5) -> dict:
             "throughput-ratio": round(r / f, 2)}
 
 
-SERVING_MODULES = "frt_dist.serve, frt_dist.loader, frt_dist.lockfile, frt_dist.resolver, frt_dist.smoke, frt_dist.project"
+SERVING_MODULES = "frt_dist.serve, frt_dist.loader, frt_dist.lockfile, frt_dist.routes.resolver, frt_dist.loader.smoke, frt_dist.project"
 
 
 def import_time(rounds: int = 15) -> dict:

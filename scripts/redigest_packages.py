@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Recompute the ``digest`` of every bundled kernel package's metadata.json.
 
-Each package lives at ``src/frt_dist/_bundled/packages/<dir>/build/<variant>/``
+Each package lives at ``packages/<dir>/build/<variant>/`` (the repository's demo project)
 in Hugging Face Kernel Hub layout.  The digest (kernels >= 0.17 format) maps
 every file of the variant -- path relative to the variant directory, POSIX
 separators -- to the base64 of its raw SHA-256, excluding ``metadata.json``
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ROOT / "src" / "frt_dist" / "_bundled" / "packages"
+PACKAGES = ROOT / "packages"
 EXCLUDED_NAMES = {"metadata.json", "metadata.json.sigstore"}
 
 

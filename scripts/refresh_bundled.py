@@ -2,7 +2,7 @@
 
 Qualifies both demo routes in a temporary copy of the bundled project (the
 bundled tree is read-only to `frt`), locks, then copies the receipts and the
-lockfile back into src/frt_dist/_bundled/ and checks `frt lock --check` there.
+lockfile back into the repository's demo project (lockfiles/, receipts/) and checks `frt lock --check` there.
 Run it when a demo kernel, the manifest or the reference machine changes:
 
     .venv/bin/python scripts/refresh_bundled.py [--rounds N]
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BUNDLED = ROOT / "src" / "frt_dist" / "_bundled"
+BUNDLED = ROOT
 MODEL = "demo-decoder"
 
 

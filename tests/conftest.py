@@ -17,7 +17,7 @@ sys.path.insert(0, str(TESTS))
 
 from hubserver import HubServer, kernel_variant_files  # noqa: E402,F401 (re-exported to tests)
 
-BUNDLED = ROOT / "src" / "frt_dist" / "_bundled"
+BUNDLED = ROOT
 
 
 @pytest.fixture(autouse=True)

@@ -67,7 +67,7 @@ from frt_dist.locker import lock_model
 from frt_dist.manifest import Manifest
 from frt_dist.project import Project
 from frt_dist.receipt import CellKey
-from frt_dist.resolver import resolve
+from frt_dist.routes.resolver import resolve
 from frt_dist.variants import select_variants
 
 CASES_DIR = Path(__file__).resolve().parent / "resolver_cases"

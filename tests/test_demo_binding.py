@@ -16,7 +16,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "src"
+SRC = ROOT
 try:
     import frt_dist  # noqa: F401
 except ImportError:
@@ -27,7 +27,7 @@ torch = pytest.importorskip("torch")
 from frt_dist.demo import decoder  # noqa: E402
 from frt_dist.demo.decoder import DecoderBlock, build_host, host_gated_mlp, host_rms_norm  # noqa: E402
 
-PACKAGES = ROOT / "src" / "frt_dist" / "_bundled" / "packages"
+PACKAGES = ROOT / "packages"
 PACKAGE_SPECS = {
     # dir: (kernel name, python package dir, entries)
     "rmsnorm": ("rmsnorm", "rmsnorm", ("rms_norm",)),

@@ -20,7 +20,7 @@ from frt_dist import KernelUnavailable, UsageError, loader  # noqa: E402
 from frt_dist.hub import HubClient  # noqa: E402
 from frt_dist.mirror import mirror_lock, verify_mirror  # noqa: E402
 
-SRC = str(Path(loader.__file__).parents[1])
+SRC = str(Path(loader.__file__).parents[2])
 SCALE_DIR = "kernels--t-org--scale"
 NORM_DIR = "kernels--t-org--norm"
 

@@ -18,7 +18,7 @@ import pytest
 from frt_dist import errors as frt_errors
 from frt_dist.canonical import digest
 from frt_dist.receipt import CellKey
-from frt_dist.resolver import Reporter
+from frt_dist.routes.resolver import Reporter
 from resolver_support import (
     build_case,
     case_files,

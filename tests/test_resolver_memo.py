@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from factories import CPU, tiny_project
-from frt_dist.resolver import Reporter, resolve
+from frt_dist.routes.resolver import Reporter, resolve
 
 
 @pytest.fixture

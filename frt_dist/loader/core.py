@@ -22,7 +22,7 @@ package request into one imported module, or a ``KernelUnavailable`` whose
    The first source that holds the variant is the one used; it is never
    silently replaced by another when its files are wrong.
 6. **integrity** – every file of the variant against the locked digests
-   (``frt_dist.integrity``), one report naming each file.
+   (``frt_dist.loader.integrity``), one report naming each file.
 7. **import id** – the ``metadata.json`` ``id`` becomes a ``sys.modules`` key;
    an id that would shadow a module frt does not own is refused.
 
@@ -49,10 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import FrtError, KernelUnavailable
-from .hardware import Hardware, arch_admits
+from ..errors import FrtError, KernelUnavailable
+from ..hardware import Hardware, arch_admits
 from .integrity import Expected, check_variant_dir, format_problems, real_dir
-from .variants import select_variants, valid_variant_name
+from ..variants import select_variants, valid_variant_name
 
 __all__ = ["hub_kernel", "load_package", "load_locked", "prepare_locked", "unavailable_report", "LoadedPackage",
            "Ready", "CheckBatch", "pin_env_name", "record_unavailable",
@@ -188,7 +188,7 @@ def lock_root(lock) -> Path:
     bundled root for the bundled lock, else the nearest folder above the
     lockfile holding ``manifests/`` or a ``pyproject.toml`` with ``[tool.frt]``.
     Found once per lockfile object (kept in its ``memo``)."""
-    from .project import Project, _has_tool_frt, bundled_root  # noqa: PLC0415
+    from ..project import Project, _has_tool_frt, bundled_root  # noqa: PLC0415
 
     key = ("lock-root", lock.path)
     hit = lock.memo.get(key)
@@ -209,7 +209,7 @@ def lock_root(lock) -> Path:
 
 
 def _as_lock(lock):
-    from .lockfile import Lockfile  # noqa: PLC0415
+    from ..lockfile import Lockfile  # noqa: PLC0415
 
     return Lockfile.of(lock)
 
@@ -345,7 +345,7 @@ def _path_source(want: _Want) -> tuple[Path, Path] | None:
     if not vdir.is_dir():
         return None
     if want.pinned and want.expected is None:
-        from .canonical import digest, tree_digests  # noqa: PLC0415
+        from ..canonical import digest, tree_digests  # noqa: PLC0415
 
         if digest(tree_digests(want.path_root)) != want.revision:
             return None  # the path source holds other content than the pinned revision
@@ -420,7 +420,7 @@ def _read_metadata(want: _Want, vdir: Path, data: bytes | None) -> dict:
 
 def _self_declared(want: _Want, vdir: Path) -> None:
     """No lock facts for this revision: take archs, id and file digests from its metadata."""
-    from .locker import parse_variant_metadata  # noqa: PLC0415
+    from ..locker import parse_variant_metadata  # noqa: PLC0415
 
     try:
         raw = (vdir / "metadata.json").read_bytes()
@@ -715,7 +715,7 @@ def load_package(repo: str, version: int, *, trust: bool | None = None, lockfile
 
 
 def _want_unlocked(repo: str, version: int, trust: bool | None, hw: Hardware, mirror: Path | None) -> _Want:
-    from .manifest import validate_repo_id  # noqa: PLC0415
+    from ..manifest import validate_repo_id  # noqa: PLC0415
 
     why = validate_repo_id(repo)
     if why:
@@ -746,7 +746,7 @@ def _trust_unlocked(repo: str, trust: bool | None, offline: bool) -> str:
     if offline:
         raise _refuse(repo, [f"publisher {org!r} cannot be verified offline and no lockfile is in force"],
                       hints=["pass trust=True after reviewing the package, or load it through a lockfile"])
-    from .hub import HubClient  # noqa: PLC0415
+    from ..hub import HubClient  # noqa: PLC0415
 
     try:
         trusted = HubClient(endpoint=_hub_endpoint()).publisher_trusted(repo)
@@ -771,7 +771,7 @@ def _branch_commit(repo: str, version: int, mirror: Path | None, offline: bool) 
                 return commit
         raise _refuse(repo, [f"version {version} is not in {', '.join(str(b) for b in bases)} "
                              f"(no refs/v{version}) and the Hub is offline"])
-    from .hub import HubClient  # noqa: PLC0415
+    from ..hub import HubClient  # noqa: PLC0415
 
     try:
         return HubClient(endpoint=_hub_endpoint()).branch_commit(repo, version)
@@ -790,7 +790,7 @@ def _variant_names(want: _Want, mirror: Path | None, offline: bool) -> list[str]
                 return sorted(p.name for p in build.iterdir() if p.is_dir())
         raise _refuse(want.repo, [f"revision {want.revision} is not in {', '.join(str(b) for b in bases)} "
                                   "and the Hub is offline"], revision=want.revision)
-    from .hub import HubClient  # noqa: PLC0415
+    from ..hub import HubClient  # noqa: PLC0415
 
     try:
         return HubClient(endpoint=_hub_endpoint()).variant_names(want.repo, want.revision)

@@ -186,7 +186,7 @@ def _find_lock(project, model: str, explicit: str | None):
 
 
 def cmd_resolve(args) -> int:
-    from .resolver import Reporter, check_policy, resolve_all  # noqa: PLC0415
+    from .routes.resolver import Reporter, check_policy, resolve_all  # noqa: PLC0415
 
     project = _project(args)
     lock = _find_lock(project, args.model, args.lockfile)
@@ -349,7 +349,7 @@ def cmd_qualify(args) -> int:
 
 
 def cmd_matrix(args) -> int:
-    from .matrix import render_matrix  # noqa: PLC0415
+    from .routes.matrix import render_matrix  # noqa: PLC0415
 
     project = _project(args)
     text = render_matrix(project, model=args.model, fmt=args.format)

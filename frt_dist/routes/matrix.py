@@ -23,9 +23,9 @@ import html
 import re
 from dataclasses import dataclass, field
 
-from .errors import FrtError, UsageError
-from .lockfile import Lockfile
-from .receipt import Receipt
+from ..errors import FrtError, UsageError
+from ..lockfile import Lockfile
+from ..receipt import Receipt
 
 __all__ = ["render_matrix", "STATE_CLASSES"]
 

@@ -29,8 +29,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .canonical import hash_open_file, scan_tree
-from .canonical import file_digest_b64 as file_digest
+from ..canonical import hash_open_file, scan_tree
+from ..canonical import file_digest_b64 as file_digest
 
 __all__ = ["Expected", "check_variant_dir", "file_digest", "format_problems", "real_dir"]
 

@@ -4,14 +4,14 @@
 
 1. find the lockfile in force (``lockfile=``, ``FRT_LOCK``, the project's
    ``lockfiles/<model>.lock``, the bundled one) and read it (digests verified);
-2. resolve every phase band (``frt_dist.resolver.resolve_all``); any refusal
+2. resolve every phase band (``frt_dist.routes.resolver.resolve_all``); any refusal
    raises one ``RouteRefused`` with every reason, before anything is downloaded
    or imported;
 3. load each package the chosen routes use, at the variant each decision names,
    through the one shared loader (``frt_dist.loader.load_locked``);
 4. for every bound impl and band: the required ``entry`` must exist, optional
    ``probes`` are recorded as offered / not offered, and one bind-time smoke call
-   must pass (``frt_dist.smoke``). Every failure of steps 3–4 is gathered into
+   must pass (``frt_dist.loader.smoke``). Every failure of steps 3–4 is gathered into
    one ``KernelUnavailable``.
 
 The ``Plan`` hands out guarded callables per (seam, phase band). The guard
@@ -133,7 +133,7 @@ def _supply(lock, binds, *, mirror, hardware, allow_pins, root, project) -> tupl
 def _check_binds(lock, binds, packages) -> tuple[dict, dict, list[dict]]:
     """Entry symbols, probes and smoke for every bind whose package loaded."""
     from .loader import record_unavailable  # noqa: PLC0415
-    from .smoke import smoke_impl  # noqa: PLC0415
+    from .loader.smoke import smoke_impl  # noqa: PLC0415
 
     fns, probes, reasons = {}, {}, []
     cache: dict = {}  # smoke inputs shared by the binds of this load (weights materialised once)
@@ -165,7 +165,7 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
          project=None) -> "Plan":
     """Resolve, supply and bind ``model`` for this (or the declared) hardware (SPEC §5, §8.6)."""
     from .loader import mirror_dir  # noqa: PLC0415
-    from .resolver import refusal_error, resolve_all  # noqa: PLC0415
+    from .routes.resolver import refusal_error, resolve_all  # noqa: PLC0415
 
     proj = _project(project)
     lock, root = find_lockfile(model, lockfile, proj)
@@ -195,7 +195,7 @@ def plan_for_route(lock, route: str, phases, hardware: Hardware, packages: dict,
     receipt exists): the same guarded entries and ledger serving uses, with
     ``fallback="host"`` so a contract miss is counted as a fallback, never hidden.
     """
-    from .resolver import Decision  # noqa: PLC0415
+    from .routes.resolver import Decision  # noqa: PLC0415
 
     m = lock.manifest
     rt = m.routes[route]

@@ -43,7 +43,7 @@ from typing import Callable
 
 from .canonical import file_digest_b64, file_sha256_hex
 from .errors import KernelUnavailable, UsageError
-from .integrity import Expected, check_variant_dir
+from .loader.integrity import Expected, check_variant_dir
 from .loader import cache_dirs, is_offline, lock_root, repo_folder
 from .variants import select_variants
 

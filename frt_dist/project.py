@@ -20,8 +20,19 @@ __all__ = ["Project", "bundled_root"]
 
 @functools.cache
 def bundled_root() -> Path:
-    """The bundled defaults (read-only, inside the installed package), resolved once."""
-    return Path(__file__).resolve().parent / "_bundled"
+    """The bundled demo project (read-only), resolved once.
+
+    In the repository it is the repository's own project: the top-level
+    ``manifests/``, ``lockfiles/``, ``receipts/`` and ``packages/`` beside
+    ``frt_dist/`` (a checkout or an editable install). An installed wheel
+    carries the same folders as ``frt_dist/_bundled/`` (the build maps them
+    there; ``pyproject.toml``'s ``force-include``), so git holds one copy.
+    """
+    pkg = Path(__file__).resolve().parent
+    installed = pkg / "_bundled"
+    if installed.is_dir():
+        return installed
+    return pkg.parent
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
 
     from .loader import load_locked  # noqa: PLC0415
     from .serve import plan_for_route  # noqa: PLC0415
-    from .smoke import smoke_impl  # noqa: PLC0415
+    from .loader.smoke import smoke_impl  # noqa: PLC0415
 
     m = lock.manifest
     say = progress or (lambda msg: None)

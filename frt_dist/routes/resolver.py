@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
-from .errors import RouteRefused, UsageError
-from .hardware import Hardware, arch_admits
-from .lockfile import Lockfile
-from .receipt import CellKey, Receipt
-from .variants import select_variants
+from ..errors import RouteRefused, UsageError
+from ..hardware import Hardware, arch_admits
+from ..lockfile import Lockfile
+from ..receipt import CellKey, Receipt
+from ..variants import select_variants
 
 __all__ = ["resolve", "resolve_all", "Decision", "Reason", "Reporter", "FALLBACKS", "ACCEPTABLE"]
 
