@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _toml_fast
 from ._schema import Reader, parse_toml, read_bytes
 from .canonical import digest
 from .errors import LockfileError
@@ -232,10 +231,7 @@ class Lockfile:
     def read(cls, path: str | os.PathLike, *, verify: bool = True, label: str | None = None) -> "Lockfile":
         label = label or str(path)
         raw = read_bytes(Path(path), LockfileError, label)
-        # what frt lock writes is read by the lockfile-layout reader; anything else (or damaged) by tomllib
-        data = _toml_fast.loads(raw)
-        if data is None:
-            data = parse_toml(raw, LockfileError, label)
+        data = parse_toml(raw, LockfileError, label)
         lf = cls.from_document(data, file=label, verify=verify)
         lf.path = str(path)
         return lf

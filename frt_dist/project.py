@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import functools
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._schema import parse_toml
 from .errors import UsageError
 
 __all__ = ["Project", "bundled_root"]
@@ -110,8 +110,8 @@ class Project:
 
 def _has_tool_frt(d: Path) -> bool:
     try:
-        return "frt" in tomllib.loads((d / "pyproject.toml").read_text("utf-8")).get("tool", {})
-    except (OSError, tomllib.TOMLDecodeError):
+        return "frt" in parse_toml((d / "pyproject.toml").read_bytes(), UsageError, "pyproject.toml").get("tool", {})
+    except (OSError, UsageError):
         return False
 
 
@@ -120,7 +120,8 @@ def _settings(d: Path) -> dict | None:
     if not pp.is_file():
         return {}
     try:
-        data = tomllib.loads(pp.read_text("utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"{pp}: not valid TOML: {exc}") from None
+        raw = pp.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{pp}: cannot be read: {exc.strerror}") from None
+    data = parse_toml(raw, UsageError, str(pp))
     return dict(data.get("tool", {}).get("frt", {}))

@@ -342,3 +342,47 @@ def test_embedded_receipts_compare_by_content():
     fewer = _LazyReceipts("fewer.lock", some, True)
     assert len(fewer) == 3 and fewer != a.receipts and _LazyReceipts("none.lock", {}, True) != a.receipts
     assert fewer == {d: a.receipts[d] for d in some}
+
+
+# --- the one TOML reader (rtoml), held to the stdlib's tomllib as an independent oracle
+
+
+@pytest.mark.parametrize("rel", ["lockfiles/demo-decoder.lock", "manifests/demo-decoder.toml", "pyproject.toml"])
+def test_toml_reader_equals_tomllib_with_key_order(rel):
+    import tomllib
+
+    from frt_dist._schema import parse_toml
+
+    raw = (BUNDLED / rel).read_bytes()
+    got, want = parse_toml(raw, LockfileError, rel), tomllib.loads(raw.decode("utf-8"))
+    assert got == want
+
+    def keys(v):  # every table's key order, recursively
+        if isinstance(v, dict):
+            return [(k, keys(x)) for k, x in v.items()]
+        if isinstance(v, list):
+            return [keys(x) for x in v]
+        return None
+
+    assert keys(got) == keys(want)
+
+
+@pytest.mark.parametrize("text, where", [
+    (b"a = 1\na = 2\n", "line 2"),                      # duplicate key
+    (b"[t]\nx = 1\n[t]\ny = 2\n", "line 3"),            # table opened twice
+    (b"s = \"unterminated\n", "line 1"),
+    (b"\xff\xfe = 1\n", "utf-8"),                       # not UTF-8
+    (b"x = 1979-05-27T07:32:00Z\ny = [1, 'a'\n", "line 2"),
+])
+def test_damaged_lockfile_is_a_lockfile_error_naming_the_file(tmp_path, text, where):
+    import tomllib
+
+    with pytest.raises((tomllib.TOMLDecodeError, UnicodeDecodeError)):
+        tomllib.loads(text.decode("utf-8"))  # the oracle agrees it is damaged
+    p = tmp_path / "bad.lock"
+    p.write_bytes(text)
+    with pytest.raises(LockfileError) as ei:
+        Lockfile.read(p, label="lockfiles/bad.lock")
+    msg = str(ei.value)
+    assert msg.startswith("lockfiles/bad.lock: not valid TOML: ") and where in msg.lower(), msg
+    assert ei.value.exit_code == 2 and ei.value.reasons[0]["file"] == "lockfiles/bad.lock"

@@ -14,9 +14,9 @@ import tomllib
 import pytest
 
 from conftest import kernel_variant_files, run_frt, toy_manifest, write_files
-from frt_dist import _toml_fast
-from frt_dist.locker import parse_variant_metadata
-from frt_dist.errors import KernelUnavailable
+from frt_dist._schema import parse_toml
+from frt_dist.metadata import parse_variant_metadata
+from frt_dist.errors import KernelUnavailable, LockfileError
 from frt_dist.lockfile import Lockfile
 from frt_dist.manifest import Manifest
 from test_formats import receipt_for
@@ -135,8 +135,8 @@ def test_receipts_embedded_rejected_and_strict(project, hub):
     assert "warning: receipts/toy/stale.json: cell.impls.norm: measured testorg/addone at revision ffff" in r.stderr
     lk = Lockfile.read(project / "lockfiles" / "toy.lock")
     assert len(lk.receipts) == 1 and len(lk.rejected) == 2 and len(lk.index) == 1
-    raw = (project / "lockfiles" / "toy.lock").read_bytes()  # a Hub package, rejected receipts: the fast layout
-    assert _toml_fast.loads(raw) == tomllib.loads(raw.decode())
+    raw = (project / "lockfiles" / "toy.lock").read_bytes()  # a Hub package, rejected receipts (escapes)
+    assert parse_toml(raw, LockfileError, "toy.lock") == tomllib.loads(raw.decode())  # the stdlib as oracle
     entry = next(iter(lk.index.values()))
     assert entry.candidates[0].route == "fast" and entry.candidates[0].state == "certified_fast"
     r = lock(project, hub, "--strict")

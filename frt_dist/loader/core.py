@@ -420,7 +420,7 @@ def _read_metadata(want: _Want, vdir: Path, data: bytes | None) -> dict:
 
 def _self_declared(want: _Want, vdir: Path) -> None:
     """No lock facts for this revision: take archs, id and file digests from its metadata."""
-    from ..locker import parse_variant_metadata  # noqa: PLC0415
+    from ..metadata import parse_variant_metadata  # noqa: PLC0415
 
     try:
         raw = (vdir / "metadata.json").read_bytes()
