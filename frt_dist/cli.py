@@ -186,7 +186,7 @@ def _find_lock(project, model: str, explicit: str | None):
 
 
 def cmd_resolve(args) -> int:
-    from .routes.resolver import Reporter, check_policy, resolve_all  # noqa: PLC0415
+    from .routes.resolver import check_policy, resolve_all  # noqa: PLC0415
 
     project = _project(args)
     lock = _find_lock(project, args.model, args.lockfile)
@@ -197,49 +197,23 @@ def cmd_resolve(args) -> int:
         check_policy(lock, precision=args.precision, phase=ph, fallback=args.fallback, accept=accept)
     precision, accept = check_policy(lock, precision=args.precision, phase=None, fallback=args.fallback, accept=accept)
     hw = _hardware(args)
+    trace = None
+    if args.explain:
+        from .routes.explain import Trace  # noqa: PLC0415
 
-    class _Trace(Reporter):
-        def __init__(self):
-            self.events = []
-
-        def considering(self, phase, route, receipt):
-            self.events.append({"phase": phase, "event": "considering", "route": route, "receipt": receipt})
-
-        def rejecting(self, phase, route, reason):
-            self.events.append({"phase": phase, "event": "rejecting", "route": route, "reason": reason})
-
-        def choosing(self, phase, route, decision):
-            self.events.append({"phase": phase, "event": "choosing", "route": route, "decision": decision})
-
-    trace = _Trace() if args.explain else None
+        trace = Trace()
     decisions = resolve_all(lock, hardware=hw, precision=precision, phases=args.phase, fallback=args.fallback,
                             accept=accept, reporter=trace)
     doc = {"model": lock.model, "lock-digest": lock.lock_digest, "precision": precision,
            "hardware": hw.to_dict(), "decisions": [d.to_dict() for d in decisions.values()]}
-    if args.explain:
-        doc["candidates"] = _explain(lock, decisions)
+    if trace is not None:
+        from .routes.explain import candidates  # noqa: PLC0415
+
+        doc["candidates"] = candidates(lock, decisions)
         doc["rejected-receipts"] = lock.rejected
+        doc["events"] = trace.events
     _emit(args, doc, _render_resolve(lock, hw, precision, accept, decisions, doc.get("candidates")))
     return 1 if any(d.decision == "refused" for d in decisions.values()) else 0
-
-
-def _explain(lock, decisions) -> list[dict]:
-    out = []
-    m = lock.manifest
-    for phase, d in decisions.items():
-        reasons = {r.route: r.reason for r in d.reasons}
-        for rname, rt in m.routes.items():
-            pk = {}
-            for repo in m.route_packages(rname):
-                p = lock.packages[repo]
-                pk[repo] = {"revision": p.revision, "variants": sorted(p.variants),
-                            "variant": d.variants.get(repo) if d.route == rname else None}
-            out.append({"phase": phase, "route": rname, "route-digest": rt.digest,
-                        "won": d.route == rname, "reason": reasons.get(rname, "chosen" if d.route == rname else ""),
-                        "packages": pk,
-                        "receipts": sorted(r.digest for r in lock.receipts.values()
-                                           if r.route == rname and r.key.phase == phase)})
-    return out
 
 
 def _render_resolve(lock, hw, precision, accept, decisions, candidates) -> str:
@@ -268,38 +242,14 @@ def _render_resolve(lock, hw, precision, accept, decisions, candidates) -> str:
 
 
 def cmd_verify(args) -> int:
-    from .lockfile import Lockfile  # noqa: PLC0415
-    from .errors import LockfileError  # noqa: PLC0415
+    from .verify import verify  # noqa: PLC0415
 
-    project = _project(args)
-    models = [args.model] if args.model else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
-    if not models:
-        raise UsageError(f"no lockfiles in {project.lockfiles_dir}", hints=["run `frt lock` first"])
-    problems, checked = [], []
-    for model in models:
-        path = project.lockfile_path(model)
-        label = project.rel(path)
-        checked.append(label)
-        try:
-            lock = Lockfile.read(path, label=label)
-        except LockfileError as exc:
-            if exc.exit_code == 2:
-                raise  # does not parse: bad input, not a failed verification
-            problems += [{"kind": r.get("kind", "lock-digest"), "path": r.get("path", label),
-                          "expected": r.get("expected"), "computed": r.get("computed"), "message": str(exc)}
-                         for r in (exc.reasons or [{}])]
-            continue
-        for where, why in lock.receipt_problems():
-            problems.append({"kind": "receipt", "path": where, "expected": "valid", "computed": why})
-        if args.mirror:
-            from .mirror import verify_mirror  # noqa: PLC0415
-
-            for p in verify_mirror(lock, Path(args.mirror), variants=args.variant, all_variants=args.all_variants):
-                problems.append(p)
-    doc = {"ok": not problems, "lockfiles": checked, "problems": problems}
-    text = "\n".join([f"{c}: ok" for c in checked] if not problems else
+    report = verify(_project(args), [args.model] if args.model else None, mirror=args.mirror,
+                    variants=args.variant, all_variants=args.all_variants)
+    problems = report.problems
+    text = "\n".join([f"{c}: ok" for c in report.lockfiles] if not problems else
                      [f"{p['kind']}: {p['path']}: expected {p['expected']}, computed {p['computed']}" for p in problems])
-    _emit(args, doc, text)
+    _emit(args, report.to_dict(), text)
     if problems:
         print(f"error: verification failed ({len(problems)} problem(s))", file=sys.stderr)
         hint = "regenerate the lockfile with `frt lock`" if any(p["kind"] in ("lock-digest", "receipt") for p in problems) \
@@ -343,12 +293,44 @@ def cmd_mirror(args) -> int:
 
 
 def cmd_qualify(args) -> int:
-    from .qualify import qualify_cli  # noqa: PLC0415
+    from .qualify import qualify, write_receipt  # noqa: PLC0415
 
-    return qualify_cli(args, _project(args), _emit)
+    project = _project(args)
+    lock = _find_lock(project, args.model, None)
+    if project.read_only and not args.out:
+        raise FrtError("the bundled defaults are read-only; pass --out DIR for the receipts",
+                       hints=["or run in a project folder (manifests/, receipts/, lockfiles/)"])
+    out = Path(args.out) if args.out else project.receipts_dir / args.model
+    progress = None if (args.quiet or args.json) else (lambda msg: print(msg, file=sys.stderr))
+    if progress:
+        progress(f"qualifying {args.model} route {args.route} on this machine")
+    results = qualify(lock, args.route, phases=args.phase, rounds=args.rounds, seed=args.seed,
+                      root=project.root, progress=progress)
+    lines, docs = [], []
+    for r in results:
+        if r.passed:
+            r.path = write_receipt(r.receipt, out)
+            ev = r.receipt["evidence"]
+            t = ev["timing"]
+            lines.append(f"{r.phase:<8} {r.state:<17} speedup {t['speedup-median']:.3f}x "
+                         f"[{t['speedup-min']:.3f}-{t['speedup-max']:.3f}]  max-abs {ev['parity']['max-abs']:.2e}  "
+                         f"-> {project.rel(r.path)}")
+        else:
+            lines.append(f"{r.phase:<8} FAIL (no receipt written)")
+            lines += [f"    {f}" for f in r.failures]
+        docs.append({"phase": r.phase, "passed": r.passed, "state": r.state,
+                     "receipt": project.rel(r.path) if r.path else None, "failures": r.failures})
+    _emit(args, {"model": args.model, "route": args.route, "results": docs}, "\n".join(lines))
+    if all(r.passed for r in results):
+        if not args.quiet and not args.json:
+            print("hint: run `frt lock` to embed the new receipts", file=sys.stderr)
+        return 0
+    print("error: qualification failed for " + ", ".join(r.phase for r in results if not r.passed), file=sys.stderr)
+    return 1
 
 
 def cmd_matrix(args) -> int:
+
     from .routes.matrix import render_matrix  # noqa: PLC0415
 
     project = _project(args)

@@ -20,20 +20,25 @@ REPO_TYPE = "kernel"
 DEFAULT_TIMEOUT_S = 30.0
 
 
+_TIMEOUT_S: float | None = None
+
+
 def configure_timeout(seconds: float | None = None) -> None:
-    """Give ``huggingface_hub``'s shared HTTP client a timeout (it has none by
-    default, so a Hub that hangs would hang ``frt lock``). Called by the CLI;
-    library callers keep whatever client they configured."""
-    import httpx2  # noqa: PLC0415 - dependency of huggingface_hub
-    from huggingface_hub.utils import _http  # noqa: PLC0415
+    """Give the Hub requests frt makes a timeout (``huggingface_hub``'s shared HTTP
+    client has none by default, so a Hub that hangs would hang ``frt lock``). Called
+    by the CLI (``FRT_HUB_TIMEOUT``, default 30 s); library callers keep whatever
+    client they configured unless they call it."""
+    global _TIMEOUT_S
+    _TIMEOUT_S = float(seconds if seconds is not None else os.environ.get("FRT_HUB_TIMEOUT", DEFAULT_TIMEOUT_S))
 
-    seconds = float(seconds if seconds is not None else os.environ.get("FRT_HUB_TIMEOUT", DEFAULT_TIMEOUT_S))
 
-    def factory():
-        return httpx2.Client(event_hooks={"request": [_http.hf_request_event_hook]}, follow_redirects=True,
-                             timeout=seconds)
+def _apply_timeout() -> None:
+    """Set the timeout on the shared client (public ``get_session``; the client is
+    recreated after a fork or a TLS error, so it is set again before each call)."""
+    if _TIMEOUT_S is not None:
+        from huggingface_hub import get_session  # noqa: PLC0415
 
-    _http.set_client_factory(factory)
+        get_session().timeout = _TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -53,33 +58,44 @@ class HubClient:
         self._trust_cache: dict[str, bool] = {}
 
     def _wrap(self, repo: str, what: str, fn):
+        import httpx2  # noqa: PLC0415 - huggingface_hub's HTTP client
         from huggingface_hub import errors as hf_errors  # noqa: PLC0415
-        import httpx2  # noqa: PLC0415
 
+        _apply_timeout()
         try:
             return fn()
+        except hf_errors.OfflineModeIsEnabled:
+            raise HubError(f"package {repo!r}: the Hub cannot be asked: offline mode is on ({what})",
+                           reasons=[{"package": repo, "reason": "offline (HF_HUB_OFFLINE)"}],
+                           hints=["unset HF_HUB_OFFLINE to lock against the Hub, or lock where the Hub is reachable "
+                                  "and copy the lockfile; a mirror is for loading, not for locking"]) from None
         except hf_errors.RepositoryNotFoundError:
             raise HubError(f"package {repo!r}: not found on the Hub at {self.endpoint} ({what})",
                            reasons=[{"package": repo, "reason": "repository not found"}],
                            hints=["check the repo id in the manifest, or HF_ENDPOINT / the mirror in use"]) from None
         except hf_errors.RevisionNotFoundError:
             raise HubError(f"package {repo!r}: revision not found ({what})",
-                           reasons=[{"package": repo, "reason": "revision not found"}]) from None
+                           reasons=[{"package": repo, "reason": "revision not found"}],
+                           hints=["the branch or commit may have been deleted; `frt lock --upgrade-package "
+                                  f"{repo}` re-resolves the version's branch"]) from None
         except hf_errors.EntryNotFoundError:
             raise HubError(f"package {repo!r}: file not found ({what})",
-                           reasons=[{"package": repo, "reason": f"file not found: {what}"}]) from None
+                           reasons=[{"package": repo, "reason": f"file not found: {what}"}],
+                           hints=["the package's build/ tree is incomplete at this commit; ask its publisher"]) from None
         except hf_errors.HfHubHTTPError as exc:
             status = getattr(getattr(exc, "response", None), "status_code", "?")
+            hints = ["log in (`hf auth login`) or set HF_TOKEN"] if status in (401, 403) else []
             raise HubError(f"package {repo!r}: the Hub answered HTTP {status} ({what})",
                            reasons=[{"package": repo, "reason": f"HTTP {status}"}],
-                           hints=["retry later; nothing was written"]) from None
+                           hints=hints + ["retry later; nothing was written"]) from None
         except httpx2.TimeoutException:
             raise HubError(f"package {repo!r}: the Hub did not answer in time ({what})",
                            reasons=[{"package": repo, "reason": "timeout"}],
                            hints=["retry later, or raise FRT_HUB_TIMEOUT; nothing was written"]) from None
         except httpx2.HTTPError as exc:
             raise HubError(f"package {repo!r}: cannot reach the Hub at {self.endpoint}: {exc}",
-                           reasons=[{"package": repo, "reason": f"network error: {exc}"}]) from None
+                           reasons=[{"package": repo, "reason": f"network error: {exc}"}],
+                           hints=["check the network or HF_ENDPOINT; nothing was written"]) from None
 
     def branch_commit(self, repo: str, version: int) -> str:
         """Branch ``v<version>`` → its full commit sha (the `kernels` convention)."""
@@ -105,14 +121,14 @@ class HubClient:
 
     def metadata(self, repo: str, commit: str, variant: str) -> bytes:
         """GET ``build/<variant>/metadata.json`` at ``commit`` (one request, no cache dance)."""
-        from huggingface_hub import hf_hub_url  # noqa: PLC0415
-        from huggingface_hub.utils import get_session, hf_raise_for_status  # noqa: PLC0415
+        from huggingface_hub import get_session, hf_hub_url  # noqa: PLC0415
+        from huggingface_hub.utils import build_hf_headers, hf_raise_for_status  # noqa: PLC0415
 
         path = f"build/{variant}/metadata.json"
         url = hf_hub_url(repo, path, repo_type=REPO_TYPE, revision=commit, endpoint=self.endpoint)
 
         def get():
-            r = get_session().get(url, headers=self.api._build_hf_headers())
+            r = get_session().get(url, headers=build_hf_headers(token=self.api.token, library_name="frt-dist"))
             hf_raise_for_status(r)
             return r.content
 

@@ -31,17 +31,16 @@ from __future__ import annotations
 import importlib
 import json
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import FrtError, KernelUnavailable, UsageError
+from .errors import KernelUnavailable, UsageError
 from .hardware import Hardware
 from .lockfile import Lockfile, write_atomic
 from .receipt import MIN_CERT_ROUNDS
 
-__all__ = ["qualify", "QualifyResult", "qualify_cli", "load_host_factory"]
+__all__ = ["qualify", "QualifyResult", "write_receipt", "receipt_filename", "load_host_factory"]
 
 DEFAULT_ROUNDS = 30
 DEFAULT_WARMUP = 5
@@ -269,39 +268,3 @@ def write_receipt(receipt: dict, folder: Path) -> Path:
     path = Path(folder) / receipt_filename(receipt)
     write_atomic(path, (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode("utf-8"))
     return path
-
-
-def qualify_cli(args, project, emit) -> int:
-    from .cli import _find_lock  # noqa: PLC0415
-
-    lock = _find_lock(project, args.model, None)
-    if project.read_only and not args.out:
-        raise FrtError("the bundled defaults are read-only; pass --out DIR for the receipts",
-                       hints=["or run in a project folder (manifests/, receipts/, lockfiles/)"])
-    out = Path(args.out) if args.out else project.receipts_dir / args.model
-    progress = None if (args.quiet or args.json) else (lambda msg: print(msg, file=sys.stderr))
-    if progress:
-        progress(f"qualifying {args.model} route {args.route} on this machine")
-    results = qualify(lock, args.route, phases=args.phase, rounds=args.rounds, seed=args.seed,
-                      root=project.root, progress=progress)
-    lines, docs = [], []
-    for r in results:
-        if r.passed:
-            r.path = write_receipt(r.receipt, out)
-            ev = r.receipt["evidence"]
-            t = ev["timing"]
-            lines.append(f"{r.phase:<8} {r.state:<17} speedup {t['speedup-median']:.3f}x "
-                         f"[{t['speedup-min']:.3f}-{t['speedup-max']:.3f}]  max-abs {ev['parity']['max-abs']:.2e}  "
-                         f"-> {project.rel(r.path)}")
-        else:
-            lines.append(f"{r.phase:<8} FAIL (no receipt written)")
-            lines += [f"    {f}" for f in r.failures]
-        docs.append({"phase": r.phase, "passed": r.passed, "state": r.state,
-                     "receipt": project.rel(r.path) if r.path else None, "failures": r.failures})
-    emit(args, {"model": args.model, "route": args.route, "results": docs}, "\n".join(lines))
-    if all(r.passed for r in results):
-        if not args.quiet and not args.json:
-            print("hint: run `frt lock` to embed the new receipts", file=sys.stderr)
-        return 0
-    print("error: qualification failed for " + ", ".join(r.phase for r in results if not r.passed), file=sys.stderr)
-    return 1

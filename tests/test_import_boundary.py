@@ -52,3 +52,87 @@ def test_lock_resolve_verify_matrix_are_light(tmp_path):
                        timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(tmp_path)})
     assert "CODES=[0, 0, 0, 1, 0]" in r.stdout, r.stdout + r.stderr  # resolve: refused (no receipts) is exit 1
     assert r.stdout.rsplit("HEAVY=", 1)[1].strip() == ""
+
+
+# --- layers point one way: the import graph of frt_dist's own modules, read from the source
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the frt_dist modules it imports, at module level or inside functions."""
+    import ast
+    from pathlib import Path
+
+    import frt_dist
+
+    pkg_root = Path(frt_dist.__file__).parent
+    mods = {}
+    for p in pkg_root.rglob("*.py"):
+        parts = list(p.relative_to(pkg_root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = p
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        here = m if p.name == "__init__.py" else m.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(p.read_text("utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                names = [target] + [f"{target}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            graph[m] |= {n for n in names if n in mods and n != m}
+    return graph
+
+
+def _reachable(graph, start) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for n in graph[todo.pop()]:
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    return seen
+
+
+def test_no_import_cycles_between_frt_modules():
+    graph = _import_graph()
+    assert {"frt_dist.cli", "frt_dist.qualify", "frt_dist.loader.core", "frt_dist.routes.resolver"} <= set(graph)
+    cycles = sorted(m for m in graph if m in _reachable(graph, m))
+    assert cycles == [], f"import cycles through {cycles}"
+
+
+def test_lower_layers_do_not_import_the_upper_ones():
+    graph = _import_graph()
+    loader = _reachable(graph, "frt_dist.loader.core")
+    assert "frt_dist.locker" not in loader  # reading metadata.json is frt_dist.metadata's job
+    for low in ("frt_dist.loader.core", "frt_dist.routes.resolver", "frt_dist.locker", "frt_dist.qualify",
+                "frt_dist.serve", "frt_dist.mirror", "frt_dist.verify"):
+        assert "frt_dist.cli" not in _reachable(graph, low), low
+    assert "frt_dist.routes.matrix" not in _reachable(graph, "frt_dist.serve")
+
+
+def test_only_public_huggingface_hub_and_kernels_names_are_used():
+    """frt stands on huggingface_hub's public API: no private module or name is imported
+    (the one private `kernels` adapter, if any, would be listed here by name)."""
+    import ast
+    from pathlib import Path
+
+    import frt_dist
+
+    private = []
+    for p in Path(frt_dist.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text("utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in (
+                    "huggingface_hub", "kernels"):
+                parts = node.module.split(".") + [a.name for a in node.names]
+                if any(x.startswith("_") for x in parts):
+                    private.append(f"{p.name}:{node.lineno} from {node.module} import {', '.join(a.name for a in node.names)}")
+            if isinstance(node, ast.Attribute) and node.attr in ("_build_hf_headers", "_http", "_get_session"):
+                private.append(f"{p.name}:{node.lineno} .{node.attr}")
+    assert private == []
