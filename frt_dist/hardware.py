@@ -109,11 +109,29 @@ def backend_for_arch(arch: str) -> str:
 # Hardware
 
 
-def _major_minor(version: str | None) -> str | None:
-    if not version:
+_CANONICAL_MM = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
+
+
+def software_version(value: str | None) -> str | None:
+    """A dispatch-relevant software version as ``major.minor`` (SPEC §16), read with
+    ``packaging``: ``2.13.0+cpu`` → ``2.13``, ``0.17.2`` → ``0.17``, ``12`` → ``12.0``.
+    ``None`` when it is not a version. A cell's software facts (torch, CUDA/ROCm,
+    `kernels`) are compared in this form, so a patch release never splits a cell."""
+    if not value:
         return None
-    m = _MAJOR_MINOR.match(version)
-    return f"{m.group(1)}.{m.group(2)}" if m else None
+    if _CANONICAL_MM.match(value):  # already what packaging would print
+        return value
+    from packaging.version import InvalidVersion, Version  # noqa: PLC0415 - only for non-canonical input
+
+    try:
+        release = Version(value).release
+    except InvalidVersion:
+        m = _MAJOR_MINOR.match(value)  # e.g. HIP's 6.3.42131-fa1d09cbd: a build suffix packaging does not read
+        if not m:
+            return None
+        release = Version(f"{m.group(1)}.{m.group(2)}").release
+    release = (*release, 0)
+    return f"{release[0]}.{release[1]}"
 
 
 @dataclass(frozen=True)
@@ -122,8 +140,8 @@ class Hardware:
 
     ``arch``: CUDA capability (``"12.0"``), gfx name, or the CPU machine
     (``"x86_64"``) for ``backend="cpu"``. ``software`` holds dispatch-relevant
-    versions: ``torch`` and ``cuda``/``rocm`` as ``major.minor``, ``kernels`` as
-    ``X.Y.Z``. ``cpu``/``os`` are the host platform used for variant selection.
+    versions, each read as ``major.minor`` (``software_version``: ``kernels`` 0.17.2
+    is 0.17). ``cpu``/``os`` are the host platform used for variant selection.
     """
 
     arch: str
@@ -150,7 +168,11 @@ class Hardware:
             object.__setattr__(self, "os", _system())
         soft = {}
         for k, v in dict(self.software).items():
-            soft[str(k)] = str(v)
+            mm = software_version(str(v))
+            if mm is None:
+                raise UsageError(f"hardware: software {k}: {v!r} is not a version",
+                                 hints=["software facts are versions, e.g. torch=2.13,cuda=12.8,kernels=0.17"])
+            soft[str(k)] = mm
         object.__setattr__(self, "software", dict(sorted(soft.items())))
         # every fact a decision can depend on, hashable (a memo key)
         object.__setattr__(self, "fingerprint", (self.backend, self.arch, self.device_class, self.cpu, self.os,
@@ -185,7 +207,7 @@ class Hardware:
                 "cannot detect hardware: torch is not installed",
                 hints=["declare the hardware instead: --arch 12.0 --device-class rtx-5090 [--software torch=2.13,cuda=12.8]"],
             ) from exc
-        software = {"torch": _major_minor(torch.__version__)}
+        software = {"torch": torch.__version__}
         try:
             from importlib.metadata import version
 
@@ -197,12 +219,12 @@ class Hardware:
             if getattr(torch.version, "hip", None):
                 props = torch.cuda.get_device_properties(0)
                 arch = props.gcnArchName.split(":", 1)[0]
-                software["rocm"] = _major_minor(torch.version.hip)
+                software["rocm"] = torch.version.hip
                 backend = "rocm"
             else:
                 major, minor = torch.cuda.get_device_capability(0)
                 arch = f"{major}.{minor}"
-                software["cuda"] = _major_minor(torch.version.cuda)
+                software["cuda"] = torch.version.cuda
                 backend = "cuda"
             return cls(arch=arch, device_class=device_class(name), backend=backend, device_name=name,
                        software={k: v for k, v in software.items() if v}, cxx11_abi=_cxx11(torch), detected=True)

@@ -8,6 +8,7 @@ claimed state and that the cell is one the manifest defines. Both raise
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, NamedTuple
 from ._schema import Reader, load_json
 from .canonical import digest
 from .errors import ReceiptInvalid
+from .hardware import software_version
 
 __all__ = ["Receipt", "STATES", "CellKey", "MIN_CERT_ROUNDS"]
 
@@ -80,8 +82,8 @@ class Receipt:
             raise r.fail("cell.band.rows", "expected [low, high] integers")
         sw = r.get(cell, "software", dict, "cell")
         for k, v in sw.items():
-            if not isinstance(v, str):
-                raise r.fail(f"cell.software.{k}", "expected a string version")
+            if not isinstance(v, str) or software_version(v) is None:
+                raise r.fail(f"cell.software.{k}", f"expected a version string like \"2.13\", got {v!r}")
         impls = r.get(cell, "impls", dict, "cell")
         if not impls:
             raise r.fail("cell.impls", "at least one impl is required")
@@ -158,9 +160,10 @@ class Receipt:
         c, hw = self.cell, self.cell["hardware"]
         return CellKey(c["phase"], c["precision"], hw["backend"], hw["arch"], hw["device-class"])
 
-    @property
+    @functools.cached_property
     def software(self) -> dict:
-        return dict(self.cell["software"])
+        """The cell's software facts as ``major.minor`` (SPEC §16); the receipt itself keeps what it recorded."""
+        return {k: software_version(v) for k, v in self.cell["software"].items()}
 
     @property
     def timing(self) -> dict | None:

@@ -155,6 +155,8 @@ def test_supported_correct_needs_no_speed(toy):
     (lambda d: d.update(state="fast"), "state", "expected one of"),
     (lambda d: d["cell"].pop("calibration"), "cell.calibration", "missing required field"),
     (lambda d: d["cell"]["inputs"].pop("seed"), "cell.inputs.seed", "missing required field"),
+    (lambda d: d["cell"]["software"].update(torch="two"), "cell.software.torch", "expected a version string"),
+    (lambda d: d["cell"]["software"].update(torch=2.13), "cell.software.torch", "expected a version string"),
 ])
 def test_receipt_shape_errors(toy, mutate, field, message):
     d = receipt_for(toy)
@@ -386,3 +388,11 @@ def test_damaged_lockfile_is_a_lockfile_error_naming_the_file(tmp_path, text, wh
     msg = str(ei.value)
     assert msg.startswith("lockfiles/bad.lock: not valid TOML: ") and where in msg.lower(), msg
     assert ei.value.exit_code == 2 and ei.value.reasons[0]["file"] == "lockfiles/bad.lock"
+
+
+def test_receipt_software_is_read_as_major_minor_and_kept_as_recorded(toy):
+    d = receipt_for(toy)
+    d["cell"]["software"] = {"torch": "2.13.0+cpu", "kernels": "0.17.2", "cuda": "12.8"}
+    r = Receipt.parse(d, file="receipts/toy/r.json")
+    assert r.software == {"torch": "2.13", "kernels": "0.17", "cuda": "12.8"}  # SPEC §16
+    assert r.cell["software"]["kernels"] == "0.17.2" and r.digest == digest(d)  # the evidence itself is untouched

@@ -123,5 +123,26 @@ def test_detect_this_machine():
     hw = Hardware.detect()
     assert hw.detected and hw.backend == "cpu"  # no GPU on CI
     assert hw.software["torch"] == ".".join(torch.__version__.split(".")[:2])
-    assert hw.software["kernels"] == "0.17.2"
+    assert hw.software["kernels"] == "0.17"  # major.minor (SPEC §16), independent of the patch release
     assert hw.device_class and hw.device_name
+
+
+@pytest.mark.parametrize("given, read", [("2.13.0+cpu", "2.13"), ("0.17.2", "0.17"), ("12", "12.0"), ("12.8", "12.8"),
+                                         ("6.3.42131-fa1d09cbd", "6.3"), ("2.14.0.dev20260101", "2.14"), ("02.13", "2.13")])
+def test_software_facts_are_major_minor_read_with_packaging(given, read):
+    from packaging.version import Version
+
+    from frt_dist.hardware import software_version
+
+    assert software_version(given) == read
+    if given[0].isdigit() and "-" not in given:  # the oracle: packaging's own release tuple
+        assert read == ".".join(map(str, (*Version(given).release, 0)[:2]))
+    hw = Hardware(arch="9.0", device_class="h200", software={"torch": given})
+    assert hw.software == {"torch": read}
+
+
+def test_software_that_is_not_a_version_is_a_usage_error():
+    from frt_dist.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"hardware: software torch: 'latest' is not a version"):
+        Hardware(arch="9.0", device_class="h200", software={"torch": "latest"})

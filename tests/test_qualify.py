@@ -75,7 +75,7 @@ def test_fast_route_is_certified_with_full_evidence(qproject):
     assert t["speedup-min"] <= t["speedup-median"] <= t["speedup-max"]
     assert cell["inputs"]["source"] == "synthetic" and cell["inputs"]["seed"] == 0
     assert cell["impls"]["norm"]["variant"] == "torch-cpu" and cell["impls"]["norm"]["revision"].startswith("sha256:")
-    assert cell["hardware"]["backend"] == "cpu" and cell["software"]["torch"] and cell["software"]["kernels"] == "0.17.2"
+    assert cell["hardware"]["backend"] == "cpu" and cell["software"]["torch"] and cell["software"]["kernels"] == "0.17"
     # the receipt is valid for the lock it was measured against
     lk = _lock(qproject)
     rec = Receipt.parse(r, file="x.json")
