@@ -107,6 +107,28 @@ def _project(args):
     return Project.find(explicit=args.project)
 
 
+class _NoBar:
+    def update(self, n=1):
+        pass
+
+    def set_postfix_str(self, s):
+        pass
+
+    def close(self):
+        pass
+
+
+def _bar(args, **kw):
+    """A ``huggingface_hub`` tqdm on stderr for long work: off under ``--quiet``/``--json``,
+    when stderr is not a terminal (checked first, so nothing is imported then), and
+    when ``HF_HUB_DISABLE_PROGRESS_BARS`` is set (huggingface_hub's own switch)."""
+    if args.quiet or args.json or not sys.stderr.isatty():
+        return _NoBar()
+    from huggingface_hub.utils import tqdm  # noqa: PLC0415
+
+    return tqdm(file=sys.stderr, leave=False, dynamic_ncols=True, **kw)
+
+
 def _emit(args, doc: dict, text: str) -> None:
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
@@ -126,8 +148,21 @@ def cmd_lock(args) -> int:
     results, stale_any = [], False
     warn = (lambda m: None) if args.quiet and not args.json else (lambda m: print(f"warning: {m}", file=sys.stderr))
     for model in models:
-        res = lock_model(project, model, check=args.check, strict=args.strict,
-                         upgrade=set(args.upgrade_package), warn=warn)
+        bar = None
+
+        def progress(ev: dict) -> None:
+            nonlocal bar
+            if bar is None:
+                bar = _bar(args, total=ev["total"], desc=f"lock {ev['model']}", unit="pkg")
+            bar.update(1)
+            bar.set_postfix_str(ev["repo"])
+
+        try:
+            res = lock_model(project, model, check=args.check, strict=args.strict,
+                             upgrade=set(args.upgrade_package), warn=warn, progress=progress)
+        finally:
+            if bar is not None:
+                bar.close()
         results.append(res)
         stale_any |= bool(res.stale)
     lines = []
@@ -266,19 +301,21 @@ def cmd_mirror(args) -> int:
     models = [args.model] if args.model else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
     if not models:
         raise UsageError(f"no lockfiles in {project.lockfiles_dir}", hints=["run `frt lock` first"])
-    tty = sys.stderr.isatty() and not (args.quiet or args.json)
-
-    def progress(ev: dict) -> None:
-        if ev.get("event") == "file":
-            print(f"\r  {ev.get('repo')} {ev.get('variant')} {ev.get('path')}\033[K", end="", file=sys.stderr)
-
     reports, lines = [], []
     for model in models:
         lock = _find_lock(project, model, None)
-        rep = mirror_lock(lock, Path(args.dir), variants=args.variant, all_variants=args.all_variants,
-                          progress=progress if tty else None, root=project.root)
-        if tty:
-            print("\r\033[K", end="", file=sys.stderr)
+        bar = _bar(args, total=None, desc=f"mirror {model}", unit="B", unit_scale=True, unit_divisor=1024)
+
+        def progress(ev: dict, bar=bar) -> None:
+            if ev.get("event") == "file":
+                bar.update(ev.get("bytes") or 0)
+                bar.set_postfix_str(f"{ev.get('repo')} {ev.get('path')}")
+
+        try:
+            rep = mirror_lock(lock, Path(args.dir), variants=args.variant, all_variants=args.all_variants,
+                              progress=progress, root=project.root)
+        finally:
+            bar.close()
         d = rep.to_dict()
         d["model"] = model
         reports.append(d)
@@ -301,11 +338,26 @@ def cmd_qualify(args) -> int:
         raise FrtError("the bundled defaults are read-only; pass --out DIR for the receipts",
                        hints=["or run in a project folder (manifests/, receipts/, lockfiles/)"])
     out = Path(args.out) if args.out else project.receipts_dir / args.model
-    progress = None if (args.quiet or args.json) else (lambda msg: print(msg, file=sys.stderr))
-    if progress:
-        progress(f"qualifying {args.model} route {args.route} on this machine")
-    results = qualify(lock, args.route, phases=args.phase, rounds=args.rounds, seed=args.seed,
-                      root=project.root, progress=progress)
+    talk = not (args.quiet or args.json)
+    if talk:
+        print(f"qualifying {args.model} route {args.route} on this machine", file=sys.stderr)
+    bars: dict = {}
+
+    def progress(ev: dict) -> None:
+        if ev["event"] == "message":
+            if talk:
+                print(ev["text"], file=sys.stderr)
+        elif ev["event"] == "round":
+            if ev["phase"] not in bars:
+                bars[ev["phase"]] = _bar(args, total=ev["rounds"], desc=f"  {ev['phase']} rounds", unit="round")
+            bars[ev["phase"]].update(1)
+
+    try:
+        results = qualify(lock, args.route, phases=args.phase, rounds=args.rounds, seed=args.seed,
+                          root=project.root, progress=progress)
+    finally:
+        for b in bars.values():
+            b.close()
     lines, docs = [], []
     for r in results:
         if r.passed:

@@ -150,8 +150,11 @@ class _Locker:
 
 
 def lock_model(project: Project, model: str, *, check: bool = False, strict: bool = False, hub=None,
-               upgrade: set[str] | None = None, warn=None) -> LockResult:
-    """Lock one model. With ``check``, nothing is written and ``stale`` says why."""
+               upgrade: set[str] | None = None, warn=None, progress=None) -> LockResult:
+    """Lock one model. With ``check``, nothing is written and ``stale`` says why.
+
+    ``progress``, when given, receives ``{"event": "package", "model", "repo", "done", "total"}``
+    after each package is pinned (the Hub requests happen there)."""
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     mpath = project.manifest_path(model)
     mlabel = project.rel(mpath)
@@ -169,7 +172,12 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
         except LockfileError as exc:
             old_problem = str(exc)
     locker = _Locker(project, hub=hub, upgrade=upgrade)
-    packages = {repo: locker.lock_package(manifest, pkg, old) for repo, pkg in sorted(manifest.packages.items())}
+    packages = {}
+    for repo, pkg in sorted(manifest.packages.items()):
+        packages[repo] = locker.lock_package(manifest, pkg, old)
+        if progress:
+            progress({"event": "package", "model": model, "repo": repo, "done": len(packages),
+                      "total": len(manifest.packages)})
 
     lf = Lockfile(model=model, manifest_file=mlabel, manifest=manifest, packages=packages, receipts={},
                   rejected=[], index={})

@@ -92,7 +92,7 @@ def _run_all(block, inputs):
     return {rows: block(x) for rows, x in inputs.items()}
 
 
-def _timing(host, route, inputs, *, rounds: int, warmup: int) -> dict:
+def _timing(host, route, inputs, *, rounds: int, warmup: int, tick=None) -> dict:
     """Paired alternating timing over the same inputs; per-round speedup = host / route."""
     xs = list(inputs.values())
 
@@ -116,6 +116,8 @@ def _timing(host, route, inputs, *, rounds: int, warmup: int) -> dict:
         th.append(h)
         tr.append(r)
         sp.append(h / r)
+        if tick:
+            tick(i + 1)
     q = statistics.quantiles(sp, n=4) if len(sp) >= 2 else [sp[0]] * 3
     return {"method": "paired-alternating", "rounds": rounds, "warmup": warmup, "rows": list(inputs),
             "host-median-ms": round(statistics.median(th) * 1e3, 4),
@@ -126,7 +128,10 @@ def _timing(host, route, inputs, *, rounds: int, warmup: int) -> dict:
 
 def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None = None, seed: int = 0,
             hardware: Hardware | None = None, root=None, progress=None) -> list[QualifyResult]:
-    """Measure ``route_name`` against the host in every requested phase band."""
+    """Measure ``route_name`` against the host in every requested phase band.
+
+    ``progress``, when given, receives events: ``{"event": "message", "text"}`` and,
+    per timing round, ``{"event": "round", "phase", "round", "rounds"}``."""
     import torch  # noqa: PLC0415
 
     from .loader import load_locked  # noqa: PLC0415
@@ -134,7 +139,10 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
     from .loader.smoke import smoke_impl  # noqa: PLC0415
 
     m = lock.manifest
-    say = progress or (lambda msg: None)
+    emit = progress or (lambda event: None)
+
+    def say(text: str) -> None:
+        emit({"event": "message", "text": text})
     if route_name not in m.routes:
         raise UsageError(f"unknown route {route_name!r} for model {m.model!r} (valid: {', '.join(m.routes)})")
     phases = list(phases or m.phases)
@@ -207,7 +215,8 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
             probe.detach()
             detach_ok = all(torch.equal(ref[r], v) for r, v in _run_all(probe, inputs).items())
             say(f"  {ph}: timing {rounds} paired rounds (+{warmup} warm-up)")
-            timing = _timing(host, block, inputs, rounds=rounds, warmup=warmup)
+            timing = _timing(host, block, inputs, rounds=rounds, warmup=warmup,
+                             tick=lambda i, ph=ph: emit({"event": "round", "phase": ph, "round": i, "rounds": rounds}))
         if not parity["pass"]:
             failures.append(f"parity failed: max-abs {parity['max-abs']:.3g} at rows {parity['worst-case']['rows']} "
                             f"(tolerance abs {tol['abs']:g}, rel {tol['rel']:g})")

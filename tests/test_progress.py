@@ -1,0 +1,73 @@
+"""Long work shows progress with huggingface_hub's tqdm on a terminal, and stays quiet when stderr
+is not a terminal, under --quiet/--json, and with HF_HUB_DISABLE_PROGRESS_BARS (its own switch).
+Real `frt` processes whose stderr is a pseudo-terminal."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import shutil
+import struct
+import subprocess
+import sys
+import termios
+
+import pytest
+
+from conftest import BUNDLED
+
+
+@pytest.fixture
+def demo(tmp_path):
+    root = tmp_path / "proj"
+    for d in ("manifests", "lockfiles", "receipts", "packages"):
+        shutil.copytree(BUNDLED / d, root / d)
+    return root
+
+
+def _run(argv, cwd, *, tty: bool, env=None) -> tuple[int, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
+    e.update(PYTHONDONTWRITEBYTECODE="1", HF_HOME=str(cwd / ".hf"), **(env or {}))
+    cmd = [sys.executable, "-m", "frt_dist.cli", *argv]
+    if not tty:
+        r = subprocess.run(cmd, cwd=cwd, env=e, capture_output=True, text=True, timeout=300)
+        return r.returncode, r.stderr
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a new pty is 0 columns wide
+    p = subprocess.Popen(cmd, cwd=cwd, env=e, stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its side
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return p.wait(timeout=300), b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_lock_and_mirror_show_progress_on_a_terminal_only(demo, tmp_path):
+    (demo / "lockfiles" / "demo-decoder.lock").unlink()
+    rc, err = _run(["lock"], demo, tty=True)
+    assert rc == 0, err
+    assert "lock demo-decoder" in err and "3/3" in err and "pkg" in err  # one step per package
+    rc, err = _run(["mirror", str(tmp_path / "m1"), "--all-variants"], demo, tty=True)
+    assert rc == 0, err
+    assert "mirror demo-decoder" in err and "B/s" in err  # bytes, with a rate
+
+    for how in ({"tty": False}, {"tty": True, "env": {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}}):
+        rc, err = _run(["mirror", str(tmp_path / f"m-{len(how)}"), "--all-variants"], demo, **how)
+        assert rc == 0 and "mirror demo-decoder" not in err and "\r" not in err, (how, err)
+    rc, err = _run(["mirror", str(tmp_path / "m3"), "--all-variants", "--json"], demo, tty=True)
+    assert rc == 0 and "mirror demo-decoder" not in err, err
+
+
+def test_qualify_shows_one_bar_per_phase_in_rounds(demo, tmp_path):
+    rc, err = _run(["qualify", "--model", "demo-decoder", "--route", "split", "--phase", "decode",
+                    "--rounds", "6", "--out", str(tmp_path / "r")], demo, tty=True, env={"HF_HUB_OFFLINE": "1"})
+    assert rc in (0, 1), err  # the verdict is the machine's; the progress is what is checked here
+    assert "decode rounds" in err and "6/6" in err and "round" in err
