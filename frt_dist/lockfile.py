@@ -392,7 +392,7 @@ def index_text(entries: list[dict]) -> str:
     """The route index: a JSON array with one cell per line (a reviewer sees one line
     change per cell that changed). Stored as a TOML multi-line literal string like the
     manifest: a large lock is mostly index, and ``json`` reads it many times faster than
-    ``tomllib`` reads the same cells as ``[[index]]`` tables."""
+    a TOML reader reads the same cells as ``[[index]]`` tables."""
     return "[\n" + ",\n".join(json.dumps(e, ensure_ascii=False) for e in entries) + "\n]\n"
 
 

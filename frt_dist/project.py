@@ -2,7 +2,7 @@
 
 In order: the current directory's project (a ``pyproject.toml`` with
 ``[tool.frt]``, or a folder holding ``manifests/``; searched upward), else
-``FRT_HOME``, else the bundled defaults shipped inside the package (read-only).
+``FRT_HOME``, else the bundled demo project (read-only; ``bundled_root``).
 """
 
 from __future__ import annotations
