@@ -26,7 +26,7 @@ def bundled_root() -> Path:
     ``manifests/``, ``lockfiles/``, ``receipts/`` and ``packages/`` beside
     ``frt_dist/`` (a checkout or an editable install). An installed wheel
     carries the same folders as ``frt_dist/_bundled/`` (the build maps them
-    there; ``pyproject.toml``'s ``force-include``), so git holds one copy.
+    there; ``pyproject.toml``'s wheel ``sources``), so git holds one copy.
     """
     pkg = Path(__file__).resolve().parent
     installed = pkg / "_bundled"

@@ -3,7 +3,9 @@ hermetic Hugging Face environment (no token, no real cache, no real Hub)."""
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,62 @@ sys.path.insert(0, str(TESTS))
 from hubserver import HubServer, kernel_variant_files  # noqa: E402,F401 (re-exported to tests)
 
 BUNDLED = ROOT
+
+
+# --- tests that assert the CPU detection path -------------------------------
+#
+# ``Hardware.detect()`` (and `kernels`' own variant choice) read ``torch.cuda.is_available()``:
+# on a machine where torch sees a GPU they take the CUDA/ROCm path. A test that asserts what the
+# CPU path does is marked ``@needs_no_gpu`` and is skipped there, saying why. The check is lazy
+# (at the marked test's setup, never at import) and cheap first: with no NVIDIA or AMD driver on
+# the machine, torch is not imported at all.
+
+_GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd")
+
+
+def _gpu_driver_present() -> bool:
+    return any(os.path.exists(p) for p in _GPU_DRIVER_PATHS) or any(
+        shutil.which(tool) for tool in ("nvidia-smi", "rocm-smi", "amd-smi"))
+
+
+@functools.cache
+def gpu_visible() -> bool:
+    """Whether ``Hardware.detect()`` would report a GPU here (torch sees a CUDA or ROCm device)."""
+    if not _gpu_driver_present():
+        return False
+    try:
+        import torch  # noqa: PLC0415 - only where a GPU driver is present
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+NO_GPU_REASON = "asserts the CPU detection path (Hardware.detect() reports backend 'cpu'); torch sees a GPU here"
+needs_no_gpu = pytest.mark.needs_no_gpu
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"needs_no_gpu: skipped where torch sees a GPU ({NO_GPU_REASON})")
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("needs_no_gpu") is not None and gpu_visible():
+        pytest.skip(NO_GPU_REASON)
+
+
+# The variables `_hermetic` controls, as they were before any test module was imported. A test
+# module that writes one at import time (module level) changes it for every module after it;
+# collection fails naming it (use monkeypatch in a fixture instead).
+_HERMETIC_PREFIXES = ("HF_", "HUGGINGFACE_", "KERNELS_", "FRT_", "TRANSFORMERS_")
+_HERMETIC_AT_IMPORT = {k: v for k, v in os.environ.items() if k.startswith(_HERMETIC_PREFIXES) or k == "LOCAL_KERNELS"}
+
+
+def pytest_collection_finish(session):
+    now = {k: v for k, v in os.environ.items() if k.startswith(_HERMETIC_PREFIXES) or k == "LOCAL_KERNELS"}
+    changed = sorted(k for k in {*now, *_HERMETIC_AT_IMPORT} if now.get(k) != _HERMETIC_AT_IMPORT.get(k))
+    if changed:
+        raise pytest.UsageError(f"a test module changed os.environ at import ({', '.join(changed)}): that leaks "
+                                "into every later module; set it with monkeypatch in a fixture instead")
 
 
 @pytest.fixture(autouse=True)

@@ -261,6 +261,11 @@ def start_hub(monkeypatch, tmp_path: Path, *, trusted: bool = True, archs=None):
     server = HubServer().start()
     monkeypatch.setenv("HF_ENDPOINT", server.url)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    # disable_progress_bars() changes process-wide state: give it a copy that monkeypatch puts back
+    import importlib
+
+    hf_tqdm = importlib.import_module("huggingface_hub.utils.tqdm")  # the module (the package's `tqdm` is the class)
+    monkeypatch.setattr(hf_tqdm, "progress_bar_states", dict(hf_tqdm.progress_bar_states))
     disable_progress_bars()
     files = kernel_variant_files(name="scale", variant="torch-cpu", archs=archs,
                                  module_files={"__init__.py": SCALE_SRC.encode()})

@@ -45,7 +45,10 @@ Client quirks worth knowing when writing tests:
   when nothing is cached. ``list_repo_refs``, ``repo_info``/``kernel_info`` and
   ``get_organization_overview`` never retry. So inject 5xx on those, or 4xx elsewhere, to keep tests fast.
 * Every request is recorded in ``requests`` (telemetry included); ``request_count(repo_id)`` is the
-  robust counter.
+  robust counter, and ``wait_for_request(pattern)`` waits for one to arrive (an event, not a poll).
+* ``hold(pattern)`` keeps matching requests unanswered until ``release()`` (or the server stops, or a
+  hang-guard ceiling passes): a test that needs a client stuck in a request waits for that request
+  with ``wait_for_request`` instead of guessing how long a sleep covers it on a busy machine.
 
 Files whose suffix is a typical binary (``.so``, ``.bin``, ...) or that are bigger than 10 MiB are
 served the way the Hub serves LFS files (tree entry with an ``lfs`` block, sha256 ETag); everything
@@ -183,6 +186,9 @@ class HubServer:
         self._trusted: dict[str, bool] = {}
         self._faults: list[tuple[str, int]] = []
         self._delays: list[tuple[str, float]] = []
+        # (pattern, requests still to hold or None for all, the event that releases them)
+        self._holds: list[list] = []
+        self._arrived = threading.Condition(self._lock)
         self.requests: list[tuple[str, str]] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -206,6 +212,7 @@ class HubServer:
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
+        self.release()
         httpd.shutdown()
         httpd.server_close()
         if self._thread is not None:
@@ -281,10 +288,25 @@ class HubServer:
         with self._lock:
             self._delays.append((pattern, float(seconds)))
 
+    def hold(self, pattern: str, count: int | None = None, ceiling: float = 120.0) -> None:
+        """Leave requests whose path contains ``pattern`` unanswered until ``release()`` (all of them,
+        or only the next ``count``). ``ceiling`` seconds is a hang guard, never a tuned wait: past
+        it a held request is answered normally, so a client that never gives up still ends."""
+        with self._lock:
+            self._holds.append([pattern, count, threading.Event(), float(ceiling)])
+
+    def release(self) -> None:
+        """Answer every held request now, and hold no more."""
+        with self._lock:
+            holds, self._holds = self._holds, []
+        for h in holds:
+            h[2].set()
+
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
             self._delays.clear()
+        self.release()
 
     # -- request accounting -------------------------------------------------
 
@@ -298,6 +320,19 @@ class HubServer:
         with self._lock:
             self.requests.clear()
 
+    def wait_for_request(self, pattern: str, timeout: float = 120.0, *, alive=None) -> bool:
+        """Block until a request whose (decoded) path contains ``pattern`` has been recorded since the
+        last ``reset_counts()``; True once it has. ``timeout`` is a hang guard; ``alive`` (a callable)
+        is asked now and then so that a client that died early ends the wait at once (False)."""
+        end = time.monotonic() + timeout
+        with self._arrived:
+            while not any(pattern in path for _, path in self.requests):
+                left = end - time.monotonic()
+                if left <= 0 or (alive is not None and not alive()):
+                    return False
+                self._arrived.wait(min(left, 0.5))
+            return True
+
     # -- internal helpers used by the handler -------------------------------
 
     def _record(self, method: str, path: str) -> tuple[float, int | None]:
@@ -307,6 +342,12 @@ class HubServer:
             self.requests.append((method, decoded))
             delay = sum(s for pat, s in self._delays if pat in path or pat in decoded)
             status = next((st for pat, st in self._faults if pat in path or pat in decoded), None)
+            hold = next((h for h in self._holds if (h[0] in path or h[0] in decoded) and h[1] != 0), None)
+            if hold is not None and hold[1] is not None:
+                hold[1] -= 1
+            self._arrived.notify_all()
+        if hold is not None:
+            hold[2].wait(hold[3])
         return delay, status
 
     def _repo(self, repo_id: str) -> _Repo:

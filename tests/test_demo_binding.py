@@ -8,12 +8,9 @@ import ast
 import base64
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT
@@ -38,6 +35,20 @@ ATOL, RTOL = 1e-4, 1e-3
 ROWS = (1, 16, 64)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _hub_offline():
+    """Offline while this module runs (its module-scoped fixtures included), restored after it:
+    a module-level ``os.environ`` write would leak into every later module of the same run.
+    ``kernels`` reads ``huggingface_hub.constants.HF_HUB_OFFLINE`` (set from the environment
+    once, at import), so both are set. Per test, conftest's ``_hermetic`` still applies."""
+    from huggingface_hub import constants
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setattr(constants, "HF_HUB_OFFLINE", True)
+        yield
+
+
 @pytest.fixture(scope="module")
 def block():
     return DecoderBlock(seed=0)
@@ -46,7 +57,8 @@ def block():
 @pytest.fixture(scope="module")
 def packages():
     kernels = pytest.importorskip("kernels")
-    return {d: kernels.get_local_kernel(PACKAGES / d) for d in PACKAGE_SPECS}
+    # the bundled packages are CPU kernels: ask for that variant, whatever GPU this machine has
+    return {d: kernels.get_local_kernel(PACKAGES / d, backend="cpu") for d in PACKAGE_SPECS}
 
 
 def _close(actual, expected):

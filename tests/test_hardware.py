@@ -121,7 +121,14 @@ def test_detect_this_machine():
     import torch
 
     hw = Hardware.detect()
-    assert hw.detected and hw.backend == "cpu"  # no GPU on CI
+    # what torch sees decides the backend: CPU on a machine without a GPU (CI), CUDA/ROCm on one with
+    if torch.cuda.is_available():
+        expected = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+        assert hw.software[expected] and hw.arch and hw.arch != hw.cpu
+    else:
+        expected = "cpu"
+        assert hw.arch == hw.cpu and "cuda" not in hw.software and "rocm" not in hw.software
+    assert hw.detected and hw.backend == expected
     assert hw.software["torch"] == ".".join(torch.__version__.split(".")[:2])
     assert hw.software["kernels"] == "0.17"  # major.minor (SPEC §16), independent of the patch release
     assert hw.device_class and hw.device_name

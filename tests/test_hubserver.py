@@ -197,20 +197,31 @@ def test_fail_injection(api, server, repo, tmp_path):
 
 
 def test_delay_timeout(api, server, repo, tmp_path, monkeypatch):
-    server.delay("/api/kernels/", 1.0)
-    t0 = time.monotonic()
+    # A held request is not answered until release (30 s hang guard), so the client's 0.2 s timeout
+    # fires however busy this machine is; no wall-clock bound is needed (a client that ignored its
+    # timeout would get the answer after the guard and no TimeoutException).
+    server.hold("/api/kernels/", ceiling=30)
     with pytest.raises(httpx2.TimeoutException):
         api.repo_info(REPO, repo_type="kernel", timeout=0.2)
-    assert time.monotonic() - t0 < 0.9
+    server.clear_faults()  # releases the held request too
+
+    # delay(): answered, never sooner than the delay (a lower bound holds on a busy machine too)
+    server.delay("/api/kernels/", 0.3)
+    t0 = time.monotonic()
+    api.repo_info(REPO, repo_type="kernel", timeout=120)
+    assert time.monotonic() - t0 >= 0.3
     server.clear_faults()
 
     # hf_hub_download: the HEAD uses HF_HUB_ETAG_TIMEOUT (read from the constants module at call time);
-    # on a timeout the client retries the HEAD once with a 60 s timeout, so a short delay only costs
-    # one extra HEAD instead of failing.
+    # on a timeout the client retries the HEAD once with a 60 s timeout, so a slow first answer only
+    # costs one extra HEAD instead of failing. Only the first HEAD is held.
     monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 0.2)
-    server.delay("/resolve/", 0.4)
+    server.hold("/resolve/", count=1, ceiling=30)
     server.reset_counts()
-    path = api.hf_hub_download(REPO, META, repo_type="kernel", revision="v1", cache_dir=tmp_path)
+    try:
+        path = api.hf_hub_download(REPO, META, repo_type="kernel", revision="v1", cache_dir=tmp_path)
+    finally:
+        server.release()
     assert Path(path).exists()
     assert [m for m, _ in server.requests] == ["HEAD", "HEAD", "GET"]
 
@@ -272,14 +283,15 @@ _KERNELS_SCRIPT = textwrap.dedent(
     import kernels
     from kernels import get_kernel
 
-    k = get_kernel("testorg/addone", version=1, trust_remote_code=True)
+    # backend="cpu": the served variants are torch-cpu, whatever GPU this machine has
+    k = get_kernel("testorg/addone", version=1, backend="cpu", trust_remote_code=True)
     assert k.add_one(41) == 42, k.add_one(41)
 
-    k2 = get_kernel("trustedorg/addtwo", version=1)  # trusted publisher, no trust_remote_code
+    k2 = get_kernel("trustedorg/addtwo", version=1, backend="cpu")  # trusted publisher, no trust_remote_code
     assert k2.add_two(40) == 42
 
     try:
-        get_kernel("testorg/addone", version=1)  # testorg is not trusted
+        get_kernel("testorg/addone", version=1, backend="cpu")  # testorg is not trusted
     except ValueError as e:
         assert "not from a trusted publisher" in str(e), e
     else:

@@ -19,7 +19,7 @@ print("HEAVY=" + ",".join(heavy))
 
 def _run(body: str, cwd) -> str:
     r = subprocess.run([sys.executable, "-c", PROBE.format(body=body)], cwd=cwd, capture_output=True, text=True,
-                       timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(cwd)})
+                       timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(cwd)})
     assert "HEAVY=" in r.stdout, r.stderr
     return r.stdout.rsplit("HEAVY=", 1)[1].strip()
 
@@ -49,7 +49,7 @@ def test_lock_resolve_verify_matrix_are_light(tmp_path):
         "print('CODES=' + repr(codes))",
     ])
     r = subprocess.run([sys.executable, "-c", PROBE.format(body=body)], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(tmp_path)})
+                       timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(tmp_path)})
     assert "CODES=[0, 0, 0, 1, 0]" in r.stdout, r.stdout + r.stderr  # resolve: refused (no receipts) is exit 1
     assert r.stdout.rsplit("HEAVY=", 1)[1].strip() == ""
 

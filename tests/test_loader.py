@@ -438,7 +438,7 @@ def test_importing_frt_modules_imports_neither_torch_nor_kernels():
             "frt_dist.loader.integrity; frt_dist.hub_kernel; frt_dist.load; "
             "print(sorted(m for m in ('torch', 'kernels', 'huggingface_hub') if m in sys.modules))")
     env = dict(os.environ, PYTHONPATH=str(Path(loader.__file__).parents[2]))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 

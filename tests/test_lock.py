@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 
 import pytest
@@ -22,6 +21,8 @@ from frt_dist.manifest import Manifest
 from test_formats import receipt_for
 
 REPO = "testorg/addone"
+# A ceiling that only guards against a hang (a busy machine must never reach it), never a tuned wait.
+HANG_GUARD_S = 120
 
 
 def publish(hub, repo=REPO, *, branch="v1", n_files=1, variants=("torch-cpu", "torch-universal"), archs=None, tag=b""):
@@ -36,7 +37,8 @@ def publish(hub, repo=REPO, *, branch="v1", n_files=1, variants=("torch-cpu", "t
 
 
 def lock(project, hub, *args, env=None):
-    e = {"HF_ENDPOINT": hub.url, "HF_HOME": str(project / ".hf"), "FRT_HUB_TIMEOUT": "3"}
+    # the Hub timeout is a hang guard here; the test of the timeout itself sets a short one
+    e = {"HF_ENDPOINT": hub.url, "HF_HOME": str(project / ".hf"), "FRT_HUB_TIMEOUT": str(HANG_GUARD_S)}
     e.update(env or {})
     return run_frt(["lock", *args], cwd=project, env=e)
 
@@ -174,7 +176,7 @@ def _assert_untouched(project, before: bytes | None):
     (("no-branch", None), "no branch 'v1' (branches: main, v2)"),
     (("/refs", 500), "the Hub answered HTTP 500"),
     (("/refs", 404), "the Hub answered HTTP 404"),
-    (("delay", 6), "did not answer in time"),
+    (("hold", None), "did not answer in time"),
 ])
 def test_hub_failures_leave_previous_lock_intact(project, hub, fault, message):
     publish(hub)
@@ -188,15 +190,17 @@ def test_hub_failures_leave_previous_lock_intact(project, hub, fault, message):
     elif kind == "no-branch":
         publish(hub, "testorg/onlyv2", branch="v2")
         (project / "manifests" / "toy.toml").write_text(toy_manifest(repo="testorg/onlyv2"))
-    elif kind == "delay":
+    elif kind == "hold":
+        # the Hub never answers (until the test ends): the 3 s client timeout must fire however
+        # slowly this machine runs, which a finite server-side delay could not promise
         (project / "manifests" / "toy.toml").write_text(toy_manifest(repo="testorg/slow"))
         publish(hub, "testorg/slow")
-        hub.delay("/refs", arg)
+        hub.hold("/refs")
     else:
         (project / "manifests" / "toy.toml").write_text(toy_manifest(repo="testorg/flaky"))
         publish(hub, "testorg/flaky")
         hub.fail("/refs", arg)
-    r = lock(project, hub)
+    r = lock(project, hub, env={"FRT_HUB_TIMEOUT": "3"} if kind == "hold" else None)
     assert r.returncode == 1, r.stderr
     assert message in r.stderr and r.stderr.startswith("error: ")
     _assert_untouched(project, before)
@@ -209,23 +213,38 @@ def test_interrupted_lock_leaves_previous_lockfile_and_no_temp_files(project, hu
     before = (project / "lockfiles" / "toy.lock").read_bytes()
     publish(hub, "testorg/slow")
     (project / "manifests" / "toy.toml").write_text(toy_manifest(repo="testorg/slow"))
-    hub.delay("build", 30)
+    # Event-driven, no tuned deadlines: the Hub holds the tree listing unanswered, the test waits
+    # for that request to arrive (the child is then inside `frt lock`, past startup), interrupts it,
+    # and waits for it to exit. HANG_GUARD_S only ends a hang; a busy machine never reaches it.
+    hub.hold("build", ceiling=2 * HANG_GUARD_S)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_"))}
-    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(project / ".hf"), FRT_HUB_TIMEOUT="60", PYTHONDONTWRITEBYTECODE="1")
-    for sig in (signal.SIGINT, signal.SIGKILL):
-        hub.reset_counts()
-        p = subprocess.Popen([sys.executable, "-m", "frt_dist.cli", "lock"], cwd=project, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 30
-        while not any("build" in path for _, path in hub.requests) and time.time() < deadline:
-            time.sleep(0.05)
-        assert time.time() < deadline, "lock never reached the tree listing"
-        p.send_signal(sig)
-        out, err = p.communicate(timeout=30)
-        assert p.returncode != 0
-        if sig == signal.SIGINT:
-            assert "interrupted; nothing was written" in err
-        _assert_untouched(project, before)
+    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(project / ".hf"), FRT_HUB_TIMEOUT=str(2 * HANG_GUARD_S),
+               PYTHONDONTWRITEBYTECODE="1")
+    try:
+        for sig in (signal.SIGINT, signal.SIGKILL):
+            hub.reset_counts()
+            p = subprocess.Popen([sys.executable, "-m", "frt_dist.cli", "lock"], cwd=project, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                reached = hub.wait_for_request("build", HANG_GUARD_S, alive=lambda: p.poll() is None)
+                if not reached:
+                    p.kill()
+                    out, err = p.communicate()
+                    pytest.fail(f"lock never reached the tree listing (exit {p.returncode}): {err[-2000:]}")
+                p.send_signal(sig)
+                out, err = p.communicate(timeout=HANG_GUARD_S)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
+            assert p.returncode != 0
+            if sig == signal.SIGINT:
+                assert p.returncode == 130 and "interrupted; nothing was written" in err, err
+            else:
+                assert p.returncode == -signal.SIGKILL
+            _assert_untouched(project, before)
+    finally:
+        hub.release()
 
 
 def test_path_package_locked_by_content_digest(project):

@@ -284,7 +284,7 @@ def test_html_is_deterministic_and_has_no_paths_or_times(proj):
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-def _chromium(args, tmp_path, timeout=60):
+def _chromium(args, tmp_path, timeout=120):
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
            "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage", "--hide-scrollbars",
            f"--user-data-dir={tmp_path / 'chrome-profile'}", *args]
@@ -384,5 +384,5 @@ def test_matrix_imports_neither_torch_nor_kernels(proj):
     code = ("import sys; from frt_dist.routes.matrix import render_matrix; from frt_dist.project import Project; "
             f"render_matrix(Project(__import__('pathlib').Path({str(proj.root)!r}), 'project'), fmt='html'); "
             "bad = [m for m in ('torch', 'kernels') if m in sys.modules]; assert not bad, bad")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

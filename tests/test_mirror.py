@@ -177,7 +177,7 @@ def test_concurrent_runs_fetch_each_blob_once(proj, tmp_path):
 
 _KERNELS = """
 import kernels, torch
-m = kernels.get_kernel("t-org/scale", version=1)
+m = kernels.get_kernel("t-org/scale", version=1, backend="cpu")  # the mirrored variant, whatever GPU is here
 print(m.__name__, m.scale(torch.ones(2), torch.full((2,), 3.0)).tolist())
 """
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import re
 import shutil
 import struct
 import subprocess
@@ -15,7 +16,7 @@ import termios
 
 import pytest
 
-from conftest import BUNDLED
+from conftest import BUNDLED, needs_no_gpu
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def test_lock_and_mirror_show_progress_on_a_terminal_only(demo, tmp_path):
     (demo / "lockfiles" / "demo-decoder.lock").unlink()
     rc, err = _run(["lock"], demo, tty=True)
     assert rc == 0, err
-    assert "lock demo-decoder" in err and "3/3" in err and "pkg" in err  # one step per package
+    assert re.search(r"lock demo-decoder: +\d+%\|.*\| [0-3]/3 \[", err) and "pkg" in err, err  # one step per package
     rc, err = _run(["mirror", str(tmp_path / "m1"), "--all-variants"], demo, tty=True)
     assert rc == 0, err
     assert "mirror demo-decoder" in err and "B/s" in err  # bytes, with a rate
@@ -66,8 +67,10 @@ def test_lock_and_mirror_show_progress_on_a_terminal_only(demo, tmp_path):
     assert rc == 0 and "mirror demo-decoder" not in err, err
 
 
+@needs_no_gpu
 def test_qualify_shows_one_bar_per_phase_in_rounds(demo, tmp_path):
     rc, err = _run(["qualify", "--model", "demo-decoder", "--route", "split", "--phase", "decode",
                     "--rounds", "6", "--out", str(tmp_path / "r")], demo, tty=True, env={"HF_HUB_OFFLINE": "1"})
     assert rc in (0, 1), err  # the verdict is the machine's; the progress is what is checked here
-    assert "decode rounds" in err and "6/6" in err and "round" in err
+    # tqdm redraws at most every 0.1 s, so which counts show is timing; the bar and its total are not
+    assert re.search(r"decode rounds: +\d+%\|.*\| [0-6]/6 \[", err), err

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import kernel_variant_files, run_frt, write_files, TESTS
+from conftest import kernel_variant_files, needs_no_gpu, run_frt, write_files, TESTS
 from frt_dist.lockfile import Lockfile
 from frt_dist.locker import lock_model
 from frt_dist.project import Project
@@ -61,6 +61,7 @@ def _lock(p):
     return Lockfile.read(p / "lockfiles" / "toyq.lock")
 
 
+@needs_no_gpu  # qualifies CPU-only packages on the detected hardware
 def test_fast_route_is_certified_with_full_evidence(qproject):
     [res] = qualify(_lock(qproject), "fastscale", root=qproject)
     assert res.passed and res.state == "certified_fast", res.failures
@@ -82,12 +83,14 @@ def test_fast_route_is_certified_with_full_evidence(qproject):
     assert rec.problems(lk.manifest) == [] and lk.pin_problems(rec) == []
 
 
+@needs_no_gpu  # qualifies CPU-only packages on the detected hardware
 def test_correct_but_slower_route_is_supported_correct(qproject):
     [res] = qualify(_lock(qproject), "slowscale", root=qproject)
     assert res.passed and res.state == "supported_correct"
     assert res.receipt["evidence"]["timing"]["speedup-median"] < 1.05
 
 
+@needs_no_gpu  # qualifies CPU-only packages on the detected hardware
 def test_failed_parity_writes_no_receipt(qproject):
     r = run_frt(["qualify", "--model", "toyq", "--route", "badscale"], cwd=qproject,
                 env={"PYTHONPATH": str(TESTS)})
@@ -96,6 +99,7 @@ def test_failed_parity_writes_no_receipt(qproject):
     assert not (qproject / "receipts" / "toyq").exists()
 
 
+@needs_no_gpu  # qualifies CPU-only packages on the detected hardware
 def test_cli_writes_receipts_that_lock_embeds(qproject):
     r = run_frt(["qualify", "--model", "toyq", "--route", "fastscale", "--json"], cwd=qproject,
                 env={"PYTHONPATH": str(TESTS)})

@@ -3,7 +3,9 @@
 qualify → lock → mirror → verify → load offline from the mirror → serve
 guarded forward passes → ledger, then a refusal for a declared other device.
 Every step is the real ``frt`` command (printed as it runs) in a temporary
-project copied from the bundled defaults; nothing outside it is written.
+project copied from the bundled defaults; nothing outside it is written. The
+temporary project is removed when the demo succeeds; when a step fails (or the
+demo is interrupted) it is left for inspection and its path printed to stderr.
 """
 
 from __future__ import annotations
@@ -75,6 +77,24 @@ def _run(argv: list[str], *, cwd: Path, env: dict, check: bool = True, show: boo
 
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="frt-demo-"))
+    done = False
+    try:
+        _demo(work)
+        done = True
+    finally:
+        if done:
+            try:
+                shutil.rmtree(work)
+                print(f"\nfrt demo: done; removed the temporary project {work}")
+            except OSError as exc:
+                print(f"frt demo: done, but could not remove the temporary project {work}: {exc}", file=sys.stderr)
+        else:
+            print(f"frt demo: failed; the temporary project is left for inspection in {work}", file=sys.stderr,
+                  flush=True)
+    return 0
+
+
+def _demo(work: Path) -> None:
     src = bundled_root()
     for d in ("manifests", "packages"):
         shutil.copytree(src / d, work / d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -110,8 +130,6 @@ def main() -> int:
     _run(["frt", "resolve", "--model", MODEL, "--phase", "decode", "--arch", "12.0", "--device-class", "rtx-5090",
           "--software", "torch=2.13,cuda=12.8", "--fallback", "host"], cwd=work, env=env, check=False)
     _run(["frt", "matrix", "--model", MODEL], cwd=work, env=env, check=False)
-    print(f"\nfrt demo: done. The project, its receipts, lockfile and mirror are in {work}")
-    return 0
 
 
 if __name__ == "__main__":
