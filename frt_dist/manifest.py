@@ -15,37 +15,26 @@ from functools import cached_property, partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from . import names
 from ._schema import Reader, load_toml
 from .canonical import digest
 from .errors import ManifestError
 
 __all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES"]
 
-_DRIVE = re.compile(r"^[A-Za-z]:")
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.manifest", 1
 ASSEMBLIES = ("eager", "compile", "capture", "compile-then-capture")
 LAYOUTS = ("contiguous", "any")
-_REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+ARITIES = ("open", "fixed")  # contract.arity: may a call pass arguments beyond the smoke's inputs?
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def validate_repo_id(repo: str) -> str | None:
-    """``None`` when ``repo`` is a safe ``org/name`` id, else what is wrong with it."""
-    if repo.startswith("/"):
-        return "a repo id must not start with '/'"
-    parts = repo.split("/")
-    if len(parts) != 2:
-        return "a repo id is 'org/name'"
-    for p in parts:
-        if p in (".", "..") or ".." in p:
-            return "a repo id must not contain '..'"
-        if not _REPO_PART.match(p):
-            return f"invalid repo id part {p!r}"
-    return None
+    """``None`` when ``repo`` is a safe ``org/name`` id, else what is wrong with it (``frt_dist.names``)."""
+    return names.problem("repo", repo)
 
 
 @dataclass(frozen=True)
@@ -152,9 +141,7 @@ class Manifest:
         r.only(data, {"schema", "model", "binding", "host", "family", "default-precision", "host-entry",
                       "description", "packages", "phases", "seams", "routes", "qualify"}, "")
         r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
-        model = r.get(data, "model", str, "")
-        if not _NAME.match(model):
-            raise r.fail("model", f"invalid model name {model!r}")
+        model = names.check("name", r.get(data, "model", str, ""), "model", ManifestError, file=file)
         binding = r.get(data, "binding", str, "")
         host = r.get(data, "host", str, "")
         family = r.get(data, "family", str, "")
@@ -167,9 +154,7 @@ class Manifest:
         packages: dict[str, Package] = {}
         for repo, t in r.get(data, "packages", dict, "").items():
             p = f"packages.{_q(repo)}"
-            why = validate_repo_id(repo)
-            if why:
-                raise r.fail(p, why)
+            names.check("repo", repo, p, ManifestError, file=file)
             if not isinstance(t, dict):
                 raise r.fail(p, "expected a table")
             r.only(t, {"version", "path", "trust"}, p)
@@ -180,10 +165,8 @@ class Manifest:
                 raise r.fail(p, "exactly one of `version` or `path` is required")
             if version is not None and version < 0:
                 raise r.fail(p + ".version", "must be a non-negative integer")
-            if path is not None:
-                pp = PurePosixPath(path)
-                if path.startswith("/") or _DRIVE.match(path) or ".." in pp.parts or not pp.parts:
-                    raise r.fail(p + ".path", f"must be a relative path inside the project, got {path!r}")
+            if path is not None:  # relative to the project root, and inside it (SPEC §8.2, §21)
+                names.check("path", path, p + ".path", ManifestError, file=file)
             packages[repo] = Package(repo, version, path, trust)
         if not packages:
             raise r.fail("packages", "at least one package is required")
@@ -191,6 +174,7 @@ class Manifest:
         phases: dict[str, Phase] = {}
         for name, t in r.get(data, "phases", dict, "").items():
             p = f"phases.{_q(name)}"
+            names.check("name", name, p, ManifestError, file=file)
             if not isinstance(t, dict):
                 raise r.fail(p, "expected a table")
             r.only(t, {"rows"}, p)
@@ -204,12 +188,14 @@ class Manifest:
         seams: dict[str, Seam] = {}
         for sname, t in r.get(data, "seams", dict, "").items():
             p = f"seams.{_q(sname)}"
+            names.check("name", sname, p, ManifestError, file=file)
             if not isinstance(t, dict):
                 raise r.fail(p, "expected a table")
             r.only(t, {"structure", "impls", "description"}, p)
             structure = r.get(t, "structure", str, p)
             impls: dict[str, Impl] = {}
             for iname, it in r.get(t, "impls", dict, p).items():
+                names.check("name", iname, f"{p}.impls.{_q(iname)}", ManifestError, file=file)
                 impls[iname] = _read_impl(r, sname, iname, it, f"{p}.impls.{_q(iname)}", packages)
             if not impls:
                 raise r.fail(p + ".impls", "at least one impl is required")
@@ -235,7 +221,8 @@ class Manifest:
         routes: dict[str, Route] = {}
         for rname, t in r.get(data, "routes", dict, "").items():
             p = f"routes.{_q(rname)}"
-            if not _NAME.match(rname) or rname == "host":
+            names.check("name", rname, p, ManifestError, file=file)
+            if rname == "host":
                 raise r.fail(p, "invalid route name ('host' is reserved)")
             if not isinstance(t, dict):
                 raise r.fail(p, "expected a table")
@@ -297,7 +284,7 @@ class Manifest:
 
 
 def _q(key: str) -> str:
-    return key if _BARE_KEY.match(key) else '"' + key.replace('"', '\\"') + '"'
+    return key if _BARE_KEY.fullmatch(key) else '"' + key.replace('"', '\\"') + '"'
 
 
 def _read_impl(r: Reader, seam: str, name: str, t: Any, p: str, packages: dict) -> Impl:
@@ -314,16 +301,19 @@ def _read_impl(r: Reader, seam: str, name: str, t: Any, p: str, packages: dict) 
     for i, pr in enumerate(probes):
         if not _SYMBOL.match(pr):
             raise r.fail(f"{p}.probes[{i}]", f"not a Python symbol: {pr!r}")
-    precision = r.get(t, "precision", str, p)
+    precision = names.check("name", r.get(t, "precision", str, p), p + ".precision", ManifestError, file=r.file)
     contract = r.get(t, "contract", dict, p)
     cp = p + ".contract"
-    r.only(contract, {"device", "dtypes", "layout", "width"}, cp)
+    r.only(contract, {"device", "dtypes", "layout", "width", "arity"}, cp)
     r.get(contract, "device", str, cp)
     r.str_list(contract, "dtypes", cp)
     layout = r.get(contract, "layout", str, cp, required=False, default="contiguous")
     if layout not in LAYOUTS:
         raise r.fail(cp + ".layout", f"expected one of {', '.join(LAYOUTS)}, got {layout!r}")
-    r.get(contract, "width", int, cp, required=False)
+    width = r.get(contract, "width", int, cp, required=False)
+    arity = r.get(contract, "arity", str, cp, required=False, default="open")
+    if arity not in ARITIES:
+        raise r.fail(cp + ".arity", f"expected one of {', '.join(ARITIES)}, got {arity!r}")
     smoke = r.get(t, "smoke", dict, p)
     sp = p + ".smoke"
     r.only(smoke, {"inputs", "expect"}, sp)
@@ -338,6 +328,12 @@ def _read_impl(r: Reader, seam: str, name: str, t: Any, p: str, packages: dict) 
         _shape(r, inp, ip)
         r.get(inp, "dtype", str, ip)
         r.number(inp, "scale", ip, required=False)
+    first = inputs[0]["shape"]
+    if width is not None and (not first or first[-1] != width):
+        # the guard checks `width` on the first input's last dimension, which the smoke declares too:
+        # a contract no call could meet is refused here, not at the first request
+        raise r.fail(cp + ".width", f"width {width} does not match the last dimension of {sp}.inputs[0].shape "
+                                    f"{first!r}")
     if "expect" in smoke:
         ep = sp + ".expect"
         exp = r.get(smoke, "expect", dict, sp)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import PurePosixPath
 
+from . import names
 from .canonical import sha256_hex
 from .errors import KernelUnavailable
 from .lockfile import LockedVariant
@@ -63,10 +63,9 @@ def parse_variant_metadata(raw: bytes, *, repo: str, variant: str) -> LockedVari
     if not isinstance(files, dict):
         raise bad("digest.files", "expected an object")
     for rel, val in files.items():
-        pp = PurePosixPath(rel)
-        if (not rel or rel.startswith("/") or "\\" in rel or ".." in pp.parts or rel != pp.as_posix()
-                or pp.parts[0] == "metadata.json" and len(pp.parts) == 1):
-            raise bad(f"digest.files.{rel}", "path escapes the variant directory")
+        why = names.problem("path", rel)
+        if why or rel == "metadata.json":
+            raise bad(f"digest.files.{rel}", f"path escapes the variant directory ({why or 'metadata.json is not a payload file'})")
         if not isinstance(val, str):
             raise bad(f"digest.files.{rel}", "expected a base64 digest string")
     return LockedVariant(variant, backend["type"], tuple(archs), "sha256:" + sha256_hex(raw), mid,

@@ -67,8 +67,7 @@ def problem(kind: str, value) -> str | None:
         return _component(value, _COMPONENT)
     if kind == "repo":
         if value.count("/") != 1:
-            why = _component(value, _REPO_PART)  # the part's own problem is the clearer message
-            return why or "a repo id is 'org/name'"
+            return "is not a repo id: a repo id is 'org/name'"
         for part in value.split("/"):
             why = _component(part, _REPO_PART, 96)
             if why:

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import names
 from ._schema import parse_toml
 from .errors import UsageError
 
@@ -76,13 +77,13 @@ class Project:
         return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
 
     def manifest_path(self, model: str) -> Path:
-        p = self.manifests_dir / f"{model}.toml"
+        p = self.manifests_dir / f"{names.check('name', model, 'model', UsageError)}.toml"
         if not p.is_file():
             raise UsageError(f"unknown model {model!r} in {self.describe()} (models: {', '.join(self.models()) or 'none'})")
         return p
 
     def lockfile_path(self, model: str) -> Path:
-        return self.lockfiles_dir / f"{model}.lock"
+        return self.lockfiles_dir / f"{names.check('name', model, 'model', UsageError)}.lock"
 
     def describe(self) -> str:
         label = {"project": "project", "frt-home": "FRT_HOME", "bundled": "bundled defaults"}[self.kind]

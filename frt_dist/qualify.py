@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import names
 from .errors import KernelUnavailable, UsageError
 from .hardware import Hardware
 from .lockfile import Lockfile, write_atomic
@@ -269,8 +270,14 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
 
 
 def receipt_filename(receipt: dict) -> str:
+    """``<route>--<phase>--<precision>--<device class>.json``: each part checked as a name (SPEC §21),
+    so the receipt is written inside the folder it is meant for."""
     c = receipt["cell"]
-    return f"{c['route']}--{c['phase']}--{c['precision']}--{c['hardware']['device-class']}.json"
+    parts = {"cell.route": c["route"], "cell.phase": c["phase"], "cell.precision": c["precision"],
+             "cell.hardware.device-class": c["hardware"]["device-class"]}
+    for field, value in parts.items():
+        names.check("name", value, field, UsageError)
+    return "--".join(parts.values()) + ".json"
 
 
 def write_receipt(receipt: dict, folder: Path) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from . import names
 from .hardware import Hardware
 
 __all__ = ["ParsedVariant", "parse_variant", "select_variants", "VariantChoice", "valid_variant_name"]
@@ -22,12 +23,11 @@ _MAJOR_MINOR = re.compile(r"^(\d+)\.(\d+)")
 _CUDA_VER = re.compile(r"cu(\d+)(\d)")
 _OTHER_BACKEND = re.compile(r"^(rocm|xpu|cann)\d*?(\d)$")
 
-_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def valid_variant_name(name: str) -> bool:
-    """A variant name is one path component: no separators, no ``..``."""
-    return bool(_NAME_OK.match(name)) and ".." not in name
+    """A variant name is one safe path component (``frt_dist.names``)."""
+    return names.problem("variant", name) is None
 
 
 @dataclass(frozen=True)
