@@ -11,11 +11,46 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .canonical import digest as _digest
 from .errors import FrtError
 
-__all__ = ["Reader", "load_toml", "load_json", "SCHEMA_RE"]
+__all__ = ["Reader", "load_toml", "load_json", "json_loads", "JSONInvalid", "SCHEMA_RE"]
 
 SCHEMA_RE = re.compile(r"^(frt\.[a-z]+)/(\d+)(?:\.(\d+))?$")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+class JSONInvalid(ValueError):
+    """JSON from outside that frt cannot take: the reason is the message."""
+
+
+def _no_constant(name: str):
+    raise JSONInvalid(f"{name} is not a JSON number")
+
+
+def json_loads(data: str | bytes):
+    """``json.loads`` for JSON from outside (receipts, ``metadata.json``, the JSON parts of a
+    lockfile). Every way it can fail is one ``JSONInvalid`` with the reason: not UTF-8, not
+    valid JSON, nested too deeply (``RecursionError``), an integer over Python's 4,300-digit
+    limit, ``NaN``/``Infinity``, or a lone UTF-16 surrogate escape (``"\\ud800"``: not text,
+    it cannot be written back as UTF-8)."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise JSONInvalid("nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise JSONInvalid(f"not UTF-8: {exc}") from None
+    except ValueError as exc:  # JSONDecodeError, and int() over its digit limit
+        raise JSONInvalid(str(exc)) from None
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise JSONInvalid("holds a lone UTF-16 surrogate escape (not UTF-8 text)") from None
+        except (RecursionError, ValueError):
+            raise JSONInvalid("nested too deeply") from None
+    return value
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
                list: "an array", dict: "a table"}
@@ -82,14 +117,27 @@ class Reader:
         document as JSON text), which must then be one of ``types``."""
         if isinstance(value, str):
             try:
-                value = json.loads(value)
-            except ValueError as exc:
+                value = json_loads(value)
+            except JSONInvalid as exc:
                 raise self.fail(path, f"not valid JSON: {exc}") from None
         if not isinstance(value, types):
             raise self.fail(path, f"expected {expected}, got {type(value).__name__}")
         return value
 
+    def digest(self, value, path: str = "") -> str:
+        """The document's frt digest (canonical JSON); a value canonical JSON cannot hold
+        (too deep, an integer over the digit limit, text that is not UTF-8) is this
+        document's error, naming the field."""
+        try:
+            return _digest(value)
+        except RecursionError:
+            raise self.fail(path, "nested too deeply") from None
+        except (ValueError, UnicodeEncodeError) as exc:
+            raise self.fail(path, f"cannot be written as canonical JSON: {exc}") from None
+
     def only(self, table: dict, allowed, path: str) -> None:
+        if not isinstance(table, dict):
+            raise self.fail(path, f"expected a table, got {_kind(table)}")
         for key in table:
             if key not in allowed:
                 full = f"{path}.{key}" if path else key
@@ -111,6 +159,9 @@ def read_bytes(path: Path, error: type[FrtError], label: str | None = None) -> b
         return path.read_bytes()
     except FileNotFoundError:
         raise error(f"{label}: file not found", reasons=[{"file": label, "field": "", "reason": "file not found"}]) from None
+    except (OSError, ValueError) as exc:  # a directory, no permission, a name the OS refuses (NUL, too long)
+        why = f"cannot be read: {getattr(exc, 'strerror', None) or exc}"
+        raise error(f"{label}: {why}", reasons=[{"file": label, "field": "", "reason": why}]) from None
 
 
 def load_toml(path: Path, error: type[FrtError], label: str | None = None) -> dict:
@@ -137,11 +188,8 @@ def parse_toml(data: bytes, error: type[FrtError], label: str) -> dict:
 
 def load_json(path: Path, error: type[FrtError], label: str | None = None) -> Any:
     label = label or str(path)
+    data = read_bytes(path, error, label)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise error(f"{label}: file not found", reasons=[{"file": label, "field": "", "reason": "file not found"}]) from None
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json_loads(data)
+    except JSONInvalid as exc:
         raise error(f"{label}: not valid JSON: {exc}", reasons=[{"file": label, "field": "", "reason": f"not valid JSON: {exc}"}]) from None

@@ -262,7 +262,7 @@ class Manifest:
         return cls(file=file, model=model, binding=binding, host=host, family=family,
                    default_precision=default_precision, host_entry=host_entry, packages=packages,
                    phases=phases, seams=seams, routes=routes, qualify=qualify, raw=data,
-                   digest=digest(data))
+                   digest=r.digest(data))
 
     # -- derived ------------------------------------------------------------
     @cached_property

@@ -7,10 +7,10 @@ ignored, as `kernels` does; what frt relies on is checked and named by field.
 
 from __future__ import annotations
 
-import json
 import re
 
 from . import names
+from ._schema import JSONInvalid, json_loads
 from .canonical import sha256_hex
 from .errors import KernelUnavailable
 from .lockfile import LockedVariant
@@ -34,8 +34,8 @@ def parse_variant_metadata(raw: bytes, *, repo: str, variant: str) -> LockedVari
                                  reasons=[{"package": repo, "variant": variant, "field": field_path, "reason": msg}])
 
     try:
-        meta = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        meta = json_loads(raw)
+    except JSONInvalid as exc:
         raise bad("", f"not valid JSON: {exc}") from None
     if not isinstance(meta, dict):
         raise bad("", "expected a JSON object")
