@@ -140,8 +140,8 @@ def cmd_lock(args) -> int:
     from .locker import lock_model  # noqa: PLC0415
 
     project = _project(args)
-    models = [args.model] if args.model else project.models()
-    if args.model:
+    models = [args.model] if args.model is not None else project.models()
+    if args.model is not None:
         project.manifest_path(args.model)
     if not models:
         raise UsageError(f"no manifests in {project.manifests_dir}")
@@ -279,17 +279,30 @@ def _render_resolve(lock, hw, precision, accept, decisions, candidates) -> str:
 def cmd_verify(args) -> int:
     from .verify import verify  # noqa: PLC0415
 
-    report = verify(_project(args), [args.model] if args.model else None, mirror=args.mirror,
+    report = verify(_project(args), [args.model] if args.model is not None else None, mirror=args.mirror,
                     variants=args.variant, all_variants=args.all_variants)
+    from .verify import DERIVED_KINDS  # noqa: PLC0415
+
     problems = report.problems
-    text = "\n".join([f"{c}: ok" for c in report.lockfiles] if not problems else
-                     [f"{p['kind']}: {p['path']}: expected {p['expected']}, computed {p['computed']}" for p in problems])
+
+    def line(p: dict) -> str:
+        if "derived" in p:  # a re-derivation: what the lock records vs what verify derived
+            return f"{p['kind']}: {p['path']}: recorded {p['recorded']}, derived {p['derived']}"
+        return f"{p['kind']}: {p['path']}: expected {p['expected']}, computed {p['computed']}"
+
+    text = "\n".join(([f"{c}: ok" for c in report.lockfiles] if not problems else [line(p) for p in problems])
+                     + [f"note: {n}" for n in report.notes])
     _emit(args, report.to_dict(), text)
     if problems:
         print(f"error: verification failed ({len(problems)} problem(s))", file=sys.stderr)
-        hint = "regenerate the lockfile with `frt lock`" if any(p["kind"] in ("lock-digest", "receipt") for p in problems) \
-            else f"refill the mirror with `frt mirror {args.mirror}`"
-        print(f"hint: {hint}", file=sys.stderr)
+        kinds = {p["kind"] for p in problems}
+        if kinds & set(DERIVED_KINDS):
+            print("hint: the lockfile does not hold what `frt lock` derives from its own manifest and receipts: "
+                  "find out who edited it (its lock-digest says nothing about that)", file=sys.stderr)
+        if kinds & {"lock-digest", *DERIVED_KINDS}:
+            print("hint: regenerate the lockfile with `frt lock`", file=sys.stderr)
+        if kinds - {"lock-digest", *DERIVED_KINDS}:
+            print(f"hint: refill the mirror with `frt mirror {args.mirror}`", file=sys.stderr)
         return 1
     return 0
 
@@ -298,7 +311,7 @@ def cmd_mirror(args) -> int:
     from .mirror import mirror_lock  # noqa: PLC0415
 
     project = _project(args)
-    models = [args.model] if args.model else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
+    models = [args.model] if args.model is not None else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
     if not models:
         raise UsageError(f"no lockfiles in {project.lockfiles_dir}", hints=["run `frt lock` first"])
     reports, lines = [], []

@@ -9,6 +9,7 @@ atomically and only when its bytes change.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass, field
@@ -21,9 +22,10 @@ from .lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockf
 from .manifest import Manifest, Package
 from .metadata import parse_variant_metadata
 from .project import Project
-from .receipt import STATES, Receipt
+from .receipt import STATES, CellKey, Receipt
 
-__all__ = ["lock_model", "LockResult", "rank_candidates"]
+__all__ = ["lock_model", "LockResult", "rank_candidates", "derive_index", "derive_trust", "receipt_verdict",
+           "derive_path_package"]
 
 
 @dataclass
@@ -49,6 +51,34 @@ def rank_candidates(receipts: list[Receipt]) -> tuple[Candidate, ...]:
     return tuple(Candidate(r.route, r.state, r.digest, r.speedup) for r in sorted(receipts, key=key))
 
 
+def derive_index(receipts) -> dict[CellKey, IndexEntry]:
+    """The route index of a set of accepted receipts: grouped by cell, each cell ranked."""
+    groups: dict[CellKey, list[Receipt]] = {}
+    for rec in receipts:
+        groups.setdefault(rec.key, []).append(rec)
+    return {k: IndexEntry(k, rank_candidates(v)) for k, v in groups.items()}
+
+
+def receipt_verdict(lock: Lockfile, rec: Receipt) -> list[str]:
+    """Why ``rec`` cannot be accepted into ``lock`` (its manifest and pins); ``[]`` when it can.
+    The one rule `frt lock` applies and `frt verify` re-applies."""
+    return rec.problems(lock.manifest) + lock.pin_problems(rec)
+
+
+def derive_trust(pkg: Package, publisher_trusted: bool | None) -> str | None:
+    """The trust decision for a manifest package (SPEC §6 "Trust", §8.4): ``project-path`` for a
+    path package (trusted by being in the project), ``manifest`` when the manifest trusts it,
+    ``trusted-publisher`` when the Hub flags its publisher as trusted, else ``None`` (refused).
+    ``publisher_trusted`` is the Hub's fact as read at lock time (``None``: not read)."""
+    if pkg.is_path:
+        return "project-path"
+    if pkg.trust:
+        return "manifest"
+    if publisher_trusted:
+        return "trusted-publisher"
+    return None
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -69,23 +99,18 @@ class _Locker:
 
     def lock_package(self, manifest: Manifest, pkg: Package, old: Lockfile | None) -> LockedPackage:
         if pkg.is_path:
-            return self._lock_path(pkg)
+            return self.lock_package_path(pkg)
         prev = old.packages.get(pkg.repo) if old else None
         old_entry = old.manifest.raw.get("packages", {}).get(pkg.repo) if old else None
         if (prev is not None and prev.source == "hub" and old_entry == manifest.raw["packages"][pkg.repo]
                 and pkg.repo not in self.upgrade):
-            return prev  # pinned: no network unless asked to upgrade
+            # pinned: the commit and variant facts are kept (no network unless asked to upgrade), but
+            # the trust decision is derived again, never copied: a decision edited into the old lock
+            # must not survive a re-lock (or read as "up to date" under --check)
+            trust, publisher = self.decide_trust(manifest, pkg, prev.publisher_trusted)
+            return dataclasses.replace(prev, trust=trust, publisher_trusted=publisher)
+        trust, publisher = self.decide_trust(manifest, pkg, None)
         hub = self.hub
-        if pkg.trust:
-            trust = "manifest"
-        elif hub.publisher_trusted(pkg.repo):
-            trust = "trusted-publisher"
-        else:
-            org = pkg.repo.split("/", 1)[0]
-            raise KernelUnavailable(
-                f"package {pkg.repo!r}: publisher {org!r} is not a trusted kernel publisher",
-                reasons=[{"package": pkg.repo, "reason": "untrusted publisher"}],
-                hints=[f"after reviewing the package, add `trust = true` under [packages.\"{pkg.repo}\"] in {manifest.file}"])
         commit = hub.branch_commit(pkg.repo, pkg.version)
         names = hub.variant_names(pkg.repo, commit)
         if not names:
@@ -94,9 +119,24 @@ class _Locker:
         variants = {}
         for name in names:
             variants[name] = parse_variant_metadata(hub.metadata(pkg.repo, commit, name), repo=pkg.repo, variant=name)
-        return LockedPackage(pkg.repo, "hub", pkg.version, commit, trust, variants)
+        return LockedPackage(pkg.repo, "hub", pkg.version, commit, trust, variants, publisher_trusted=publisher)
 
-    def _lock_path(self, pkg: Package) -> LockedPackage:
+    def decide_trust(self, manifest: Manifest, pkg: Package, recorded: bool | None) -> tuple[str, bool | None]:
+        """(decision, the publisher fact it rests on) for a Hub package. The manifest's trust needs no
+        Hub fact; otherwise a fact recorded as true by an earlier lock is kept, else the Hub is asked."""
+        publisher = None
+        if not pkg.trust:
+            publisher = True if recorded else self.hub.publisher_trusted(pkg.repo)
+        trust = derive_trust(pkg, publisher)
+        if trust is None:
+            org = pkg.repo.split("/", 1)[0]
+            raise KernelUnavailable(
+                f"package {pkg.repo!r}: publisher {org!r} is not a trusted kernel publisher",
+                reasons=[{"package": pkg.repo, "reason": "untrusted publisher"}],
+                hints=[f"after reviewing the package, add `trust = true` under [packages.\"{pkg.repo}\"] in {manifest.file}"])
+        return trust, publisher
+
+    def lock_package_path(self, pkg: Package) -> LockedPackage:
         root = (self.project.root / pkg.path).resolve()
         if not root.is_relative_to(self.project.root.resolve()):
             raise KernelUnavailable(f"package {pkg.repo!r}: path {pkg.path!r} leaves the project",
@@ -122,7 +162,7 @@ class _Locker:
             raise KernelUnavailable(f"package {pkg.repo!r}: {pkg.path}/build/ has no variants",
                                     reasons=[{"package": pkg.repo, "reason": "no variants"}])
         version = min(versions) if versions else 1
-        return LockedPackage(pkg.repo, "path", version, revision, "project-path", variants, path=pkg.path)
+        return LockedPackage(pkg.repo, "path", version, revision, derive_trust(pkg, None), variants, path=pkg.path)
 
     def receipts_for(self, manifest: Manifest) -> list[tuple[str, object, Path]]:
         """(label, Receipt or the ReceiptInvalid it raised, path) for every receipt file of this model:
@@ -147,6 +187,12 @@ class _Locker:
             if rec.cell["model"] == manifest.model or in_model_dir:
                 out.append((label, rec, path))
         return out
+
+
+def derive_path_package(project: Project, pkg: Package) -> LockedPackage:
+    """A path package as `frt lock` pins it now, from its source under the project
+    (content digest, version, each variant's metadata facts). Raises ``KernelUnavailable``."""
+    return _Locker(project).lock_package_path(pkg)
 
 
 def lock_model(project: Project, model: str, *, check: bool = False, strict: bool = False, hub=None,
@@ -188,7 +234,7 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
             reason = str(rec).removeprefix(f"{label}: ")
             dig = "sha256:" + sha256_hex(path.read_bytes())
         else:
-            problems = rec.problems(manifest) + lf.pin_problems(rec)
+            problems = receipt_verdict(lf, rec)
             if not problems:
                 accepted.setdefault(rec.digest, rec)
                 continue
@@ -199,10 +245,7 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
         lf.rejected.append(entry)
         warnings.append(f"{label}: {reason}")
     lf.receipts = accepted
-    groups: dict = {}
-    for rec in accepted.values():
-        groups.setdefault(rec.key, []).append(rec)
-    lf.index = {k: IndexEntry(k, rank_candidates(v)) for k, v in groups.items()}
+    lf.index = derive_index(accepted.values())
     data = lf.render()
     for w in warnings:
         warn(w)
@@ -240,8 +283,18 @@ def _stale_reasons(old: Lockfile | None, old_problem: str | None, new: Lockfile,
             out.append(f"package {repo!r} was removed")
         elif a.revision != b.revision:
             out.append(f"package {repo!r}: locked revision {a.revision}, now {b.revision}")
-        elif a != b:
-            out.append(f"package {repo!r}: variant facts changed")
+        else:
+            if a.trust != b.trust:
+                out.append(f"package {repo!r}: trust decision {a.trust!r} in the lock, {b.trust!r} derived "
+                           "from the manifest and the publisher facts")
+            if a.publisher_trusted != b.publisher_trusted:
+                out.append(f"package {repo!r}: publisher-trusted {_fact(a.publisher_trusted)} in the lock, "
+                           f"{_fact(b.publisher_trusted)} now")
+            if a.variants != b.variants:
+                changed = sorted(n for n in set(a.variants) | set(b.variants) if a.variants.get(n) != b.variants.get(n))
+                out.append(f"package {repo!r}: variant facts changed ({', '.join(changed)})")
+            elif (a.source, a.version, a.path) != (b.source, b.version, b.path):
+                out.append(f"package {repo!r}: source, version or path changed")
     old_files = {r.digest: r.file for r in old.receipts.values()}
     new_files = {r.digest: r.file for r in new.receipts.values()}
     for d in sorted(set(new_files) - set(old_files)):
@@ -250,6 +303,24 @@ def _stale_reasons(old: Lockfile | None, old_problem: str | None, new: Lockfile,
         out.append(f"receipt removed: {old_files[d]}")
     if {(r['digest'], r['reason']) for r in old.rejected} != {(r['digest'], r['reason']) for r in new.rejected}:
         out.append("the set of rejected receipts changed")
+    for key in sorted(set(old.index) | set(new.index)):
+        a, b = old.index.get(key), new.index.get(key)
+        if (a.candidates if a else None) != (b.candidates if b else None):
+            out.append(f"route index cell {_cell(key)}: {_ranking(a)} in the lock, {_ranking(b)} derived")
     if not out:
         out.append(f"{label} differs from what `frt lock` would write now")
     return out
+
+
+def _fact(v: bool | None) -> str:
+    return "not recorded" if v is None else str(v).lower()
+
+
+def _cell(key: CellKey) -> str:
+    return "/".join(key)
+
+
+def _ranking(entry: IndexEntry | None) -> str:
+    if entry is None:
+        return "no cell"
+    return "[" + ", ".join(f"{c.route} {c.state} {c.receipt[:19]}" for c in entry.candidates) + "]"

@@ -3,7 +3,10 @@
 TOML, strict, deterministic. The lock embeds the manifest it was made from, so
 serving needs nothing but the lockfile (and the package bytes it pins). The
 ``lock-digest`` covers everything else; a reader that finds it wrong refuses
-the lockfile before any decision.
+the lockfile before any decision. It is an unkeyed sha256: it detects damage,
+not an author (anyone who edits the file can recompute it). Serving trusts a
+lock whose digest holds; ``frt verify`` (``frt_dist.verify``) re-derives what
+``frt lock`` derived and names every difference.
 """
 
 from __future__ import annotations
@@ -17,16 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._schema import Reader, parse_toml, read_bytes
+from . import names
 from .canonical import digest
 from .errors import LockfileError
 from .manifest import Manifest
 from .receipt import CellKey, Receipt
 
-__all__ = ["Lockfile", "LockedPackage", "LockedVariant", "IndexEntry", "Candidate", "write_atomic", "render"]
+__all__ = ["Lockfile", "LockedPackage", "LockedVariant", "IndexEntry", "Candidate", "write_atomic", "render",
+           "embedded_receipt_rows", "TRUST_DECISIONS"]
 
 SCHEMA = "frt.lock/1"
 SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.lock", 1
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_MODULE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SHA = re.compile(r"^sha256:[0-9a-f]{64}$")
 TRUST_DECISIONS = ("trusted-publisher", "manifest", "project-path")
 
@@ -61,6 +67,9 @@ class LockedPackage:
     trust: str
     variants: dict[str, LockedVariant]
     path: str | None = None
+    # the Hub's trustedKernelPublisher fact for the repo's org, as the locker read it: recorded when
+    # the trust decision rests on it ("trusted-publisher"), so `frt verify` can re-derive the decision
+    publisher_trusted: bool | None = None
 
     @property
     def snapshot(self) -> str:
@@ -71,8 +80,10 @@ class LockedPackage:
         out = {"source": self.source}
         if self.path is not None:
             out["path"] = self.path
-        out.update({"version": self.version, "revision": self.revision, "trust": self.trust,
-                    "variants": {n: v.to_toml() for n, v in sorted(self.variants.items())}})
+        out.update({"version": self.version, "revision": self.revision, "trust": self.trust})
+        if self.publisher_trusted is not None:
+            out["publisher-trusted"] = self.publisher_trusted
+        out["variants"] = {n: v.to_toml() for n, v in sorted(self.variants.items())}
         return out
 
 
@@ -228,16 +239,21 @@ class Lockfile:
         raise TypeError(f"lock must be a path or a frt_dist.Lockfile, got {type(lock).__name__}")
 
     @classmethod
-    def read(cls, path: str | os.PathLike, *, verify: bool = True, label: str | None = None) -> "Lockfile":
+    def read(cls, path: str | os.PathLike, *, verify: bool = True, label: str | None = None,
+             index_refs: bool = True) -> "Lockfile":
         label = label or str(path)
         raw = read_bytes(Path(path), LockfileError, label)
         data = parse_toml(raw, LockfileError, label)
-        lf = cls.from_document(data, file=label, verify=verify)
+        lf = cls.from_document(data, file=label, verify=verify, index_refs=index_refs)
         lf.path = str(path)
         return lf
 
     @classmethod
-    def from_document(cls, data: dict, *, file: str, verify: bool = True) -> "Lockfile":
+    def from_document(cls, data: dict, *, file: str, verify: bool = True, index_refs: bool = True) -> "Lockfile":
+        """The lockfile in ``data`` (a parsed TOML document). With ``verify`` the lock-digest and
+        the manifest digest must hold. With ``index_refs`` (the default) an index candidate that
+        names a receipt the lock does not embed is refused; ``frt verify`` reads without it and
+        reports the candidate as an ``index`` problem with everything else it re-derives."""
         r = Reader(file, LockfileError)
         r.only(data, {"schema", "lock-digest", "model", "manifest-file", "manifest-digest", "manifest",
                       "packages", "routes", "receipts", "rejected-receipts", "index"}, "")
@@ -252,7 +268,7 @@ class Lockfile:
                 reasons=[{"kind": "lock-digest", "path": file, "expected": stated, "computed": computed}],
                 hints=["the lockfile was edited or damaged; regenerate it with `frt lock`"],
             )
-        model = r.get(data, "model", str, "")
+        model = names.check("name", r.get(data, "model", str, ""), "model", LockfileError, file=file)
         manifest_file = r.get(data, "manifest-file", str, "")
         mdig = r.get(data, "manifest-digest", str, "")
         raw = r.json_value(data.get("manifest"), "manifest", dict,
@@ -271,7 +287,8 @@ class Lockfile:
         packages = {}
         for repo, t in r.get(data, "packages", dict, "").items():
             p = f'packages."{repo}"'
-            r.only(t, {"source", "path", "version", "revision", "trust", "variants"}, p)
+            names.check("repo", repo, p, LockfileError, file=file)  # names are checked where they are read
+            r.only(t, {"source", "path", "version", "revision", "trust", "publisher-trusted", "variants"}, p)
             source = r.get(t, "source", str, p)
             if source not in ("hub", "path"):
                 raise r.fail(p + ".source", f"expected hub or path, got {source!r}")
@@ -281,19 +298,29 @@ class Lockfile:
             trust = r.get(t, "trust", str, p)
             if trust not in TRUST_DECISIONS:
                 raise r.fail(p + ".trust", f"expected one of {', '.join(TRUST_DECISIONS)}, got {trust!r}")
+            publisher_trusted = r.get(t, "publisher-trusted", bool, p, required=False)
+            if publisher_trusted is not None and source != "hub":
+                raise r.fail(p + ".publisher-trusted", "is a Hub publisher fact; a path package has none")
             variants = {}
             for vname, vt in r.get(t, "variants", dict, p).items():
                 vp = f"{p}.variants.{vname}"
+                names.check("variant", vname, vp, LockfileError, file=file)
                 r.only(vt, {"backend", "archs", "metadata-sha256", "module-id", "module-name",
                             "digest-algorithm", "files"}, vp)
                 files = r.get(vt, "files", dict, vp)
+                for rel in files:
+                    why = names.problem("path", rel)
+                    if why or rel == "metadata.json":
+                        raise r.fail(f"{vp}.files.{rel!r}", f"not a file path inside the variant: {why or 'reserved'}")
+                if not _MODULE_ID.fullmatch(r.get(vt, "module-id", str, vp)):
+                    raise r.fail(vp + ".module-id", "not a Python identifier")
                 variants[vname] = LockedVariant(
                     vname, r.get(vt, "backend", str, vp), tuple(r.str_list(vt, "archs", vp)),
                     r.get(vt, "metadata-sha256", str, vp), r.get(vt, "module-id", str, vp),
                     r.get(vt, "module-name", str, vp), r.get(vt, "digest-algorithm", str, vp),
                     {k: str(v) for k, v in files.items()})
             packages[repo] = LockedPackage(repo, source, r.get(t, "version", int, p), revision, trust, variants,
-                                           r.get(t, "path", str, p, required=False))
+                                           _rel_path(r, t, p, file), publisher_trusted)
         raw_receipts: dict[str, tuple] = {}
         embedded = data.get("receipts", [])
         lines = _receipt_lines(embedded) if isinstance(embedded, str) else None
@@ -331,10 +358,12 @@ class Lockfile:
                 cp = f"{p}.candidates[{j}]"
                 if not isinstance(c, dict):
                     raise r.fail(cp, f"expected an object, got {type(c).__name__}")
-                sp = c.get("speedup")
-                cands.append(Candidate(r.get(c, "route", str, cp), r.get(c, "state", str, cp),
-                                       r.get(c, "receipt", str, cp), float(sp) if sp is not None else None))
-                if cands[-1].receipt not in receipts:
+                sp = r.number(c, "speedup", cp, required=False)
+                route = r.get(c, "route", str, cp)
+                if route not in manifest.routes:
+                    raise r.fail(cp + ".route", f"{route!r} is not a route of the embedded manifest")
+                cands.append(Candidate(route, r.get(c, "state", str, cp), r.get(c, "receipt", str, cp), sp))
+                if index_refs and cands[-1].receipt not in receipts:
                     raise r.fail(cp + ".receipt", "names a receipt the lockfile does not embed")
             if not cands:
                 raise r.fail(p + ".candidates", "an index entry needs at least one candidate")
@@ -371,6 +400,69 @@ class Lockfile:
             if it["variant"] not in pkg.variants:
                 out.append(f"cell.impls.{seam}: variant {it['variant']!r} of {it['package']} is not locked")
         return out
+
+
+def _json(text: str):
+    """``json.loads`` with every failure a ``ValueError`` (too deep included)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def embedded_receipt_rows(data: dict) -> list[tuple[str, dict | str]]:
+    """Every embedded receipt of a parsed lockfile document as ``(where, row)``: ``row`` is
+    ``{"digest", "file", "route", "state", "receipt"}`` (the receipt as an object, whatever
+    form the lock holds it in), or the reason the entry cannot be read. What ``frt verify``
+    re-checks: nothing here is trusted, not even the digest at the head of a line."""
+    embedded = data.get("receipts", [])
+    lines = _receipt_lines(embedded) if isinstance(embedded, str) else None
+    if lines is not None:
+        items = []
+        for _, line in lines:
+            try:
+                items.append(_json(line))
+            except ValueError as exc:
+                items.append(f"not valid JSON: {exc}")
+    elif isinstance(embedded, str):
+        try:
+            items = _json(embedded)
+        except ValueError as exc:
+            return [("receipts", f"not valid JSON: {exc}")]
+    else:
+        items = embedded
+    if not isinstance(items, list):
+        return [("receipts", f"expected an array, got {type(items).__name__}")]
+    out: list[tuple[str, dict | str]] = []
+    for i, it in enumerate(items):
+        where = f"receipts[{i}]"
+        if isinstance(it, str):
+            out.append((where, it))
+            continue
+        if not isinstance(it, dict):
+            out.append((where, f"expected an object, got {type(it).__name__}"))
+            continue
+        row = {k: v for k, v in it.items() if k != "json"}
+        if "json" in it:
+            try:
+                row["receipt"] = _json(it["json"]) if isinstance(it["json"], str) else None
+            except ValueError as exc:
+                out.append((where, f"json: not valid JSON: {exc}"))
+                continue
+        extra = sorted(set(row) - {"digest", "file", "route", "state", "receipt"})
+        bad = [k for k in ("digest", "file", "route", "state") if not isinstance(row.get(k), str)]
+        if extra or bad or not isinstance(row.get("receipt"), dict):
+            out.append((where, f"unknown field(s) {', '.join(extra)}" if extra else
+                        f"{bad[0]} must be a string" if bad else "the receipt must be an object"))
+            continue
+        out.append((where, row))
+    return out
+
+
+def _rel_path(r: Reader, t: dict, p: str, file: str) -> str | None:
+    """A path package's ``path``: relative to the project root and inside it (SPEC §8.2, §21)."""
+    path = r.get(t, "path", str, p, required=False)
+    return None if path is None else names.check("path", path, p + ".path", LockfileError, file=file)
 
 
 # ---------------------------------------------------------------------------

@@ -1,34 +1,69 @@
-"""``frt verify``: check lockfiles (and a mirror) without trusting what they say.
+"""``frt verify``: check lockfiles (and a mirror) without trusting what they say (SPEC §8.8, §20).
 
-Per lockfile: its digest and schema (``Lockfile.read``), every embedded receipt
-re-validated against the embedded manifest and the pins; with a mirror, every
-locked file of the selected variants present with its locked digest. The
-result is one report (SPEC §8.8): ``{"ok", "lockfiles", "problems": [{"kind",
-"path", "expected", "computed"}]}``. A lockfile that does not parse is bad
-input (``LockfileError`` with exit 2), not a failed verification.
+The ``lock-digest`` is an unkeyed sha256 over the lock's own content: it catches damage
+(a flipped byte, a truncated copy), not an author, since anyone who edits a lockfile can
+recompute it. So verify **re-derives** instead of trusting. Offline, from the lockfile's
+embedded manifest and receipts (and, where they are at hand, the package sources), it
+recomputes everything ``frt lock`` derived and compares it with what the lock records:
+
+- every embedded receipt: its shape (``Receipt.parse``), its digest against its embedded
+  text, the route/state its line is filed under, and its validity under the embedded
+  manifest and the pins (``locker.receipt_verdict``: the cell rules and every evidence rule
+  of ``receipt.EVIDENCE_RULES``, self-contradiction included);
+- the route index of every cell (``locker.derive_index``, the ranking ``frt lock`` uses),
+  from the receipts that are valid: winner, runner-ups, states and receipt digests;
+- every package's trust decision (``locker.derive_trust``) from the manifest and the
+  publisher fact recorded at lock time (``publisher-trusted``), and its source, path and
+  version against the manifest;
+- a path package's revision, version and variant facts from its source in the project,
+  and with ``--mirror`` each mirrored variant's facts from its ``metadata.json``;
+- the routes table (route digests, precision, assembly, packages) from the manifest;
+- every name that can reach a path (``frt_dist.names``): repo ids, variant names, file
+  paths inside variants, the receipt file labels, index cell names;
+- and finally, when all of that agrees, that the whole document is what ``frt lock`` would
+  write from those inputs (a catch-all for anything not named above).
+
+What it cannot re-derive offline is said in ``notes``, not hidden: a Hub package's commit and
+variant facts without a mirror (the Hub is not asked), a path package whose source is not
+in the project, the rejected receipts (their bodies are not embedded), and a
+``publisher-trusted`` fact an author recorded falsely.
+
+The result is one report: ``{"ok", "lockfiles", "problems": [{"kind", "path", "expected",
+"computed", ...}], "notes"}``. Kinds: SPEC §8.8's ``missing | unknown | mismatched |
+lock-digest | receipt``, and for what re-derivation finds ``index``, ``trust``, ``package``,
+``name`` and ``field``; those problems also carry ``recorded`` (what the lock says; also
+``expected``), ``derived`` (what verify computed; also ``computed``) and a ``message``.
+A lockfile that does not parse is bad input (``LockfileError`` with exit 2), not a failed
+verification.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .errors import LockfileError, UsageError
+from . import names
+from .errors import FrtError, LockfileError, ReceiptInvalid, UsageError
 
-__all__ = ["verify", "VerifyReport"]
+__all__ = ["verify", "VerifyReport", "rederive", "DERIVED_KINDS"]
+
+DERIVED_KINDS = ("receipt", "index", "trust", "package", "name", "field")
 
 
 @dataclass
 class VerifyReport:
     lockfiles: list[str] = field(default_factory=list)
     problems: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "lockfiles": list(self.lockfiles), "problems": [dict(p) for p in self.problems]}
+        return {"ok": self.ok, "lockfiles": list(self.lockfiles), "problems": [dict(p) for p in self.problems],
+                "notes": list(self.notes)}
 
 
 def verify(project, models: list[str] | None = None, *, mirror: str | Path | None = None,
@@ -45,7 +80,7 @@ def verify(project, models: list[str] | None = None, *, mirror: str | Path | Non
         label = project.rel(path)
         report.lockfiles.append(label)
         try:
-            lock = Lockfile.read(path, label=label)
+            lock = Lockfile.read(path, label=label, index_refs=False)
         except LockfileError as exc:
             if exc.exit_code == 2:
                 raise  # does not parse: bad input, not a failed verification
@@ -53,10 +88,403 @@ def verify(project, models: list[str] | None = None, *, mirror: str | Path | Non
                                  "expected": r.get("expected"), "computed": r.get("computed"), "message": str(exc)}
                                 for r in (exc.reasons or [{}])]
             continue
-        for where, why in lock.receipt_problems():
-            report.problems.append({"kind": "receipt", "path": where, "expected": "valid", "computed": why})
+        problems, notes = rederive(lock, label=label, project=project, mirror=mirror)
+        report.problems += problems
+        report.notes += notes
         if mirror is not None:
             from .mirror import verify_mirror  # noqa: PLC0415
 
             report.problems += verify_mirror(lock, Path(mirror), variants=variants, all_variants=all_variants)
     return report
+
+
+# ---------------------------------------------------------------------------
+
+
+class _Findings:
+    def __init__(self, label: str):
+        self.label = label
+        self.problems: list[dict] = []
+        self.notes: list[str] = []
+
+    def add(self, kind: str, where: str, recorded: str, derived: str, message: str) -> None:
+        self.problems.append({"kind": kind, "path": f"{self.label}: {where}", "expected": recorded,
+                              "computed": derived, "recorded": recorded, "derived": derived, "message": message})
+
+    def name(self, kind: str, value, where: str) -> bool:
+        """Check one name; report it (kind ``name``) and return False when it is unsafe."""
+        why = names.problem(kind, value)
+        if why:
+            self.add("name", where, repr(value), f"refused: {why}",
+                     f"{where} {value!r} is not a safe {kind} name ({why})")
+        return why is None
+
+    def note(self, text: str) -> None:
+        self.notes.append(f"{self.label}: {text}")
+
+
+def _q(key: str) -> str:
+    return f'"{key}"'
+
+
+def _short(d: str) -> str:
+    return d[:19] if isinstance(d, str) and d.startswith("sha256:") else str(d)
+
+
+def _cell(key) -> str:
+    return "/".join(key)
+
+
+def _cands(cands) -> str:
+    if not cands:
+        return "no candidates"
+    out = []
+    for c in cands:
+        sp = c.get("speedup")
+        fig = f" {sp:g}x" if isinstance(sp, (int, float)) and not isinstance(sp, bool) else ""
+        out.append(f"{c.get('route')} {c.get('state')}{fig} ({_short(c.get('receipt'))})")
+    return ", ".join(out)
+
+
+def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None) -> tuple[list[dict], list[str]]:
+    """Everything ``frt lock`` derived, computed again from ``lock``'s embedded manifest and
+    receipts (plus the path sources under ``project`` and the ``mirror``, when given), compared
+    with what ``lock`` records. Returns ``(problems, notes)``."""
+    from .lockfile import Lockfile, embedded_receipt_rows  # noqa: PLC0415
+    from .locker import derive_index, receipt_verdict  # noqa: PLC0415
+    from .receipt import CellKey, Receipt  # noqa: PLC0415
+
+    f = _Findings(label)
+    doc, m = lock._doc, lock.manifest
+
+    # -- the lock's own fields --------------------------------------------------
+    if lock.model != m.model:
+        f.add("field", "model", lock.model, m.model, "the lock's model is not its embedded manifest's")
+    f.name("path", lock.manifest_file, "manifest-file")
+
+    # -- packages: names, manifest, trust, sources --------------------------------
+    packages = {repo: _check_package(f, lock, repo, project, mirror) for repo in sorted(lock.packages)}
+    for repo in sorted(set(m.packages) - set(lock.packages)):
+        f.add("package", f"packages.{_q(repo)}", "not locked", "declared by the manifest",
+              f"the manifest declares package {repo!r}; the lock does not pin it")
+
+    # -- routes table -----------------------------------------------------------
+    recorded_routes = doc.get("routes", {})
+    derived_routes = {name: {"route-digest": rt.digest, "precision": rt.precision, "assembly": rt.assembly,
+                             "packages": m.route_packages(name)} for name, rt in m.routes.items()}
+    for name in sorted(set(recorded_routes) | set(derived_routes)):
+        a, b = recorded_routes.get(name), derived_routes.get(name)
+        if a != b:
+            f.add("field", f"routes.{_q(name)}", json.dumps(a, sort_keys=True) if a is not None else "no route",
+                  json.dumps(b, sort_keys=True) if b is not None else "no route",
+                  f"route {name!r} as recorded differs from the embedded manifest's definition")
+
+    # -- receipts: shape, digest, filing, validity --------------------------------
+    accepted: dict[str, Receipt] = {}
+    invalid: dict[str, str] = {}  # recorded digest -> why it is not accepted
+    for where, row in embedded_receipt_rows(doc):
+        if isinstance(row, str):
+            f.add("receipt", where, "an embedded receipt", f"unreadable: {row}", f"{where}: {row}")
+            continue
+        head, rfile = row["digest"], row["file"]
+        at = f"{where} ({rfile})"
+        f.name("path", rfile, f"{where}.file")
+        try:
+            rec = Receipt.parse(row["receipt"], file=rfile)
+        except ReceiptInvalid as exc:
+            invalid[head] = str(exc)
+            f.add("receipt", at, f"accepted as {row['state']}", f"invalid: {exc}",
+                  f"{rfile}: the embedded receipt does not parse: {exc}")
+            continue
+        if rec.digest != head:
+            invalid[head] = "does not match its digest"
+            f.add("receipt", f"{where}.digest ({rfile})", head, rec.digest,
+                  "the embedded receipt does not match the digest it is filed under")
+        if (row["route"], row["state"]) != (rec.route, rec.state):
+            f.add("receipt", at, f"filed as {row['route']} {row['state']}", f"the receipt says {rec.route} {rec.state}",
+                  "the line's head does not say what the receipt says")
+        why = receipt_verdict(lock, rec)
+        if why:
+            invalid.setdefault(head, "; ".join(why))
+            f.add("receipt", at, f"accepted as {rec.state}", "rejected: " + "; ".join(why),
+                  f"frt lock would reject {rfile}: " + "; ".join(why))
+        elif rec.digest == head:
+            accepted[rec.digest] = rec
+
+    # -- rejected receipts: only their names and that they are not also accepted ----
+    for i, rj in enumerate(lock.rejected):
+        where = f"rejected-receipts[{i}]"
+        if not isinstance(rj, dict):
+            f.add("field", where, repr(rj), "a table", f"{where} is not a table")
+            continue
+        if isinstance(rj.get("file"), str):
+            f.name("path", rj["file"], f"{where}.file")
+        if rj.get("digest") in accepted:
+            f.add("receipt", where, "rejected", "accepted",
+                  f"{rj.get('file')} is recorded as rejected and embedded as accepted")
+    if lock.rejected:
+        f.note(f"{len(lock.rejected)} rejected receipt(s): their bodies are not embedded, so the reasons are not re-derived")
+
+    # -- the route index ----------------------------------------------------------
+    derived_index = derive_index(accepted.values())
+    derived_rows = {k: _index_row(e) for k, e in derived_index.items()}
+    raw_index = doc.get("index", [])
+    recorded_rows = json.loads(raw_index) if isinstance(raw_index, str) else list(raw_index)
+    seen = set()
+    for i, it in enumerate(recorded_rows):
+        key = CellKey(*(it[k] for k in ("phase", "precision", "backend", "arch", "device-class")))
+        where = f"index[{_cell(key)}]"
+        for k in ("phase", "precision", "backend", "arch", "device-class"):
+            f.name("name", it[k], f"index[{i}].{k}")
+        if key in seen:
+            f.add("index", where, "recorded twice", "one cell", f"index cell {_cell(key)} is recorded twice")
+            continue
+        seen.add(key)
+        want = derived_rows.get(key)
+        if want is None:
+            f.add("index", where, _cands(it.get("candidates")), "no cell",
+                  f"no accepted receipt was measured on {_cell(key)}; "
+                  + _why_not_here(it.get("candidates") or [], key, accepted, invalid, lock.receipts))
+            continue
+        if it != want:
+            got_c, want_c = it.get("candidates"), want["candidates"]
+            if got_c != want_c:
+                f.add("index", where, _cands(got_c), _cands(want_c),
+                      f"cell {_cell(key)}: the recorded ranking is not the one frt lock derives from the valid "
+                      "receipts of this cell" + _cand_detail(got_c or [], want_c, key, accepted, invalid))
+            top = {k: it.get(k) for k in ("route", "state", "receipt")}
+            want_top = {k: want[k] for k in ("route", "state", "receipt")}
+            if top != want_top:
+                f.add("index", f"{where}.route", f"{top['route']} {top['state']} ({_short(top['receipt'])})",
+                      f"{want_top['route']} {want_top['state']} ({_short(want_top['receipt'])})",
+                      f"cell {_cell(key)}: the recorded winner is not the derived one")
+            extra = sorted(set(it) - set(want))
+            if extra:
+                f.add("index", where, ", ".join(extra), "no such fields", f"cell {_cell(key)} has fields frt lock does not write")
+    for key in sorted(set(derived_rows) - seen):
+        f.add("index", f"index[{_cell(key)}]", "no cell", _cands(derived_rows[key]["candidates"]),
+              f"the valid receipts measured on {_cell(key)} are not in the index")
+
+    # -- catch-all: the whole document, as frt lock would write it ---------------------
+    if not f.problems:
+        derived = Lockfile(model=m.model, manifest_file=lock.manifest_file, manifest=m, packages=packages,
+                           receipts=accepted, rejected=list(lock.rejected), index=derived_index)
+        for key, a, b in _document_diff(doc, derived.document()):
+            f.add("field", key, a, b, f"{key} differs from what frt lock writes from the same inputs")
+    return f.problems, f.notes
+
+
+def _index_row(e) -> dict:
+    c0 = e.candidates[0]
+    return {**e.key.as_dict(), "route": c0.route, "state": c0.state, "receipt": c0.receipt,
+            "candidates": [c.to_toml() for c in e.candidates]}
+
+
+def _why_not_here(cands, key, accepted, invalid, embedded) -> str:
+    out = []
+    for c in cands:
+        d = c.get("receipt")
+        if d in accepted:
+            out.append(f"receipt {_short(d)} ({c.get('route')}) was measured on {_cell(accepted[d].key)}")
+        elif d in invalid:
+            out.append(f"receipt {_short(d)} ({c.get('route')}) is not valid: {invalid[d]}")
+        elif d not in embedded:
+            out.append(f"receipt {_short(d)} ({c.get('route')}) is not embedded in the lock")
+    return "; ".join(out) or "the cell has no candidates"
+
+
+def _cand_detail(got, want, key, accepted, invalid) -> str:
+    want_by = {c["receipt"]: c for c in want}
+    out = []
+    for c in got:
+        d = c.get("receipt")
+        w = want_by.get(d)
+        if w is None:
+            if d in accepted:
+                out.append(f"; {_short(d)} was measured on {_cell(accepted[d].key)}")
+            elif d in invalid:
+                out.append(f"; {_short(d)} is not valid: {invalid[d]}")
+            else:
+                out.append(f"; {_short(d)} is not embedded in the lock")
+        elif c != w:
+            diffs = [f"{k} {c.get(k)!r} recorded, {w.get(k)!r} in the receipt" for k in ("route", "state", "speedup")
+                     if c.get(k) != w.get(k)]
+            if diffs:
+                out.append(f"; {_short(d)}: " + ", ".join(diffs))
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------
+# packages
+
+
+def _check_package(f: _Findings, lock, repo: str, project, mirror):
+    """Check one locked package; return it as `frt lock` would record it from what could be
+    re-derived (the recorded facts where nothing could be)."""
+    from .locker import derive_trust  # noqa: PLC0415
+
+    lp, m = lock.packages[repo], lock.manifest
+    fp = f"packages.{_q(repo)}"
+    f.name("repo", repo, fp)
+    if lp.path is not None:
+        f.name("path", lp.path, fp + ".path")
+    for vname, v in sorted(lp.variants.items()):
+        vp = f"{fp}.variants.{vname}"
+        f.name("variant", vname, vp)
+        for rel in sorted(v.files):
+            f.name("path", rel, f"{vp}.files.{_q(rel)}")
+        for k, val in (("module-id", v.module_id), ("module-name", v.module_name)):
+            if not (isinstance(val, str) and val.isascii() and val.isidentifier()):
+                f.add("name", f"{vp}.{k}", repr(val), "refused: not a Python identifier",
+                      f"{vp}.{k} {val!r} is not a Python identifier")
+    mp = m.packages.get(repo)
+    if mp is None:
+        f.add("package", fp, "locked", "not declared by the manifest",
+              f"the lock pins {repo!r}, which the embedded manifest does not declare")
+        return lp
+    derived = lp
+    want_source = "path" if mp.is_path else "hub"
+    if lp.source != want_source:
+        f.add("package", fp + ".source", lp.source, want_source, f"the manifest declares {repo!r} as a {want_source} package")
+    elif mp.is_path and lp.path != mp.path:
+        f.add("package", fp + ".path", str(lp.path), str(mp.path), f"the manifest's path for {repo!r} differs")
+    elif not mp.is_path and lp.version != mp.version:
+        f.add("package", fp + ".version", str(lp.version), str(mp.version), f"the manifest's version for {repo!r} differs")
+    trust = derive_trust(mp, lp.publisher_trusted if lp.source == "hub" else None)
+    if trust != lp.trust:
+        org = repo.split("/", 1)[0]
+        shown = trust or (f"refused: publisher {org!r} is not trusted by the manifest and the lock records no "
+                          "trusted-publisher fact")
+        f.add("trust", fp + ".trust", lp.trust, shown,
+              f"{repo}: the trust decision does not follow from the manifest "
+              f"({'path package' if mp.is_path else 'trust = true' if mp.trust else 'no trust'}) and the recorded "
+              f"publisher fact (publisher-trusted {'not recorded' if lp.publisher_trusted is None else str(lp.publisher_trusted).lower()})")
+    elif trust is not None:
+        derived = replace(derived, trust=trust)
+    if lp.source == "hub" and lp.trust == "trusted-publisher" and lp.publisher_trusted:
+        f.note(f"{repo}: trusted-publisher rests on the publisher fact recorded at lock time; "
+               "verify cannot ask the Hub offline")
+    if lp.source == "path" and mp.is_path and lp.path == mp.path:
+        derived = _rederive_path(f, lp, mp, derived, project)
+    elif lp.source == "hub" and mirror is None:
+        f.note(f"{repo}: Hub commit and variant facts not re-derived offline (pass --mirror DIR to check "
+               "them against the mirrored metadata.json)")
+    if mirror is not None:
+        _rederive_from_mirror(f, lp, Path(mirror))
+    return derived
+
+
+def _rederive_path(f: _Findings, lp, mp, derived, project):
+    """A path package's revision, version and variant facts from its source in the project."""
+    from .errors import KernelUnavailable  # noqa: PLC0415
+    from .locker import derive_path_package  # noqa: PLC0415
+
+    fp = f"packages.{_q(lp.repo)}"
+    if project is None or names.problem("path", mp.path) or not (Path(project.root) / mp.path).is_dir():
+        f.note(f"{lp.repo}: path source {mp.path} is not in this project; its revision and variant facts "
+               "are not re-derived")
+        return derived
+    try:
+        now = derive_path_package(project, mp)
+    except (KernelUnavailable, FrtError, OSError) as exc:
+        f.add("package", fp, lp.revision, f"not derivable: {exc}", f"{lp.repo}: the path source cannot be locked: {exc}")
+        return derived
+    if now.revision != lp.revision:
+        f.add("package", fp + ".revision", lp.revision, now.revision,
+              f"{lp.repo}: the content digest of {mp.path} is not the locked revision")
+    if now.version != lp.version:
+        f.add("package", fp + ".version", str(lp.version), str(now.version),
+              f"{lp.repo}: the version in {mp.path}'s metadata.json is not the locked one")
+    _compare_variants(f, fp, lp.variants, now.variants, source=mp.path, complete=True)
+    return replace(derived, revision=now.revision, version=now.version, variants=now.variants)
+
+
+def _rederive_from_mirror(f: _Findings, lp, mirror: Path) -> None:
+    """Each mirrored variant's facts from its metadata.json (only where the bytes are the locked
+    ones: a mismatched file is verify_mirror's to report)."""
+    from .canonical import sha256_hex  # noqa: PLC0415
+    from .errors import KernelUnavailable  # noqa: PLC0415
+    from .loader import repo_folder  # noqa: PLC0415
+    from .metadata import parse_variant_metadata  # noqa: PLC0415
+
+    if names.problem("repo", lp.repo):
+        return
+    snap = mirror / repo_folder(lp.repo) / "snapshots" / lp.snapshot / "build"
+    found = {}
+    for vname, v in sorted(lp.variants.items()):
+        if names.problem("variant", vname):
+            continue
+        p = snap / vname / "metadata.json"
+        try:
+            real = p.resolve(strict=True)
+            if not real.is_relative_to(mirror.resolve()) or not real.is_file():
+                continue
+            raw = real.read_bytes()
+        except OSError:
+            continue
+        if "sha256:" + sha256_hex(raw) != v.metadata_sha256:
+            continue
+        try:
+            found[vname] = parse_variant_metadata(raw, repo=lp.repo, variant=vname)
+        except KernelUnavailable as exc:
+            f.add("package", f"packages.{_q(lp.repo)}.variants.{vname}", "locked", f"not derivable: {exc}", str(exc))
+    _compare_variants(f, f"packages.{_q(lp.repo)}", {n: lp.variants[n] for n in found}, found,
+                      source=f"the mirror's metadata.json", complete=False)
+
+
+_VARIANT_FIELDS = (("backend", "backend"), ("archs", "archs"), ("metadata-sha256", "metadata_sha256"),
+                   ("module-id", "module_id"), ("module-name", "module_name"), ("digest-algorithm", "algorithm"),
+                   ("files", "files"))
+
+
+def _compare_variants(f: _Findings, fp: str, recorded: dict, derived: dict, *, source: str, complete: bool) -> None:
+    if complete:
+        for vname in sorted(set(recorded) - set(derived)):
+            f.add("package", f"{fp}.variants.{vname}", "locked", "no such variant",
+                  f"{source} has no build/{vname}/")
+        for vname in sorted(set(derived) - set(recorded)):
+            f.add("package", f"{fp}.variants.{vname}", "not locked", "present",
+                  f"{source} has build/{vname}/, which the lock does not record")
+    for vname in sorted(set(recorded) & set(derived)):
+        a, b = recorded[vname], derived[vname]
+        for key, attr in _VARIANT_FIELDS:
+            va, vb = getattr(a, attr), getattr(b, attr)
+            if va != vb:
+                show = (lambda v: json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True))
+                f.add("package", f"{fp}.variants.{vname}.{key}", show(va), show(vb),
+                      f"build/{vname}/metadata.json in {source} says otherwise")
+
+
+# ---------------------------------------------------------------------------
+# the catch-all
+
+
+def _document_diff(recorded: dict, derived: dict):
+    """(key, recorded, derived) for each top-level key whose content differs (JSON-in-TOML
+    parts compared as the values they hold, so a lock in the older table forms compares too)."""
+    from .lockfile import embedded_receipt_rows  # noqa: PLC0415
+
+    def norm(key, value):
+        if value is None:
+            return None
+        if key in ("manifest", "index") and isinstance(value, str):
+            return json.loads(value)
+        if key == "receipts":
+            rows = embedded_receipt_rows({"receipts": value})
+            return sorted((json.dumps(r, sort_keys=True) if isinstance(r, dict) else r) for _, r in rows)
+        if key == "rejected-receipts":
+            return sorted(json.dumps(r, sort_keys=True) for r in value)
+        return value
+
+    body = {k: v for k, v in recorded.items() if k != "lock-digest"}
+    for key in sorted(set(body) | set(derived)):
+        a, b = norm(key, body.get(key)), norm(key, derived.get(key))
+        if a != b:
+            yield key, _brief(body.get(key)), _brief(derived.get(key))
+
+
+def _brief(v) -> str:
+    if v is None:
+        return "absent"
+    text = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+    return text if len(text) <= 120 else text[:117] + "..."

@@ -1,0 +1,453 @@
+"""`frt verify` re-derives, it does not trust (SPEC §20).
+
+Each test edits a real lockfile the way an author with a text editor would: the lock-digest
+(an unkeyed sha256 over the lock's content), the manifest digest and every receipt digest the
+edit touches are recomputed, so the lock reads as undamaged. Verify must still fail (exit 1),
+naming the value it derived and the value the lock records.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import BUNDLED, run_frt
+from factories import REMOTE, hub_manifest, start_hub, tiny_project
+from frt_dist._schema import parse_toml
+from frt_dist.canonical import digest
+from frt_dist.errors import LockfileError
+from frt_dist.hub import HubClient
+from frt_dist.lockfile import Lockfile, index_text, manifest_text, render
+from frt_dist.locker import lock_model
+from frt_dist.project import Project
+from frt_dist.verify import verify
+
+MODEL = "demo-decoder"
+
+
+# ---------------------------------------------------------------------------
+# the attacker's tools
+
+
+class Edit:
+    """A lockfile opened for editing: its JSON parts as values, and a ``save`` that writes it
+    back with every digest recomputed, as frt lock would have written it."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.doc = parse_toml(self.path.read_bytes(), LockfileError, str(path))
+        self.doc.pop("lock-digest")
+        self.manifest = json.loads(self.doc["manifest"])
+        self.index = json.loads(self.doc.get("index", "[]"))
+        self.receipts = [json.loads(line.rstrip(",")) for line in self.doc.get("receipts", "[\n]\n").split("\n")[1:-2]]
+
+    def cell(self, phase: str, device_class: str | None = None) -> dict:
+        [c] = [c for c in self.index if c["phase"] == phase and device_class in (None, c["device-class"])]
+        return c
+
+    def receipt(self, route: str, phase: str) -> dict:
+        [r] = [r for r in self.receipts if r["route"] == route and r["receipt"]["cell"]["phase"] == phase]
+        return r
+
+    def redigest(self, row: dict) -> str:
+        """Recompute one receipt's digest and follow it everywhere the lock names it."""
+        old, new = row["digest"], digest(row["receipt"])
+        row["digest"], row["state"] = new, row["receipt"]["state"]
+        for c in self.index:
+            for cand in c["candidates"]:
+                if cand["receipt"] == old:
+                    cand["receipt"] = new
+            if c["receipt"] == old:
+                c["receipt"] = new
+        return new
+
+    def save(self, *, readable: bool = True) -> None:
+        doc = self.doc
+        doc["manifest"] = manifest_text(self.manifest)
+        doc["manifest-digest"] = digest(self.manifest)
+        if self.index:
+            doc["index"] = index_text(self.index)
+        else:
+            doc.pop("index", None)
+        lines = []
+        for r in self.receipts:
+            head = json.dumps({k: r[k] for k in ("digest", "file", "route", "state")}, ensure_ascii=False)
+            body = json.dumps(r["receipt"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            lines.append(f'{head[:-1]}, "receipt": {body}}}')
+        if lines:
+            doc["receipts"] = "[\n" + ",\n".join(lines) + "\n]\n"
+        else:
+            doc.pop("receipts", None)
+        self.path.write_bytes(render(doc, digest(doc)))
+        if readable:
+            Lockfile.read(self.path)  # the edit reads as an undamaged lockfile
+
+
+def run_verify(root: Path) -> tuple[int, dict, str]:
+    r = run_frt(["verify", "--json"], cwd=root)
+    return r.returncode, json.loads(r.stdout), r.stderr
+
+
+def problem(doc: dict, kind: str, path_end: str) -> dict:
+    found = [p for p in doc["problems"] if p["kind"] == kind and p["path"].endswith(path_end)]
+    assert found, json.dumps(doc["problems"], indent=1)
+    return found[0]
+
+
+# ---------------------------------------------------------------------------
+# a real lock: the repository's demo project, copied and locked again
+
+
+@pytest.fixture
+def demo(tmp_path) -> Path:
+    root = tmp_path / "demo"
+    root.mkdir()
+    for d in ("manifests", "lockfiles", "receipts", "packages"):
+        shutil.copytree(BUNDLED / d, root / d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    before = (root / "lockfiles" / f"{MODEL}.lock").read_bytes()
+    res = lock_model(Project(root, "project", {}), MODEL, warn=lambda m: None)
+    assert not res.written and res.lockfile.rejected == []  # the bundled lock is what frt lock writes
+    assert (root / "lockfiles" / f"{MODEL}.lock").read_bytes() == before
+    return root
+
+
+def lockpath(root: Path) -> Path:
+    return root / "lockfiles" / f"{MODEL}.lock"
+
+
+def test_the_untouched_lock_verifies(demo):
+    rc, doc, err = run_verify(demo)
+    assert rc == 0 and doc["ok"] and doc["problems"] == [] and doc["notes"] == [], (doc, err)
+    report = verify(Project(demo, "project", {}))
+    assert report.ok and report.lockfiles == [f"lockfiles/{MODEL}.lock"]
+
+
+def test_an_index_cell_copied_to_another_device_class(demo):
+    e = Edit(lockpath(demo))
+    copy = json.loads(json.dumps(e.cell("decode")))
+    copy["device-class"] = "intel-xeon"
+    e.index.append(copy)
+    e.save()
+    rc, doc, _ = run_verify(demo)
+    assert rc == 1
+    p = problem(doc, "index", "index[decode/fp32/cpu/x86_64/intel-xeon]")
+    assert p["recorded"].startswith("fused certified_fast 1.7323x (sha256:16cb85b526d7)") and p["derived"] == "no cell"
+    assert p["expected"] == p["recorded"] and p["computed"] == p["derived"]
+    assert "was measured on decode/fp32/cpu/x86_64/amd-epyc" in p["message"]
+
+
+def test_an_index_winner_swapped_with_its_runner_up(demo):
+    e = Edit(lockpath(demo))
+    c = e.cell("decode")
+    c["candidates"].reverse()
+    c.update(route="split", state="supported_correct", receipt=c["candidates"][0]["receipt"])
+    e.save()
+    rc, doc, _ = run_verify(demo)
+    assert rc == 1
+    p = problem(doc, "index", "index[decode/fp32/cpu/x86_64/amd-epyc]")
+    assert p["recorded"].startswith("split supported_correct 1.0113x") and ", fused certified_fast" in p["recorded"]
+    assert p["derived"].startswith("fused certified_fast 1.7323x") and ", split supported_correct" in p["derived"]
+    w = problem(doc, "index", "index[decode/fp32/cpu/x86_64/amd-epyc].route")
+    assert w["recorded"].startswith("split supported_correct") and w["derived"].startswith("fused certified_fast")
+
+
+def test_a_candidate_state_relabelled_in_the_index(demo):
+    e = Edit(lockpath(demo))
+    e.cell("decode")["candidates"][1]["state"] = "certified_fast"
+    e.save()
+    rc, doc, _ = run_verify(demo)
+    assert rc == 1
+    p = problem(doc, "index", "index[decode/fp32/cpu/x86_64/amd-epyc]")
+    assert "split certified_fast 1.0113x" in p["recorded"] and "split supported_correct 1.0113x" in p["derived"]
+    assert "state 'certified_fast' recorded, 'supported_correct' in the receipt" in p["message"]
+
+
+def test_an_embedded_receipt_relabelled_with_its_digest_recomputed(demo):
+    e = Edit(lockpath(demo))
+    row = e.receipt("split", "decode")
+    row["receipt"]["state"] = "certified_fast"
+    new = e.redigest(row)
+    for cand in e.cell("decode")["candidates"]:
+        if cand["receipt"] == new:
+            cand["state"] = "certified_fast"
+    e.save()
+    rc, doc, _ = run_verify(demo)
+    assert rc == 1
+    p = problem(doc, "receipt", "(receipts/demo-decoder/split--decode--fp32--amd-epyc.json)")
+    assert p["recorded"] == "accepted as certified_fast"
+    assert p["derived"] == "rejected: certified_fast but speedup-median 1.011 is under the route's gate 1.05"
+    i = problem(doc, "index", "index[decode/fp32/cpu/x86_64/amd-epyc]")
+    assert "split certified_fast" in i["recorded"] and "split" not in i["derived"]
+
+
+def test_evidence_made_self_contradictory_with_its_digest_recomputed(demo):
+    e = Edit(lockpath(demo))
+    row = e.receipt("fused", "decode")
+    row["receipt"]["evidence"]["parity"]["max-abs"] = 5.0  # tolerance abs 1e-4, pass: true
+    e.redigest(row)
+    e.save()
+    rc, doc, _ = run_verify(demo)
+    assert rc == 1
+    p = problem(doc, "receipt", "(receipts/demo-decoder/fused--decode--fp32--amd-epyc.json)")
+    assert p["recorded"] == "accepted as certified_fast"
+    assert p["derived"] == ("rejected: parity says pass, but max-abs 5 exceeds the tolerance's abs 0.0001 and "
+                            "max-rel 0.003509 exceeds its rel 0.001: the evidence contradicts itself")
+
+
+def test_trust_flipped_on_a_path_package(demo):
+    e = Edit(lockpath(demo))
+    e.doc["packages"]["frt-demo/rmsnorm"]["trust"] = "trusted-publisher"
+    e.save()
+    rc, doc, _ = run_verify(demo)
+    assert rc == 1
+    p = problem(doc, "trust", 'packages."frt-demo/rmsnorm".trust')
+    assert (p["recorded"], p["derived"]) == ("trusted-publisher", "project-path")
+    # frt lock --check names the flip as stale
+    r = run_frt(["lock", "--check"], cwd=demo)
+    assert r.returncode == 1
+    assert ("package 'frt-demo/rmsnorm': trust decision 'trusted-publisher' in the lock, 'project-path' derived "
+            "from the manifest and the publisher facts") in r.stdout
+
+
+def test_a_receipt_removed_but_left_in_the_index(demo):
+    e = Edit(lockpath(demo))
+    gone = e.receipt("split", "decode")
+    e.receipts.remove(gone)
+    e.save(readable=False)
+    with pytest.raises(LockfileError, match=r"names a receipt the lockfile does not embed"):
+        Lockfile.read(e.path)  # serving refuses it outright
+    rc, out, err = run_verify(demo)
+    assert rc == 1, err
+    p = problem(out, "index", "index[decode/fp32/cpu/x86_64/amd-epyc]")
+    assert f"split supported_correct 1.0113x ({gone['digest'][:19]})" in p["recorded"]
+    assert p["derived"] == "fused certified_fast 1.7323x (sha256:16cb85b526d7)"
+    assert f"{gone['digest'][:19]} is not embedded in the lock" in p["message"]
+
+
+def test_a_package_revision_changed(demo):
+    e = Edit(lockpath(demo))
+    real = e.doc["packages"]["frt-demo/fused-ffn"]["revision"]
+    e.doc["packages"]["frt-demo/fused-ffn"]["revision"] = "sha256:" + "1" * 64
+    e.save()
+    rc, doc, _ = run_verify(demo)
+    assert rc == 1
+    p = problem(doc, "package", 'packages."frt-demo/fused-ffn".revision')
+    assert (p["recorded"], p["derived"]) == ("sha256:" + "1" * 64, real)
+    # and, offline from the lock alone, the receipts pinned to the real revision no longer hold
+    r = problem(doc, "receipt", "(receipts/demo-decoder/fused--decode--fp32--amd-epyc.json)")
+    assert r["derived"].startswith(f"rejected: cell.impls.ffn: measured frt-demo/fused-ffn at revision {real}")
+
+
+def test_a_variant_archs_widened(demo):
+    e = Edit(lockpath(demo))
+    e.doc["packages"]["frt-demo/rmsnorm"]["variants"]["torch-cpu"]["archs"] = ["8.0", "9.0", "12.0"]
+    e.save()
+    rc, doc, _ = run_verify(demo)
+    assert rc == 1
+    p = problem(doc, "package", 'packages."frt-demo/rmsnorm".variants.torch-cpu.archs')
+    assert (p["recorded"], p["derived"]) == ('["8.0", "9.0", "12.0"]', "[]")
+
+
+def test_a_route_digest_changed_in_an_embedded_receipt(demo):
+    e = Edit(lockpath(demo))
+    row = e.receipt("fused", "prefill")
+    row["receipt"]["cell"]["route-digest"] = "sha256:" + "2" * 64
+    e.redigest(row)
+    e.save()
+    rc, doc, _ = run_verify(demo)
+    assert rc == 1
+    p = problem(doc, "receipt", "(receipts/demo-decoder/fused--prefill--fp32--amd-epyc.json)")
+    assert p["recorded"] == "accepted as certified_fast"
+    assert p["derived"].startswith(f"rejected: route-digest sha256:{'2' * 64} does not match the route's definition sha256:3d3c34f9")
+
+
+def test_a_route_digest_changed_in_the_routes_table(demo):
+    e = Edit(lockpath(demo))
+    e.doc["routes"]["split"]["route-digest"] = "sha256:" + "3" * 64
+    e.save()
+    rc, doc, _ = run_verify(demo)
+    assert rc == 1
+    p = problem(doc, "field", "routes.\"split\"")
+    assert "3333" in p["recorded"] and "sha256:d5f715f0" in p["derived"]
+
+
+def test_the_cli_names_recorded_and_derived(demo):
+    e = Edit(lockpath(demo))
+    e.doc["packages"]["frt-demo/rmsnorm"]["trust"] = "manifest"
+    e.save()
+    r = run_frt(["verify"], cwd=demo)
+    assert r.returncode == 1
+    assert ('trust: lockfiles/demo-decoder.lock: packages."frt-demo/rmsnorm".trust: recorded manifest, '
+            'derived project-path') in r.stdout
+    assert "error: verification failed (1 problem(s))" in r.stderr
+    assert "hint: regenerate the lockfile with `frt lock`" in r.stderr
+    assert "find out who edited it" in r.stderr
+
+
+def _refused_name(root: Path, field: str) -> dict | None:
+    """A bad name either stops the lock reader (exit 2, the field named: SPEC §21) or, where the
+    reader lets it through, is a ``name`` problem of verify (exit 1). Returns the problem, if any."""
+    r = run_frt(["verify", "--json"], cwd=root)
+    assert r.returncode in (1, 2), (r.stdout, r.stderr)
+    if r.returncode == 2:
+        assert field in r.stdout + r.stderr, (r.stdout, r.stderr)
+        return None
+    return problem(json.loads(r.stdout), "name", field)
+
+
+def test_an_unsafe_name_is_refused(demo):
+    e = Edit(lockpath(demo))
+    e.receipts[0]["file"] = "receipts/../../../etc/passwd"
+    e.save()
+    p = _refused_name(demo, "receipts[0].file")
+    if p is not None:
+        assert p["recorded"] == "'receipts/../../../etc/passwd'" and p["derived"].startswith("refused: component '..'")
+    shutil.copy(BUNDLED / "lockfiles" / f"{MODEL}.lock", lockpath(demo))
+    e = Edit(lockpath(demo))
+    files = e.doc["packages"]["frt-demo/rmsnorm"]["variants"]["torch-cpu"]["files"]
+    files["../../escape.py"] = files["rmsnorm/__init__.py"]
+    e.save(readable=False)
+    _refused_name(demo, "../../escape.py")
+
+
+def test_a_path_source_that_changed_since_the_lock_fails_verify(demo):
+    (demo / "packages" / "rmsnorm" / "build" / "torch-cpu" / "rmsnorm" / "__init__.py").write_text("# changed\n")
+    rc, doc, _ = run_verify(demo)
+    assert rc == 1
+    problem(doc, "package", 'packages."frt-demo/rmsnorm".revision')
+
+
+# ---------------------------------------------------------------------------
+# a Hub package: the trust decision rests on the manifest or on a publisher fact
+
+
+@pytest.fixture
+def hubproj(monkeypatch, tmp_path):
+    server, commit = start_hub(monkeypatch, tmp_path, trusted=False)
+    doc = hub_manifest()
+    doc["packages"][REMOTE] = {"version": 1, "trust": True}  # the publisher is not trusted: the manifest trusts it
+    tp = tiny_project(tmp_path, "hubproj", manifest=doc)
+    tp.hub = HubClient(endpoint=server.url)
+    lock = tp.lock()
+    assert lock.packages[REMOTE].trust == "manifest" and lock.packages[REMOTE].publisher_trusted is None
+    yield tp, server
+    server.stop()
+
+
+def _hub_lockpath(tp) -> Path:
+    return tp.root / "lockfiles" / f"{tp.model}.lock"
+
+
+def test_trust_flipped_to_trusted_publisher(hubproj):
+    tp, server = hubproj
+    assert run_verify(tp.root)[0] == 0
+    e = Edit(_hub_lockpath(tp))
+    e.doc["packages"][REMOTE]["trust"] = "trusted-publisher"
+    e.save()
+    rc, doc, _ = run_verify(tp.root)
+    assert rc == 1
+    p = problem(doc, "trust", f'packages."{REMOTE}".trust')
+    assert (p["recorded"], p["derived"]) == ("trusted-publisher", "manifest")
+    # frt lock --check re-derives the decision of a pinned package instead of copying it
+    res = lock_model(tp.project, tp.model, check=True, hub=tp.hub, warn=lambda m: None)
+    assert res.stale == [f"package '{REMOTE}': trust decision 'trusted-publisher' in the lock, 'manifest' derived "
+                         "from the manifest and the publisher facts"]
+
+
+def test_trust_flipped_for_a_publisher_the_manifest_does_not_trust(hubproj):
+    tp, server = hubproj
+    e = Edit(_hub_lockpath(tp))
+    e.manifest["packages"][REMOTE] = {"version": 1}  # the embedded manifest no longer trusts it ...
+    e.doc["packages"][REMOTE]["trust"] = "trusted-publisher"  # ... and the lock says the Hub does
+    e.save()
+    rc, doc, _ = run_verify(tp.root)
+    assert rc == 1
+    p = problem(doc, "trust", f'packages."{REMOTE}".trust')
+    assert p["recorded"] == "trusted-publisher"
+    assert p["derived"] == ("refused: publisher 'remote-org' is not trusted by the manifest and the lock records no "
+                            "trusted-publisher fact")
+    # frt lock --check: the manifest file still trusts it; the lock is stale, never "up to date"
+    res = lock_model(tp.project, tp.model, check=True, hub=tp.hub, warn=lambda m: None)
+    assert res.stale and res.stale[0] == "manifest manifests/tiny.toml changed since lockfiles/tiny.lock was written"
+
+
+def test_a_trusted_publisher_decision_records_the_fact_it_rests_on(monkeypatch, tmp_path):
+    server, commit = start_hub(monkeypatch, tmp_path, trusted=True)
+    try:
+        tp = tiny_project(tmp_path, "hubproj", manifest=hub_manifest())
+        tp.hub = HubClient(endpoint=server.url)
+        lock = tp.lock()
+        pkg = lock.packages[REMOTE]
+        assert (pkg.trust, pkg.publisher_trusted) == ("trusted-publisher", True)
+        assert 'trust = "trusted-publisher"\npublisher-trusted = true\n' in _hub_lockpath(tp).read_text()
+        rc, doc, _ = run_verify(tp.root)
+        assert rc == 0 and any("rests on the publisher fact recorded at lock time" in n for n in doc["notes"])
+        # the fact removed: the decision no longer follows
+        e = Edit(_hub_lockpath(tp))
+        del e.doc["packages"][REMOTE]["publisher-trusted"]
+        e.save()
+        rc, doc, _ = run_verify(tp.root)
+        assert rc == 1 and problem(doc, "trust", f'packages."{REMOTE}".trust')["derived"].startswith("refused:")
+    finally:
+        server.stop()
+
+
+def test_publisher_trusted_is_read_strictly(tmp_path):
+    src = (BUNDLED / "lockfiles" / f"{MODEL}.lock")
+    p = tmp_path / "x.lock"
+    p.write_bytes(src.read_bytes())
+    e = Edit(p)
+    e.doc["packages"]["frt-demo/rmsnorm"]["publisher-trusted"] = True  # a path package has no publisher fact
+    doc = e.doc
+    p.write_bytes(render(doc, digest(doc)))
+    with pytest.raises(LockfileError, match=r'publisher-trusted: is a Hub publisher fact; a path package has none'):
+        Lockfile.read(p)
+    doc["packages"]["frt-demo/rmsnorm"]["publisher-trusted"] = "yes"
+    p.write_bytes(render(doc, digest(doc)))
+    with pytest.raises(LockfileError, match=r"publisher-trusted: expected a boolean"):
+        Lockfile.read(p)
+
+
+def test_hub_variant_facts_are_rederived_from_a_mirror(monkeypatch, tmp_path):
+    """Offline, a Hub package's variant facts rest on the lock alone (verify says so in a note);
+    with --mirror they are derived again from the mirrored metadata.json."""
+    from frt_dist.mirror import mirror_lock
+
+    server, commit = start_hub(monkeypatch, tmp_path, trusted=True)
+    try:
+        tp = tiny_project(tmp_path, "hubproj", manifest=hub_manifest())
+        tp.hub = HubClient(endpoint=server.url)
+        lock = tp.lock()
+        mirror = tmp_path / "mirror"
+        mirror_lock(lock, mirror, variants=["torch-cpu"])
+    finally:
+        server.stop()
+    e = Edit(_hub_lockpath(tp))
+    e.doc["packages"][REMOTE]["variants"]["torch-cpu"]["archs"] = ["8.0", "9.0"]
+    e.save()
+    rc, doc, err = run_verify(tp.root)
+    assert rc == 0, (doc, err)
+    assert any(f"{REMOTE}: Hub commit and variant facts not re-derived offline" in n for n in doc["notes"])
+    r = run_frt(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
+    assert r.returncode == 1, r.stderr
+    p = problem(json.loads(r.stdout), "package", f'packages."{REMOTE}".variants.torch-cpu.archs')
+    assert (p["recorded"], p["derived"]) == ('["8.0", "9.0"]', "[]")
+
+
+def test_anything_else_frt_lock_would_write_differently_is_named(tmp_path):
+    """The catch-all: when every named check agrees, the document must still be what frt lock
+    writes from the same inputs (here: an empty receipts array frt lock never writes)."""
+    tp = tiny_project(tmp_path)
+    tp.lock()
+    path = tp.root / "lockfiles" / "tiny.lock"
+    doc = parse_toml(path.read_bytes(), LockfileError, "x")
+    doc.pop("lock-digest")
+    doc["receipts"] = "[]"
+    path.write_bytes(render(doc, digest(doc)))
+    rc, out, _ = run_verify(tp.root)
+    assert rc == 1
+    p = problem(out, "field", ": receipts")
+    assert (p["recorded"], p["derived"]) == ("[]", "absent")
