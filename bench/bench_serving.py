@@ -7,7 +7,8 @@
 3. digest verification throughput (frt's file digest) vs raw ``hashlib.sha256`` over the same bytes;
 4. ``import frt_dist`` time vs a bare interpreter, and proof that torch is not imported.
 
-    .venv/bin/python bench/bench_serving.py
+    .venv/bin/python bench/bench_serving.py                 # everything
+    .venv/bin/python bench/bench_serving.py --only guard    # one part: guard, load, digest, import
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ sys.dont_write_bytecode = True
 PY = sys.executable
 
 
-def guard_overhead(n: int = 200_000, repeats: int = 9) -> dict:
+def guard_overhead(n: int = 200_000, repeats: int = 9, inputs: int = 2) -> dict:
+    """The guard on a no-op entry whose contract declares ``inputs`` tensors: ``x [rows, 8]``,
+    ``w [8]`` and then ``[rows, 8]`` ones (every input is checked)."""
     import torch
 
     from factories import CPU, TinyProject, impl_doc
@@ -38,35 +41,38 @@ def guard_overhead(n: int = 200_000, repeats: int = 9) -> dict:
     from factories import manifest_doc
 
     tmp = Path(tempfile.mkdtemp(prefix="frt-bench-"))
-    noop = '"""no-op kernel"""\n\n\ndef noop(x, w):\n    return x\n'
-    doc = manifest_doc(model="noop", packages={"t-org/noop": {"path": "packages/noop"}},
-                       seams={"s": {"structure": "noop@1", "impls": {"noop": impl_doc("t-org/noop", "noop")}}},
+    params = ", ".join(["x", "w", *(f"r{i}" for i in range(2, inputs))][:inputs])
+    noop = f'"""no-op kernel"""\n\n\ndef noop({params}):\n    return x\n'
+    specs = [{"shape": ["rows", 8], "dtype": "float32"}, {"shape": [8], "dtype": "float32"}]
+    specs = (specs + [{"shape": ["rows", 8], "dtype": "float32"}] * inputs)[:inputs]
+    pkg = "noop" if inputs == 2 else f"noop{inputs}"  # one package per process: a name per variant of the bench
+    doc = manifest_doc(model="noop", packages={f"t-org/{pkg}": {"path": f"packages/{pkg}"}},
+                       seams={"s": {"structure": "noop@1", "impls": {"noop": impl_doc(f"t-org/{pkg}", "noop", inputs=specs)}}},
                        routes={"r": {"assembly": "eager", "seams": {"s": "noop"}, "gate": {"min-speedup": 1.02}}})
-    tp = TinyProject(tmp / "p", manifest=doc, packages={"noop": {"name": "noop", "source": noop}})
+    tp = TinyProject(tmp / "p", manifest=doc, packages={pkg: {"name": pkg, "source": noop}})
     lock = tp.lock(receipts=[("r", "decode"), ("r", "prefill")])
     plan = frt_dist.load("noop", lockfile=lock, hardware=CPU)
     entry = plan.entry("s", "decode")
-    direct = sys.modules[lock.packages["t-org/noop"].variants["torch-cpu"].module_id].noop
-    x, w = torch.zeros(4, 8), torch.zeros(8)
-    for _ in range(1000):
-        entry(x, w), direct(x, w)
+    direct = sys.modules[lock.packages[f"t-org/{pkg}"].variants["torch-cpu"].module_id].noop
+    args = ([torch.zeros(4, 8), torch.zeros(8)] + [torch.zeros(4, 8)] * inputs)[:inputs]
+    names = [f"a{i}" for i in range(inputs)]
+    ns: dict = {"time": time}  # the timed loop calls with plain positional arguments, as a model does
+    exec(f"def loop(f, n, {', '.join(names)}):\n    t0 = time.perf_counter_ns()\n    for _ in range(n):\n"
+         f"        f({', '.join(names)})\n    return (time.perf_counter_ns() - t0) / n\n", ns)
+    loop = ns["loop"]
+    loop(entry, 1000, *args), loop(direct, 1000, *args)
     d_ns, g_ns = [], []
     for _ in range(repeats):  # alternate, take medians
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            direct(x, w)
-        d_ns.append((time.perf_counter_ns() - t0) / n)
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            entry(x, w)
-        g_ns.append((time.perf_counter_ns() - t0) / n)
+        d_ns.append(loop(direct, n, *args))
+        g_ns.append(loop(entry, n, *args))
     d, g = statistics.median(d_ns), statistics.median(g_ns)
     calls = plan.ledger()["seams"]["s"]["calls"]
     shutil.rmtree(tmp, ignore_errors=True)
     # median: what this (shared, noisy) machine gave; min: the code's cost with the least interference
     return {"direct-ns": round(d, 1), "guarded-ns": round(g, 1), "overhead-ns": round(g - d, 1),
             "ratio": round(g / d, 2), "min-direct-ns": round(min(d_ns), 1), "min-guarded-ns": round(min(g_ns), 1),
-            "min-overhead-ns": round(min(g_ns) - min(d_ns), 1), "counted-calls": calls, "repeats": repeats}
+            "min-overhead-ns": round(min(g_ns) - min(d_ns), 1), "counted-calls": calls, "repeats": repeats,
+            "inputs": inputs}
 
 
 LOAD = r"""
@@ -256,14 +262,49 @@ def import_time(rounds: int = 15) -> dict:
             "kernels-imported": any(outs[k].split()[1] == "1" for k in ("frt_dist", "serving"))}
 
 
-def main() -> int:
+PARTS = ("guard", "load", "digest", "import")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", action="append", choices=PARTS, help="run only this part (repeatable)")
+    parts = set(ap.parse_args(argv).only or PARTS)
     print("frt-dist serving benchmarks (ratios against baselines measured in this run)")
-    g = guard_overhead()
-    print(f"guarded call, no-op entry, median of {g['repeats']} rounds: direct {g['direct-ns']} ns, guarded "
-          f"{g['guarded-ns']} ns -> overhead {g['overhead-ns']} ns/call, ratio {g['ratio']}x; fastest rounds: "
-          f"{g['min-guarded-ns']} vs {g['min-direct-ns']} ns -> {g['min-overhead-ns']} ns "
-          f"(ledger counted {g['counted-calls']} calls)")
-    w = warm_load()
+    out = {}
+    if "guard" in parts:
+        g = out["guard"] = guard_overhead()
+        print(f"guarded call, no-op entry, {g['inputs']} inputs checked, median of {g['repeats']} rounds: direct "
+              f"{g['direct-ns']} ns, guarded {g['guarded-ns']} ns -> overhead {g['overhead-ns']} ns/call, ratio "
+              f"{g['ratio']}x; fastest rounds: {g['min-guarded-ns']} vs {g['min-direct-ns']} ns -> "
+              f"{g['min-overhead-ns']} ns (ledger counted {g['counted-calls']} calls)")
+        g3 = out["guard-3-inputs"] = guard_overhead(inputs=3)
+        print(f"  the same with 3 inputs (x, w, and a [rows, 8] residual): overhead {g3['overhead-ns']} ns/call "
+              f"(fastest rounds {g3['min-overhead-ns']} ns)")
+    if parts - {"guard"}:
+        _rest(parts, out)
+    print(json.dumps(out, sort_keys=True))
+    return 0
+
+
+def _rest(parts: set, out: dict) -> None:
+    if "load" in parts:
+        out["warm-load"] = _print_load(warm_load())
+    if "digest" in parts:
+        d = out["digest"] = digest_throughput()
+        print(f"digest throughput over {d['size-mb']} MiB: frt {d['frt-MBps']} MiB/s vs hashlib {d['hashlib-MBps']} "
+              f"MiB/s -> {d['throughput-ratio']}x")
+    if "import" in parts:
+        i = out["import"] = import_time()
+        print(f"import frt_dist: +{i['added-ms']} ms over a bare interpreter ({i['bare-python-ms']} ms), "
+              f"+{i['added-serving-ms']} ms with the modules load uses (bytecode cached), of which "
+              f"{i['serving-after-torch-ms']} ms remain in a process that already imported torch and kernels; "
+              f"+{i['added-no-bytecode-ms']} ms with no bytecode at all; "
+              f"torch imported: {i['torch-imported']}, kernels imported: {i['kernels-imported']}")
+
+
+def _print_load(w: dict) -> dict:
     print(f"warm load from a mirror (demo-decoder's route: {w['packages']} packages, {w['launches']} smoke launches; "
           f"fresh process each, {w['rounds']} alternating rounds, torch+kernels+frt modules imported, bytecode cached):")
     print(f"  kernels.get_local_kernel, no verification : {w['get_local_kernel-ms']} ms (baseline)")
@@ -275,17 +316,7 @@ def main() -> int:
     print(f"  frt_dist.load (loader + resolve + smoke launch of each bound impl): {w['load-ms']} ms -> "
           f"{w['load-ratio']}x the bare import, {w['load-vs-raw+launches']}x import+launches "
           f"(per-round pairs: {w['load-vs-raw+launches-paired']}x)")
-    d = digest_throughput()
-    print(f"digest throughput over {d['size-mb']} MiB: frt {d['frt-MBps']} MiB/s vs hashlib {d['hashlib-MBps']} MiB/s "
-          f"-> {d['throughput-ratio']}x")
-    i = import_time()
-    print(f"import frt_dist: +{i['added-ms']} ms over a bare interpreter ({i['bare-python-ms']} ms), "
-          f"+{i['added-serving-ms']} ms with the modules load uses (bytecode cached), of which "
-          f"{i['serving-after-torch-ms']} ms remain in a process that already imported torch and kernels; "
-          f"+{i['added-no-bytecode-ms']} ms with no bytecode at all; "
-          f"torch imported: {i['torch-imported']}, kernels imported: {i['kernels-imported']}")
-    print(json.dumps({"guard": g, "warm-load": w, "digest": d, "import": i}, sort_keys=True))
-    return 0
+    return w
 
 
 if __name__ == "__main__":

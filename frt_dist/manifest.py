@@ -328,6 +328,11 @@ def _read_impl(r: Reader, seam: str, name: str, t: Any, p: str, packages: dict) 
         _shape(r, inp, ip)
         r.get(inp, "dtype", str, ip)
         r.number(inp, "scale", ip, required=False)
+    dtypes = contract["dtypes"]
+    if not any(inp["dtype"] in dtypes for inp in inputs):
+        # the guard checks the call's precision on the inputs the smoke declares with one of `dtypes`
+        raise r.fail(sp + ".inputs", f"no input has a dtype from {cp}.dtypes {dtypes!r}: the guard could not "
+                                     "check the call's precision")
     first = inputs[0]["shape"]
     if width is not None and (not first or first[-1] != width):
         # the guard checks `width` on the first input's last dimension, which the smoke declares too:

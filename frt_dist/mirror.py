@@ -8,8 +8,9 @@ A mirror is a directory laid out as a Hugging Face hub cache, so that plain
         blobs/<sha256 hex of the bytes>              each file's bytes, stored once
         snapshots/<snapshot>/build/<variant>/<file>  relative symlink into blobs/ (a copy where links are unavailable)
         refs/v<N>                                    the snapshot name (no newline); refs/main too when absent
-    DIR/.locks/…                                     per-blob lock files
-    DIR/.frt-tmp/…                                   in-flight temp files (empty when idle)
+    DIR/.locks/<repo folder>/<blob>.lock             per-blob lock files (while a run needs them)
+    DIR/.locks/frt-runs/<run>.lock                   held by a live run for as long as it runs
+    DIR/.frt-tmp/<run>/…                             that run's in-flight temp files (nothing when idle)
 
 ``<snapshot>`` is the locked commit, or for a path package the first 40 hex
 digits of its content digest (``LockedPackage.snapshot``).
@@ -19,7 +20,24 @@ locked commit; from the local hub cache first) each file the selection needs.
 Every blob is verified against the locked digest before it becomes visible
 (temp file, then ``os.replace``); a blob already present and verified is not
 fetched again, so an interrupted run resumes; a ``filelock.FileLock`` per blob
-makes concurrent runs on one DIR fetch each blob once. ``verify_mirror`` reports
+makes concurrent runs on one DIR fetch each blob once.
+
+Housekeeping (what a killed run leaves behind). Every run writes its temp files
+only under its own folder ``.frt-tmp/<run>/``, and holds the lock
+``.locks/frt-runs/<run>.lock`` from before that folder exists until after it is
+gone; the operating system drops the lock when the process dies, even by
+SIGKILL. So ownership, not age, decides what is stale: at its start and at its
+end a run removes every ``.frt-tmp/<run>/`` whose run lock it can take at once
+(its owner is dead), and leaves alone the folder of a run still holding its lock.
+Loose entries directly under ``.frt-tmp/`` (an earlier frt's layout, with no
+owner to ask) are removed once nothing in them changed for ``STALE_S`` seconds.
+At its end a run also deletes every lock file under ``.locks/`` it can take at
+once (each deleted while held, so nobody holds a deleted lock without knowing),
+then the folders left empty; a lock another run holds stays. filelock ≥ 4 re-checks
+after locking that the file was not deleted meanwhile and retries; with an older
+filelock the rare loser of that race may fetch a blob twice, which is harmless
+(every fetch writes its own temp file and renames a verified blob into place).
+``verify_mirror`` reports
 what is ``missing``, ``unknown`` or ``mismatched``, with expected and computed
 digests, without importing torch or `kernels`.
 
@@ -35,8 +53,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import shutil
+import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -47,11 +68,14 @@ from .loader.integrity import Expected, check_variant_dir
 from .loader import cache_dirs, is_offline, lock_root, repo_folder
 from .variants import select_variants
 
-__all__ = ["mirror_lock", "verify_mirror", "MirrorReport", "select_for_mirror"]
+__all__ = ["mirror_lock", "verify_mirror", "MirrorReport", "select_for_mirror", "sweep_temp", "sweep_locks"]
 
 _CHUNK = 1 << 20
 TMP = ".frt-tmp"
 LOCKS = ".locks"
+RUNS = "frt-runs"  # under LOCKS: one lock per live run
+STALE_S = 3600.0  # loose temp entries (no owning run) untouched this long are removed
+_RUN_ID = re.compile(r"^run-[0-9]+-[0-9a-f]{12}$")
 
 
 @dataclass
@@ -65,10 +89,11 @@ class MirrorReport:
     linked: int = 0  # snapshot entries (re)created
     bytes: int = 0  # bytes this run wrote to blobs/
     skipped: list[dict] = field(default_factory=list)  # {"repo", "reason"}
+    cleaned: dict = field(default_factory=lambda: {"temp": 0, "locks": 0})  # stale entries this run removed
 
     def to_dict(self) -> dict:
         return {"dir": self.dir, "packages": self.packages, "fetched": self.fetched, "present": self.present,
-                "linked": self.linked, "bytes": self.bytes, "skipped": self.skipped}
+                "linked": self.linked, "bytes": self.bytes, "skipped": self.skipped, "cleaned": dict(self.cleaned)}
 
 
 # ---------------------------------------------------------------------------
@@ -170,15 +195,184 @@ def _blob_ok(path: Path, item: _Item) -> bool:
         return False
 
 
+# ---------------------------------------------------------------------------
+# locks, runs and housekeeping (see the module docstring)
+
+
+def _mkdirs(path: Path) -> None:
+    """``mkdir -p``, again if a concurrent run's cleanup removed an (empty) parent meanwhile."""
+    for _ in range(50):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            return
+        except FileNotFoundError:
+            continue
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def _acquire(path: Path, timeout: float = -1):
+    """A held ``filelock.FileLock`` on ``path`` (its folder made, and made again if a
+    concurrent cleanup removed it between the mkdir and the open)."""
+    from filelock import FileLock  # noqa: PLC0415
+
+    for _ in range(50):
+        _mkdirs(path.parent)
+        lock = FileLock(str(path))
+        try:
+            lock.acquire(timeout=timeout)
+            return lock
+        except FileNotFoundError:
+            continue
+    raise OSError(f"could not create the lock file {path}: its folder keeps disappearing")
+
+
+@contextmanager
+def _holding(path: Path):
+    lock = _acquire(path)
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+def _try_lock(path: Path):
+    """The lock on ``path`` if nobody holds it now (not waiting), else None."""
+    from filelock import FileLock, Timeout  # noqa: PLC0415
+
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except (Timeout, OSError):
+        return None
+    return lock
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _newest_mtime(path: Path) -> float:
+    newest = path.lstat().st_mtime
+    if path.is_dir() and not path.is_symlink():
+        for dirpath, dirnames, filenames in os.walk(path):
+            for n in dirnames + filenames:
+                try:
+                    newest = max(newest, os.lstat(os.path.join(dirpath, n)).st_mtime)
+                except OSError:
+                    pass
+    return newest
+
+
+class _Run:
+    """One run's claim on its temp folder ``.frt-tmp/<run>/``: the run lock is taken
+    before the folder exists and let go after it is gone."""
+
+    def __init__(self, dest: Path):
+        self.dest = dest
+        while True:
+            self.id = f"run-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+            self.lock_path = dest / LOCKS / RUNS / f"{self.id}.lock"
+            self.lock = _acquire(self.lock_path)
+            # The name is new, so only a lock sweep that caught the file between its creation and
+            # our lock can have deleted it (a deleted lock guards nothing): then take another name.
+            if self.lock_path.exists():
+                break
+            self.lock.release()
+        self.tmp = dest / TMP / self.id
+
+    def close(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        try:
+            self.lock_path.unlink()
+        except FileNotFoundError:
+            pass
+        self.lock.release()
+
+
+def sweep_temp(dest: Path, *, keep: str | None = None, now: float | None = None) -> int:
+    """Remove what dead runs left under ``DIR/.frt-tmp``; return how many entries went.
+
+    A run folder goes when its run lock can be taken at once (its owner is gone);
+    a loose entry (no owner) when nothing in it changed for ``STALE_S`` seconds.
+    """
+    tmp = Path(dest) / TMP
+    try:
+        entries = sorted(tmp.iterdir())
+    except OSError:
+        return 0
+    now = time.time() if now is None else now
+    removed = 0
+    for entry in entries:
+        if entry.name == keep:
+            continue
+        if _RUN_ID.match(entry.name):
+            lock_path = Path(dest) / LOCKS / RUNS / f"{entry.name}.lock"
+            try:
+                lock_path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                continue
+            lock = _try_lock(lock_path)
+            if lock is None:  # a live run's folder
+                continue
+            try:
+                _remove(entry)
+                lock_path.unlink(missing_ok=True)  # while held: see the module docstring
+            finally:
+                lock.release()
+            removed += 1
+        else:
+            try:
+                if now - _newest_mtime(entry) < STALE_S:
+                    continue
+            except OSError:
+                continue
+            _remove(entry)
+            removed += 1
+    return removed
+
+
+def sweep_locks(dest: Path) -> int:
+    """Delete every lock file under ``DIR/.locks`` that nobody holds (each while holding
+    it), then the folders left empty; return how many lock files went."""
+    root = Path(dest) / LOCKS
+    if not root.is_dir():
+        return 0
+    removed = 0
+    for dirpath, _dirs, files in os.walk(root, topdown=False):
+        for name in sorted(files):
+            path = Path(dirpath) / name
+            if path.is_symlink() or not name.endswith(".lock"):
+                continue
+            lock = _try_lock(path)
+            if lock is None:
+                continue
+            try:
+                path.unlink(missing_ok=True)
+                removed += 1
+            finally:
+                lock.release()
+        try:
+            os.rmdir(dirpath)  # only when empty
+        except OSError:
+            pass
+    return removed
+
+
 class _Mirror:
     """One run of ``mirror_lock`` over one directory."""
 
-    def __init__(self, lock, dest: Path, root: Path, progress: Callable | None):
+    def __init__(self, lock, dest: Path, root: Path, progress: Callable | None, tmp: Path):
         self.lock, self.dest, self.root = lock, dest, root
         self.progress = progress or (lambda event: None)
         self.report = MirrorReport(str(dest))
         self.problems: list[dict] = []
-        self.tmp = dest / TMP
+        self.tmp = tmp
         self.offline = is_offline()
 
     # -- sources ------------------------------------------------------------
@@ -213,26 +407,22 @@ class _Mirror:
             raise _Fail(item, None, f"download failed: {type(exc).__name__}: {exc}") from None
 
     # -- blobs and links ------------------------------------------------------
-    def _lock_for(self, item: _Item):
-        from filelock import FileLock  # noqa: PLC0415
-
+    def _lock_path(self, item: _Item) -> Path:
         key = item.blob or hashlib.sha256(f"{item.algorithm}:{item.expected}".encode()).hexdigest()
-        d = self.dest / LOCKS / repo_folder(item.repo)
-        d.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(d / f"{key}.lock"))
+        return self.dest / LOCKS / repo_folder(item.repo) / f"{key}.lock"
 
     def blob(self, pkg, item: _Item) -> str:
         """Ensure the item's blob exists and verifies; return its name."""
         blobs = self.dest / repo_folder(pkg.repo) / "blobs"
         blobs.mkdir(parents=True, exist_ok=True)
-        with self._lock_for(item):
+        with _holding(self._lock_path(item)):
             if item.blob and _blob_ok(blobs / item.blob, item):
                 self.report.present += 1
                 self._emit(item, "present", 0)
                 return item.blob
             src = self._source(pkg, item)
             try:
-                self.tmp.mkdir(parents=True, exist_ok=True)
+                _mkdirs(self.tmp)
                 tmp = self.tmp / f"blob-{uuid.uuid4().hex}"
                 try:
                     hashes, n = _hash_copy(src, tmp, item.algorithm)
@@ -260,7 +450,7 @@ class _Mirror:
         if path.is_symlink() and os.readlink(path) == target:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp.mkdir(parents=True, exist_ok=True)
+        _mkdirs(self.tmp)
         tmp = self.tmp / f"link-{uuid.uuid4().hex}"
         try:
             try:
@@ -318,7 +508,7 @@ def _write_if_changed(path: Path, text: str, tmpdir: Path) -> None:
             return
     except OSError:
         pass
-    tmpdir.mkdir(parents=True, exist_ok=True)
+    _mkdirs(tmpdir)
     tmp = tmpdir / f"ref-{uuid.uuid4().hex}"
     tmp.write_text(text, "utf-8")
     os.replace(tmp, path)
@@ -346,14 +536,21 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
 
         hardware = Hardware.detect()
     chosen, skipped = select_for_mirror(lock, variants=variants, all_variants=all_variants, hardware=hardware)
-    run = _Mirror(lock, dest, Path(root) if root else lock_root(lock), progress)
+    owner = _Run(dest)
+    run = _Mirror(lock, dest, Path(root) if root else lock_root(lock), progress, owner.tmp)
     run.report.skipped = skipped
-    for repo, vs in chosen.items():
-        run.package(lock.packages[repo], vs)
     try:
-        (dest / TMP).rmdir()
-    except OSError:
-        pass
+        run.report.cleaned["temp"] += sweep_temp(dest, keep=owner.id)  # space first: what killed runs left
+        for repo, vs in chosen.items():
+            run.package(lock.packages[repo], vs)
+    finally:
+        owner.close()
+        run.report.cleaned["temp"] += sweep_temp(dest)
+        run.report.cleaned["locks"] += sweep_locks(dest)
+        try:
+            (dest / TMP).rmdir()
+        except OSError:
+            pass
     if run.problems:
         raise KernelUnavailable(f"mirror {dest}: {len(run.problems)} file(s) could not be supplied:\n  "
                                 + "\n  ".join(p["reason"] for p in run.problems), reasons=run.problems,

@@ -86,6 +86,7 @@ def _hermetic(monkeypatch, tmp_path_factory):
             monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))  # the loader's verified store (platformdirs), subprocesses too
     try:
         from huggingface_hub import constants
         from huggingface_hub.utils import _detect_agent

@@ -157,6 +157,7 @@ def test_damaged_lockfiles_give_documented_errors_only(demo, monkeypatch):
             except Exception as exc:  # noqa: BLE001
                 crashed.append(_crash(f"frt {argv[0]}", i, exc))
         assert _files(demo) == before, f"lockfile #{i}: a command wrote something"
+    print(f"\ndamaged lockfiles: {N['lockfile']} documents, command exit codes {outcomes}, {len(crashed)} tracebacks")
     assert crashed == [], f"{len(crashed)} tracebacks:\n" + "\n".join(crashed[:15])
     assert outcomes.get(2, 0) > 100 and outcomes.get(1, 0) > 100  # the damage reached both kinds of refusal
 

@@ -62,12 +62,15 @@ def test_path_package_loads_once_and_hub_kernel_returns_the_same_module(proj):
     assert (first.source, first.variant, first.revision, first.trust) == ("path", "torch-cpu", lock.packages[SCALE].revision,
                                                                           "project-path")
     assert sys.modules[first.module_id] is first.module
-    assert Path(first.module.__file__).resolve().is_relative_to((tp.root / "packages" / "scale").resolve())
+    # verified from the path package, imported from its copy in the verified store
+    assert Path(first.location) == (tp.root / "packages" / "scale" / "build" / "torch-cpu").resolve()
+    assert Path(first.module.__file__) == Path(first.store_path) / "scale" / "__init__.py"
+    assert Path(first.module.__file__).read_bytes() == (Path(first.location) / "scale" / "__init__.py").read_bytes()
     assert loader.load_locked(lock, SCALE, hardware=CPU) is first
     assert hub_kernel(SCALE, 1, lockfile=lock.path, hardware=CPU) is first.module
     import kernels
 
-    assert first.module in [k.module for k in kernels.get_loaded_kernels()]  # imported by kernels itself
+    assert first.module in [k.module for k in kernels.get_loaded_kernels()]  # registered as kernels does
 
 
 def test_second_copy_and_symlinked_path_do_not_load_twice(proj, tmp_path):
@@ -90,7 +93,7 @@ def test_location_is_the_real_variant_directory_through_a_symlinked_project(proj
     link.symlink_to(tp.root)
     got = loader.load_locked(Lockfile.read(link / "lockfiles" / "tiny.lock"), SCALE, hardware=CPU)
     assert got.location == os.path.realpath(tp.root / "packages" / "scale" / "build" / "torch-cpu")
-    assert Path(got.module.__file__).parent.parent == Path(got.location)
+    assert Path(got.module.__file__).parent.parent == Path(got.store_path)
 
 
 def test_two_revisions_of_one_repo_are_refused_naming_both(proj, tmp_path):
@@ -136,12 +139,13 @@ def test_every_damaged_file_is_reported_and_nothing_is_imported(tmp_path):
     got = [(r["kind"], r["path"], r["expected"], r["computed"]) for r in exc.reasons]
     assert got == [
         ("mismatched", "build/torch-cpu/scale/data.txt", files["scale/data.txt"], f"symlink leaving its tree -> {outside}"),
-        ("unknown", "build/torch-cpu/scale/extra.py", None, sha256_b64(b"x = 1\n")),
+        ("unknown", "build/torch-cpu/scale/extra.py", None, None),  # named with its size, never read
         ("mismatched", "build/torch-cpu/scale/helpers.py", files["scale/helpers.py"],
          sha256_b64((SCALE_SRC + "import os  # injected\n").encode())),
         ("missing", "build/torch-cpu/scale/notes.txt", files["scale/notes.txt"], None),
     ]
     assert all(r["source"] == "path" and r["package"] == SCALE for r in exc.reasons)
+    assert exc.reasons[1]["size"] == 6 and exc.reasons[1]["reason"].endswith("(6 bytes, not read)")
     assert "4 file(s) of build/torch-cpu/" in str(exc) and "nothing was imported" in str(exc)
     report = unavailable_report()
     assert report[-1]["message"] == str(exc) and report[-1]["reasons"] == exc.reasons

@@ -201,13 +201,13 @@ def test_guard_boundaries_and_reasons(plan):
     for rows in (1, 16):
         entry(_x(rows), W)
     cases = [
-        (_x(0), "rows", "rows 0 outside decode band [1, 16]"),
-        (_x(17), "rows", "rows 17 outside decode band [1, 16]"),
-        (torch.randn(8, 8).t(), "layout", "layout: input is not contiguous"),
-        (torch.randn(4, 16)[:, ::2], "layout", "layout: input is not contiguous"),
-        (_x(4, dtype=torch.float16), "dtype", "dtype float16 not in [float32]"),
-        (_x(4, 9), "width", "width 9 not 8"),
-        (torch.empty(4, 8, device="meta"), "device", "device meta not cpu"),
+        (_x(0), "rows", "input 1: rows 0 outside decode band [1, 16]"),
+        (_x(17), "rows", "input 1: rows 17 outside decode band [1, 16]"),
+        (torch.randn(8, 8).t(), "layout", "input 1: not contiguous"),
+        (torch.randn(4, 16)[:, ::2], "layout", "input 1: not contiguous"),
+        (_x(4, dtype=torch.float16), "dtype", "input 1: dtype float16 not in [float32]"),
+        (_x(4, 9), "width", "input 1: width 9 not 8"),
+        (torch.empty(4, 8, device="meta"), "device", "input 1: device meta not cpu"),
     ]
     for x, kind, why in cases:
         with pytest.raises(ContractViolation) as ei:
@@ -225,22 +225,25 @@ def test_every_call_shape_is_guarded_the_same(plan):
     entry, x = plan.entry("act", "decode"), _x(4)
     for call in (lambda t: entry(t, W), lambda t: entry(t, w=W), lambda t: entry(x=t, w=W)):
         assert torch.equal(call(x), x * W)
-        for bad, why in ((_x(17), "rows 17 outside decode band [1, 16]"), (_x(4, 9), "width 9 not 8"),
-                         (torch.randn(8, 8).t(), "layout: input is not contiguous")):
+        for bad, why in ((_x(17), "input 1: rows 17 outside decode band [1, 16]"), (_x(4, 9), "input 1: width 9 not 8"),
+                         (torch.randn(8, 8).t(), "input 1: not contiguous")):
             with pytest.raises(ContractViolation, match=why.replace("[", r"\[").replace("]", r"\]")):
                 call(bad)
-    with pytest.raises(TypeError):  # a wrong call reaches the kernel, which says what is wrong
+    # a call the kernel's signature cannot take is a contract miss, not a raw TypeError
+    with pytest.raises(ContractViolation, match=r"3 positional arguments; scale\(\) takes at most 2"):
         entry(x, W, W)
+    with pytest.raises(ContractViolation, match="unexpected keyword argument 'eps'"):
+        entry(x, W, eps=1e-5)
     act = plan.ledger()["seams"]["act"]
-    assert (act["calls"], act["contract-refusals"]) == (13, 9)
-    assert act["contract-misses"] == {"rows": 3, "width": 3, "layout": 3}
+    assert (act["calls"], act["contract-refusals"]) == (14, 11)
+    assert act["contract-misses"] == {"rows": 3, "width": 3, "layout": 3, "arity": 2}
 
 
 def test_several_misses_in_one_call_are_all_named(plan):
     with pytest.raises(ContractViolation) as ei:
         plan.entry("act", "decode")(torch.randn(40, 16, dtype=torch.float64)[:, ::2], W)
-    assert str(ei.value) == ("seam 'act' (decode): dtype float64 not in [float32]; layout: input is not contiguous; "
-                             "rows 40 outside decode band [1, 16]")
+    assert str(ei.value) == ("seam 'act' (decode): input 1: dtype float64 not in [float32]; input 1: not contiguous; "
+                             "input 1: rows 40 outside decode band [1, 16]")
 
 
 def test_host_policy_falls_back_and_counts(tmp_path):

@@ -3,12 +3,39 @@
 - ``core``: which revision, trust, variant, arch, where the bytes come from, one
   module per package per process (``hub_kernel``, ``load_locked``);
 - ``integrity``: every file of a variant against the lock (missing, unknown,
-  mismatched, links leaving the tree), before anything is imported;
+  mismatched, links leaving the tree); ``check_variant_dir`` is what
+  ``frt verify --mirror`` reports with;
+- ``store``: the verified store, where a load's bytes are hashed into and
+  imported from (what is imported is what was verified, SPEC §22);
+- ``importer``: the meta-path finder and loaders that import a package from its
+  store entry only (no bytecode read or written);
 - ``smoke``: the bind-time launch at the seam's real shape.
 
-The verified store (what is imported is what was verified, SPEC §22) will live
-here too. Importing this package imports neither torch, `kernels` nor
-``huggingface_hub``.
+**The verified store** is per user and content-addressed: ``$FRT_STORE``, else
+``platformdirs.user_cache_path("frt-dist")/"store"`` (``~/.cache/frt-dist/store``
+on Linux), created 0700; a store not owned by the user or writable by group or
+others is refused. An entry holds exactly a variant's locked files and its
+``metadata.json``, read-only, plus a record written last that embeds its key
+(the hash of algorithm, file digests, metadata sha256 and module id).
+
+- A **cold** load lists the source directory (a missing file, an extra file –
+  named with its size, never read –, a link leaving the tree), then reads each
+  declared file once, hashing and copying the same bytes into a new entry
+  (large files in parallel threads); any mismatch stores nothing and imports
+  nothing, and the report names each file with expected and computed digests.
+- A **warm** load (a sound entry for the same identity) hashes nothing in the
+  store; it lists the source again and hashes only the files whose stat
+  fingerprint changed since their bytes last matched: a source that drifted is
+  still refused.
+- Either way the import reads only the entry: ``.py`` files compiled from their
+  verified bytes, extension modules loaded from the entry's copy.
+
+**Threat model**: an attacker who can write the mirror, the hub cache, a path
+package or the lockfile (at any moment, also between check and import), but not
+the user's own private store. They can make a load refuse; they cannot make it
+run bytes whose digests do not match the lockfile in force.
+
+Importing this package imports neither torch, `kernels` nor ``huggingface_hub``.
 """
 
 from __future__ import annotations

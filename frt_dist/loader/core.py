@@ -21,13 +21,49 @@ package request into one imported module, or a ``KernelUnavailable`` whose
    offline (``HF_HUB_OFFLINE=1`` or a mirror in use: then no network at all).
    The first source that holds the variant is the one used; it is never
    silently replaced by another when its files are wrong.
-6. **integrity** – every file of the variant against the locked digests
-   (``frt_dist.loader.integrity``), one report naming each file.
-7. **import id** – the ``metadata.json`` ``id`` becomes a ``sys.modules`` key;
+6. **integrity, into the verified store** – every file of the variant against
+   the locked digests, one report naming each file (missing, unknown extra,
+   mismatched with expected and computed, links leaving the tree). The bytes
+   are hashed as they are copied into the user's private verified store
+   (``frt_dist.loader.store``), and that copy is what gets imported.
+7. **import id** – the ``metadata.json`` ``id`` (the locked one; a metadata
+   read once, from the bytes that were hashed) becomes a ``sys.modules`` key;
    an id that would shadow a module frt does not own is refused.
 
-Only then is the variant imported, through `kernels` (``get_local_kernel`` on
-the verified variant directory). There is one module per repo per process: a
+Only then is the variant imported, from its store entry and from nothing else
+(``frt_dist.loader.importer``): a meta-path finder maps the import id and every
+name under it to the entry's files, ``.py`` sources are compiled from their
+verified bytes (hashed again as they are compiled; no bytecode cache is read or
+written), extension modules are loaded from the entry's copy. A ``__pycache__``
+planted beside the sources, or a file swapped after the check, is never seen.
+
+**The verified store** lives at ``$FRT_STORE``, else
+``platformdirs.user_cache_path("frt-dist")/"store"``; it is created 0700 and a
+store not owned by the user, or writable by group or others, is refused. One
+entry per verified identity (algorithm, file digests, metadata sha256, module
+id), keyed by its hash; object first, record last, renamed into place.
+
+- A **cold** load (no entry) lists the source (an extra file is refused by name
+  and size, unread), then reads each declared file once: the bytes read are
+  hashed and written to a new entry; any mismatch stores nothing.
+- A **warm** load (an entry whose record embeds its key and whose files still
+  carry their recorded fingerprints) hashes nothing in the store; it lists the
+  source again and ``stat``-s each file: only a file changed since its bytes
+  last matched is hashed again, and a mismatch refuses the load as a cold one
+  would. A tampered source is refused either way; the store only guarantees
+  that what runs is what matched.
+
+**Threat model**: an attacker who can write the mirror, the hub cache, a path
+package or the lockfile, at any moment, including between check and import, and
+who cannot write the user's own private store (nor run code as the user). Such
+an attacker can make a load refuse; they cannot make it run bytes other than
+those whose digests match the lockfile in force (bytecode beside the sources,
+a swap after the check, a swapped ``metadata.json`` with another id), nor make a
+store entry serve another identity (the key is the whole identity). Whoever
+edits the lockfile itself chooses what is trusted: that is what ``frt verify``
+and review are for (SPEC §20).
+
+There is one module per repo per process: a
 second request for the same (repo, revision, variant) returns the same module
 wherever its bytes live; a request for another version or revision of a loaded
 repo is refused, naming both requests. Every refusal is also kept, verbatim,
@@ -40,6 +76,7 @@ refused request imports nothing at all.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -47,12 +84,18 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import FrtError, KernelUnavailable
 from ..hardware import Hardware, arch_admits
-from .integrity import Expected, check_variant_dir, format_problems, real_dir
+from ._kernels_adapter import forget as forget_registered, loading_context, read_metadata, register, validate
+from .importer import forget as forget_module, import_verified, package_dir
+from .integrity import Expected, format_problems, real_dir
+from .store import StoreUnusable, admit, open_store
 from ..variants import select_variants, valid_variant_name
+
+if TYPE_CHECKING:
+    from .store import Entry
 
 __all__ = ["hub_kernel", "load_package", "load_locked", "prepare_locked", "unavailable_report", "LoadedPackage",
            "Ready", "CheckBatch", "pin_env_name", "record_unavailable",
@@ -81,11 +124,12 @@ class LoadedPackage:
     module: Any = field(repr=False)
     module_id: str
     source: str  # "mirror" | "cache" | "path" | "hub"
-    location: str  # the variant directory the module was imported from
+    location: str  # the real path of the variant directory its bytes were verified from (in ``source``)
     trust: str  # the trust decision it was loaded under
     pinned: bool = False
     notes: tuple[str, ...] = ()
     request: str = ""
+    store_path: str = ""  # the verified store entry's variant folder the module was imported from
 
     def offers(self, symbol: str) -> bool:
         """Does the module export a callable ``symbol`` (a capability probe)?"""
@@ -116,14 +160,8 @@ def _forget_all() -> None:
     """Test hook: forget every load of this process and unregister its modules."""
     with _LOCK:
         for mid in list(_OWNED):
-            for key in [k for k in sys.modules if k == mid or k.startswith(mid + ".")]:
-                sys.modules.pop(key, None)
-        kimp = sys.modules.get("kernels.importer")
-        registry = getattr(kimp, "_loaded_kernels", None)
-        if isinstance(registry, dict):
-            locations = {Path(p.location) for p in _LOADED.values()}
-            for key in [k for k in registry if Path(k) in locations]:
-                registry.pop(key, None)
+            forget_module(mid)
+        forget_registered([p.store_path for p in _LOADED.values() if p.store_path])
         _LOADED.clear()
         _OWNED.clear()
         _UNAVAILABLE.clear()
@@ -406,10 +444,10 @@ def _locate(want: _Want, mirror: Path | None, offline: bool) -> tuple[Path, Path
 # checks on the bytes found
 
 
-def _read_metadata(want: _Want, vdir: Path, data: bytes | None) -> dict:
-    """The variant's metadata: ``data``, the bytes the integrity check hashed, when it has them."""
+def _read_metadata(want: _Want, vdir: Path, data: bytes) -> dict:
+    """The variant's metadata, from ``data``: the verified bytes (hashed by the check, held by the store)."""
     try:
-        meta = json.loads((data if data is not None else (vdir / "metadata.json").read_bytes()).decode("utf-8"))
+        meta = json.loads(data.decode("utf-8"))
         if not isinstance(meta, dict):
             raise ValueError("not a JSON object")
         return meta
@@ -431,7 +469,9 @@ def _self_declared(want: _Want, vdir: Path) -> None:
         lv = parse_variant_metadata(raw, repo=want.repo, variant=want.variant)
     except KernelUnavailable as exc:
         raise _refuse(want.repo, exc.reasons, revision=want.revision) from None
-    want.expected = Expected(lv.algorithm, dict(lv.files), None)
+    # pinned to the bytes just parsed: the check then proves the metadata it hashes (and stores,
+    # and takes the id from) is this one, not one swapped in after this read
+    want.expected = Expected(lv.algorithm, dict(lv.files), "sha256:" + hashlib.sha256(raw).hexdigest())
     want.archs = lv.archs
     want.module_id = lv.module_id
 
@@ -449,22 +489,36 @@ def _arch_notes(want: _Want, hw: Hardware) -> list[str]:
 
 
 def _integrity(want: _Want, vdir: Path, tree: Path, source: str, offline: bool,
-               batch: CheckBatch) -> tuple[Path, Path, str, bytes | None]:
-    """Check the variant's files; returns where they are: the variant directory's
-    real path, its tree, the source (a partial hub-cache snapshot of a Hub package
-    is completed from the Hub once, online), and the metadata bytes checked."""
+               batch: CheckBatch) -> tuple[Path, Path, str, bytes, Entry]:
+    """Check the variant's files into the verified store; returns where they came from
+    (the variant directory's real path, its tree, the source: a partial hub-cache snapshot
+    of a Hub package is completed from the Hub once, online), the verified metadata bytes
+    and the store entry to import from."""
     real_dirs = batch.real_dirs
-    found: dict[str, bytes] = {}
-    problems = check_variant_dir(vdir, want.expected, tree_root=tree, prefix=f"build/{want.variant}/",
-                                 real_dirs=real_dirs, found=found)
+    try:
+        store = open_store()
+    except StoreUnusable as exc:
+        raise _refuse(want.repo, [{"reason": str(exc), "kind": "store"}], revision=want.revision,
+                      hints=["fix the folder's owner and mode (chmod 700), "
+                             "or point FRT_STORE at a private folder"]) from None
+    mid = want.module_id if want.module_id is not None else ""
+
+    def check(vdir: Path, tree: Path):
+        try:
+            return admit(vdir, want.expected, mid, tree_root=tree, prefix=f"build/{want.variant}/",
+                         real_dirs=real_dirs, store=store)
+        except StoreUnusable as exc:
+            raise _refuse(want.repo, [{"reason": str(exc), "kind": "store"}], revision=want.revision) from None
+
+    got = check(vdir, tree)
+    problems = got.problems
     if (problems and source == "cache" and want.source_kind == "hub" and not offline
             and all(p["kind"] == "missing" for p in problems)):  # an interrupted download, not tampering
         vdir, tree = _download(want)
         source = "hub"
         real_dirs.clear()
-        found.clear()
-        problems = check_variant_dir(vdir, want.expected, tree_root=tree, prefix=f"build/{want.variant}/",
-                                     real_dirs=real_dirs, found=found)
+        got = check(vdir, tree)
+        problems = got.problems
     if problems:
         raise KernelUnavailable(
             f"package {want.repo!r} revision {want.revision}: {len(problems)} file(s) of build/{want.variant}/ "
@@ -473,7 +527,7 @@ def _integrity(want: _Want, vdir: Path, tree: Path, source: str, offline: bool,
             reasons=[{"package": want.repo, "revision": want.revision, "source": source, **p} for p in problems],
             hints=["re-fill the mirror (`frt mirror`) or clear the cached snapshot; never edit locked files"])
     # what the checks resolved on the way (one lstat per level), not a realpath of the whole path again
-    return Path(real_dir(vdir, real_dirs)), tree, source, found.get("metadata.json")
+    return Path(real_dir(vdir, real_dirs)), tree, source, got.metadata, got.entry
 
 
 def _module_problems(want: _Want, meta: dict, vdir: Path, batch: CheckBatch) -> list[str]:
@@ -519,16 +573,20 @@ def _is_importable_elsewhere(name: str) -> bool:
     return PathFinder.find_spec(name) is not None
 
 
-def _import(want: _Want, vdir: Path, mid: str):
-    before = sys.modules.copy()  # a dict copy: cheaper than a set of the keys, and only read on failure
-    try:
-        import kernels  # noqa: PLC0415 - deliberately lazy
-
-        return kernels.get_local_kernel(vdir)
+def _import(want: _Want, entry: Entry, mid: str, meta: dict, meta_bytes: bytes):
+    """Import ``mid`` from the store entry (``frt_dist.loader.importer``), doing what
+    ``kernels.get_local_kernel`` does for a local variant (``_kernels_adapter``)."""
+    try:  # `kernels` (and torch) are imported here, by the adapter's first call
+        metadata = read_metadata(meta_bytes)
+        validate(metadata, want.variant)
+        files = entry.files
+        package = package_dir(files, str(meta.get("name", "")).replace("-", "_"))
+        module = import_verified(mid, entry.variant_dir, package, files, entry.algorithm,
+                                 context=loading_context)
+        register(entry.variant_dir, metadata, module)
+        return module
     except Exception as exc:  # noqa: BLE001 - an import that raises is a refusal, with its text
-        for key in [k for k in sys.modules if k not in before]:
-            if key == mid or key.startswith(mid + "."):
-                sys.modules.pop(key, None)
+        forget_module(mid)
         raise _refuse(want.repo, [f"import of build/{want.variant}/ failed: {type(exc).__name__}: {exc}"],
                       revision=want.revision) from None
 
@@ -556,10 +614,13 @@ class Ready:
     """
 
     want: _Want
-    vdir: Path  # its real path
+    vdir: Path  # its real path (where the bytes were verified from)
     source: str
     module_id: str
     notes: tuple[str, ...]
+    entry: Entry | None = None  # the verified store entry the import reads
+    meta: dict = field(default_factory=dict)  # the verified metadata, parsed
+    meta_bytes: bytes = b""
 
     @property
     def repo(self) -> str:
@@ -575,14 +636,14 @@ class Ready:
                     if err:
                         raise err
                     return have
-                module = _import(want, self.vdir, self.module_id)
+                module = _import(want, self.entry, self.module_id, self.meta, self.meta_bytes)
             except KernelUnavailable as exc:
                 record_unavailable(want.repo, exc, version=want.version, revision=want.revision,
                                    variant=want.variant)
                 raise
             loaded = LoadedPackage(want.repo, want.version, want.revision, want.variant, module, self.module_id,
                                    self.source, str(self.vdir), want.trust, want.pinned, self.notes,
-                                   want.request)
+                                   want.request, str(self.entry.variant_dir))
             _LOADED[want.repo] = loaded
             _OWNED[self.module_id] = want.repo
             return loaded
@@ -605,12 +666,12 @@ def _prepare(want: _Want, hw: Hardware, mirror: Path | None, batch: CheckBatch |
     if want.expected is None:
         _self_declared(want, vdir)
         notes = _arch_notes(want, hw)
-    vdir, tree, source, meta_bytes = _integrity(want, vdir, tree, source, offline, batch)
+    vdir, tree, source, meta_bytes, entry = _integrity(want, vdir, tree, source, offline, batch)
     meta = _read_metadata(want, vdir, meta_bytes)
     problems = _module_problems(want, meta, vdir, batch)
     if problems:
         raise _refuse(want.repo, problems, revision=want.revision)
-    return Ready(want, vdir, source, meta["id"], tuple(notes))
+    return Ready(want, vdir, source, meta["id"], tuple(notes), entry, meta, meta_bytes)
 
 
 def _load(want: _Want, hw: Hardware, mirror: Path | None) -> LoadedPackage:

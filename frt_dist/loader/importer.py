@@ -1,0 +1,199 @@
+"""Import a package from its verified store entry, and from nothing else (SPEC §22).
+
+A meta-path finder, first on ``sys.meta_path``, answers for each registered
+import id and every name below it, and maps those names to the files of one
+store entry (``frt_dist.loader.store``), in the order ``FileFinder`` would use
+(a package folder's ``__init__``, then an extension module, then a ``.py``
+module, then a folder as a package without code) but only among the files the
+lock declares. No name under a registered id falls through to the path-based
+finders, so nothing outside the entry is ever looked at.
+
+- ``.py`` modules: ``VerifiedSourceLoader`` reads the source bytes from the
+  entry, hashes them against the locked digest, and compiles those bytes. It
+  never reads a bytecode cache (there is none in an entry, and it never asks
+  for one) and never writes one.
+- extension modules: ``importlib.machinery.ExtensionFileLoader`` on the
+  entry's file (``dlopen`` of the verified copy; it is not hashed again).
+
+The top-level module is created and registered the way `kernels`
+(``kernels.importer._import_from_path``) does it: named by the metadata ``id``,
+``__file__`` the package's ``__init__.py``, ``__path__`` its folder,
+``sys.modules[id]`` set before its code runs and removed (with everything
+under it) when the code raises.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["VerifiedSourceLoader", "VerifiedFinder", "import_verified", "forget", "package_dir", "FINDER"]
+
+
+class VerifiedSourceLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the verified source bytes of ``path``; no bytecode is read or written."""
+
+    def __init__(self, fullname: str, path: str, digest: str, algorithm: str):
+        super().__init__(fullname, path)
+        self.digest = digest
+        self.algorithm = algorithm
+
+    def get_code(self, fullname):
+        data = self.get_data(self.path)
+        got = base64.b64encode(hashlib.new(self.algorithm, data).digest()).decode("ascii")
+        if got != self.digest:
+            raise ImportError(f"{self.path}: bytes in the verified store do not match the lock "
+                              f"(expected {self.digest}, computed {got}); not compiled", name=fullname, path=self.path)
+        return self.source_to_code(data, self.path)
+
+    def path_stats(self, path):  # no bytecode cache: whoever asks learns there is none
+        raise OSError("frt's verified loader keeps no bytecode cache")
+
+    def set_data(self, path, data, *, _mode=0o666):  # never writes bytecode
+        return None
+
+
+class _NoCodeLoader:
+    """A folder of the package without ``__init__``: a package whose module runs no code."""
+
+    @staticmethod
+    def create_module(spec):
+        return None
+
+    @staticmethod
+    def exec_module(module):
+        return None
+
+
+class _Root:
+    """One registered import id: ``base`` is the entry's variant folder, ``package`` the
+    package's folder inside it (``""`` when ``__init__.py`` is at the top), ``files`` the
+    lock's ``{relpath: digest}``."""
+
+    __slots__ = ("module_id", "base", "package", "files", "algorithm")
+
+    def __init__(self, module_id: str, base: Path, package: str, files: dict, algorithm: str):
+        self.module_id, self.base, self.package, self.files, self.algorithm = module_id, base, package, files, algorithm
+
+    def _rel(self, parts: list[str]) -> str:
+        return "/".join([self.package, *parts] if self.package else parts)
+
+    def _file_spec(self, fullname: str, rel: str, package_dir: str | None):
+        path = str(self.base / rel)
+        if rel.endswith(".py"):
+            loader = VerifiedSourceLoader(fullname, path, self.files[rel], self.algorithm)
+        else:
+            loader = importlib.machinery.ExtensionFileLoader(fullname, path)
+        locations = [str(self.base / package_dir)] if package_dir is not None else None
+        return importlib.util.spec_from_file_location(fullname, path, loader=loader,
+                                                       submodule_search_locations=locations)
+
+    def spec(self, fullname: str):
+        parts = [] if fullname == self.module_id else fullname[len(self.module_id) + 1:].split(".")
+        rel = self._rel(parts)
+        suffixes = [*importlib.machinery.EXTENSION_SUFFIXES, ".py"]
+        for suffix in suffixes:  # a package folder first, as FileFinder does
+            init = f"{rel}/__init__{suffix}" if rel else f"__init__{suffix}"
+            if init in self.files:
+                return self._file_spec(fullname, init, rel)
+        if parts:
+            for suffix in suffixes:  # extension modules before source, as FileFinder does
+                if rel + suffix in self.files:
+                    return self._file_spec(fullname, rel + suffix, None)
+            if any(f.startswith(rel + "/") for f in self.files):
+                spec = importlib.machinery.ModuleSpec(fullname, _NoCodeLoader, is_package=True)
+                spec.submodule_search_locations = [str(self.base / rel)]
+                return spec
+        return None
+
+
+class VerifiedFinder:
+    """The meta-path finder for every registered import id (one per process, ``FINDER``)."""
+
+    def __init__(self) -> None:
+        self._roots: dict[str, _Root] = {}
+        self._lock = threading.Lock()
+
+    def _root_for(self, fullname: str) -> _Root | None:
+        roots = self._roots
+        if not roots:
+            return None
+        got = roots.get(fullname)
+        if got is not None:
+            return got
+        i = fullname.find(".")
+        while i != -1:
+            got = roots.get(fullname[:i])
+            if got is not None:
+                return got
+            i = fullname.find(".", i + 1)
+        return None
+
+    def find_spec(self, fullname, path=None, target=None):
+        root = self._root_for(fullname)
+        if root is None:
+            return None
+        spec = root.spec(fullname)
+        if spec is None:  # never fall through to the path finders for a name we own
+            raise ModuleNotFoundError(f"No module named {fullname!r} (not among the verified files of "
+                                      f"{root.module_id!r} in {root.base})", name=fullname)
+        return spec
+
+    def invalidate_caches(self) -> None:
+        return None
+
+    def add(self, root: _Root) -> None:
+        with self._lock:
+            self._roots[root.module_id] = root
+            if not any(f is self for f in sys.meta_path):
+                sys.meta_path.insert(0, self)
+
+    def remove(self, module_id: str) -> None:
+        with self._lock:
+            self._roots.pop(module_id, None)
+
+    def roots(self) -> dict[str, Path]:
+        return {mid: r.base for mid, r in self._roots.items()}
+
+
+FINDER = VerifiedFinder()
+
+
+def package_dir(files, name: str) -> str:
+    """Where the package's ``__init__.py`` is, as `kernels` looks: the variant's top, else ``<name>/``
+    (``name`` the metadata name with ``-`` as ``_``)."""
+    return "" if "__init__.py" in files else name
+
+
+def import_verified(module_id: str, base: str | Path, package: str, files: dict, algorithm: str,
+                    context: Callable[[], contextlib.AbstractContextManager] | None = None):
+    """Import ``module_id`` from the entry folder ``base``; the module, or the exception its code raised
+    (then nothing under ``module_id`` is left in ``sys.modules`` and the id is unregistered)."""
+    root = _Root(module_id, Path(base), package, dict(files), algorithm)
+    FINDER.add(root)
+    try:
+        spec = root.spec(module_id)
+        if spec is None or spec.loader is None or spec.origin is None:
+            raise ImportError(f"no __init__.py for {module_id!r} in {base}", name=module_id)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_id] = module
+        with context() if context is not None else contextlib.nullcontext():
+            spec.loader.exec_module(module)
+    except BaseException:
+        forget(module_id)
+        raise
+    return module
+
+
+def forget(module_id: str) -> None:
+    """Unregister ``module_id`` and drop it and its submodules from ``sys.modules``."""
+    FINDER.remove(module_id)
+    for key in [k for k in list(sys.modules) if isinstance(k, str) and (k == module_id or k.startswith(module_id + "."))]:
+        sys.modules.pop(key, None)
