@@ -159,6 +159,18 @@ def _digest_fd(fd: int, algorithm: str, keep: bool = False) -> tuple[bytes, byte
         return hash_open_file(fh, algorithm).digest(), None
 
 
+def missing_problems(expected: Expected, present, prefix: str) -> list[dict]:
+    """A ``missing`` problem for ``metadata.json`` and each expected file not in ``present``."""
+    out = []
+    if METADATA not in present:
+        out.append(_problem("missing", prefix + METADATA, expected.metadata_sha256, None,
+                            f"{prefix}{METADATA}: missing"))
+    for rel in sorted(set(expected.files) - set(present)):
+        out.append(_problem("missing", prefix + rel, expected.files[rel], None,
+                            f"{prefix}{rel}: missing (expected {expected.files[rel]})"))
+    return out
+
+
 def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tree_root: str | os.PathLike | None = None,
                       prefix: str = "", real_dirs: dict[str, str] | None = None,
                       found: dict[str, bytes] | None = None) -> list[dict]:
@@ -213,12 +225,7 @@ def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tre
         elif got != want:
             problems.append(_problem("mismatched", shown, want, got,
                                      f"{shown}: digest mismatch (expected {want}, computed {got})"))
-    if METADATA not in seen:
-        problems.append(_problem("missing", prefix + METADATA, expected.metadata_sha256, None,
-                                 f"{prefix}{METADATA}: missing"))
-    for rel in sorted(set(expected.files) - seen):
-        problems.append(_problem("missing", prefix + rel, expected.files[rel], None,
-                                 f"{prefix}{rel}: missing (expected {expected.files[rel]})"))
+    problems += missing_problems(expected, seen, prefix)
     problems.sort(key=lambda p: (p["path"], p["kind"]))
     return problems
 

@@ -77,7 +77,8 @@ from typing import Callable
 
 from ..canonical import canonical_json, digest, scan_tree
 from ..errors import FrtError
-from .integrity import METADATA, Expected, _IGNORED_TOP, _inside, _link_target, _open_checked, _problem, _real_dir
+from .integrity import (METADATA, Expected, _IGNORED_TOP, _inside, _link_target, _open_checked, _problem,
+                        _real_dir, missing_problems)
 
 __all__ = ["STORE_ENV", "FORMAT", "StoreUnusable", "Entry", "Admitted", "Store", "store_path", "open_store",
            "identity_of", "admit"]
@@ -660,12 +661,7 @@ def _examine(vdir: Path, expected: Expected, *, tree: str, prefix: str, real_dir
             fingerprints[rel] = seen[rel]
             continue
         jobs.append(_Job(rel, path, link, want, st.st_size))
-    if METADATA not in present:
-        problems.append(_problem("missing", prefix + METADATA, expected.metadata_sha256, None,
-                                 f"{prefix}{METADATA}: missing"))
-    for rel in sorted(set(expected.files) - present):
-        problems.append(_problem("missing", prefix + rel, expected.files[rel], None,
-                                 f"{prefix}{rel}: missing (expected {expected.files[rel]})"))
+    problems += missing_problems(expected, present, prefix)
     if problems:
         dest = None  # nothing will be stored: hash only, for the report
     # 2. hash every declared file that needs it (and copy it), large ones in parallel
