@@ -173,27 +173,35 @@ def hashing_throughput(tmp: Path, lock, vdir: Path, rounds: int) -> dict:
         t0 = time.perf_counter()
         raw()
         base.append(total / MB / (time.perf_counter() - t0))
-        disk.append(write_bandwidth(tmp / "disk.bin", total))
+        disk.append(copy_bandwidth(files, tmp / "copy"))
     return {"frt": frt, "raw": base, "disk": disk, "bytes": total, "files": len(files)}
 
 
-def write_bandwidth(path: Path, total: int) -> float:
-    """MiB/s of writing ``total`` bytes to a new file on the store's file system, the way the store
-    writes large files (allocated first, page-aligned 4 MiB buffers, ``O_DIRECT`` where available)."""
-    import mmap
+def copy_bandwidth(files: list, dest: Path) -> float:
+    """MiB/s of copying ``files`` into ``dest`` in the kernel (``copy_file_range``, in a thread pool
+    like the store's, nothing hashed): what the copy alone costs on this file system."""
+    dest.mkdir()
+    total = 0
 
-    buf = mmap.mmap(-1, 4 * MB)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_DIRECT", 0), 0o600)
-    try:
-        os.posix_fallocate(fd, 0, total)
-        t0 = time.perf_counter()
-        left = total - total % (4 * MB)
-        while left > 0:
-            left -= os.write(fd, buf)
-        return (total - total % (4 * MB)) / MB / (time.perf_counter() - t0)
-    finally:
-        os.close(fd)
-        path.unlink()
+    def one(p):
+        fd = os.open(p, os.O_RDONLY)
+        out = os.open(dest / p.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            n = os.fstat(fd).st_size
+            off = 0
+            while off < n:
+                off += os.copy_file_range(fd, out, n - off, off, off)
+            return n
+        finally:
+            os.close(fd)
+            os.close(out)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        total = sum(pool.map(one, files))
+    rate = total / MB / (time.perf_counter() - t0)
+    _rm(dest)
+    return rate
 
 
 def med(xs):
@@ -250,10 +258,10 @@ def main(argv=None) -> int:
           f"`get_local_kernel` {k:.1f} ms | {paired(wl, loads['kernels']):.2f}× | — |")
     for label, h in ((f"1 × {so_mb:.0f} MB + 2 small files", one), ("8 × 32 MB + 2 small files", eight)):
         f, r = med(h["frt"]), med(h["raw"])
-        print(f"| cold hashing, {label} (`store.admit`: hash + copy, one pass) | {f:,.0f} MiB/s | "
+        print(f"| cold hashing, {label} (`store.admit`: copy, hash the copy) | {f:,.0f} MiB/s | "
               f"parallel raw `hashlib` {r:,.0f} MiB/s | {paired(h['frt'], h['raw']):.2f}× | ≥ 0.8× |")
-        print(f"| … the same bytes written to the store's disk alone (`O_DIRECT`, no hashing) | — | "
-              f"{med(h['disk']):,.0f} MiB/s | {paired(h['frt'], h['disk']):.2f}× of it | (a bound on any copy) |")
+        print(f"| … the same files copied in the kernel alone (`copy_file_range`, no hashing) | — | "
+              f"{med(h['disk']):,.0f} MiB/s | {paired(h['frt'], h['disk']):.2f}× of it | — |")
     print()
     print("raw samples (ms): kernels", [round(x, 1) for x in loads["kernels"]], "cold", [round(x, 1) for x in loads["cold"]],
           "warm", [round(x, 1) for x in loads["warm"]])

@@ -7,6 +7,7 @@ attack silently did nothing.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib
 import importlib.util
@@ -487,13 +488,16 @@ def test_an_unknown_file_is_refused_by_name_and_size_without_being_read(proj, mo
     assert not _entries(Path(os.environ["FRT_STORE"]))
 
 
-@pytest.mark.parametrize("chunk,align", [(store.CHUNK, store._ALIGN), (64 << 10, store._ALIGN),
-                                         (64 << 10, 1)])  # 1: the unaligned tail is tried with O_DIRECT too
-def test_files_over_a_mebibyte_are_hashed_whole_and_stored_exactly(tmp_path, monkeypatch, chunk, align):
-    """Large files are hashed whole, copied through the reader/hasher/writer ring (``O_DIRECT``
-    where the file system takes it, ordinary writes for the tail or when it refuses)."""
+@pytest.mark.parametrize("chunk,in_kernel", [(store.CHUNK, True), (64 << 10, True), (64 << 10, False)])
+def test_files_over_a_mebibyte_are_hashed_whole_and_stored_exactly(tmp_path, monkeypatch, chunk, in_kernel):
+    """Large files are copied span by span (in the kernel, or by hand where ``copy_file_range``
+    is refused) and the store's copy is hashed whole: stored bytes equal the source's, and one
+    byte changed anywhere (the last span included) is a different digest."""
     monkeypatch.setattr(store, "CHUNK", chunk)
-    monkeypatch.setattr(store, "_ALIGN", align)
+    if not in_kernel:
+        def refused(*a):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        monkeypatch.setattr(os, "copy_file_range", refused)
     big = {"big1.bin": os.urandom(9 * MiB + 17), "big2.bin": os.urandom(MiB + 1), "big3.bin": os.urandom(3 * MiB)}
     tp = _project(tmp_path, module={"__init__.py": GOOD_INIT, "helpers.py": GOOD_HELPERS, **big})
     lock = tp.lock()

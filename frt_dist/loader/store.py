@@ -26,12 +26,13 @@ Nothing in an entry is ever ``__pycache__`` or ``*.pyc``.
 **Cold** (no valid entry): the source directory is listed first, without reading
 anything: a missing file, an extra file (named with its size, never read), a
 symlink leaving its tree or a special file is a problem. Then every declared
-file is opened once and copied in one pass: read a buffer → hash that buffer →
-write that same buffer into a temporary entry. Files over 1 MiB go to a thread
-pool of ``os.cpu_count()`` workers (hashlib releases the GIL), each copied through
-a ring of buffers where reading, hashing and writing overlap, and written with
-``O_DIRECT`` where the file system takes it (no second copy in the page cache
-whose write-back would compete with the hashing). A digest that differs from
+file is opened once and copied into a temporary entry, and what is hashed is
+the entry's copy: a small file is read once, hashed and written from the same
+buffer; a file over 1 MiB is copied in the kernel (``copy_file_range``) span by
+span while the copy is hashed behind it through a read-only map, so the bytes
+hashed are the bytes the import will read whatever the source does meanwhile.
+Large files go to a thread pool of ``os.cpu_count()`` workers (hashlib and the
+copy release the GIL). A digest that differs from
 the lock's stores nothing; the temporary entry is discarded and the problems are
 reported in ``check_variant_dir``'s form. When all match, files become 0444,
 directories 0555, ``record.json`` is written last, and the entry is renamed into
@@ -88,9 +89,8 @@ FORMAT = "frt.store/1"
 RECORD = "record.json"
 VARIANT = "variant"
 SEEN = "seen"
-LARGE = 1 << 20  # files above this go to the thread pool and through the reader/hasher/writer ring
-CHUNK = 4 << 20
-BUFFERS = 4  # in flight per large file: being read, hashed, written, and one spare
+LARGE = 1 << 20  # files above this go to the thread pool: copied in the kernel, their copy hashed
+CHUNK = 1 << 20  # copied, then hashed while still in the cache
 RACY_NS = 100_000_000  # a fingerprint whose ctime is this close to the read (or later) is not recorded
 STALE_S = 3600  # a .tmp-/.trash- folder older than this is left over from a crash
 
@@ -443,116 +443,91 @@ def _write_all(out: int, view) -> None:
         raise _WriteFailed(exc) from None
 
 
-_DIRECT = getattr(os, "O_DIRECT", 0)
-_ALIGN = 4096
+_NO_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF, errno.EPERM}
 
 
-def _direct(out: int, on: bool) -> bool:
-    """Turn ``O_DIRECT`` on or off for ``out``; whether it is on afterwards."""
-    if not _DIRECT:
-        return False
-    import fcntl  # noqa: PLC0415
-
-    try:
-        flags = fcntl.fcntl(out, fcntl.F_GETFL)
-        fcntl.fcntl(out, fcntl.F_SETFL, (flags | _DIRECT) if on else (flags & ~_DIRECT))
-    except OSError:
-        return False
-    return on
+def _copy_span(fd: int, out: int, off: int, n: int, in_kernel: list) -> int:
+    """Copy up to ``n`` bytes at ``off`` from ``fd`` to the same offset of ``out``; the
+    count copied (0: the source ended). In the kernel (``copy_file_range``: no trip through
+    user space, a reflink where the file system shares extents) while ``in_kernel[0]``;
+    ``pread``/``pwrite`` after the kernel refuses once."""
+    if in_kernel[0]:
+        try:
+            return os.copy_file_range(fd, out, n, off, off)
+        except OSError as exc:
+            if exc.errno not in _NO_RANGE:
+                raise
+            in_kernel[0] = False  # another file system, an old kernel: copy by hand from here
+    data = os.pread(fd, n, off)
+    view = memoryview(data)
+    while view:
+        try:
+            k = os.pwrite(out, view, off)
+        except OSError as exc:
+            raise _WriteFailed(exc) from None
+        off += k
+        view = view[k:]
+    return len(data)
 
 
 def _copy_hash_large(fd: int, out: int, algorithm: str):
-    """Hash and copy a large file through a ring of buffers: a reader thread fills a free
-    buffer, this thread hashes it, a writer thread writes that same buffer and only then
-    hands it back to the reader. Reading, hashing and writing overlap (the hashing thread
-    does nothing else), and the bytes written are exactly the bytes hashed.
+    """Copy a large file into the store, then hash **the store's copy**: what is hashed is by
+    construction what is imported, whatever the source does meanwhile (the store is private).
 
-    The copy is written with ``O_DIRECT`` where the file system takes it (page-aligned
-    buffers, whole blocks; the tail and any refusal fall back to ordinary writes): the
-    bytes go to the disk without a second copy in the page cache, whose write-back would
-    otherwise compete with the hashing for the CPU."""
+    A copier thread copies ``CHUNK``-sized spans in the kernel and posts how far it got; this
+    thread hashes the copy up to there through a read-only map of it, while its pages are still
+    in the cache. Copying and hashing overlap on two cores for one file; with several large
+    files the pool keeps every core hashing and the copy adds only the kernel's ``memcpy``."""
     import mmap  # noqa: PLC0415
     import queue  # noqa: PLC0415
     import threading  # noqa: PLC0415
 
-    h = hashlib.new(algorithm)
-    try:  # allocate once: writing into allocated blocks is cheaper than growing the file
-        os.posix_fallocate(out, 0, os.fstat(fd).st_size)
-    except (AttributeError, OSError):
-        pass
-    direct = [_direct(out, True)]
-    free: queue.SimpleQueue = queue.SimpleQueue()
-    to_hash: queue.SimpleQueue = queue.SimpleQueue()
-    to_write: queue.SimpleQueue = queue.SimpleQueue()
-    for _ in range(BUFFERS):
-        free.put(mmap.mmap(-1, CHUNK))  # page-aligned, as O_DIRECT needs
+    size = os.fstat(fd).st_size
+    try:
+        os.ftruncate(out, size)  # the map needs the length; the copier fills it in
+    except OSError as exc:
+        raise _WriteFailed(exc) from None
+    posted: queue.SimpleQueue = queue.SimpleQueue()
     failed: list[BaseException] = []
     stop = threading.Event()
 
-    def reader():
+    def copier():
+        off = 0
         try:
-            while not stop.is_set():
-                buf = free.get()
-                if buf is None:
-                    break
-                n = os.readv(fd, [buf])
-                if not n:
-                    break
-                to_hash.put((buf, n))
+            in_kernel = [hasattr(os, "copy_file_range")]
+            while off < size and not stop.is_set():
+                k = _copy_span(fd, out, off, min(CHUNK, size - off), in_kernel)
+                if not k:
+                    break  # the source shrank: the copy is what was read, the digest will say so
+                off += k
+                posted.put(off)
         except BaseException as exc:  # noqa: BLE001 - handed to the hashing thread
             failed.append(exc)
-        to_hash.put(None)
+        posted.put(None)
 
-    def writer():
-        while True:
-            item = to_write.get()
-            if item is None:
-                return
-            buf, n = item
-            if not failed:
-                try:
-                    view = memoryview(buf)[:n]
-                    if direct[0] and n % _ALIGN:  # the tail: not whole blocks
-                        direct[0] = _direct(out, False)
-                    try:
-                        _write_all(out, view)
-                    except _WriteFailed as exc:
-                        if not (direct[0] and exc.exc.errno == errno.EINVAL):
-                            raise
-                        direct[0] = _direct(out, False)  # the file system refuses O_DIRECT here
-                        _write_all(out, view)
-                    view.release()
-                except BaseException as exc:  # noqa: BLE001 - handed to the hashing thread
-                    failed.append(exc)
-                    stop.set()
-            free.put(buf)
-
-    threads = [threading.Thread(target=reader, name="frt-store-reader", daemon=True),
-               threading.Thread(target=writer, name="frt-store-writer", daemon=True)]
-    for t in threads:
-        t.start()
-    total = 0
+    h = hashlib.new(algorithm)
+    done = 0
+    thread = threading.Thread(target=copier, name="frt-store-copier", daemon=True)
+    thread.start()
     try:
-        while True:
-            item = to_hash.get()
-            if item is None:
-                break
-            buf, n = item
-            h.update(memoryview(buf)[:n])
-            to_write.put((buf, n))
-            total += n
+        with mmap.mmap(out, size, prot=mmap.PROT_READ) as m:
+            view = memoryview(m)
+            try:
+                while (upto := posted.get()) is not None:
+                    h.update(view[done:upto])
+                    done = upto
+            finally:
+                view.release()
     finally:
         stop.set()
-        free.put(None)  # wakes a reader waiting for a buffer
-        to_write.put(None)
-        for t in threads:
-            t.join()
+        thread.join()
     if failed:
         raise failed[0]
-    try:
-        os.ftruncate(out, total)  # the allocation may have been longer than what was read
-    except OSError as exc:
-        raise _WriteFailed(exc) from None
+    if done != size:
+        try:
+            os.ftruncate(out, done)
+        except OSError as exc:
+            raise _WriteFailed(exc) from None
     return h
 
 
@@ -571,7 +546,7 @@ def _hash_file(job: _Job, fd: int, algorithm: str, dest: Path | None, keep: bool
         else:
             try:
                 dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+                out = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
             except OSError as exc:
                 raise _WriteFailed(exc) from None
             try:
