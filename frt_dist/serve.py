@@ -23,6 +23,9 @@ runs the host and counts a fallback. Everything the guard needs is computed
 at bind time. Under ``torch.compile`` the guard's checks are traced (so they
 become compile-time guards) but its counters cannot run; the ledger then says
 the seam was "not observed under compilation" instead of reporting zeros.
+Inside CUDA graph capture the guard runs as in eager mode (its checks decide
+what is captured); a replay runs no Python, so the ledger counts captures apart
+and says that replays are not counted.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ from typing import Callable
 from .errors import ContractViolation, KernelUnavailable, LockfileError, RouteRefused, UsageError
 from .hardware import Hardware
 
-__all__ = ["load", "Plan", "find_lockfile", "NOT_OBSERVED"]
+__all__ = ["load", "Plan", "find_lockfile", "NOT_OBSERVED", "CAPTURED"]
 
 NOT_OBSERVED = "not observed under compilation"
+CAPTURED = "captured in CUDA graphs"
 _DEVICE_FLAGS = {"cpu": "is_cpu", "cuda": "is_cuda", "xpu": "is_xpu", "mps": "is_mps", "meta": "is_meta"}
 
 
@@ -221,6 +225,7 @@ class _Counts:
         self.calls = self.fallbacks = self.host_calls = self.contract_refusals = self.bind_refusals = 0
         self.misses: dict[str, int] = {}
         self.compiled = False
+        self.captures = 0  # calls made while a CUDA graph was being captured (replays run no Python)
         self.active = True
 
 
@@ -454,7 +459,7 @@ _FAST_TEMPLATE = """
 def entry({params}, /, *args, **kwargs):
     if compiling():
         return traced(given(({call},) + args), kwargs)
-    st.calls += 1
+    {count}
     if st.active and not args and not kwargs:
         if {checks}:
             return fn({call})
@@ -555,8 +560,11 @@ def _fast_source(con: _Contract) -> tuple[str, dict]:
         present = " and ".join(f"({v} is not _M or {p!r} in kwargs)" for v, p in zip(names, pnames))
         moves = "\n".join(f"        if {v} is _M:\n            {v} = kw.pop({p!r})" for v, p in zip(names, pnames))
         keywords = _KEYWORDS_TEMPLATE.format(present=present, moves=moves, rest=rest, checks=checks, call=call)
+    # A CUDA contract's calls may be captured into a CUDA graph: the checks run at capture
+    # (eager Python, the same path), replays run no Python, so a capture is counted apart.
+    count = "if capturing():\n        st.captures += 1\n    st.calls += 1" if con.device == "cuda" else "st.calls += 1"
     src = _FAST_TEMPLATE.format(params=", ".join(f"{v}=_M" for v in names), call=call, checks=checks, more=more,
-                                keywords=keywords)
+                                keywords=keywords, count=count)
     return src, consts
 
 
@@ -599,6 +607,7 @@ def _kernel_entry(fn: Callable, st: _Counts, con: _Contract, host: Callable | No
         # torch.compiler.is_dynamo_compiling is a plain `return False` in eager and is
         # constant-folded to True while dynamo traces (is_compiling() costs ~3x more).
         "compiling": torch.compiler.is_dynamo_compiling, "traced": traced, "slow": slow, "fn": fn, "st": st,
+        "capturing": torch.cuda.is_current_stream_capturing,
         "given": _given, "_M": _MISSING,
         "Tensor": torch.Tensor, "Parameter": torch.nn.Parameter,
         "dtype0": con.dtypes[0] if con.dtypes else None, "dtypes": con.dtypes,
@@ -729,7 +738,9 @@ class Plan:
         ``{phase: value}`` (a seam's route differs per band); ``packages``
         (``{repo: revision}``), ``pinned`` (any author-pinned package),
         ``observed`` (false once the seam ran inside a compiled graph, whose
-        calls the guard cannot count; ``notes`` says so) and ``phases`` with the
+        calls the guard cannot count; ``notes`` says so), ``captures`` (calls made
+        while a CUDA graph was captured: included in ``calls``, counted once each at
+        capture, where the checks ran; replays run no Python; ``notes`` says so) and ``phases`` with the
         same facts per band plus ``decision``, ``impl`` and ``probes``.
         ``totals.host-decisions`` is the sum of ``host-calls``; ``totals.refusals``
         of contract and bind refusals.
@@ -750,7 +761,7 @@ class Plan:
             "impl": b.impl.name if b else None,
             "calls": st.calls, "fallbacks": st.fallbacks, "host-calls": st.host_calls,
             "contract-misses": dict(sorted(st.misses.items())), "contract-refusals": st.contract_refusals,
-            "bind-refusals": st.bind_refusals, "observed": not st.compiled,
+            "bind-refusals": st.bind_refusals, "observed": not st.compiled, "captures": st.captures,
             "probes": dict(self.probes.get((seam, phase), {})),
         }
 
@@ -765,6 +776,7 @@ class Plan:
             repos = sorted({self._impls[(seam, p)].repo for p in self.decisions if (seam, p) in self._impls})
             pkgs = {r: self.packages[r].revision for r in repos if r in self.packages}
             unobserved = [p for p, v in phases.items() if not v["observed"]]
+            captured = [p for p, v in phases.items() if v["captures"]]
             entry = {
                 "calls": sum(v["calls"] for v in phases.values()),
                 "fallbacks": sum(v["fallbacks"] for v in phases.values()),
@@ -778,8 +790,12 @@ class Plan:
                 "packages": pkgs,
                 "pinned": any(self.packages[r].pinned for r in pkgs),
                 "observed": not unobserved,
+                "captures": sum(v["captures"] for v in phases.values()),
                 "notes": [f"{NOT_OBSERVED}: calls of the {p} band inside compiled graphs are not counted"
-                          for p in unobserved],
+                          for p in unobserved]
+                + [f"{CAPTURED}: {phases[p]['captures']} call(s) of the {p} band were captured into CUDA graphs; "
+                   "each counted once, at capture (its checks ran then); replays run no Python and are not counted"
+                   for p in captured],
                 "phases": phases,
             }
             seams[seam] = entry
@@ -806,6 +822,8 @@ _METRICS = (
     ("frt_seam_contract_refusals_total", "counter", "Contract misses that raised ContractViolation.",
      "contract-refusals"),
     ("frt_seam_bind_refusals_total", "counter", "plan.entry requests refused (RouteRefused).", "bind-refusals"),
+    ("frt_seam_captures_total", "counter", "Calls made while a CUDA graph was captured (in calls; replays are not counted).",
+     "captures"),
 )
 
 

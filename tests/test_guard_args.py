@@ -385,3 +385,40 @@ def test_cuda_inputs_are_checked_on_the_gpu():
         assert entry(x, w.to("cuda:1"), r) == "host"
         assert con.problems((x, w.to("cuda:1"), r), {})[0][1] == "input 2: device cuda:1, input 1 is on cuda:0"
     assert st.misses["device"] >= 1 and st.calls >= 2
+
+
+def test_a_cuda_contract_counts_calls_made_during_graph_capture_apart(monkeypatch):
+    """Inside CUDA graph capture the guard runs as in eager mode (its checks run at capture);
+    a replay runs no Python, so captures are counted apart. The capture state is a device fact:
+    faked here (no GPU), the generated counting is the real one."""
+    from frt_dist.serve import _fast_source
+
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    entry, con, st = _guard("cuda", lambda x, w, r: x, host=lambda *a: "host")
+    assert "st.captures += 1" in _fast_source(con)[0]
+    assert "st.captures" not in _fast_source(_guard("cpu", lambda x, w, r: x)[1])[0]  # CPU: nothing extra per call
+    entry(X, W, R)  # CPU tensors against a CUDA contract: a miss, counted as an eager call
+    capturing[0] = True
+    entry(X, W, R)
+    entry(X, W, R)
+    assert (st.calls, st.captures, st.fallbacks) == (3, 2, 3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_captured_cuda_graph_replays_without_the_guard():
+    def scale_add(x, w, r):
+        return x * w + r
+
+    entry, con, st = _guard("cuda", scale_add)
+    x, w, r = X.cuda(), W.cuda(), R.cuda()
+    entry(x, w, r)  # warm-up on the capture stream's device
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = entry(x, w, r)
+    for _ in range(5):
+        g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, (X * W + R).cuda())
+    assert (st.calls, st.captures) == (2, 1)  # one eager call, one capture; 5 replays ran no Python

@@ -308,6 +308,14 @@ def test_ledger_and_prometheus(tmp_path, monkeypatch):
     assert 'frt_seam_contract_misses_total{model="tiny",seam="act",phase="decode",reason="rows"} 1' in lines
     assert ('frt_package_info{model="tiny",repo="t-org/scale",revision="%s",variant="torch-cpu",source="path",'
             'pinned="true"} 1' % rev) in lines
+    assert act["captures"] == 0 and act["notes"] == []
+    plan._counts[("act", "decode")].captures = 2  # what two calls during a CUDA graph capture leave (no GPU here)
+    act = plan.ledger()["seams"]["act"]
+    assert act["captures"] == 2 and act["phases"]["decode"]["captures"] == 2
+    assert act["notes"] == ["captured in CUDA graphs: 2 call(s) of the decode band were captured into CUDA graphs; "
+                            "each counted once, at capture (its checks ran then); replays run no Python and are not counted"]
+    assert 'frt_seam_captures_total{model="tiny",seam="act",phase="decode",route="fast",state="certified_fast"} 2' in \
+        plan.ledger(format="prometheus").splitlines()
     assert 'frt_refusals_total{model="tiny"} 1' in lines
     assert all(ln.startswith(("# HELP frt_", "# TYPE frt_", "frt_")) for ln in lines)
     with pytest.raises(UsageError):
