@@ -704,6 +704,14 @@ class Plan:
                            reasons=[{"seam": seam, "phase": phase, "reason": self._why_host(seam, phase)}],
                            hints=[f"pass host= (the caller's own {seam} implementation) to plan.entry"])
 
+    def kernel_mapping(self, layers, *, device: str | None = None) -> dict:
+        """The mapping ``kernels.use_kernel_mapping`` takes, served from this plan's verified
+        modules: ``{seam: layer name}`` in, ``{layer name: {device: repository}}`` out
+        (``frt_dist.kernelize``). Bands decided ``host`` keep the module's own forward."""
+        from .kernelize import kernel_mapping  # noqa: PLC0415
+
+        return kernel_mapping(self, layers, device=device)
+
     def _why_host(self, seam: str, phase: str) -> str:
         d = self.decisions[phase]
         if self.detached:

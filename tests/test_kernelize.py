@@ -1,0 +1,146 @@
+"""``plan.kernel_mapping``: `kernels.kernelize` runs the plan's verified modules.
+
+The model side is `kernels`' own API (``use_kernel_forward_from_hub``, ``use_kernel_mapping``,
+``kernelize``), unmodified: frt only supplies the mapping. Which code ran is told by the
+package's own layer counting its calls, and by the plan's ledger."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(__file__))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from kernels import Mode, kernelize, use_kernel_forward_from_hub, use_kernel_mapping  # noqa: E402
+
+from factories import CPU, SCALE_SRC, tiny_project  # noqa: E402
+from frt_dist import ContractViolation, KernelUnavailable, UsageError, loader  # noqa: E402
+from frt_dist.serve import load  # noqa: E402
+
+LAYERS_SRC = '''import torch.nn as nn
+
+CALLS = [0]
+
+
+class Scale(nn.Module):
+    can_torch_compile = True
+
+    def forward(self, x):
+        CALLS[0] += 1
+        return x * self.weight
+'''
+SCALE_WITH_LAYERS = {"name": "scale", "module": {"__init__.py": SCALE_SRC + "from . import layers\n",
+                                                 "layers.py": LAYERS_SRC}}
+W = torch.randn(8)
+
+
+@use_kernel_forward_from_hub("Scale")
+class ScaleLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(W.clone(), requires_grad=False)
+
+    def forward(self, x):  # the host: the model's own code
+        return x * self.weight
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch, tmp_path):
+    loader._forget_all()
+    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
+    yield
+    loader._forget_all()
+
+
+def _plan(tmp_path, receipts, **kw):
+    from factories import NORM_SRC
+
+    tp = tiny_project(tmp_path, packages={"scale": SCALE_WITH_LAYERS, "norm": {"name": "norm", "source": NORM_SRC}})
+    return load("tiny", lockfile=tp.lock(receipts=receipts).path, hardware=CPU, **kw)
+
+
+def _kernelized(plan, mode=Mode.INFERENCE):
+    model = torch.nn.Sequential(ScaleLayer())
+    with use_kernel_mapping(plan.kernel_mapping({"act": "Scale"}), inherit_mapping=False):
+        kernelize(model, mode=mode, device="cpu")
+    return model
+
+
+def _calls(plan):
+    return sys.modules[plan.packages["t-org/scale"].module_id + ".layers"].CALLS[0]
+
+
+def test_kernelize_runs_the_verified_layer_of_the_chosen_route(tmp_path):
+    plan = _plan(tmp_path, [("fast", "decode"), ("fast", "prefill")])
+    mapping = plan.kernel_mapping({"act": "Scale"})
+    assert list(mapping) == ["Scale"] and list(mapping["Scale"]) == ["cpu"]
+    layers_mod = sys.modules[plan.packages["t-org/scale"].module_id + ".layers"]
+    assert os.path.realpath(layers_mod.__file__).startswith(os.path.realpath(plan.packages["t-org/scale"].store_path))
+    before = set(sys.modules)
+    model = _kernelized(plan)
+    assert set(sys.modules) == before  # nothing imported again, nothing downloaded
+    x = torch.randn(2, 3, 8)  # 6 tokens: the decode band
+    torch.testing.assert_close(model(x), x * W)
+    y = torch.randn(100, 8)  # the prefill band
+    torch.testing.assert_close(model(y), y * W)
+    assert _calls(plan) == 2  # both ran the package's layer
+    led = plan.ledger()["seams"]["act"]["phases"]
+    assert (led["decode"]["calls"], led["prefill"]["calls"]) == (1, 1)
+
+
+def test_a_band_decided_host_is_not_kernelized(tmp_path):
+    plan = _plan(tmp_path, [("fast", "decode")], fallback="host")
+    assert plan.decisions["prefill"].decision == "host"
+    model = _kernelized(plan)
+    model(torch.randn(4, 8))  # decode: the verified layer
+    x = torch.randn(128, 8)  # prefill: the module's own forward
+    torch.testing.assert_close(model(x), x * W)
+    assert _calls(plan) == 1
+    led = plan.ledger()["seams"]["act"]["phases"]
+    assert (led["prefill"]["calls"], led["prefill"]["host-calls"]) == (1, 1)
+    assert (led["decode"]["calls"], led["decode"]["host-calls"]) == (1, 0)
+
+
+def test_rows_in_no_band_are_a_contract_miss(tmp_path):
+    plan = _plan(tmp_path, [("fast", "decode"), ("fast", "prefill")])
+    model = _kernelized(plan)
+    with pytest.raises(ContractViolation, match=r"seam 'act' \(layer Scale\): rows 40 in no phase band "
+                                                r"\(decode 1\.\.16, prefill 64\.\.256\)"):
+        model(torch.randn(40, 8))
+    assert plan.ledger()["seams"]["act"]["contract-misses"] == {"rows": 1}
+    host_plan = _plan(tmp_path / "h", [("fast", "decode"), ("fast", "prefill")], fallback="host")
+    x = torch.randn(40, 8)
+    torch.testing.assert_close(_kernelized(host_plan)(x), x * W)
+    assert host_plan.ledger()["seams"]["act"]["fallbacks"] == 1
+
+
+def test_a_detached_plan_runs_the_modules_own_forward(tmp_path):
+    plan = _plan(tmp_path, [("fast", "decode"), ("fast", "prefill")])
+    model = _kernelized(plan)
+    plan.detach()
+    model(torch.randn(4, 8))
+    assert _calls(plan) == 0
+
+
+def test_the_mapping_refuses_what_it_cannot_serve(tmp_path):
+    plan = _plan(tmp_path, [("fast", "decode"), ("fast", "prefill")])
+    with pytest.raises(UsageError, match=r"unknown seam 'mlp' for model 'tiny' \(seams: act, norm\)"):
+        plan.kernel_mapping({"mlp": "Scale"})
+    with pytest.raises(KernelUnavailable, match=r"seam 'norm', decode band: package t-org/norm \(variant torch-cpu\) "
+                                               r"has no layers\.RMSNorm"):
+        plan.kernel_mapping({"norm": "RMSNorm"})
+    with pytest.raises(UsageError, match=r"must be an identifier, got 'a-b'"):
+        plan.kernel_mapping({"act": "a-b"})
+
+
+def test_the_kernelized_model_compiles_without_graph_breaks(tmp_path):
+    plan = _plan(tmp_path, [("fast", "decode"), ("fast", "prefill")])
+    model = _kernelized(plan, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+    x = torch.randn(4, 8)
+    explained = torch._dynamo.explain(model)(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    torch.testing.assert_close(torch.compile(model, fullgraph=True, backend="eager")(x), x * W)
