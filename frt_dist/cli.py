@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--strict", action="store_true", help="exit 1 when any receipt is rejected")
     s.add_argument("--upgrade-package", action="append", default=[], metavar="REPO",
                    help="re-resolve REPO's branch on the Hub (otherwise a locked commit is kept)")
+    s.add_argument("--export", choices=["kernels"],
+                   help="write nothing to lockfiles/: print the locked pins in another tool's lock format "
+                        "(kernels: a kernels.lock for kernels.load_kernel / LockedLayerRepository)")
+    s.add_argument("-o", "--output", metavar="FILE", help="with --export: write to FILE instead of stdout")
 
     s = sub.add_parser("resolve", help="print the route decision per phase band")
     _common(s)
@@ -89,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rounds", type=int)
     s.add_argument("--out", metavar="DIR", help="receipts folder (default: the project's receipts/<model>/)")
     s.add_argument("--seed", type=int, default=0)
+
+    s = sub.add_parser("init", help="create a project (pyproject.toml, a commented manifest, a kernel package)")
+    s.add_argument("dir", metavar="DIR", nargs="?", default=".", help="the project folder (default: here)")
+    s.add_argument("--model", default="my-model", help="the model name of the first manifest (default: my-model)")
+    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    s.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
 
     s = sub.add_parser("matrix", help="render the cell x route state matrix from the lockfiles")
     _common(s)
@@ -139,6 +149,8 @@ def _emit(args, doc: dict, text: str) -> None:
 def cmd_lock(args) -> int:
     from .locker import lock_model  # noqa: PLC0415
 
+    if args.export:
+        return _lock_export(args)
     project = _project(args)
     models = [args.model] if args.model is not None else project.models()
     if args.model is not None:
@@ -184,6 +196,49 @@ def cmd_lock(args) -> int:
         print("error: lockfile is stale", file=sys.stderr)
         print("hint: run `frt lock` to regenerate it", file=sys.stderr)
         return 1
+    return 0
+
+
+def _lock_export(args) -> int:
+    """``frt lock --export kernels``: the pins of the lockfiles in force, in `kernels`' format."""
+    from .export import kernels_lock_json  # noqa: PLC0415
+    from .lockfile import Lockfile, write_atomic  # noqa: PLC0415
+
+    project = _project(args)
+    models = [args.model] if args.model is not None else project.models()
+    locks = [Lockfile.read(_existing_lock(project, m)) for m in models]
+    text = kernels_lock_json(locks)
+    if args.output:
+        out = Path(args.output)
+        if not out.parent.is_dir():
+            raise UsageError(f"-o {args.output}: folder {out.parent} does not exist")
+        write_atomic(out, text.encode("utf-8"))
+        if not args.quiet:
+            print(f"wrote {out} ({len(json.loads(text))} kernels, from {', '.join(project.rel(l.path) for l in locks)})",
+                  file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _existing_lock(project, model: str) -> Path:
+    path = project.lockfile_path(model)
+    project.manifest_path(model)
+    if not path.is_file():
+        raise UsageError(f"no lockfile for model {model!r} in {project.describe()}",
+                         hints=[f"frt lock --model {model}"])
+    return path
+
+
+def cmd_init(args) -> int:
+    from .init import init_project  # noqa: PLC0415
+
+    written = init_project(args.dir, model=args.model)
+    root = Path(args.dir).resolve()
+    doc = {"project": str(root), "model": args.model, "written": [p.name for p in written]}
+    _emit(args, doc, f"created project {root} (model {args.model}): {', '.join(p.name for p in written)}\n"
+                     f"next: cd {args.dir} && frt lock && frt qualify --model {args.model} --route fast-norm "
+                     "(see docs/first-project.md)")
     return 0
 
 
@@ -410,7 +465,7 @@ def cmd_matrix(args) -> int:
 
 
 COMMANDS = {"lock": cmd_lock, "resolve": cmd_resolve, "verify": cmd_verify, "mirror": cmd_mirror,
-            "qualify": cmd_qualify, "matrix": cmd_matrix}
+            "qualify": cmd_qualify, "matrix": cmd_matrix, "init": cmd_init}
 
 
 def main(argv: list[str] | None = None) -> int:

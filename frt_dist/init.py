@@ -1,0 +1,151 @@
+"""``frt init``: a new project, like ``uv init`` or ``git init`` (issue 14).
+
+It writes a project that works end to end on the machine it is created on, so the
+first ``frt lock``, ``frt qualify`` and ``frt_dist.load`` have something real to act
+on, and every file explains itself:
+
+- ``pyproject.toml`` with ``[tool.frt]`` (how commands find the project from any
+  folder below it; an existing ``pyproject.toml`` is left untouched);
+- ``manifests/<model>.toml``: a commented manifest with one seam, one impl, one
+  route and the two phase bands;
+- ``packages/rmsnorm/``: a kernel package in the `kernels` layout (a CPU RMSNorm,
+  ``build/torch-cpu/`` with its ``metadata.json`` and file digests), made from the
+  bundled demo's, renamed so it never collides with the demo in one process;
+- empty ``receipts/<model>/`` and ``lockfiles/``.
+
+Nothing is written when the folder already holds a project (``manifests/``), and
+nothing is left half-written: files go to a temporary folder beside the target and
+are moved into place one by one only when all were produced.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import names
+from .errors import UsageError
+from .project import bundled_root
+
+__all__ = ["init_project"]
+
+_PYPROJECT = """\
+# Created by `frt init`. `frt` finds this project from any folder below it.
+[tool.frt]
+# manifests = "manifests"   # where manifests/<model>.toml live (default shown)
+# receipts = "receipts"     # qualification receipts, embedded by `frt lock`
+# lockfiles = "lockfiles"   # written only by `frt lock`
+# mirror = "mirror"         # an offline mirror `load` reads first (`frt mirror DIR`)
+"""
+
+_MANIFEST = """\
+# {model}: the manifest of one model binding (written by people, read by `frt lock`).
+# Reference: SPEC §3 and §7; `frt lock` names the file and field of any mistake.
+schema = "frt.manifest/1"
+model = "{model}"
+binding = "{binding}"
+host = "torch"
+family = "example"
+default-precision = "fp32"
+# The factory that builds the unmodified host for a phase band: `frt qualify` measures routes
+# against it. This starter uses the bundled demo decoder block (RMSNorm -> gated MLP); point it at
+# your own model's block ("your_module:build_host") when you bind your own.
+host-entry = "frt_dist.demo.decoder:build_host"
+
+# Kernel packages: a Hub repo at a version (`version = 1`, `trust = true` for a publisher the Hub
+# does not mark trusted) or a folder in this project in the `kernels` layout (`path = ...`).
+[packages."{org}/rmsnorm"]
+path = "packages/rmsnorm"
+
+# Phase bands: the row counts a route is qualified for, each on its own evidence.
+[phases.decode]
+rows = [1, 16]
+
+[phases.prefill]
+rows = [64, 2048]
+
+# A seam is one place in the host where a kernel can stand in; an impl is one kernel for it.
+[seams.norm]
+structure = "rms_norm@1"
+
+[seams.norm.impls.rmsnorm]
+package = "{org}/rmsnorm"
+entry = "rms_norm"
+precision = "fp32"
+# What the guard checks on every call while serving, and the bind-time smoke launch's shapes.
+contract = {{ device = "cpu", dtypes = ["float32"], layout = "contiguous", width = 896 }}
+smoke = {{ inputs = [{{ shape = ["rows", 896], dtype = "float32" }}, {{ shape = [896], dtype = "float32" }}] }}
+
+# A route is a set of impls that runs together; its gate decides certified_fast vs supported_correct.
+[routes.fast-norm]
+assembly = "eager"
+seams = {{ norm = "rmsnorm" }}
+gate = {{ min-speedup = 1.05 }}
+
+# How `frt qualify` measures: the parity tolerance, paired rounds, and the rows per band.
+[qualify]
+tolerance = {{ abs = 1e-4, rel = 1e-3 }}
+rounds = 10
+warmup = 3
+rows = {{ decode = [1, 16], prefill = [64, 256] }}
+"""
+
+
+def _b64_sha256(data: bytes) -> str:
+    return base64.b64encode(hashlib.sha256(data).digest()).decode("ascii")
+
+
+def _package(dest: Path, model: str) -> None:
+    """The demo's RMSNorm package under a new import id, its digests recomputed."""
+    src = bundled_root() / "packages" / "rmsnorm" / "build" / "torch-cpu"
+    vdir = dest / "packages" / "rmsnorm" / "build" / "torch-cpu"
+    files = {}
+    for path in sorted((src / "rmsnorm").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            rel = path.relative_to(src).as_posix()
+            data = path.read_bytes()
+            (vdir / rel).parent.mkdir(parents=True, exist_ok=True)
+            (vdir / rel).write_bytes(data)
+            files[rel] = _b64_sha256(data)
+    meta = json.loads((src / "metadata.json").read_text("utf-8"))
+    meta["id"] = f"_{model.replace('-', '_')}_rmsnorm_v1"
+    meta["digest"] = {"algorithm": "sha256", "files": files}
+    (vdir / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n", "utf-8")
+
+
+def init_project(dest: str | os.PathLike, *, model: str = "my-model", org: str = "my-org") -> list[Path]:
+    """Create a project in ``dest`` (created if missing); the files written, in order."""
+    names.check("name", model, "--model", UsageError)
+    names.check("name", org, "--org", UsageError)
+    dest = Path(dest).resolve()
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"frt init: {dest} exists and is not a folder")
+    if (dest / "manifests").exists():
+        raise UsageError(f"frt init: {dest} is already a project (it has manifests/)",
+                         hints=[f"frt lock --project {dest}"])
+    dest.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".frt-init-", dir=dest))
+    try:
+        (staging / "manifests").mkdir()
+        (staging / "manifests" / f"{model}.toml").write_text(
+            _MANIFEST.format(model=model, org=org, binding=model.replace("-", "_") + "_block"), "utf-8")
+        (staging / "receipts" / model).mkdir(parents=True)
+        (staging / "lockfiles").mkdir()
+        _package(staging, model)
+        if not (dest / "pyproject.toml").exists():
+            (staging / "pyproject.toml").write_text(_PYPROJECT, "utf-8")
+        written = []
+        for item in sorted(staging.iterdir()):
+            target = dest / item.name
+            if target.exists():  # receipts/, lockfiles/ or packages/ already there: keep the user's
+                continue
+            os.replace(item, target)
+            written.append(target)
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
