@@ -3,9 +3,9 @@
 `kernels` projects pin their kernels in a ``kernels.lock`` (JSON: a list of
 ``{"dependency": {"repo-id", "version"}, "lock": {"commit"}}``) that
 ``kernels.load_kernel(repo, lockfile=...)``, ``get_locked_kernel`` and
-``LockedLayerRepository`` read. The export is written through `kernels`' own lock
-types (``KernelDependency``, ``KernelVersion``, ``KernelLock``, ``KernelLocks``), so
-the format cannot drift from the library's; this is the one place frt's lock path
+``LockedLayerRepository`` read. The export is parsed into `kernels`' own lock type
+(``kernels.locking.KernelLocks.from_json``) and written by it (``to_json``), so the
+format cannot drift from the library's (a change there fails the export loudly); this is the one place frt's lock path
 imports `kernels`, and only when an export is asked for.
 
 Every locked package is exported at its locked version and commit. A path package
@@ -17,6 +17,8 @@ in frt's lockfile: the export is a view for `kernels`, not a replacement.
 """
 
 from __future__ import annotations
+
+import json
 
 from .errors import LockfileError, UsageError
 
@@ -40,11 +42,13 @@ def kernels_lock_json(locks) -> str:
                     f"v{pkg.version} at {pkg.snapshot} in {lf.path}; a kernels.lock holds one pin per repo",
                     hints=["export one model: frt lock --export kernels --model MODEL"])
     try:
-        from kernels._rust import KernelVersion  # noqa: PLC0415 - kernels' own CLI takes it from here
-        from kernels.locking import KernelDependency, KernelLock, KernelLocks  # noqa: PLC0415
+        from kernels.locking import KernelLocks  # noqa: PLC0415
     except ImportError as exc:
         raise UsageError("frt lock --export kernels needs the kernels library installed",
                          hints=["pip install 'frt-dist[runtime]' (or: pip install kernels)"]) from exc
-    out = {KernelDependency(repo, KernelVersion.Version(pkg.version)): KernelLock(commit=pkg.snapshot)
-           for repo, (pkg, _) in sorted(pins.items())}
-    return KernelLocks(locks=out).to_json() + "\n"
+    draft = [{"dependency": {"repo-id": repo, "version": pkg.version}, "lock": {"commit": pkg.snapshot}}
+             for repo, (pkg, _) in sorted(pins.items())]
+    try:  # kernels parses it into its own lock types and writes it back: the format is kernels'
+        return KernelLocks.from_json(json.dumps(draft)).to_json() + "\n"
+    except ValueError as exc:
+        raise LockfileError(f"kernels does not accept the exported lock: {exc}") from None
