@@ -1,7 +1,9 @@
 """Where a project keeps ``manifests/``, ``receipts/`` and ``lockfiles/`` (SPEC §4).
 
-In order: the current directory's project (a ``pyproject.toml`` with
-``[tool.frt]``, or a folder holding ``manifests/``; searched upward), else
+In order: the nearest project at or above the current directory (a folder
+whose ``pyproject.toml`` has ``[tool.frt]``, or that holds ``manifests/``:
+searched upward, like git and uv; inside a checkout of frt-dist itself that is
+the bundled demo, read-only), else
 ``FRT_HOME``, else the bundled demo project (read-only; ``bundled_root``).
 """
 
@@ -97,11 +99,13 @@ class Project:
                 raise UsageError(f"--project: {root} is not a directory")
             return cls(root, "project", _settings(root))
         here = Path(start or os.getcwd()).resolve()
-        for d in (here, *here.parents):
+        bundled = bundled_root()
+        for d in (here, *here.parents):  # upward, like git and uv: the nearest project wins
             settings = _settings(d)
-            if settings is not None and (d / "pyproject.toml").is_file() and _has_tool_frt(d):
-                return cls(d, "project", settings)
-            if (d / "manifests").is_dir() and d == here:
+            tool = settings is not None and (d / "pyproject.toml").is_file() and _has_tool_frt(d)
+            if tool or (d / "manifests").is_dir():
+                if d == bundled:  # inside a checkout of frt-dist itself: its demo project, read-only
+                    return cls(d, "bundled", {})
                 return cls(d, "project", settings or {})
         home = os.environ.get("FRT_HOME")
         if home:

@@ -38,3 +38,20 @@ def test_init_keeps_an_existing_pyproject(tmp_path):
     assert main(["init", str(tmp_path), "-q"]) == 0
     assert (tmp_path / "pyproject.toml").read_text() == "[project]\nname = 'mine'\n"
     assert (tmp_path / "manifests" / "my-model.toml").is_file()
+
+
+def test_the_nearest_project_above_wins_and_the_checkout_is_the_bundled_demo(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from frt_dist.project import bundled_root
+
+    (tmp_path / "outer" / "manifests").mkdir(parents=True)
+    deep = tmp_path / "outer" / "a" / "b"
+    deep.mkdir(parents=True)
+    assert Project.find(deep).root == tmp_path / "outer" and Project.find(deep).kind == "project"
+    (tmp_path / "outer" / "a" / "manifests").mkdir()
+    assert Project.find(deep).root == tmp_path / "outer" / "a"
+    monkeypatch.delenv("FRT_HOME", raising=False)
+    inside = Path(bundled_root()) / "manifests"
+    found = Project.find(inside)
+    assert (found.kind, found.root, found.read_only) == ("bundled", bundled_root(), True)
