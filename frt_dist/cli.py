@@ -20,11 +20,50 @@ from .errors import FrtError, UsageError
 __all__ = ["main"]
 
 
+_ARGV: list[str] = []  # what main() parses: the parser's errors look at it for --json and suggestions
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse exits 2 too; keep SPEC's one-line form
-        self.print_usage(sys.stderr)
-        print(f"error: {message}", file=sys.stderr)
+        hints = _suggestions(self, message)
+        if "--json" in _ARGV:
+            _print_json({"error": message, "hints": hints, "exit": 2})
+        else:
+            self.print_usage(sys.stderr)
+            print(f"error: {message}", file=sys.stderr)
+            for h in hints:
+                print(f"hint: {h}", file=sys.stderr)
         raise SystemExit(2)
+
+
+def _suggestions(parser: argparse.ArgumentParser, message: str) -> list[str]:
+    """``did you mean ...`` for a mistyped subcommand, flag or choice (like git and uv)."""
+    import difflib  # noqa: PLC0415
+    import re  # noqa: PLC0415
+
+    m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if m:
+        choices = re.findall(r"'([^']*)'", m.group(2))
+        close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.5)
+        return [f"did you mean {close[0]!r}?"] if close else []
+    options = set(parser._option_string_actions)
+    for action in parser._actions:  # the subcommand's own flags, when one was named
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if name in _ARGV:
+                    options |= set(sub._option_string_actions)
+    out = []
+    for word in _ARGV:  # every flag given that the command does not know (argparse may name another error first)
+        flag = word.split("=", 1)[0]
+        if flag.startswith("-") and flag not in options and not flag.lstrip("-").replace(".", "").isdigit():
+            close = difflib.get_close_matches(flag, sorted(options), n=1, cutoff=0.6)
+            if close:
+                out.append(f"{flag}: did you mean {close[0]}?")
+    return out
+
+
+def _print_json(doc: dict) -> None:
+    print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -474,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     # torch warns once when numpy is absent; frt never hands tensors to numpy
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     parser = build_parser()
+    _ARGV[:] = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help(sys.stderr)
@@ -488,10 +528,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except FrtError as exc:
+        if getattr(args, "json", False):  # SPEC §24: under --json every outcome is JSON, errors included
+            _print_json({"error": str(exc), "hints": exc.hints, "exit": exc.exit_code,
+                         "reasons": exc.reasons})
+            return exc.exit_code
         print(f"error: {exc}", file=sys.stderr)
         for h in exc.hints:
             print(f"hint: {h}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # `frt ... | head`: the reader left; end quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail again
+        return 0
     except KeyboardInterrupt:
         print("error: interrupted; nothing was written", file=sys.stderr)
         return 130

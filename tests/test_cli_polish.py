@@ -1,0 +1,52 @@
+"""A command line that does not make people guess (SPEC §24): suggestions for mistyped
+subcommands and flags, JSON for every outcome under --json, a closed stdout ends quietly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from frt_dist.cli import main
+
+FRT = str(Path(sys.executable).with_name("frt"))
+
+
+def test_a_mistyped_subcommand_suggests_the_closest(capsys):
+    try:
+        main(["lok"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    err = capsys.readouterr().err
+    assert "error: argument COMMAND: invalid choice: 'lok'" in err and "hint: did you mean 'lock'?" in err
+
+
+def test_a_mistyped_flag_suggests_the_subcommands_flag(capsys):
+    try:
+        main(["resolve", "--modle", "demo-decoder"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    err = capsys.readouterr().err
+    assert "hint: --modle: did you mean --model?" in err
+
+
+def test_usage_errors_and_refusals_are_json_under_json(capsys):
+    try:
+        main(["lock", "--json", "--chek"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["exit"] == 2 and doc["error"] == "unrecognized arguments: --chek" and doc["hints"] == [
+        "--chek: did you mean --check?"]
+    assert main(["resolve", "--json", "--model", "no-such-model", "--arch", "9.0", "--device-class", "h200"]) == 2
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    assert doc["exit"] == 2 and doc["error"].startswith("unknown model 'no-such-model'") and out.err == ""
+
+
+def test_a_closed_stdout_ends_quietly():
+    p = subprocess.Popen([FRT, "matrix"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # the reader leaves before anything is written (`frt matrix | head -0`)
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
