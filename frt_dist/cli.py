@@ -62,6 +62,25 @@ def _suggestions(parser: argparse.ArgumentParser, message: str) -> list[str]:
     return out
 
 
+def _count(text: str) -> int:
+    """An argparse type: a whole number >= 1 (``--rounds 0`` is a usage error, not an empty run)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {n}")
+    return n
+
+
+def _output_file(text: str) -> str:
+    """An argparse type for ``-o FILE``: its folder must exist (no silent ``mkdir -p``)."""
+    parent = Path(text).expanduser().resolve().parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"folder {parent} does not exist")
+    return text
+
+
 def _print_json(doc: dict) -> None:
     print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
 
@@ -96,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--export", choices=["kernels"],
                    help="write nothing to lockfiles/: print the locked pins in another tool's lock format "
                         "(kernels: a kernels.lock for kernels.load_kernel / LockedLayerRepository)")
-    s.add_argument("-o", "--output", metavar="FILE", help="with --export: write to FILE instead of stdout")
+    s.add_argument("-o", "--output", metavar="FILE", type=_output_file,
+                   help="with --export: write to FILE instead of stdout")
 
     s = sub.add_parser("resolve", help="print the route decision per phase band")
     _common(s)
@@ -129,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", required=True)
     s.add_argument("--route", required=True)
     s.add_argument("--phase", action="append")
-    s.add_argument("--rounds", type=int)
+    s.add_argument("--rounds", type=_count, help="paired timing rounds (default: the manifest's [qualify] rounds)")
     s.add_argument("--out", metavar="DIR", help="receipts folder (default: the project's receipts/<model>/)")
     s.add_argument("--seed", type=int, default=0)
 
@@ -143,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(s)
     s.add_argument("--model")
     s.add_argument("--format", choices=["md", "html"], default="md")
-    s.add_argument("-o", "--output", metavar="FILE")
+    s.add_argument("-o", "--output", metavar="FILE", type=_output_file, help="write to FILE instead of stdout")
     return p
 
 
@@ -249,8 +269,6 @@ def _lock_export(args) -> int:
     text = kernels_lock_json(locks)
     if args.output:
         out = Path(args.output)
-        if not out.parent.is_dir():
-            raise UsageError(f"-o {args.output}: folder {out.parent} does not exist")
         write_atomic(out, text.encode("utf-8"))
         if not args.quiet:
             print(f"wrote {out} ({len(json.loads(text))} kernels, from {', '.join(project.rel(l.path) for l in locks)})",

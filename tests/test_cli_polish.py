@@ -50,3 +50,18 @@ def test_a_closed_stdout_ends_quietly():
     p.stdout.close()  # the reader leaves before anything is written (`frt matrix | head -0`)
     err = p.stderr.read()
     assert p.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_out_of_range_numbers_and_missing_output_folders_are_usage_errors(tmp_path, capsys):
+    for argv, message in ((["qualify", "--model", "demo-decoder", "--route", "fused", "--rounds", "0"],
+                           "argument --rounds: expected a number >= 1, got 0"),
+                          (["qualify", "--model", "demo-decoder", "--route", "fused", "--rounds", "x"],
+                           "argument --rounds: expected a whole number, got 'x'"),
+                          (["matrix", "-o", str(tmp_path / "no" / "m.md")],
+                           f"argument -o/--output: folder {tmp_path / 'no'} does not exist")):
+        try:
+            main(argv)
+        except SystemExit as exc:
+            assert exc.code == 2
+        assert f"error: {message}" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()

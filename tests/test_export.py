@@ -87,8 +87,10 @@ def test_export_errors_are_usage_errors_and_write_nothing(proj, tmp_path, capsys
     from frt_dist.cli import main
 
     tp, _ = proj
-    assert main(["lock", "--project", str(tp.root), "--export", "kernels", "-o", str(tmp_path / "no" / "k.lock")]) == 2
-    assert "folder" in capsys.readouterr().err and not (tmp_path / "no").exists()
+    with pytest.raises(SystemExit) as exit_:
+        main(["lock", "--project", str(tp.root), "--export", "kernels", "-o", str(tmp_path / "no" / "k.lock")])
+    assert exit_.value.code == 2
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "no").exists()
     (tp.root / "lockfiles" / "tiny.lock").unlink()
     assert main(["lock", "--project", str(tp.root), "--export", "kernels"]) == 2
     err = capsys.readouterr().err
