@@ -174,6 +174,13 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
 
     proj = _project(project)
     lock, root = find_lockfile(model, lockfile, proj)
+    from .freshness import manifest_drift  # noqa: PLC0415
+
+    stale = manifest_drift(lock, root)
+    if stale:  # SPEC §23: the lock is what was reviewed; say once that the manifest moved on
+        import sys  # noqa: PLC0415
+
+        print(f"warning: {stale}", file=sys.stderr)
     hw = hardware or Hardware.detect()
     decisions = resolve_all(lock, hardware=hw, precision=precision, fallback=fallback, accept=accept)
     refused = refusal_error(model, decisions)
@@ -190,7 +197,10 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
             f"model {model!r}: {len(reasons)} problem(s) supplying the chosen routes; nothing was bound:\n  "
             + "\n  ".join(r["reason"] for r in reasons[:40]), reasons=reasons,
             hints=["`frt verify --mirror DIR` names damaged files; `frt mirror DIR` refills them"])
-    return Plan(lock, hw, decisions, fallback, packages, binds, fns, probes)
+    plan = Plan(lock, hw, decisions, fallback, packages, binds, fns, probes)
+    if stale:
+        plan.notes.append(stale)
+    return plan
 
 
 def plan_for_route(lock, route: str, phases, hardware: Hardware, packages: dict, fns: dict) -> "Plan":

@@ -448,3 +448,18 @@ def test_bundled_demo_binds_into_the_decoder_block(tmp_path, monkeypatch):
     torch.testing.assert_close(block(x), want, atol=1e-4, rtol=1e-3)
     assert plan.ledger()["seams"]["ffn"]["phases"]["decode"]["probes"] == {"gated_mlp_out": "offered"}
     assert plan.ledger()["totals"]["calls"] == 2
+
+
+def test_a_stale_lock_is_used_with_one_warning_naming_the_manifest(tmp_path, capsys):
+    tp, lock = _project(tmp_path)
+    plan = load("tiny", lockfile=lock.path, hardware=CPU)
+    assert capsys.readouterr().err == "" and not [n for n in plan.notes if "stale" in n]
+    mpath = tp.root / "manifests" / "tiny.toml"
+    mpath.write_text(mpath.read_text().replace("min-speedup = 1.02", "min-speedup = 1.5"))
+    loader._forget_all()
+    plan = load("tiny", lockfile=lock.path, hardware=CPU)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "warning: lockfile for 'tiny' is stale: manifest manifests/tiny.toml changed since it was locked")
+    assert err[0].endswith("using the lockfile as reviewed; run `frt lock --model tiny`")
+    assert plan.decisions["decode"].route == "fast" and plan.notes[-1] == err[0][len("warning: "):]
