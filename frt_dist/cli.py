@@ -171,9 +171,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _project(args):
+    """The project in force, said once on stderr (SPEC §23: never silently the bundled demo)."""
     from .project import Project  # noqa: PLC0415
 
-    return Project.find(explicit=args.project)
+    project = Project.find(explicit=args.project)
+    if not args.quiet and not args.json:
+        if project.read_only:
+            print(f"note: using the bundled demo project (read-only) at {project.root}; "
+                  "run in your project's folder, or pass --project DIR (`frt init` creates one)", file=sys.stderr)
+    return project
 
 
 class _NoBar:

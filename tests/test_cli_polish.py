@@ -65,3 +65,14 @@ def test_out_of_range_numbers_and_missing_output_folders_are_usage_errors(tmp_pa
             assert exc.code == 2
         assert f"error: {message}" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
+
+
+def test_the_bundled_demo_is_never_used_silently(tmp_path):
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("FRT_HOME", "FRT_LOCK")}
+    r = subprocess.run([FRT, "resolve", "--model", "demo-decoder", "--arch", "9.0", "--device-class", "h200"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert r.stderr.splitlines()[0].startswith("note: using the bundled demo project (read-only) at ")
+    assert "pass --project DIR (`frt init` creates one)" in r.stderr
+    r = subprocess.run([FRT, "resolve", "--model", "demo-decoder", "--arch", "9.0", "--device-class", "h200", "-q"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert "bundled demo" not in r.stderr
