@@ -132,10 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("verify", help="check lockfile digests and receipts (and a mirror)")
     _common(s)
-    s.add_argument("--model")
+    s.add_argument("--model", help="verify one model's lockfile (default: every lockfile of the project)")
     s.add_argument("--mirror", metavar="DIR", help="also check that DIR holds every locked file")
     s.add_argument("--variant", action="append", help="with --mirror: variants to check (default: this system's)")
-    s.add_argument("--all-variants", action="store_true")
+    s.add_argument("--all-variants", action="store_true", help="with --mirror: check every locked variant")
 
     s = sub.add_parser("mirror", help="fill DIR with every locked file the selection needs")
     _common(s)
@@ -146,12 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("qualify", help="measure a route against the unmodified host and write receipts")
     _common(s)
-    s.add_argument("--model", required=True)
-    s.add_argument("--route", required=True)
-    s.add_argument("--phase", action="append")
+    s.add_argument("--model", required=True, help="the model whose manifest names the route")
+    s.add_argument("--route", required=True, help="the route to measure against the manifest's host-entry")
+    s.add_argument("--phase", action="append", help="one phase band (repeatable); default: every band")
     s.add_argument("--rounds", type=_count, help="paired timing rounds (default: the manifest's [qualify] rounds)")
     s.add_argument("--out", metavar="DIR", help="receipts folder (default: the project's receipts/<model>/)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs and host weights (default 0)")
 
     s = sub.add_parser("init", help="create a project (pyproject.toml, a commented manifest, a kernel package)")
     s.add_argument("dir", metavar="DIR", nargs="?", default=".", help="the project folder (default: here)")
@@ -161,8 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("matrix", help="render the cell x route state matrix from the lockfiles")
     _common(s)
-    s.add_argument("--model")
-    s.add_argument("--format", choices=["md", "html"], default="md")
+    s.add_argument("--model", help="one model's lockfile (default: every lockfile of the project)")
+    s.add_argument("--format", choices=["md", "html"], default="md", help="Markdown (default) or a self-contained HTML page")
     s.add_argument("-o", "--output", metavar="FILE", type=_output_file, help="write to FILE instead of stdout")
     return p
 
