@@ -93,27 +93,72 @@ def _run_all(block, inputs):
     return {rows: block(x) for rows, x in inputs.items()}
 
 
-def _timing(host, route, inputs, *, rounds: int, warmup: int, tick=None) -> dict:
-    """Paired alternating timing over the same inputs; per-round speedup = host / route."""
-    xs = list(inputs.values())
+CLOCKS = {"cpu": "perf-counter", "cuda": "cuda-events"}
+"""The timer per input device. On CUDA a host timer around launches times the launches, not the
+kernels (they run asynchronously), so a GPU side is timed with CUDA events on its stream."""
 
-    def once(block) -> float:
-        t0 = time.perf_counter()
+
+def clock_for(backend: str, device_type: str) -> str:
+    """The timing method for a cell on ``backend`` whose inputs live on ``device_type``.
+
+    The two must agree: a CUDA cell measured on CPU tensors (or the reverse) would describe
+    hardware the kernels never ran on."""
+    want = "cpu" if backend == "cpu" else "cuda"  # ROCm builds of torch expose HIP as torch.cuda
+    if device_type != want:
+        raise UsageError(f"the cell's hardware is {backend}, but the host-entry builds inputs on {device_type!r}: "
+                         f"qualification must run where the cell says",
+                         hints=[f"make the host-entry's make_inputs place tensors on {want!r}"])
+    return CLOCKS[want]
+
+
+def _wall_clock(block, xs) -> float:
+    t0 = time.perf_counter()
+    for x in xs:
+        block(x)
+    return time.perf_counter() - t0
+
+
+def cuda_event_clock(torch, flush=None):
+    """A clock timing ``block`` over ``xs`` with CUDA events recorded on the current stream
+    around the calls, read after ``torch.cuda.synchronize()``. ``flush``, a buffer larger than
+    the L2 cache, is overwritten first (before the start event, so it is not timed): each side
+    then starts with a cold L2 instead of inheriting the other side's data."""
+
+    def measure(block, xs) -> float:
+        if flush is not None:
+            flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
         for x in xs:
             block(x)
-        return time.perf_counter() - t0
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1e3  # ms -> s
 
+    return measure
+
+
+def l2_flush_buffer(torch, device):
+    """A byte buffer twice the device's L2 cache (writing it evicts everything cached)."""
+    l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 << 20)
+    return torch.empty(2 * l2, dtype=torch.uint8, device=device)
+
+
+def _timing(host, route, inputs, *, rounds: int, warmup: int, tick=None, measure=_wall_clock) -> dict:
+    """Paired alternating timing over the same inputs (warm-up rounds first, then host/route in
+    ABBA order); per-round speedup = host / route. ``measure(block, xs) -> seconds`` is the clock."""
+    xs = list(inputs.values())
     for _ in range(warmup):
-        once(host)
-        once(route)
+        measure(host, xs)
+        measure(route, xs)
     th, tr, sp = [], [], []
     for i in range(rounds):
         if i % 2 == 0:
-            h = once(host)
-            r = once(route)
+            h = measure(host, xs)
+            r = measure(route, xs)
         else:
-            r = once(route)
-            h = once(host)
+            r = measure(route, xs)
+            h = measure(host, xs)
         th.append(h)
         tr.append(r)
         sp.append(h / r)
@@ -127,9 +172,31 @@ def _timing(host, route, inputs, *, rounds: int, warmup: int, tick=None) -> dict
             "speedup-max": round(max(sp), 4), "speedup-p25": round(q[0], 4), "speedup-p75": round(q[2], 4)}
 
 
+def _device_timing(torch, host, block, inputs, *, clock: str, l2_flush: bool, **kw) -> dict:
+    """``_timing`` with ``clock``; a CUDA run also records the GPU (NVML: name, driver, clocks
+    at start and end of timing) and whether L2 was flushed."""
+    first = next(iter(inputs.values()))
+    if clock == "perf-counter":
+        return {**_timing(host, block, inputs, **kw), "clock": clock}
+    from .detect import nvml_clocks, nvml_device_facts  # noqa: PLC0415
+
+    flush = l2_flush_buffer(torch, first.device) if l2_flush else None
+    gpu, _ = nvml_device_facts()
+    start = nvml_clocks()
+    timing = _timing(host, block, inputs, measure=cuda_event_clock(torch, flush), **kw)
+    device = {"name": (gpu or {}).get("name") or torch.cuda.get_device_name(first.device),
+              "driver": (gpu or {}).get("driver"), "cuda-driver": (gpu or {}).get("cuda-driver"),
+              "clocks-start": start, "clocks-end": nvml_clocks()}
+    return {**timing, "clock": clock, "l2-flush": bool(l2_flush), "device": device}
+
+
 def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None = None, seed: int = 0,
-            hardware: Hardware | None = None, root=None, progress=None) -> list[QualifyResult]:
+            hardware: Hardware | None = None, root=None, progress=None, l2_flush: bool = False) -> list[QualifyResult]:
     """Measure ``route_name`` against the host in every requested phase band.
+
+    Timing uses the clock the inputs' device needs (``clock_for``): the host's wall clock on
+    CPU, CUDA events on a GPU, where ``l2_flush`` overwrites a buffer larger than L2 before
+    each measured side.
 
     ``progress``, when given, receives events: ``{"event": "message", "text"}`` and,
     per timing round, ``{"event": "round", "phase", "round", "rounds"}``."""
@@ -194,6 +261,7 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
         for seam in entries:
             block.bind(seam, plan.entry(seam, ph, host=block.host_seams[seam]))
         inputs = {r: host.make_inputs(r, seed=seed + r) for r in rows_list}
+        clock = clock_for(hw.backend, next(iter(inputs.values())).device.type)
         say(f"  {ph}: parity over rows {rows_list}")
         with torch.inference_mode():
             ref = _run_all(host, inputs)
@@ -216,8 +284,9 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
             probe.detach()
             detach_ok = all(torch.equal(ref[r], v) for r, v in _run_all(probe, inputs).items())
             say(f"  {ph}: timing {rounds} paired rounds (+{warmup} warm-up)")
-            timing = _timing(host, block, inputs, rounds=rounds, warmup=warmup,
-                             tick=lambda i, ph=ph: emit({"event": "round", "phase": ph, "round": i, "rounds": rounds}))
+            timing = _device_timing(torch, host, block, inputs, clock=clock, l2_flush=l2_flush,
+                                    rounds=rounds, warmup=warmup,
+                                    tick=lambda i, ph=ph: emit({"event": "round", "phase": ph, "round": i, "rounds": rounds}))
         if not parity["pass"]:
             failures.append(f"parity failed: max-abs {parity['max-abs']:.3g} at rows {parity['worst-case']['rows']} "
                             f"(tolerance abs {tol['abs']:g}, rel {tol['rel']:g})")
