@@ -92,12 +92,22 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _hardware_flags(p: argparse.ArgumentParser) -> None:
+    """The declared-hardware flags (SPEC §17: any machine can be declared on any machine);
+    ``_hardware(args)`` turns them into a ``Hardware``."""
+    from .hardware import BACKENDS, CPUS, OSES  # noqa: PLC0415
+
     g = p.add_argument_group("hardware (declared, or --detect)")
-    g.add_argument("--arch", help="compute capability (12.0), gfx name (gfx942) or CPU machine (x86_64)")
-    g.add_argument("--device-class", help="normalised device name, e.g. rtx-5090, h200")
-    g.add_argument("--backend", choices=["cuda", "rocm", "cpu", "xpu", "metal"], help="default: from --arch")
-    g.add_argument("--software", metavar="K=V,...", help="dispatch-relevant software, e.g. torch=2.13,cuda=12.8")
-    g.add_argument("--detect", action="store_true", help="read the running system (needs torch); the default when no --arch is given")
+    g.add_argument("--arch", help="compute capability as major.minor (12.0, not sm_120), gfx name (gfx942), "
+                                  "or the CPU (x86_64) on the cpu backend")
+    g.add_argument("--device-class", help="device name, normalised: 'NVIDIA H200' is h200")
+    g.add_argument("--backend", choices=BACKENDS, help="default: from --arch")
+    g.add_argument("--cpu", metavar="CPU", help=f"the host CPU variants are built for: {', '.join(CPUS)} "
+                                                "(default: this machine's)")
+    g.add_argument("--os", metavar="OS", help=f"the host OS: {', '.join(OSES)} (default: this machine's)")
+    g.add_argument("--software", metavar="K=V,...",
+                   help="dispatch-relevant software, e.g. torch=2.13,cuda=12.8 (also rocm, xpu, cann, tvm-ffi, macos)")
+    g.add_argument("--detect", action="store_true",
+                   help="read the running system; the default when no hardware is declared")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,7 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fallback", choices=["refuse", "host"], default="refuse")
     s.add_argument("--accept", action="append", choices=["certified_fast", "supported_correct"],
                    help="accepted states (repeatable); default certified_fast; supported_correct implies both")
-    s.add_argument("--explain", action="store_true", help="list every candidate and why it won or lost")
+    s.add_argument("--explain", action="store_true",
+                   help="list every candidate route, why it won or lost, every failing package, and the "
+                        "variant this system selects for each package")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="with --explain (implies it): also every locked variant, accepted or rejected and why")
     s.add_argument("--lockfile", metavar="FILE", help="resolve against this lockfile")
 
     s = sub.add_parser("verify", help="check lockfile digests and receipts (and a mirror)")
@@ -137,12 +151,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--variant", action="append", help="with --mirror: variants to check (default: this system's)")
     s.add_argument("--all-variants", action="store_true", help="with --mirror: check every locked variant")
 
-    s = sub.add_parser("mirror", help="fill DIR with every locked file the selection needs")
+    s = sub.add_parser("mirror", help="fill DIR with every locked file the selection needs",
+                       description="Fill DIR with every locked file the selection needs. Select by --variant, "
+                                   "--all-variants, the machines you ship to (the hardware flags for one, "
+                                   "--machine for each further one), or --cells; default: this machine.",
+                       epilog="example: frt mirror DIR --arch 9.0 --device-class h200 --software torch=2.13,cuda=12.8 "
+                              "--machine 'arch=12.0,device-class=rtx-5090,software=torch=2.13;cuda=12.8'")
     _common(s)
     s.add_argument("dir", metavar="DIR")
     s.add_argument("--model")
     s.add_argument("--variant", action="append", help="a variant to mirror (repeatable); default: this system's")
     s.add_argument("--all-variants", action="store_true")
+    _hardware_flags(s)
+    s.add_argument("--machine", action="append", metavar="KEY=V,...",
+                   help="a machine to mirror for (repeatable): the hardware flags as KEY=VALUE pairs, software "
+                        "pairs joined by ';', e.g. arch=9.0,device-class=h200,software=torch=2.13;cuda=12.8")
+    s.add_argument("--cells", action="store_true",
+                   help="every variant that any locked cell selects, on the facts its receipt records")
 
     s = sub.add_parser("qualify", help="measure a route against the unmodified host and write receipts")
     _common(s)
@@ -212,7 +237,10 @@ def _emit(args, doc: dict, text: str) -> None:
 
 
 def cmd_lock(args) -> int:
-    from .locker import lock_model  # noqa: PLC0415
+    """Lock every model it can: a model whose packages fail is reported (`error: <model>: <package>:
+    <reason>`), its lockfile left as it was, and the others are still locked and written; the run
+    then exits non-zero. One ``LockSession`` fetches a package shared by several models once."""
+    from .locker import LockFailed, LockSession, lock_model  # noqa: PLC0415
 
     if args.export:
         return _lock_export(args)
@@ -222,7 +250,8 @@ def cmd_lock(args) -> int:
         project.manifest_path(args.model)
     if not models:
         raise UsageError(f"no manifests in {project.manifests_dir}")
-    results, stale_any = [], False
+    results, failed, stale_any = [], [], False
+    session = LockSession()
     warn = (lambda m: None) if args.quiet and not args.json else (lambda m: print(f"warning: {m}", file=sys.stderr))
     for model in models:
         bar = None
@@ -236,7 +265,12 @@ def cmd_lock(args) -> int:
 
         try:
             res = lock_model(project, model, check=args.check, strict=args.strict,
-                             upgrade=set(args.upgrade_package), warn=warn, progress=progress)
+                             upgrade=set(args.upgrade_package), warn=warn, progress=progress, session=session)
+        except FrtError as exc:
+            if len(models) == 1 and not isinstance(exc, LockFailed):
+                raise  # one model, and not its packages (a bad manifest): the plain error
+            failed.append((model, exc))
+            continue
         finally:
             if bar is not None:
                 bar.close()
@@ -252,16 +286,23 @@ def cmd_lock(args) -> int:
             lines.append(f"{rel}: {'written' if r.written else 'unchanged'} "
                          f"({len(r.lockfile.packages)} packages, {len(r.lockfile.receipts)} receipts, "
                          f"{len(r.lockfile.rejected)} rejected, {len(r.lockfile.index)} cells)")
-    doc = {"ok": not stale_any, "lockfiles": [
+    failures = [{"model": model, "package": r.get("package"), "reason": r["reason"]}
+                for model, exc in failed for r in (exc.reasons if isinstance(exc, LockFailed) else [{"reason": str(exc)}])]
+    hints = list(dict.fromkeys(h for _, exc in failed for h in exc.hints))
+    doc = {"ok": not stale_any and not failed, "lockfiles": [
         {"model": r.model, "path": project.rel(r.path), "written": r.written, "stale": r.stale,
          "lock-digest": r.lockfile.lock_digest, "receipts": len(r.lockfile.receipts),
-         "rejected": r.lockfile.rejected} for r in results]}
+         "rejected": r.lockfile.rejected} for r in results], "failures": failures, "hints": hints}
     _emit(args, doc, "\n".join(lines))
     if stale_any:
         print("error: lockfile is stale", file=sys.stderr)
         print("hint: run `frt lock` to regenerate it", file=sys.stderr)
-        return 1
-    return 0
+    if failed and not args.json:
+        for f in failures:
+            print(f"error: {f['model']}: " + (f"{f['package']}: " if f["package"] else "") + f["reason"], file=sys.stderr)
+        for h in hints:
+            print(f"hint: {h}", file=sys.stderr)
+    return max([exc.exit_code for _, exc in failed] + [1 if stale_any else 0])
 
 
 def _lock_export(args) -> int:
@@ -306,20 +347,46 @@ def cmd_init(args) -> int:
 
 
 def _hardware(args):
+    """Declared hardware from the flags, else the running system. ``--detect`` with a declared
+    fact (``--arch``, ``--device-class``, ``--cpu``, ``--os``) is a usage error: a detected
+    machine is never partly overridden, so the cell it resolves is the one it is."""
     from .hardware import Hardware, parse_software  # noqa: PLC0415
 
-    if args.arch or args.device_class:
+    declared = [flag for flag, value in (("--arch", args.arch), ("--device-class", args.device_class),
+                                         ("--cpu", args.cpu), ("--os", args.os)) if value]
+    if declared and args.detect:
+        raise UsageError(f"--detect reads this machine; it cannot be combined with {', '.join(declared)}",
+                         hints=["drop --detect to declare the machine, or drop the declared facts"])
+    if declared:
         if not (args.arch and args.device_class):
             raise UsageError("declared hardware needs both --arch and --device-class",
                              hints=["e.g. --arch 12.0 --device-class rtx-5090 --software torch=2.13,cuda=12.8"])
         return Hardware.from_flags(arch=args.arch, device_class=args.device_class, backend=args.backend,
-                                   software=parse_software(args.software or ""))
+                                   software=parse_software(args.software or ""), cpu=args.cpu, os=args.os)
     hw = Hardware.detect()
     if args.software:
         from dataclasses import replace  # noqa: PLC0415
 
         hw = replace(hw, software={**hw.software, **parse_software(args.software)})
     return hw
+
+
+def _software_hints(decisions, hw) -> list[str]:
+    """For each "software not declared: torch (receipt: 2.13), ..." reason, the ``--software``
+    value that declares what the receipt recorded on top of what was declared."""
+    import re  # noqa: PLC0415
+
+    out: list[str] = []
+    for d in decisions.values():
+        for r in d.reasons:
+            if not r.reason.startswith("software not declared: "):
+                continue
+            recorded = dict(re.findall(r"([^\s,]+) \(receipt: ([^)]+)\)", r.reason))
+            facts = ",".join(f"{k}={v}" for k, v in sorted({**hw.software, **recorded}.items()))
+            hint = f"declare the software the receipt recorded: --software {facts}"
+            if hint not in out:
+                out.append(hint)
+    return out
 
 
 def _find_lock(project, model: str, explicit: str | None):
@@ -351,7 +418,7 @@ def cmd_resolve(args) -> int:
     precision, accept = check_policy(lock, precision=args.precision, phase=None, fallback=args.fallback, accept=accept)
     hw = _hardware(args)
     trace = None
-    if args.explain:
+    if args.explain or args.verbose:
         from .routes.explain import Trace  # noqa: PLC0415
 
         trace = Trace()
@@ -362,10 +429,13 @@ def cmd_resolve(args) -> int:
     if trace is not None:
         from .routes.explain import candidates  # noqa: PLC0415
 
-        doc["candidates"] = candidates(lock, decisions)
+        doc["candidates"] = candidates(lock, decisions, hw, verbose=args.verbose)
         doc["rejected-receipts"] = lock.rejected
         doc["events"] = trace.events
     _emit(args, doc, _render_resolve(lock, hw, precision, accept, decisions, doc.get("candidates")))
+    if not (args.json or args.quiet):
+        for h in _software_hints(decisions, hw):
+            print(f"hint: {h}", file=sys.stderr)
     return 1 if any(d.decision == "refused" for d in decisions.values()) else 0
 
 
@@ -390,7 +460,12 @@ def _render_resolve(lock, hw, precision, accept, decisions, candidates) -> str:
             mark = "won " if c["won"] else "lost"
             lines.append(f"  {c['phase']:<8} {mark} {c['route']:<14} {c['route-digest'][:19]}  {c['reason']}")
             for repo, p in c["packages"].items():
-                lines.append(f"           {repo} @ {p['revision'][:19]}  variants {', '.join(p['variants'])}")
+                fails = f"  FAILS: {p['problem']}" if p["problem"] else ""
+                lines.append(f"           {repo} @ {(p['revision'] or 'not locked')[:19]}  "
+                             f"selects {p['variant'] or 'no variant'}{fails}")
+                if "accepted" in p:
+                    lines.append(f"             accepted: {', '.join(p['accepted']) or 'none'}")
+                    lines += [f"             rejected: {r['variant']}: {r['reason']}" for r in p["rejected"]]
     return "\n".join(lines)
 
 
@@ -417,24 +492,98 @@ def cmd_verify(args) -> int:
         if kinds & set(DERIVED_KINDS):
             print("hint: the lockfile does not hold what `frt lock` derives from its own manifest and receipts: "
                   "find out who edited it (its lock-digest says nothing about that)", file=sys.stderr)
-        if kinds & {"lock-digest", *DERIVED_KINDS}:
-            print("hint: regenerate the lockfile with `frt lock`", file=sys.stderr)
-        if kinds - {"lock-digest", *DERIVED_KINDS}:
-            print(f"hint: refill the mirror with `frt mirror {args.mirror}`", file=sys.stderr)
+        for hint in _verify_fixes(args, problems, {"lock-digest", *DERIVED_KINDS}):
+            print(f"hint: {hint}", file=sys.stderr)
         return 1
     return 0
 
 
+def _verify_fixes(args, problems: list[dict], lock_kinds: set) -> list[str]:
+    """The exact commands that fix what ``frt verify`` found: ``frt lock --model X`` per
+    lockfile at fault; for the mirror, ``frt mirror DIR`` with the selection that was checked
+    (the variants named in the problem paths when verify checked what the mirror holds), and
+    ``rm`` for files the lock does not know (``frt mirror`` adds, it never deletes)."""
+    import shlex  # noqa: PLC0415
+
+    models = (Path(p["path"].split(": ", 1)[0]).stem for p in problems if p["kind"] in lock_kinds)
+    out = [f"regenerate the lockfile with `frt lock --model {m}`" for m in dict.fromkeys(models)]
+    mirrored = [p for p in problems if p["kind"] not in lock_kinds]
+    if not mirrored or args.mirror is None:
+        return out
+    model = f" --model {shlex.quote(args.model)}" if args.model is not None else ""
+    if args.all_variants:
+        select = " --all-variants"
+    else:  # <folder>/snapshots/<snapshot>/build/<variant>/... or <folder>/refs/<ref>
+        parts = [p["path"].split("/") for p in mirrored]
+        variants = args.variant or [q[4] for q in parts if q[3:4] == ["build"]]
+        if not variants:  # a ref only: the variants the mirror holds of that package
+            variants = [d.name for q in parts for d in Path(args.mirror).glob(f"{q[0]}/snapshots/*/build/*")]
+        select = "".join(f" --variant {shlex.quote(v)}" for v in dict.fromkeys(variants)) or " --all-variants"
+    if any(p["kind"] != "unknown" for p in mirrored):
+        out.append(f"refill the mirror with `frt mirror {shlex.quote(args.mirror)}{model}{select}`")
+    unknown = [shlex.quote(str(Path(args.mirror) / p["path"])) for p in mirrored if p["kind"] == "unknown"]
+    if unknown:
+        out.append(f"remove what the lock does not know with `rm -- {' '.join(unknown)}`")
+    return out
+
+
+class _MachineParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"--machine: {message}")
+
+
+def _machine_parser() -> _MachineParser:
+    """The resolve hardware flags alone (``_hardware_flags``), for one ``--machine`` value."""
+    flags = _MachineParser(prog="--machine", add_help=False)
+    _hardware_flags(flags)
+    return flags
+
+
+def _machine(spec: str):
+    """One ``--machine`` value as a ``Hardware``: the resolve hardware flags as KEY=VALUE
+    pairs (``arch=9.0,device-class=h200,software=torch=2.13;cuda=12.8``), read by a parser
+    built from ``_hardware_flags`` and checked by ``_hardware``, so both forms read alike."""
+    flags = _machine_parser()
+    keys = [o[2:] for o in flags._option_string_actions if o.startswith("--") and o != "--detect"]
+    argv, seen = [], set()
+    for part in (p.strip() for p in spec.split(",")):
+        key, sep, value = part.partition("=")
+        if not sep or key not in keys or key in seen:
+            why = "repeats" if key in seen else "is not KEY=VALUE with KEY one of " + ", ".join(keys)
+            raise UsageError(f"--machine {spec!r}: {part!r} {why}",
+                             hints=["e.g. --machine arch=9.0,device-class=h200,software=torch=2.13;cuda=12.8"])
+        seen.add(key)
+        argv += [f"--{key}", value.strip().replace(";", ",")]
+    ns = flags.parse_args(argv)
+    if not (ns.arch and ns.device_class):
+        raise UsageError(f"--machine {spec!r}: a machine needs arch= and device-class=",
+                         hints=["e.g. --machine arch=9.0,device-class=h200,software=torch=2.13;cuda=12.8"])
+    return _hardware(ns)
+
+
+def _mirror_machines(args) -> list | None:
+    """The machines ``frt mirror`` was told about: the hardware flags (one), then each --machine."""
+    hw_dests = {a.dest for a in _machine_parser()._actions}
+    machines = [_hardware(args)] if any(getattr(args, d, None) for d in hw_dests) else []
+    return machines + [_machine(spec) for spec in args.machine or ()] or None
+
+
 def cmd_mirror(args) -> int:
-    from .mirror import mirror_lock  # noqa: PLC0415
+    from .mirror import mirror_lock, select_for_mirror  # noqa: PLC0415
 
     project = _project(args)
     models = [args.model] if args.model is not None else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
     if not models:
         raise UsageError(f"no lockfiles in {project.lockfiles_dir}", hints=["run `frt lock` first"])
+    machines = _mirror_machines(args)
+    select = {"variants": args.variant, "all_variants": args.all_variants, "machines": machines, "cells": args.cells}
+    if not any(select.values()):
+        select["machines"] = [_hardware(args)]  # this machine, detected: checked like a declared one
+    locks = {model: _find_lock(project, model, None) for model in models}
+    for lock in locks.values():  # every model's selection is checked before anything is written
+        select_for_mirror(lock, **select)
     reports, lines = [], []
-    for model in models:
-        lock = _find_lock(project, model, None)
+    for model, lock in locks.items():
         bar = _bar(args, total=None, desc=f"mirror {model}", unit="B", unit_scale=True, unit_divisor=1024)
 
         def progress(ev: dict, bar=bar) -> None:
@@ -443,8 +592,7 @@ def cmd_mirror(args) -> int:
                 bar.set_postfix_str(f"{ev.get('repo')} {ev.get('path')}")
 
         try:
-            rep = mirror_lock(lock, Path(args.dir), variants=args.variant, all_variants=args.all_variants,
-                              progress=progress, root=project.root)
+            rep = mirror_lock(lock, Path(args.dir), **select, progress=progress, root=project.root)
         finally:
             bar.close()
         d = rep.to_dict()

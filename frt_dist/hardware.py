@@ -13,7 +13,7 @@ from typing import Iterable, Mapping
 
 from .errors import UsageError
 
-__all__ = ["Hardware", "device_class", "arch_admits", "parse_cuda_arch", "backend_for_arch"]
+__all__ = ["Hardware", "device_class", "arch_admits", "parse_cuda_arch", "backend_for_arch", "BACKENDS", "CPUS", "OSES"]
 
 _FREQ = re.compile(r"\s*@\s*[^@]*$")
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
@@ -106,6 +106,78 @@ def backend_for_arch(arch: str) -> str:
 
 
 # ---------------------------------------------------------------------------
+# declared facts: the names `kernels` 0.17.2 uses for a system
+
+BACKENDS = ("cuda", "rocm", "xpu", "metal", "cann", "neuron", "tpu", "cpu")  # kernels.backends
+CPUS = ("x86_64", "aarch64")  # platform.machine(), arm64 -> aarch64, AMD64 -> x86_64
+OSES = ("linux", "darwin", "windows")  # platform.system().lower()
+_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64", "arm64": "aarch64",
+            "macos": "darwin", "osx": "darwin", "win32": "windows"}
+# a capability spelt as a compiler target or a bare number: sm_90, sm90, compute_90, 90, 9, 12
+_CAP_SPELLING = re.compile(r"^(sm|compute|cc)?_?([0-9]+)[af]?$", re.IGNORECASE)
+_CAP_WITH_SUFFIX = re.compile(r"^([0-9]+)\.([0-9]+)[af]?(\+ptx)?$", re.IGNORECASE)
+
+
+def _capability_hint(arch: str) -> str | None:
+    """The ``M.m`` a misspelt capability most likely means: ``sm_90``/``90``/``compute_90`` →
+    ``9.0``, ``sm_121`` → ``12.1`` (the compiler's digits: the last is the minor), a bare
+    major (``9``, ``12``) → ``9.0``/``12.0``, ``9.0a`` → ``9.0``."""
+    m = _CAP_WITH_SUFFIX.match(arch)
+    if m:
+        return f"{int(m.group(1))}.{int(m.group(2))}"
+    m = _CAP_SPELLING.match(arch)
+    if not m:
+        return None
+    digits = m.group(2)
+    if len(digits) == 1 or (not m.group(1) and int(digits) <= 13):
+        return f"{int(digits)}.0"
+    return f"{int(digits[:-1])}.{digits[-1]}"
+
+
+def _alias_hint(value: str, allowed: tuple[str, ...]) -> list[str]:
+    alias = _ALIASES.get(value.lower())
+    return [f"did you mean {alias!r}?"] if alias in allowed else []
+
+
+def _one_of(field_name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise UsageError(f"hardware: {field_name}: {value!r} is not one of {', '.join(allowed)}",
+                         hints=_alias_hint(value, allowed))
+
+
+def _check_arch(arch: str, backend: str, cpu: str) -> str:
+    """The declared ``arch`` for ``backend``, canonical (``09.0`` → ``9.0``), or a
+    ``UsageError``: CUDA takes ``M.m``, ROCm a ``gfx…`` name, the CPU backend its machine
+    (``cpu``); other backends (no arch rule in `kernels`) any plain name."""
+    cap = _CUDA_CAP.match(arch)
+    if backend == "cuda" and cap:
+        return f"{int(cap.group(1))}.{int(cap.group(2))}"
+    if backend == "rocm" and _ROCM_ARCH.match(arch):
+        return arch
+    hint = _capability_hint(arch)
+    if hint and hint != arch and backend in ("cuda", "cpu"):
+        raise UsageError(f"hardware: arch: {arch!r} is not a compute capability written major.minor",
+                         hints=[f"did you mean {hint!r}? (a compute capability, e.g. 9.0 for sm_90, 12.1 for sm_121)"])
+    if backend == "cuda":
+        raise UsageError(f"hardware: arch: {arch!r} is not a CUDA compute capability (major.minor, e.g. 9.0, 12.1)")
+    if backend == "rocm":
+        raise UsageError(f"hardware: arch: {arch!r} is not a ROCm gfx name (e.g. gfx942)")
+    if backend == "cpu":
+        if arch not in CPUS:
+            raise UsageError(f"hardware: arch: {arch!r} is not a compute capability (major.minor), a gfx name "
+                             f"or, on the cpu backend, a CPU ({', '.join(CPUS)})", hints=_alias_hint(arch, CPUS))
+        if arch != cpu:
+            raise UsageError(f"hardware: arch {arch!r} and cpu {cpu!r} differ; on the cpu backend the arch is the CPU")
+        return arch
+    from . import names  # noqa: PLC0415 - the one name validator
+
+    why = names.problem("name", arch)
+    if why:
+        raise UsageError(f"hardware: arch: {arch!r} {why}")
+    return arch
+
+
+# ---------------------------------------------------------------------------
 # Hardware
 
 
@@ -136,12 +208,23 @@ def software_version(value: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Hardware:
-    """The facts about one machine that decisions depend on.
+    """The facts about one machine that decisions depend on (SPEC §17: every machine can be
+    declared on any machine).
 
-    ``arch``: CUDA capability (``"12.0"``), gfx name, or the CPU machine
-    (``"x86_64"``) for ``backend="cpu"``. ``software`` holds dispatch-relevant
-    versions, each read as ``major.minor`` (``software_version``: ``kernels`` 0.17.2
-    is 0.17). ``cpu``/``os`` are the host platform used for variant selection.
+    - ``arch``: CUDA capability ``M.m`` (``"12.0"``; ``sm_90`` or ``90`` is a ``UsageError``
+      whose hint names ``9.0``), a ROCm ``gfx…`` name, or for ``backend="cpu"`` the CPU
+      itself (``"x86_64"``); other backends take a plain name.
+    - ``device_class``: normalised by ``device_class()`` (``"NVIDIA H200"`` → ``h200``).
+    - ``backend``: one of ``BACKENDS`` (`kernels`' names); default from ``arch``.
+    - ``cpu``/``os``: the host platform variant selection matches (``CPUS``: ``x86_64``,
+      ``aarch64``; ``OSES``: ``linux``, ``darwin``, ``windows``); default this machine's.
+    - ``software``: dispatch-relevant versions, each read as ``major.minor``
+      (``software_version``: ``kernels`` 0.17.2 is 0.17). Keys decisions read: ``torch``,
+      ``kernels``, the backend's runtime (``cuda``, ``rocm``, ``xpu`` as oneAPI's
+      ``2025.3``, ``cann``), ``tvm-ffi``, and ``macos`` (Metal builds need macOS 26).
+    - ``cxx11_abi``: torch's C++11 ABI; variant selection reads it on Linux only, as `kernels` does.
+
+    Declared values are checked (``UsageError`` naming the field); detected ones are facts.
     """
 
     arch: str
@@ -160,12 +243,25 @@ class Hardware:
             raise UsageError("hardware: `arch` is required (e.g. 12.0, gfx942, x86_64)")
         if not self.device_class:
             raise UsageError("hardware: `device_class` is required (e.g. rtx-5090)")
+        dc = device_class(self.device_class)
+        if not dc:
+            raise UsageError(f"hardware: device_class: {self.device_class!r} names no device once normalised",
+                             hints=["name the device, e.g. rtx-5090, h200, gb10"])
+        object.__setattr__(self, "device_class", dc)
         if not self.backend:
             object.__setattr__(self, "backend", backend_for_arch(self.arch))
+        if not self.detected:
+            _one_of("backend", self.backend, BACKENDS)
+            if self.cpu:
+                _one_of("cpu", self.cpu, CPUS)
+            if self.os:
+                _one_of("os", self.os, OSES)
         if not self.cpu:
             object.__setattr__(self, "cpu", self.arch if self.backend == "cpu" else _machine())
         if not self.os:
             object.__setattr__(self, "os", _system())
+        if not self.detected:
+            object.__setattr__(self, "arch", _check_arch(self.arch, self.backend, self.cpu))
         soft = {}
         for k, v in dict(self.software).items():
             mm = software_version(str(v))
@@ -191,53 +287,27 @@ class Hardware:
 
     @classmethod
     def from_flags(cls, *, arch: str, device_class: str, backend: str | None = None,
-                   software: Mapping[str, str] | str | None = None, device_name: str = "") -> "Hardware":
+                   software: Mapping[str, str] | str | None = None, device_name: str = "",
+                   cpu: str | None = None, os: str | None = None) -> "Hardware":
         if isinstance(software, str):
             software = parse_software(software)
         return cls(arch=arch, device_class=device_class, backend=backend or "",
-                   software=software or {}, device_name=device_name)
+                   software=software or {}, device_name=device_name, cpu=cpu or "", os=os or "")
 
     @classmethod
-    def detect(cls) -> "Hardware":
-        """Read the running system (imports torch). CPU when no GPU is visible."""
-        try:
-            import torch  # noqa: PLC0415 - deliberately lazy
-        except ImportError as exc:  # pragma: no cover - torch is a test dependency
-            raise UsageError(
-                "cannot detect hardware: torch is not installed",
-                hints=["declare the hardware instead: --arch 12.0 --device-class rtx-5090 [--software torch=2.13,cuda=12.8]"],
-            ) from exc
-        software = {"torch": torch.__version__}
-        try:
-            from importlib.metadata import version
+    def detect(cls, nvml=None) -> "Hardware":
+        """Read the running system without importing torch (SPEC §18): the NVIDIA device NVML
+        sees, else the CPU. The facts come from ``frt_dist.detect.read_system`` (``nvml``: a
+        stand-in for the ``pynvml`` module, for tests)."""
+        from .detect import read_system  # noqa: PLC0415 - NVML is opened on use only
 
-            software["kernels"] = version("kernels")
-        except Exception:
-            pass
-        if torch.cuda.is_available():
-            name = torch.cuda.get_device_name(0)
-            if getattr(torch.version, "hip", None):
-                props = torch.cuda.get_device_properties(0)
-                arch = props.gcnArchName.split(":", 1)[0]
-                software["rocm"] = torch.version.hip
-                backend = "rocm"
-            else:
-                major, minor = torch.cuda.get_device_capability(0)
-                arch = f"{major}.{minor}"
-                software["cuda"] = torch.version.cuda
-                backend = "cuda"
-            return cls(arch=arch, device_class=device_class(name), backend=backend, device_name=name,
-                       software={k: v for k, v in software.items() if v}, cxx11_abi=_cxx11(torch), detected=True)
-        name = cpu_name()
-        return cls(arch=_machine(), device_class=device_class(name), backend="cpu", device_name=name,
-                   software={k: v for k, v in software.items() if v}, cxx11_abi=_cxx11(torch), detected=True)
-
-
-def _cxx11(torch) -> bool | None:
-    try:
-        return bool(torch.compiled_with_cxx11_abi())
-    except Exception:  # pragma: no cover
-        return None
+        facts = read_system(nvml)
+        if facts.gpu is not None:
+            name, arch, backend = facts.gpu["name"], facts.gpu["capability"], "cuda"
+        else:
+            name, arch, backend = cpu_name(), _machine(), "cpu"
+        return cls(arch=arch, device_class=device_class(name), backend=backend, device_name=name,
+                   software=facts.software, cxx11_abi=facts.cxx11_abi, detected=True)
 
 
 def _system() -> str:

@@ -4,7 +4,9 @@ Per package the request budget is fixed by the number of variants, never by
 the number of files: one ``refs`` call (branch ``vN`` → commit), one tree
 listing of ``build/`` at that commit, one ``metadata.json`` GET per variant,
 and (for a publisher the manifest does not trust) one organization overview
-per org per run. Binaries are never fetched at lock time.
+per org per run. Binaries are never fetched at lock time, except for a variant
+whose ``metadata.json`` declares no digests (older kernel-builder output):
+frt then reads its files to compute them.
 """
 
 from __future__ import annotations
@@ -121,10 +123,25 @@ class HubClient:
 
     def metadata(self, repo: str, commit: str, variant: str) -> bytes:
         """GET ``build/<variant>/metadata.json`` at ``commit`` (one request, no cache dance)."""
+        return self.file(repo, commit, f"build/{variant}/metadata.json")
+
+    def variant_files(self, repo: str, commit: str, variant: str) -> dict[str, bytes]:
+        """Every file of ``build/<variant>/`` at ``commit`` (relpath -> bytes): one listing and one
+        GET per file. Only for a variant whose metadata.json declares no digests (older
+        kernel-builder output), so that `frt lock` can compute them."""
+        from huggingface_hub.hf_api import RepoFile  # noqa: PLC0415
+
+        prefix = f"build/{variant}/"
+        entries = self._wrap(repo, f"list {prefix}", lambda: list(self.api.list_repo_tree(
+            repo, path_in_repo=prefix.rstrip("/"), revision=commit, repo_type=REPO_TYPE, recursive=True)))
+        return {e.path[len(prefix):]: self.file(repo, commit, e.path)
+                for e in entries if isinstance(e, RepoFile) and e.path.startswith(prefix)}
+
+    def file(self, repo: str, commit: str, path: str) -> bytes:
+        """GET one file of the repo at ``commit``."""
         from huggingface_hub import get_session, hf_hub_url  # noqa: PLC0415
         from huggingface_hub.utils import build_hf_headers, hf_raise_for_status  # noqa: PLC0415
 
-        path = f"build/{variant}/metadata.json"
         url = hf_hub_url(repo, path, repo_type=REPO_TYPE, revision=commit, endpoint=self.endpoint)
 
         def get():

@@ -16,15 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._schema import load_json
-from .canonical import digest, sha256_hex, tree_digests
+from .admissible import admission_problems
+from .canonical import digest, scan_tree, sha256_hex, tree_digests
 from .errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid
 from .lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile, write_atomic
 from .manifest import Manifest, Package
-from .metadata import parse_variant_metadata
+from .metadata import parse_variant_metadata, with_computed_digests
 from .project import Project
 from .receipt import STATES, CellKey, Receipt
 
-__all__ = ["lock_model", "LockResult", "rank_candidates", "derive_index", "derive_trust", "receipt_verdict",
+__all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "rank_candidates", "derive_index", "derive_trust", "receipt_verdict",
            "derive_path_package"]
 
 
@@ -60,9 +61,12 @@ def derive_index(receipts) -> dict[CellKey, IndexEntry]:
 
 
 def receipt_verdict(lock: Lockfile, rec: Receipt) -> list[str]:
-    """Why ``rec`` cannot be accepted into ``lock`` (its manifest and pins); ``[]`` when it can.
-    The one rule `frt lock` applies and `frt verify` re-applies."""
-    return rec.problems(lock.manifest) + lock.pin_problems(rec)
+    """Why ``rec`` cannot be accepted into ``lock`` (its manifest, pins and the admissibility of
+    its cell, SPEC §19); ``[]`` when it can. The one rule `frt lock` applies and `frt verify`
+    re-applies. Admissibility is judged on pinned variants only: a receipt measured on other
+    pins already has its reason, and a missing variant would be reported twice."""
+    pins = lock.pin_problems(rec)
+    return rec.problems(lock.manifest) + (pins or admission_problems(lock.packages, rec.cell))
 
 
 def derive_trust(pkg: Package, publisher_trusted: bool | None) -> str | None:
@@ -82,12 +86,15 @@ def derive_trust(pkg: Package, publisher_trusted: bool | None) -> str | None:
 # ---------------------------------------------------------------------------
 
 
-class _Locker:
-    def __init__(self, project: Project, *, hub=None, upgrade: set[str] | None = None, out=sys.stderr):
-        self.project = project
+class LockSession:
+    """What one `frt lock` run shares across its models: one Hub client (a publisher's trust fact
+    is read once) and every Hub package version fetched once, keyed by (repo, version): its commit
+    and variant facts, or the error fetching them raised. A package several models use costs its
+    Hub requests once per run, and a broken one fails each model the same way without asking again."""
+
+    def __init__(self, hub=None):
         self._hub = hub
-        self.upgrade = upgrade or set()
-        self.out = out
+        self.fetched: dict[tuple[str, int], tuple[str, dict] | FrtError] = {}
 
     @property
     def hub(self):
@@ -96,6 +103,37 @@ class _Locker:
 
             self._hub = HubClient()
         return self._hub
+
+
+class LockFailed(KernelUnavailable):
+    """Packages of one model that could not be locked (nothing written for the model).
+    ``failures`` is ``[(repo, error)]``, every package that failed, in manifest order;
+    ``reasons`` has one ``{"model", "package", "reason"}`` per failure."""
+
+    def __init__(self, model: str, failures: list[tuple[str, FrtError]]):
+        reasons = [{"model": model, "package": repo, "reason": _package_reason(repo, exc)} for repo, exc in failures]
+        super().__init__(f"model {model!r}: " + "; ".join(f"{r['package']}: {r['reason']}" for r in reasons),
+                         reasons=reasons, hints=list(dict.fromkeys(h for _, exc in failures for h in exc.hints)))
+        self.model, self.failures = model, failures
+        self.exit_code = max(exc.exit_code for _, exc in failures)
+
+
+def _package_reason(repo: str, exc: FrtError) -> str:
+    """The error's message without the ``package 'org/name'`` its line is already prefixed with."""
+    msg = str(exc)
+    head = f"package {repo!r}"
+    return msg[len(head):].lstrip(": ") if msg.startswith(head) else msg
+
+
+class _Locker:
+    def __init__(self, project: Project, *, hub=None, upgrade: set[str] | None = None, session: LockSession | None = None):
+        self.project = project
+        self.session = session or LockSession(hub)
+        self.upgrade = upgrade or set()
+
+    @property
+    def hub(self):
+        return self.session.hub
 
     def lock_package(self, manifest: Manifest, pkg: Package, old: Lockfile | None) -> LockedPackage:
         if pkg.is_path:
@@ -110,6 +148,59 @@ class _Locker:
             trust, publisher = self.decide_trust(manifest, pkg, prev.publisher_trusted)
             return dataclasses.replace(prev, trust=trust, publisher_trusted=publisher)
         trust, publisher = self.decide_trust(manifest, pkg, None)
+        commit, variants = self.fetch(pkg)
+        return LockedPackage(pkg.repo, "hub", pkg.version, commit, trust, dict(variants), publisher_trusted=publisher)
+
+    def lock_depends(self, manifest: Manifest, packages: dict[str, LockedPackage], old: Lockfile | None) -> None:
+        """Add every ``kernel-depends`` package to ``packages``, transitively. A dependency is locked
+        like a Hub package (its ``vN`` branch, as kernels resolves it; trust as for any package); one
+        the manifest declares is that package, whose version must be the one asked for. A cycle is
+        refused, as kernels refuses it."""
+        queue = sorted(packages)
+        while queue:
+            repo = queue.pop(0)
+            for dep, version in depends_of(packages[repo]):
+                have = packages.get(dep)
+                if have is None:
+                    packages[dep] = self.lock_dependency(manifest, Package(dep, version=version), old)
+                    queue.append(dep)
+                elif have.source == "hub" and have.version != version:
+                    raise KernelUnavailable(
+                        f"package {repo!r}: kernel-depends {dep!r} version {version}, but {dep!r} is locked at "
+                        f"version {have.version}", reasons=[{"package": repo, "reason": f"needs {dep} version {version}"}],
+                        hints=[f"one process loads one version of {dep}: align the versions"])
+        cycle = depends_cycle(packages)
+        if cycle:
+            raise KernelUnavailable(f"kernel-depends cycle: {' -> '.join(cycle)}",
+                                    reasons=[{"package": cycle[0], "reason": "kernel-depends cycle: " + " -> ".join(cycle)}])
+
+    def lock_dependency(self, manifest: Manifest, pkg: Package, old: Lockfile | None) -> LockedPackage:
+        """A package only ``kernel-depends`` names: pinned by an earlier lock at the same version
+        (unless upgraded), its trust decided again."""
+        prev = old.packages.get(pkg.repo) if old else None
+        if (prev is not None and prev.source == "hub" and prev.version == pkg.version
+                and pkg.repo not in self.upgrade and pkg.repo not in (old.manifest.packages if old else {})):
+            trust, publisher = self.decide_trust(manifest, pkg, prev.publisher_trusted)
+            return dataclasses.replace(prev, trust=trust, publisher_trusted=publisher)
+        trust, publisher = self.decide_trust(manifest, pkg, None)
+        commit, variants = self.fetch(pkg)
+        return LockedPackage(pkg.repo, "hub", pkg.version, commit, trust, dict(variants), publisher_trusted=publisher)
+
+    def fetch(self, pkg: Package) -> tuple[str, dict]:
+        """(commit, variant facts) of a Hub package's version branch, once per session."""
+        key = (pkg.repo, pkg.version)
+        hit = self.session.fetched.get(key)
+        if hit is None:
+            try:
+                hit = self._fetch(pkg)
+            except FrtError as exc:
+                hit = exc
+            self.session.fetched[key] = hit
+        if isinstance(hit, FrtError):
+            raise hit
+        return hit
+
+    def _fetch(self, pkg: Package) -> tuple[str, dict]:
         hub = self.hub
         commit = hub.branch_commit(pkg.repo, pkg.version)
         names = hub.variant_names(pkg.repo, commit)
@@ -118,8 +209,11 @@ class _Locker:
                                     reasons=[{"package": pkg.repo, "reason": "no variants"}])
         variants = {}
         for name in names:
-            variants[name] = parse_variant_metadata(hub.metadata(pkg.repo, commit, name), repo=pkg.repo, variant=name)
-        return LockedPackage(pkg.repo, "hub", pkg.version, commit, trust, variants, publisher_trusted=publisher)
+            v = parse_variant_metadata(hub.metadata(pkg.repo, commit, name), repo=pkg.repo, variant=name)
+            if v.digest_source == "frt":
+                v = with_computed_digests(v, hub.variant_files(pkg.repo, commit, name), repo=pkg.repo)
+            variants[name] = v
+        return commit, variants
 
     def decide_trust(self, manifest: Manifest, pkg: Package, recorded: bool | None) -> tuple[str, bool | None]:
         """(decision, the publisher fact it rests on) for a Hub package. The manifest's trust needs no
@@ -152,12 +246,19 @@ class _Locker:
             mpath = vdir / "metadata.json"
             if not mpath.is_file():
                 raise KernelUnavailable(f"package {pkg.repo!r}: {pkg.path}/build/{vdir.name}/metadata.json not found",
-                                        reasons=[{"package": pkg.repo, "reason": "variant without metadata.json"}])
+                                        reasons=[{"package": pkg.repo, "reason": "variant without metadata.json"}],
+                                        hints=["kernels >= 0.17 loads no variant without metadata.json (pre-0.17 "
+                                               "torch-universal builds have none): rebuild the package with a current "
+                                               "kernel-builder, or add a metadata.json (name, id, version, license, "
+                                               "python-depends, backend); frt computes the file digests if it has none"])
             raw = mpath.read_bytes()
-            variants[vdir.name] = parse_variant_metadata(raw, repo=pkg.repo, variant=vdir.name)
-            v = json.loads(raw).get("version")
-            if isinstance(v, int):
-                versions.add(v)
+            v = parse_variant_metadata(raw, repo=pkg.repo, variant=vdir.name)
+            if v.digest_source == "frt":
+                v = with_computed_digests(v, _read_tree(vdir, pkg.repo), repo=pkg.repo)
+            variants[vdir.name] = v
+            ver = json.loads(raw).get("version")
+            if isinstance(ver, int):
+                versions.add(ver)
         if not variants:
             raise KernelUnavailable(f"package {pkg.repo!r}: {pkg.path}/build/ has no variants",
                                     reasons=[{"package": pkg.repo, "reason": "no variants"}])
@@ -189,6 +290,47 @@ class _Locker:
         return out
 
 
+def depends_of(pkg: LockedPackage) -> list[tuple[str, int]]:
+    """The (repo, version) pairs any locked variant of ``pkg`` names in ``kernel-depends``."""
+    return sorted({d for v in pkg.variants.values() for d in v.kernel_depends})
+
+
+def depends_cycle(packages: dict[str, LockedPackage]) -> list[str] | None:
+    """A ``kernel-depends`` cycle among ``packages`` as ``[a, b, ..., a]``, or ``None``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(repo: str, path: list[str]) -> list[str] | None:
+        state[repo] = 1
+        for dep, _ in depends_of(packages[repo]) if repo in packages else ():
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep, path + [dep])
+                if found:
+                    return found
+        state[repo] = 2
+        return None
+
+    for repo in sorted(packages):
+        if repo not in state:
+            found = visit(repo, [repo])
+            if found:
+                return found
+    return None
+
+
+def _read_tree(vdir: Path, repo: str) -> dict[str, bytes]:
+    """The files of a path package's variant directory (a symlink is refused: its target is not
+    part of the package)."""
+    out = {}
+    for rel, path, link in scan_tree(vdir):
+        if link:
+            raise KernelUnavailable(f"package {repo!r}: {vdir.name}/{rel} is a symlink; frt cannot compute a digest "
+                                    "for a file outside the package", reasons=[{"package": repo, "reason": "symlink in variant"}])
+        out[rel] = Path(path).read_bytes()
+    return out
+
+
 def derive_path_package(project: Project, pkg: Package) -> LockedPackage:
     """A path package as `frt lock` pins it now, from its source under the project
     (content digest, version, each variant's metadata facts). Raises ``KernelUnavailable``."""
@@ -196,8 +338,11 @@ def derive_path_package(project: Project, pkg: Package) -> LockedPackage:
 
 
 def lock_model(project: Project, model: str, *, check: bool = False, strict: bool = False, hub=None,
-               upgrade: set[str] | None = None, warn=None, progress=None) -> LockResult:
-    """Lock one model. With ``check``, nothing is written and ``stale`` says why.
+               upgrade: set[str] | None = None, warn=None, progress=None,
+               session: LockSession | None = None) -> LockResult:
+    """Lock one model. With ``check``, nothing is written and ``stale`` says why. Every package is
+    tried; when any fails, ``LockFailed`` names each (and nothing is written). ``session`` shares
+    Hub fetches across the models of one run (``LockSession``).
 
     ``progress``, when given, receives ``{"event": "package", "model", "repo", "done", "total"}``
     after each package is pinned (the Hub requests happen there)."""
@@ -217,13 +362,19 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
             old = Lockfile.read(lpath, label=project.rel(lpath))
         except LockfileError as exc:
             old_problem = str(exc)
-    locker = _Locker(project, hub=hub, upgrade=upgrade)
-    packages = {}
+    locker = _Locker(project, hub=hub, upgrade=upgrade, session=session)
+    packages, failures = {}, []
     for repo, pkg in sorted(manifest.packages.items()):
-        packages[repo] = locker.lock_package(manifest, pkg, old)
+        try:
+            packages[repo] = locker.lock_package(manifest, pkg, old)
+        except FrtError as exc:
+            failures.append((repo, exc))
         if progress:
-            progress({"event": "package", "model": model, "repo": repo, "done": len(packages),
+            progress({"event": "package", "model": model, "repo": repo, "done": len(packages) + len(failures),
                       "total": len(manifest.packages)})
+    if failures:
+        raise LockFailed(model, failures)
+    locker.lock_depends(manifest, packages, old)
 
     lf = Lockfile(model=model, manifest_file=mlabel, manifest=manifest, packages=packages, receipts={},
                   rejected=[], index={})

@@ -48,12 +48,30 @@ class LockedVariant:
     module_id: str
     module_name: str
     algorithm: str
-    files: dict[str, str]  # relpath -> base64 digest, as metadata.json declares
+    files: dict[str, str]  # relpath -> base64 digest, as metadata.json declares (or frt computed)
+    # "metadata": the digests are the publisher's (metadata.json `digest`); "frt": metadata.json has
+    # none (older kernel-builder output) and `frt lock` computed them from the files it read
+    digest_source: str = "metadata"
+    # what the variant needs (metadata.json), checked by resolve on the machine: kernels-minver,
+    # python-depends, and kernel-depends as (repo, version) pairs, locked as packages of their own
+    kernels_minver: str | None = None
+    python_depends: tuple[str, ...] = ()
+    kernel_depends: tuple[tuple[str, int], ...] = ()
 
     def to_toml(self) -> dict:
-        return {"backend": self.backend, "archs": list(self.archs), "metadata-sha256": self.metadata_sha256,
-                "module-id": self.module_id, "module-name": self.module_name,
-                "digest-algorithm": self.algorithm, "files": dict(sorted(self.files.items()))}
+        out = {"backend": self.backend, "archs": list(self.archs), "metadata-sha256": self.metadata_sha256,
+               "module-id": self.module_id, "module-name": self.module_name,
+               "digest-algorithm": self.algorithm, "files": dict(sorted(self.files.items()))}
+        # written only when not the default, so locks of packages without them keep their bytes
+        if self.digest_source != "metadata":
+            out["digest-source"] = self.digest_source
+        if self.kernels_minver is not None:
+            out["kernels-minver"] = self.kernels_minver
+        if self.python_depends:
+            out["python-depends"] = list(self.python_depends)
+        if self.kernel_depends:
+            out["kernel-depends"] = [{"repo-id": r, "version": v} for r, v in self.kernel_depends]
+        return out
 
 
 @dataclass(frozen=True)
@@ -306,7 +324,8 @@ class Lockfile:
                 vp = f"{p}.variants.{vname}"
                 names.check("variant", vname, vp, LockfileError, file=file)
                 r.only(vt, {"backend", "archs", "metadata-sha256", "module-id", "module-name",
-                            "digest-algorithm", "files"}, vp)
+                            "digest-algorithm", "files", "digest-source", "kernels-minver", "python-depends",
+                            "kernel-depends"}, vp)
                 files = r.get(vt, "files", dict, vp)
                 for rel in files:
                     why = names.problem("path", rel)
@@ -318,7 +337,7 @@ class Lockfile:
                     vname, r.get(vt, "backend", str, vp), tuple(r.str_list(vt, "archs", vp)),
                     r.get(vt, "metadata-sha256", str, vp), r.get(vt, "module-id", str, vp),
                     r.get(vt, "module-name", str, vp), r.get(vt, "digest-algorithm", str, vp),
-                    {k: str(v) for k, v in files.items()})
+                    {k: str(v) for k, v in files.items()}, **_requirements(r, vt, vp))
             packages[repo] = LockedPackage(repo, source, r.get(t, "version", int, p), revision, trust, variants,
                                            _rel_path(r, t, p, file), publisher_trusted)
         raw_receipts: dict[str, tuple] = {}
@@ -457,6 +476,24 @@ def embedded_receipt_rows(data: dict) -> list[tuple[str, dict | str]]:
             continue
         out.append((where, row))
     return out
+
+
+def _requirements(r: Reader, vt: dict, vp: str) -> dict:
+    """A locked variant's digest source and what it needs (``LockedVariant``), checked by field."""
+    source = r.get(vt, "digest-source", str, vp, required=False, default="metadata")
+    if source not in ("metadata", "frt"):
+        raise r.fail(vp + ".digest-source", f"expected metadata or frt, got {source!r}")
+    deps = []
+    for i, d in enumerate(r.get(vt, "kernel-depends", list, vp, required=False, default=[])):
+        dp = f"{vp}.kernel-depends[{i}]"
+        if not isinstance(d, dict):
+            raise r.fail(dp, f"expected a table, got {type(d).__name__}")
+        r.only(d, {"repo-id", "version"}, dp)
+        deps.append((names.check("repo", r.get(d, "repo-id", str, dp), dp + ".repo-id", LockfileError, file=r.file),
+                     r.get(d, "version", int, dp)))
+    return {"digest_source": source, "kernels_minver": r.get(vt, "kernels-minver", str, vp, required=False),
+            "python_depends": tuple(r.str_list(vt, "python-depends", vp, required=False, default=[])),
+            "kernel_depends": tuple(deps)}
 
 
 def _rel_path(r: Reader, t: dict, p: str, file: str) -> str | None:

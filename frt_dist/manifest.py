@@ -64,13 +64,15 @@ class Phase:
 
 @dataclass(frozen=True)
 class Impl:
-    """One implementation of a seam: package entry, precision, contract and smoke."""
+    """One implementation of a seam: package entry, precisions, contract and smoke."""
 
     seam: str
     name: str
     package: str
     entry: str
-    precision: str
+    # the route precisions it may serve: `precision = "bf16"` or `precision = ["bf16", "fp8"]`
+    # (e.g. a bf16 attention kernel inside an fp8 route, without a second impl)
+    precisions: tuple[str, ...]
     contract: dict
     smoke: dict
     probes: tuple[str, ...] = ()
@@ -226,14 +228,14 @@ class Manifest:
                 raise r.fail(p, "invalid route name ('host' is reserved)")
             if not isinstance(t, dict):
                 raise r.fail(p, "expected a table")
-            r.only(t, {"assembly", "seams", "gate"}, p)
+            r.only(t, {"assembly", "seams", "gate", "precision"}, p)
             assembly = r.get(t, "assembly", str, p)
             if assembly not in ASSEMBLIES:
                 raise r.fail(p + ".assembly", f"expected one of {', '.join(ASSEMBLIES)}, got {assembly!r}")
             rseams = r.get(t, "seams", dict, p)
             if not rseams:
                 raise r.fail(p + ".seams", "a route binds at least one seam")
-            precisions = set()
+            served = []
             for seam, impl in rseams.items():
                 sp = f"{p}.seams.{_q(seam)}"
                 if seam not in seams:
@@ -242,21 +244,20 @@ class Manifest:
                     raise r.fail(sp, "expected an impl name (string)")
                 if impl not in seams[seam].impls:
                     raise r.fail(sp, f"unknown impl {impl!r} (impls of {seam}: {', '.join(seams[seam].impls)})")
-                precisions.add(seams[seam].impls[impl].precision)
-            if len(precisions) != 1:
-                raise r.fail(p + ".seams", f"impls of one route must share a precision, got {', '.join(sorted(precisions))}")
+                served.append((seam, seams[seam].impls[impl].precisions))
+            precision = _route_precision(r, t, p, served)
             gate = r.get(t, "gate", dict, p, required=False, default={})
             r.only(gate, {"min-speedup"}, p + ".gate")
             if "min-speedup" in gate:
                 ms = r.number(gate, "min-speedup", p + ".gate")
                 if ms <= 0:
                     raise r.fail(p + ".gate.min-speedup", "must be positive")
-            routes[rname] = Route(rname, assembly, dict(rseams), dict(gate), precisions.pop(),
+            routes[rname] = Route(rname, assembly, dict(rseams), dict(gate), precision,
                                   partial(route_digest_of, t, seams))
         if not routes:
             raise r.fail("routes", "at least one route is required")
 
-        precs = {impl.precision for s in seams.values() for impl in s.impls.values()}
+        precs = {pr for s in seams.values() for impl in s.impls.values() for pr in impl.precisions}
         if default_precision is not None and default_precision not in precs:
             raise r.fail("default-precision", f"no impl has precision {default_precision!r} (impls: {', '.join(sorted(precs))})")
         return cls(file=file, model=model, binding=binding, host=host, family=family,
@@ -301,7 +302,13 @@ def _read_impl(r: Reader, seam: str, name: str, t: Any, p: str, packages: dict) 
     for i, pr in enumerate(probes):
         if not _SYMBOL.match(pr):
             raise r.fail(f"{p}.probes[{i}]", f"not a Python symbol: {pr!r}")
-    precision = names.check("name", r.get(t, "precision", str, p), p + ".precision", ManifestError, file=r.file)
+    raw_prec = r.get(t, "precision", (str, list), p)
+    listed = [raw_prec] if isinstance(raw_prec, str) else raw_prec
+    if not listed:
+        raise r.fail(p + ".precision", "at least one precision is required")
+    precisions = tuple(names.check("name", pr, f"{p}.precision", ManifestError, file=r.file) for pr in listed)
+    if len(set(precisions)) != len(precisions):
+        raise r.fail(p + ".precision", f"lists a precision twice: {listed!r}")
     contract = r.get(t, "contract", dict, p)
     cp = p + ".contract"
     r.only(contract, {"device", "dtypes", "layout", "width", "arity"}, cp)
@@ -344,7 +351,28 @@ def _read_impl(r: Reader, seam: str, name: str, t: Any, p: str, packages: dict) 
         exp = r.get(smoke, "expect", dict, sp)
         r.only(exp, {"shape"}, ep)
         _shape(r, exp, ep)
-    return Impl(seam, name, package, entry, precision, dict(contract), dict(smoke), tuple(probes), dict(t))
+    return Impl(seam, name, package, entry, precisions, dict(contract), dict(smoke), tuple(probes), dict(t))
+
+
+def _route_precision(r: Reader, t: dict, p: str, served: list[tuple[str, tuple[str, ...]]]) -> str:
+    """The precision a route runs at: its own ``precision`` when it declares one (every impl must
+    serve it), else the one precision all its impls serve; none in common, or several with none
+    declared, is an error naming the route."""
+    common = set(served[0][1]).intersection(*(set(ps) for _, ps in served[1:]))
+    declared = r.get(t, "precision", str, p, required=False)
+    if declared is not None:
+        for seam, ps in served:
+            if declared not in ps:
+                raise r.fail(p + ".precision", f"{declared!r} is not served by the impl of seam {seam!r} "
+                                               f"(it serves {', '.join(ps)})")
+        return declared
+    if len(common) == 1:
+        return common.pop()
+    listing = "; ".join(f"{seam}: {', '.join(ps)}" for seam, ps in served)
+    if not common:
+        raise r.fail(p + ".seams", f"the route's impls share no precision ({listing})")
+    raise r.fail(p + ".precision", f"the route's impls share several precisions ({', '.join(sorted(common))}): "
+                                   "declare which one the route runs at")
 
 
 def _shape(r: Reader, t: dict, p: str) -> None:

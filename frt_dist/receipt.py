@@ -20,14 +20,15 @@ from . import names
 from ._schema import Reader, load_json
 from .canonical import digest
 from .errors import ReceiptInvalid
-from .hardware import software_version
+from .hardware import device_class, software_version
 
 __all__ = ["Receipt", "STATES", "CellKey", "MIN_CERT_ROUNDS", "EVIDENCE_RULES"]
 
 SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.receipt", 1
 STATES = ("certified_fast", "supported_correct")
 MIN_CERT_ROUNDS = 5  # a speed claim needs at least this many paired timing rounds
-TIMING_KEYS = {"method", "rounds", "warmup", "rows", "host-median-ms", "route-median-ms",
+TIMING_CLOCKS = ("perf-counter", "cuda-events")  # frt_dist.qualify.CLOCKS: the host's clock on CPU, CUDA events on a GPU
+TIMING_KEYS = {"method", "rounds", "warmup", "rows", "host-median-ms", "route-median-ms", "clock", "l2-flush", "device",
                "speedup-median", "speedup-min", "speedup-max", "speedup-p25", "speedup-p75"}
 
 
@@ -142,6 +143,20 @@ class Receipt:
                 v = r.number(timing, k, "evidence.timing")
                 if not math.isfinite(v) or v < 0:
                     raise r.fail(f"evidence.timing.{k}", "must be a finite non-negative number")
+            clock = r.get(timing, "clock", str, "evidence.timing", required=False)
+            if clock is not None and clock not in TIMING_CLOCKS:
+                raise r.fail("evidence.timing.clock", f"expected one of {', '.join(TIMING_CLOCKS)}, got {clock!r}")
+            r.get(timing, "l2-flush", bool, "evidence.timing", required=False)
+            dev = r.get(timing, "device", dict, "evidence.timing", required=False)
+            if dev is not None:  # the GPU as NVML saw it during timing (frt qualify on CUDA)
+                r.only(dev, {"name", "driver", "cuda-driver", "clocks-start", "clocks-end"}, "evidence.timing.device")
+                r.get(dev, "name", str, "evidence.timing.device")
+                for k in ("driver", "cuda-driver"):
+                    r.get(dev, k, (str, type(None)), "evidence.timing.device", required=False)
+                for k in ("clocks-start", "clocks-end"):
+                    for unit, mhz in (r.get(dev, k, (dict, type(None)), "evidence.timing.device", required=False) or {}).items():
+                        if isinstance(mhz, bool) or not isinstance(mhz, int) or mhz < 0:
+                            raise r.fail(f"evidence.timing.device.{k}.{unit}", f"expected a clock in MHz, got {mhz!r}")
         r.get(data, "verdict", str, "")
         return cls(data=data, file=file, digest=digest(data))
 
@@ -161,7 +176,13 @@ class Receipt:
     @property
     def key(self) -> CellKey:
         c, hw = self.cell, self.cell["hardware"]
-        return CellKey(c["phase"], c["precision"], hw["backend"], hw["arch"], hw["device-class"])
+        return CellKey(c["phase"], c["precision"], hw["backend"], hw["arch"], self.device_class)
+
+    @functools.cached_property
+    def device_class(self) -> str:
+        """The cell's device class, normalised (SPEC §17: ``NVIDIA H200`` is ``h200``) as every
+        other entry point normalises it; the receipt (and its digest) keeps what it recorded."""
+        return device_class(self.cell["hardware"]["device-class"])
 
     @functools.cached_property
     def software(self) -> dict:
@@ -194,9 +215,11 @@ class Receipt:
             if c[k] != want:
                 out.append(f"cell.{k} is {c[k]!r}; the manifest's is {want!r}")
         for k in ("backend", "arch", "device-class"):
-            why = names.problem("name", c["hardware"][k])
+            value = self.device_class if k == "device-class" else c["hardware"][k]
+            why = names.problem("name", value)
             if why:
-                out.append(f"cell.hardware.{k} {c['hardware'][k]!r} {why}")
+                shown = repr(value) if value == c["hardware"][k] else f"{c['hardware'][k]!r} (normalised: {value!r})"
+                out.append(f"cell.hardware.{k} {shown} {why}")
         route = manifest.routes.get(c["route"])
         if route is None:
             out.append(f"route {c['route']!r} is not defined by the manifest (routes: {', '.join(manifest.routes)})")
@@ -429,6 +452,19 @@ def _certified_paired(rec: Receipt, route, manifest) -> list[str]:
     return []
 
 
+def _timing_clock_fits_backend(rec: Receipt, route, manifest) -> list[str]:
+    """The timer fits the device: a GPU cell timed with the host's clock measured kernel
+    launches, not kernels (they run asynchronously); CUDA events on a CPU cell measured nothing.
+    A receipt that names no clock (written before clocks were recorded) is not judged here."""
+    t, backend = rec.timing, rec.cell["hardware"]["backend"]
+    clock = (t or {}).get("clock")
+    want = "perf-counter" if backend == "cpu" else "cuda-events"
+    if clock is not None and clock != want:
+        return [f"timing clock {clock!r} does not fit a {backend} cell (needs {want!r}): "
+                + ("it timed kernel launches, not kernels" if backend != "cpu" else "no GPU ran")]
+    return []
+
+
 def _certified_rounds(rec: Receipt, route, manifest) -> list[str]:
     """A speed claim needs at least ``MIN_CERT_ROUNDS`` paired rounds."""
     t = rec.timing
@@ -468,6 +504,7 @@ EVIDENCE_RULES = (
     _medians_vs_speedups,
     _certified_has_timing,
     _certified_paired,
+    _timing_clock_fits_backend,
     _certified_rounds,
     _certified_gate,
 )

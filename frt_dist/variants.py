@@ -1,9 +1,18 @@
 """Which build variant a (declared) system accepts, without importing `kernels`.
 
-The grammar and ordering follow `kernels` 0.17.2 (`variants.py`): a pure function
-of the variant names and the system's facts, so a lock, a resolve or a refusal
-can be computed for hardware we are not running on. A differential test keeps
-it equal to ``kernels.variants._resolve_variant_for_system``.
+A pure re-statement of `kernels` 0.17.2's ``variants._resolve_variant_for_system``
+(and the ``backends.parse_backend`` grammar it uses), so that a lock, a resolve or a
+refusal can be computed for hardware we are not running on, and so that the serving
+and lock paths never import `kernels`. A differential test (``tests/test_variants.py``)
+keeps it equal to `kernels`' own selection over a zoo of names × systems.
+
+The system facts `kernels` reads are ``Hardware`` fields: ``backend`` with its version
+(``software`` ``cuda``/``rocm``/``xpu``/``cann``), ``cpu``, ``os``, ``software`` ``torch``,
+``tvm-ffi`` and ``macos``, and ``cxx11_abi`` (a Linux fact: `kernels` passes none
+elsewhere, so neither do we). Two deliberate differences: accepted variants whose
+preference ties are ordered by name (`kernels` keeps the order the Hub listed them in,
+which is a set's), and the free-threaded-Python prefilter is not applied (frt serves
+from the interpreter it runs in; `kernels` checks that at load).
 """
 
 from __future__ import annotations
@@ -12,17 +21,22 @@ import re
 from dataclasses import dataclass
 
 from . import names
-from .hardware import Hardware
+from .hardware import Hardware, software_version
 
-__all__ = ["ParsedVariant", "parse_variant", "select_variants", "VariantChoice", "valid_variant_name"]
+__all__ = ["ParsedVariant", "parse_variant", "select_variants", "VariantChoice", "valid_variant_name",
+           "METAL_MIN_MACOS"]
 
-_STABLE_ABI = re.compile(r"torch-stable-abi(\d)(\d+)")
-_TORCH_VER = re.compile(r"torch(\d)(\d+)")
-_FFI_VER = re.compile(r"ffi(\d+?)(\d+)")
-_MAJOR_MINOR = re.compile(r"^(\d+)\.(\d+)")
-_CUDA_VER = re.compile(r"cu(\d+)(\d)")
-_OTHER_BACKEND = re.compile(r"^(rocm|xpu|cann)\d*?(\d)$")
-
+_STABLE_ABI = re.compile(r"torch-stable-abi([0-9])([0-9]+)")
+_TORCH = re.compile(r"torch([0-9])([0-9]+)")
+_TVM_FFI = re.compile(r"tvm-ffi([0-9]+?)([0-9]+)")
+# versioned backends: prefix -> backend name; the version is "<major><minor>" with a
+# one-digit minor (kernels' greedy `(\d+)(\d+)`: cu1210 is 121.0, not 12.10)
+_VERSIONED = {"cu": "cuda", "rocm": "rocm", "xpu": "xpu", "cann": "cann"}
+_PREFIX = {name: prefix for prefix, name in _VERSIONED.items()}
+_VERSIONED_BACKEND = re.compile(r"(cu|rocm|xpu|cann)([0-9]+)([0-9])")
+_PLAIN_BACKENDS = ("cpu", "metal", "neuron", "tpu")
+# Metal builds use -std=metal4.0, which needs macOS 26 (kernels' _METAL_MIN_MACOS_VERSION)
+METAL_MIN_MACOS = (26, 0)
 
 
 def valid_variant_name(name: str) -> bool:
@@ -32,71 +46,71 @@ def valid_variant_name(name: str) -> bool:
 
 @dataclass(frozen=True)
 class ParsedVariant:
-    """A build variant directory name, taken apart (``parse_variant``)."""
+    """A build variant directory name, taken apart (``parse_variant``).
+
+    ``backend`` is the backend's name (``cuda``, ``rocm``, ``xpu``, ``cann``, ``cpu``,
+    ``metal``, ``neuron``, ``tpu``) with ``backend_version`` for the versioned ones; for a
+    noarch variant it is the text after ``torch-`` (``cpu``, ``cuda``, ``npu``, ``universal``).
+    """
 
     name: str
     kind: str  # "stable-abi" | "torch" | "tvm-ffi" | "noarch"
     framework_version: tuple[int, int] | None = None
     cxx11: bool | None = None
-    backend: str = ""  # "cpu", "cu128", "rocm71", ... or for noarch: "cpu", "cuda", "universal"
+    backend: str = ""
+    backend_version: tuple[int, int] | None = None
     cpu: str = ""
     os: str = ""
 
+    @property
+    def backend_str(self) -> str:
+        return _backend_str(self.backend, self.backend_version)
 
-def _ver(major: str, minor: str) -> tuple[int, int]:
-    return int(major), int(minor)
+
+def _backend_str(name: str, version: tuple[int, int] | None) -> str:
+    """A backend as a variant names it: ``cu128``, ``xpu20253``, ``metal``."""
+    return f"{_PREFIX.get(name, name)}{version[0]}{version[1]}" if version else name
+
+
+def _parse_backend(s: str) -> tuple[str, tuple[int, int] | None] | None:
+    if s in _PLAIN_BACKENDS:
+        return s, None
+    m = _VERSIONED_BACKEND.fullmatch(s)
+    return (_VERSIONED[m.group(1)], (int(m.group(2)), int(m.group(3)))) if m else None
+
+
+def _arch(name: str, kind: str, version: tuple[int, int], cxx11: bool | None,
+          parts: list[str]) -> ParsedVariant | None:
+    """An arch variant, from the ``<backend>-<cpu>-<os>`` parts after its framework part."""
+    backend = _parse_backend(parts[0]) if len(parts) == 3 else None
+    if backend is None:
+        return None
+    return ParsedVariant(name, kind, version, cxx11, backend[0], backend[1], parts[1], parts[2])
+
+
+def _mm(m: re.Match) -> tuple[int, int]:
+    return int(m.group(1)), int(m.group(2))
 
 
 def parse_variant(name: str) -> ParsedVariant | None:
-    """Parse a variant directory name; ``None`` when it is not a known form."""
+    """Parse a variant directory name; ``None`` where `kernels`' ``parse_variant`` raises."""
     parts = name.split("-")
-    try:
-        if name.startswith("torch-stable-abi"):
-            m = _STABLE_ABI.fullmatch("-".join(parts[:3]))
-            if not m or len(parts) != 6:
-                return None
-            return ParsedVariant(name, "stable-abi", _ver(m.group(1), m.group(2)), None, parts[3], parts[4], parts[5])
-        if parts[0] == "torch":
-            if len(parts) < 2:
-                return None
-            return ParsedVariant(name, "noarch", backend="-".join(parts[1:]))
-        if parts[0].startswith("torch"):
-            m = _TORCH_VER.fullmatch(parts[0])
-            if not m:
-                return None
-            rest = parts[1:]
-            cxx11 = None
-            if rest and rest[0] in ("cxx11", "cxx98"):
-                cxx11 = rest[0] == "cxx11"
-                rest = rest[1:]
-            if len(rest) != 3:
-                return None
-            return ParsedVariant(name, "torch", _ver(m.group(1), m.group(2)), cxx11, rest[0], rest[1], rest[2])
-        if parts[0] == "tvm" and len(parts) == 5 and parts[1].startswith("ffi"):
-            m = _FFI_VER.fullmatch(parts[1])
-            if not m:
-                return None
-            return ParsedVariant(name, "tvm-ffi", _ver(m.group(1), m.group(2)), None, parts[2], parts[3], parts[4])
-    except ValueError:
-        return None
+    if name.startswith("torch-stable-abi"):
+        m = _STABLE_ABI.fullmatch("-".join(parts[:3]))
+        return _arch(name, "stable-abi", _mm(m), None, parts[3:]) if m else None
+    if parts[0] == "torch":
+        return ParsedVariant(name, "noarch", backend="-".join(parts[1:]))
+    if parts[0].startswith("torch"):
+        m = _TORCH.fullmatch(parts[0])
+        if not m:
+            return None
+        tagged = len(parts) >= 2 and parts[1] in ("cxx11", "cxx98")
+        cxx11 = parts[1] == "cxx11" if tagged else None
+        return _arch(name, "torch", _mm(m), cxx11, parts[2:] if tagged else parts[1:])
+    if parts[0] == "tvm" and len(parts) >= 2 and parts[1].startswith("ffi"):
+        m = _TVM_FFI.fullmatch(f"tvm-{parts[1]}")
+        return _arch(name, "tvm-ffi", _mm(m), None, parts[2:]) if m else None
     return None
-
-
-def _system_backend(hw: Hardware) -> str:
-    """The variant backend string of the system: ``cpu``, ``cu128``, ``rocm71``..."""
-    if hw.backend == "cuda":
-        cuda = hw.software.get("cuda")
-        return "cu" + cuda.replace(".", "") if cuda else "cu"
-    if hw.backend == "rocm":
-        rocm = hw.software.get("rocm")
-        return "rocm" + rocm.replace(".", "") if rocm else "rocm"
-    return hw.backend
-
-
-def _torch_version(hw: Hardware) -> tuple[int, int] | None:
-    t = hw.software.get("torch")
-    m = _MAJOR_MINOR.match(t or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 @dataclass(frozen=True)
@@ -108,77 +122,99 @@ class VariantChoice:
     rejected: tuple[tuple[str, str], ...]
 
 
-def _check(v: ParsedVariant, hw: Hardware) -> str | None:
-    """``None`` when the system accepts ``v``, else the reason it does not."""
-    sys_backend = _system_backend(hw)
-    if v.kind == "noarch":
-        if v.backend not in (hw.backend, "universal"):
-            return f"backend ({v.backend}) does not match system backend ({hw.backend}) and is not universal"
-        return None
-    if v.cpu != hw.cpu:
-        return f"CPU ({v.cpu}) does not match system CPU ({hw.cpu})"
-    if v.os != hw.os:
-        return f"OS ({v.os}) does not match system OS ({hw.os})"
-    tv = _torch_version(hw)
-    if v.kind == "torch":
-        if v.framework_version != tv:
-            return f"torch version ({_fmt(v.framework_version)}) does not match system torch ({_fmt(tv)})"
-        if v.cxx11 is not None and v.cxx11 != hw.cxx11_abi:
-            return f"torch C++11 ABI ({v.cxx11}) does not match system ({hw.cxx11_abi})"
-    elif v.kind == "stable-abi":
-        if tv is None or v.framework_version > tv:
-            return f"torch stable ABI ({_fmt(v.framework_version)}) is too new for system torch ({_fmt(tv)})"
-    elif v.kind == "tvm-ffi":
-        tvm = hw.software.get("tvm-ffi")
-        if tvm is None or _fmt(v.framework_version) != tvm:
-            return f"tvm-ffi version ({_fmt(v.framework_version)}) does not match system tvm-ffi ({tvm})"
-    if hw.backend == "cuda" and v.backend.startswith("cu"):
-        vb, sb = _cuda_mm(v.backend), _cuda_mm(sys_backend)
-        if vb is None or sb is None or vb[0] != sb[0] or vb[1] > sb[1]:
-            return f"CUDA version ({v.backend}) is not compatible with system CUDA ({sys_backend})"
-        return None
-    if v.backend != sys_backend:
-        return f"backend ({v.backend}) does not match system backend ({sys_backend})"
-    return None
+@dataclass(frozen=True)
+class _System:
+    """The facts of ``Hardware`` that `kernels`' resolver reads, in its terms."""
 
+    backend: str
+    backend_version: tuple[int, int] | None
+    cpu: str
+    os: str
+    torch: tuple[int, int] | None
+    cxx11: bool | None
+    tvm_ffi: tuple[int, int] | None
+    macos: tuple[int, int] | None
 
-def _cuda_mm(s: str) -> tuple[int, int] | None:
-    m = _CUDA_VER.fullmatch(s)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    @classmethod
+    def of(cls, hw: Hardware) -> "_System":
+        def version(key: str) -> tuple[int, int] | None:
+            v = software_version(hw.software.get(key))
+            return tuple(int(x) for x in v.split(".")) if v else None
+
+        return cls(hw.backend, version(hw.backend) if hw.backend in _PREFIX else None, hw.cpu, hw.os,
+                   version("torch"), hw.cxx11_abi if hw.os == "linux" else None, version("tvm-ffi"),
+                   version("macos"))
+
+    @property
+    def backend_str(self) -> str:
+        if self.backend in _PREFIX and self.backend_version is None:
+            return f"{self.backend}, version not declared"
+        return _backend_str(self.backend, self.backend_version)
+
+    @property
+    def noarch(self) -> str:
+        return "npu" if self.backend == "cann" else self.backend
 
 
 def _fmt(v: tuple[int, int] | None) -> str:
     return f"{v[0]}.{v[1]}" if v else "none"
 
 
-def _sort_key(v: ParsedVariant) -> tuple:
+def _check(v: ParsedVariant, s: _System) -> str | None:
+    """``None`` when the system accepts ``v``, else the reason it does not (kernels' order of checks)."""
     if v.kind == "noarch":
-        return (3, 0, 0, 1 if v.backend == "universal" else 0, v.name)
-    backend_minor = 0
-    mm = _cuda_mm(v.backend)
-    if mm:
-        backend_minor = -mm[1]
-    else:
-        m = _OTHER_BACKEND.match(v.backend)
-        if m:
-            backend_minor = -int(m.group(2))
-    if v.kind == "stable-abi":
-        return (0, -v.framework_version[0], -v.framework_version[1], backend_minor, v.name)
+        if v.backend not in (s.noarch, "universal"):
+            return f"backend ({v.backend}) does not match system backend ({s.noarch}) and is not universal"
+        return None
+    if v.cpu != s.cpu:
+        return f"CPU ({v.cpu}) does not match system CPU ({s.cpu})"
+    if v.os != s.os:
+        return f"OS ({v.os}) does not match system OS ({s.os})"
     if v.kind == "torch":
-        return (1, 0, 1 if v.cxx11 is not None else 0, backend_minor, v.name)
-    return (2, 0, 0, backend_minor, v.name)
+        if v.framework_version != s.torch:
+            return f"torch version ({_fmt(v.framework_version)}) does not match system torch ({_fmt(s.torch)})"
+        if v.cxx11 is not None and v.cxx11 != s.cxx11:
+            return f"torch C++11 ABI ({v.cxx11}) does not match system ({s.cxx11})"
+    elif v.kind == "stable-abi":
+        if s.torch is None or v.framework_version > s.torch:
+            return f"torch stable ABI ({_fmt(v.framework_version)}) is too new for system torch ({_fmt(s.torch)})"
+    elif v.framework_version != s.tvm_ffi:
+        return f"tvm-ffi version ({_fmt(v.framework_version)}) does not match system tvm-ffi ({_fmt(s.tvm_ffi)})"
+    if s.backend == v.backend == "cuda":
+        sv, vv = s.backend_version, v.backend_version
+        if sv is None or vv[0] != sv[0] or vv[1] > sv[1]:
+            return f"CUDA version ({v.backend_str}) is not compatible with system CUDA ({s.backend_str})"
+    elif v.backend_str != s.backend_str:
+        return f"backend ({v.backend_str}) does not match system backend ({s.backend_str})"
+    elif v.backend == "metal" and (s.macos is None or s.macos < METAL_MIN_MACOS):
+        return (f"Metal builds need macOS {_fmt(METAL_MIN_MACOS)} or later, system macOS "
+                f"{_fmt(s.macos) if s.macos else 'not declared (software macos=X.Y)'}")
+    return None
+
+
+def _sort_key(v: ParsedVariant) -> tuple:
+    """`kernels`' ``_sort_variants`` key, then the name: stable-ABI (newest first) > torchXY
+    (untagged first) > tvm-ffi > noarch > ``torch-universal``, each by the backend's minor
+    version, highest first. As in `kernels`, tvm-ffi and noarch share a rank, so a tvm-ffi
+    build of minor 0 ties with the noarch variant (the name decides)."""
+    if v.kind == "noarch":
+        return (2, 0, 0, 1 if v.backend == "universal" else 0, v.name)
+    minor = -v.backend_version[1] if v.backend_version else 0
+    if v.kind == "stable-abi":
+        return (0, -v.framework_version[0], -v.framework_version[1], minor, v.name)
+    if v.kind == "torch":
+        return (1, 0, 1 if v.cxx11 is not None else 0, minor, v.name)
+    return (2, 0, 0, minor, v.name)
 
 
 def select_variants(names, hw: Hardware) -> VariantChoice:
     """Accepted variants in preference order, and a reason for each rejected one."""
+    system = _System.of(hw)
     accepted: list[ParsedVariant] = []
     rejected: list[tuple[str, str]] = []
     for name in sorted(names):
         v = parse_variant(name)
-        if v is None:
-            rejected.append((name, "not a known variant name"))
-            continue
-        why = _check(v, hw)
+        why = "not a known variant name" if v is None else _check(v, system)
         if why is None:
             accepted.append(v)
         else:

@@ -64,15 +64,14 @@ def test_resolve_explain_lists_every_candidate(toy_project):
     assert pk["variants"] == ["torch-cpu"]
 
 
-def test_detect_without_torch_is_a_clear_error(toy_project, tmp_path):
-    # a Python with frt_dist importable but torch hidden
+def test_detect_needs_no_torch(toy_project, tmp_path):
+    # SPEC §18: with torch unimportable, --detect still reads the machine (NVML, the OS, package metadata)
     import subprocess, sys
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from frt_dist.cli import main\nraise SystemExit(main(['resolve', '--model', 'toy', '--detect']))")
+            "from frt_dist.cli import main\nraise SystemExit(main(['resolve', '--model', 'toy', '--detect', '--json']))")
     r = subprocess.run([sys.executable, "-c", code], cwd=toy_project, capture_output=True, text=True)
-    assert r.returncode == 2
-    assert "cannot detect hardware: torch is not installed" in r.stderr
-    assert "hint: declare the hardware instead: --arch 12.0 --device-class rtx-5090" in r.stderr
+    assert r.returncode in (0, 1), r.stderr  # a decision (route or refusal), not a usage error
+    assert json.loads(r.stdout)["hardware"]["backend"] in ("cpu", "cuda")
 
 
 def test_bundled_defaults_are_read_only(toy_project):

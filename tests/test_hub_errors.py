@@ -14,7 +14,7 @@ def test_lock_offline_with_a_hub_package_is_a_clear_error(project, hub):
     r = lock(project, hub, env={"HF_HUB_OFFLINE": "1"})
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr
-    assert f"error: package {REPO!r}: the Hub cannot be asked: offline mode is on (refs)" in r.stderr
+    assert f"error: toy: {REPO}: the Hub cannot be asked: offline mode is on (refs)" in r.stderr
     assert "hint: unset HF_HUB_OFFLINE" in r.stderr
     assert not (project / "lockfiles" / "toy.lock").exists()
 
@@ -34,5 +34,5 @@ def test_lock_of_a_missing_repo_says_not_found_with_a_hint(project, hub):
     setup_toy(project)  # nothing published
     r = lock(project, hub)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    assert f"error: package {REPO!r}: not found on the Hub at {hub.url}" in r.stderr
+    assert f"error: toy: {REPO}: not found on the Hub at {hub.url}" in r.stderr
     assert "hint: check the repo id in the manifest" in r.stderr

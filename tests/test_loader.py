@@ -170,13 +170,11 @@ def test_special_files_are_refused_without_reading_or_waiting(tmp_path):
                    ("mismatched", "build/torch-cpu/scale/fifo.bin", "not a regular file")]
 
 
-@pytest.mark.parametrize("case,why", [
+@pytest.mark.parametrize("case,why", [  # kernel-depends are loaded now: tests/test_depends.py
     ("no-entry", "build/torch-cpu/ has neither __init__.py nor scale/__init__.py"),
-    ("kernel-depends", "declares kernel-depends, which frt cannot lock or verify yet"),
 ])
 def test_a_variant_frt_cannot_import_is_refused(tmp_path, case, why):
-    spec = {"name": "scale", "module": {"ops.py": SCALE_SRC}} if case == "no-entry" else \
-        {"name": "scale", "source": SCALE_SRC, "extra": {"kernel-depends": ["other-org/dep"]}}
+    spec = {"name": "scale", "module": {"ops.py": SCALE_SRC}}
     tp = tiny_project(tmp_path, packages={"scale": spec, "norm": {"name": "norm", "source": NORM_SRC}})
     before = set(sys.modules)
     exc = _refusal(loader.load_locked, tp.lock(), SCALE, hardware=CPU)
@@ -399,7 +397,8 @@ def test_arch_is_checked_on_hub_downloads_before_import(monkeypatch, tmp_path):
     try:
         before = set(sys.modules)
         exc = _refusal(hub_kernel, REMOTE, 1, hardware=CPU)
-        assert [r["reason"] for r in exc.reasons] == ["variant torch-cpu declares archs 8.0; device test-cpu is x86_64"]
+        # the device class test-cpu, normalised (SPEC §17): test
+        assert [r["reason"] for r in exc.reasons] == ["variant torch-cpu declares archs 8.0; device test is x86_64"]
         assert not [m for m in set(sys.modules) - before if m.startswith("_scale")]
     finally:
         server.stop()

@@ -269,7 +269,7 @@ def test_path_package_locked_by_content_digest(project):
     ("../up", {}, "escapes its directory"),
     ("torch-cpu", {"digest": {"algorithm": "sha256", "files": {"../../etc/passwd": "AAAA"}}}, "path escapes the variant directory"),
     ("torch-cpu", {"digest": {"algorithm": "sha256", "files": {"/etc/passwd": "AAAA"}}}, "path escapes the variant directory"),
-    ("torch-cpu", {"digest": None}, "frt cannot verify the variant's files"),
+    ("torch-cpu", {"digest": "sha256"}, "digest: expected an object"),  # no digest at all: frt computes it
     ("torch-cpu", {"name": "Bad Name"}, "expected a kernel name"),
 ])
 def test_bad_metadata_refused(variant, meta, why):
@@ -323,7 +323,7 @@ def test_verify_catches_one_hex_digit_anywhere(project, hub):
         doc = json.loads(r.stdout)
         assert doc["ok"] is False and doc["problems"][0]["kind"] == "lock-digest"
         assert doc["problems"][0]["expected"] != doc["problems"][0]["computed"]
-        assert "hint: regenerate the lockfile with `frt lock`" in r.stderr
+        assert "hint: regenerate the lockfile with `frt lock --model toy`" in r.stderr
     lf.write_text(good)
     # resolve refuses a lockfile that does not verify, before any decision
     lf.write_text(_flip_hex(good, targets[0]))

@@ -2,13 +2,13 @@
 
 frt imports a verified variant itself (``frt_dist.loader.importer``) instead of
 ``kernels.get_local_kernel``, and reproduces what that call does for a local
-variant without ``kernel-depends`` (frt refuses those):
+variant (``kernel-depends`` come from the lock, loaded first by the loader):
 
 - parse ``metadata.json`` with `kernels`' own parser (public ``kernels.Metadata.from_bytes``),
   here from the verified bytes instead of re-reading the file by path;
 - run `kernels`' default metadata validators (python-depends, kernels-minver, the
   dirty-tree warning): ``kernels.validate.default_metadata_validators`` (private);
-- run the package code inside ``kernels.deps.use_kernel_deps({})`` (private), as
+- run the package code inside ``kernels.deps.use_kernel_deps(deps)`` (private), as
   `kernels` does, so ``get_kernel_dep`` answers the same during loading;
 - register the module in `kernels`' loaded-kernel registry, so
   ``kernels.get_loaded_kernels()`` lists it: ``kernels.importer._loaded_kernels``
@@ -16,7 +16,7 @@ variant without ``kernel-depends`` (frt refuses those):
 
 Not reproduced, on purpose: the resolver chain (``LOCAL_KERNELS`` overrides, Hub
 resolution of kernel dependencies) and variant selection inside the path: frt
-decided the variant and refuses ``kernel-depends`` before it gets here.
+decided the variant, and the dependencies are the packages the lock pins.
 
 ``tests/test_store.py::test_kernels_internals_the_adapter_uses_are_still_there``
 fails loudly when upstream moves any of these names. `kernels` (and with it
@@ -46,11 +46,12 @@ def validate(metadata, variant: str) -> None:
         validator.validate_metadata(metadata=metadata, variant=variant)
 
 
-def loading_context():
-    """The context `kernels` runs package code in (no kernel dependencies)."""
+def loading_context(deps: dict | None = None):
+    """The context `kernels` runs package code in: ``deps`` (repo -> loaded module) are what
+    ``kernels.get_kernel_dep`` answers, as kernels sets them for a dependency tree."""
     import kernels.deps  # noqa: PLC0415
 
-    return kernels.deps.use_kernel_deps({})
+    return kernels.deps.use_kernel_deps(dict(deps or {}))
 
 
 def register(variant_path: Path, metadata, module) -> None:

@@ -294,6 +294,9 @@ class _Want:
     module_id: str | None = None
     path_source: Callable[[], Path] | None = None  # finds a path package's source folder (path_root)
     pinned: bool = False
+    # the kernel-depends it needs, checked (``Ready``) or loaded, dependencies first; ``None``: not
+    # loaded from a lock, where kernel-depends are refused (nothing pins what they resolve to)
+    deps: tuple | None = None
 
     @functools.cached_property
     def path_root(self) -> Path | None:
@@ -469,6 +472,10 @@ def _self_declared(want: _Want, vdir: Path) -> None:
         lv = parse_variant_metadata(raw, repo=want.repo, variant=want.variant)
     except KernelUnavailable as exc:
         raise _refuse(want.repo, exc.reasons, revision=want.revision) from None
+    if lv.digest_source == "frt":
+        raise _refuse(want.repo, [{"field": "digest", "reason": f"build/{want.variant}/metadata.json declares no "
+                                   "digest: nothing to check its files against without a lock"}],
+                      revision=want.revision, hints=["lock the package with `frt lock`, which computes the digests"])
     # pinned to the bytes just parsed: the check then proves the metadata it hashes (and stores,
     # and takes the id from) is this one, not one swapped in after this read
     want.expected = Expected(lv.algorithm, dict(lv.files), "sha256:" + hashlib.sha256(raw).hexdigest())
@@ -535,8 +542,8 @@ def _module_problems(want: _Want, meta: dict, vdir: Path, batch: CheckBatch) -> 
     mid = meta.get("id")
     if want.module_id is not None and mid != want.module_id:
         out.append(f"metadata id {mid!r} is not the locked module id {want.module_id!r}")
-    if meta.get("kernel-depends"):
-        out.append("declares kernel-depends, which frt cannot lock or verify yet")
+    if meta.get("kernel-depends") and want.deps is None:
+        out.append("declares kernel-depends, which only a lock pins: lock the package with `frt lock`")
     name = str(meta.get("name", "")).replace("-", "_")
     # the integrity check passed: the variant holds exactly the regular files expected names
     files = want.expected.files
@@ -573,16 +580,17 @@ def _is_importable_elsewhere(name: str) -> bool:
     return PathFinder.find_spec(name) is not None
 
 
-def _import(want: _Want, entry: Entry, mid: str, meta: dict, meta_bytes: bytes):
+def _import(want: _Want, entry: Entry, mid: str, meta: dict, meta_bytes: bytes, deps: dict | None = None):
     """Import ``mid`` from the store entry (``frt_dist.loader.importer``), doing what
-    ``kernels.get_local_kernel`` does for a local variant (``_kernels_adapter``)."""
+    ``kernels.get_local_kernel`` does for a local variant (``_kernels_adapter``); ``deps``
+    (repo -> module) is what ``kernels.get_kernel_dep`` answers while the package loads."""
     try:  # `kernels` (and torch) are imported here, by the adapter's first call
         metadata = read_metadata(meta_bytes)
         validate(metadata, want.variant)
         files = entry.files
         package = package_dir(files, str(meta.get("name", "")).replace("-", "_"))
         module = import_verified(mid, entry.variant_dir, package, files, entry.algorithm,
-                                 context=loading_context)
+                                 context=lambda: loading_context(deps or {}))
         register(entry.variant_dir, metadata, module)
         return module
     except Exception as exc:  # noqa: BLE001 - an import that raises is a refusal, with its text
@@ -636,7 +644,9 @@ class Ready:
                     if err:
                         raise err
                     return have
-                module = _import(want, self.entry, self.module_id, self.meta, self.meta_bytes)
+                # kernel-depends first (each checked before anything was imported, each loaded once)
+                deps = {d.repo: (d.load() if isinstance(d, Ready) else d).module for d in want.deps or ()}
+                module = _import(want, self.entry, self.module_id, self.meta, self.meta_bytes, deps)
             except KernelUnavailable as exc:
                 record_unavailable(want.repo, exc, version=want.version, revision=want.revision,
                                    variant=want.variant)
@@ -707,7 +717,7 @@ def load_locked(lock, repo: str, variant: str | None = None, *, mirror=None, har
 
 def prepare_locked(lock, repo: str, variant: str | None = None, *, mirror=None, hardware: Hardware | None = None,
                    allow_pins: bool = False, root: str | os.PathLike | None = None,
-                   project=None, batch: CheckBatch | None = None) -> LoadedPackage | Ready:
+                   project=None, batch: CheckBatch | None = None, _chain: tuple = ()) -> LoadedPackage | Ready:
     """``load_locked`` without the import: every check, then a ``Ready`` to ``load()``
     (or the ``LoadedPackage`` this process already has). The planner's entry point;
     ``batch`` is shared by the packages it checks before importing any."""
@@ -719,9 +729,22 @@ def prepare_locked(lock, repo: str, variant: str | None = None, *, mirror=None, 
         hw = hardware or Hardware.detect()
         want = _want_from_lock(lock, repo, variant, hw, allow_pins=allow_pins, root=Path(root) if root else None)
         facts.update(revision=want.revision, variant=want.variant)
+        want.deps = tuple(_prepare_dep(lock, repo, dep, _chain, mirror=mirror, hardware=hw, allow_pins=allow_pins,
+                                       root=root, project=project, batch=batch)
+                          for dep, _ in getattr(lock.packages[repo].variants.get(want.variant), "kernel_depends", ()))
         return _prepare(want, hw, mirror_dir(mirror, project), batch)
 
     return _run(repo, facts, go)
+
+
+def _prepare_dep(lock, repo: str, dep: str, chain: tuple, **kw) -> LoadedPackage | Ready:
+    """A kernel-depends package of ``repo``, prepared from the same lock (a cycle, which `frt lock`
+    refuses, is refused here too rather than recursed into)."""
+    if dep in chain + (repo,):
+        raise _refuse(repo, [f"kernel-depends cycle: {' -> '.join(chain + (repo, dep))}"])
+    if dep not in lock.packages:
+        raise _refuse(repo, [f"kernel-depends {dep!r} is not locked"], hints=["re-lock with `frt lock`"])
+    return prepare_locked(lock, dep, _chain=chain + (repo,), **kw)
 
 
 def hub_kernel(repo: str, version: int, *, trust: bool | None = None, lockfile=None, mirror=None,

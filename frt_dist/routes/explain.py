@@ -4,7 +4,8 @@ is on the serving path."""
 
 from __future__ import annotations
 
-from .resolver import Reporter
+from ..variants import select_variants
+from .resolver import Reporter, _facts_for
 
 __all__ = ["Trace", "candidates"]
 
@@ -25,22 +26,32 @@ class Trace(Reporter):
         self.events.append({"phase": phase, "event": "choosing", "route": route, "decision": decision})
 
 
-def candidates(lock, decisions) -> list[dict]:
-    """Every route of the binding per decided band: won or lost and why, its
-    route-digest, and the revision and variants of each package it uses."""
+def candidates(lock, decisions, hardware, *, verbose: bool = False) -> list[dict]:
+    """Every route of the binding per decided band (SPEC §8.1): won or lost and why,
+    its route-digest, every failing package of the route (``problems``; the decision's
+    reason names the first only), and per package its revision, its locked
+    ``variants`` and the ``variant`` this system selects, for every candidate, not
+    only the winner. ``verbose`` adds the selection in full: ``accepted`` in
+    preference order and ``rejected`` with the reason of each."""
     out = []
     m = lock.manifest
+    facts = _facts_for(lock, hardware)
     for phase, d in decisions.items():
         reasons = {r.route: r.reason for r in d.reasons}
         for rname, rt in m.routes.items():
+            variants = facts.route(rname)[0]
             pk = {}
             for repo in m.route_packages(rname):
-                p = lock.packages[repo]
-                pk[repo] = {"revision": p.revision, "variants": sorted(p.variants),
-                            "variant": d.variants.get(repo) if d.route == rname else None}
+                p = lock.packages.get(repo)
+                pk[repo] = {"revision": p.revision if p else None, "variants": sorted(p.variants) if p else [],
+                            "variant": variants[repo], "problem": facts.package(repo)[1]}
+                if verbose and p is not None:
+                    choice = select_variants(p.variants, hardware)
+                    pk[repo]["accepted"] = list(choice.accepted)
+                    pk[repo]["rejected"] = [{"variant": v, "reason": why} for v, why in choice.rejected]
             out.append({"phase": phase, "route": rname, "route-digest": rt.digest,
                         "won": d.route == rname, "reason": reasons.get(rname, "chosen" if d.route == rname else ""),
-                        "packages": pk,
+                        "problems": list(facts.problems(rname)), "packages": pk,
                         "receipts": sorted(r.digest for r in lock.receipts.values()
                                            if r.route == rname and r.key.phase == phase)})
     return out

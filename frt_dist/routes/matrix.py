@@ -9,7 +9,10 @@ state of the route there — ``certified_fast``, ``supported_correct`` or
 receipt's key figures: median speedup with its min–max and the worst parity
 error (max-abs). ``★`` marks the row's winner: the first receipt of the lock's
 ranking (certified_fast first, then higher median speedup), which is what
-``resolve`` takes when its state is accepted and the system matches.
+``resolve`` takes when its state is accepted and the system matches. A receipt whose
+measured variants do not admit the row's arch (``admissible.admission_problems``, SPEC §19)
+is left out, as ``frt lock`` and resolve leave it out, even from a lock written before that
+rule: the matrix never shows a winner that resolve refuses.
 
 Markdown is for reviews; HTML is one self-contained page (inline CSS, no
 script, no external asset) with the states as colours, a legend, the figures
@@ -23,6 +26,7 @@ import html
 import re
 from dataclasses import dataclass, field
 
+from ..admissible import admission_problems
 from ..errors import FrtError, UsageError
 from ..lockfile import Lockfile
 from ..receipt import Receipt
@@ -98,6 +102,8 @@ def _table(lock: Lockfile, label: str) -> Table:
         groups: dict[tuple, list] = {}
         for cand in entry.candidates:
             rec = lock.receipts[cand.receipt]
+            if admission_problems(lock.packages, rec.cell):
+                continue  # the lock rejects such a receipt and resolve refuses it (SPEC §19): never a winner here
             sw = tuple(sorted(rec.software.items()))
             groups.setdefault(sw, []).append((cand, rec))
         for sw, cands in groups.items():

@@ -16,8 +16,10 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from ..errors import RouteRefused, UsageError
-from ..hardware import Hardware, arch_admits
+from ..admissible import variant_problem
+from ..hardware import Hardware
 from ..lockfile import Lockfile
+from ..metadata import requirement_problem
 from ..receipt import CellKey, Receipt
 from ..variants import select_variants
 
@@ -91,10 +93,6 @@ def check_policy(lock: Lockfile, *, precision: str | None, phase: str | None, fa
     return precision, accept
 
 
-def _fmt_archs(archs) -> str:
-    return ",".join(archs)
-
-
 class _RouteFacts:
     """Per-route facts that do not depend on the phase: variants the system
     selects and the arch verdict of every package. Computed once per call."""
@@ -102,7 +100,7 @@ class _RouteFacts:
     def __init__(self, lock: Lockfile, hw: Hardware):
         self.lock, self.hw = lock, hw
         self._pkg: dict[str, tuple[str | None, str | None]] = {}
-        self._route: dict[str, tuple[dict, str | None]] = {}
+        self._route: dict[str, tuple[dict, tuple[str, ...]]] = {}
 
     def package(self, repo: str) -> tuple[str | None, str | None]:
         """(selected variant, problem) for one locked package on this hardware."""
@@ -116,37 +114,51 @@ class _RouteFacts:
             if choice.selected is None:
                 res = (None, f"variant for this system not locked: {repo} has {', '.join(sorted(pkg.variants))}")
             else:
-                v = pkg.variants[choice.selected]
-                if v.archs and not arch_admits(v.archs, self.hw.arch):
+                # defence in depth: the lock already rejected receipts whose variant this rule refuses
+                why = variant_problem(pkg.variants[choice.selected], self.hw.backend, self.hw.arch)
+                if why:
                     short = repo.split("/", 1)[1]
-                    res = (choice.selected, f"package {short} declares {_fmt_archs(v.archs)}; device is {self.hw.arch}")
+                    res = (choice.selected, f"package {short} {why}; device is {self.hw.arch}")
                 else:
-                    res = (choice.selected, None)
+                    res = (choice.selected, requirement_problem(repo, pkg.variants[choice.selected], self.hw))
         self._pkg[repo] = res
         return res
 
     def route(self, route: str) -> tuple[dict, str | None]:
+        """(variant per package, first failing package's problem): a decision's reason
+        stays one line; ``problems`` has every failing package for ``--explain``."""
+        variants, problems = self._facts(route)
+        return variants, (problems[0] if problems else None)
+
+    def problems(self, route: str) -> tuple[str, ...]:
+        """Every failing package of the route, in manifest order."""
+        return self._facts(route)[1]
+
+    def _facts(self, route: str) -> tuple[dict, tuple[str, ...]]:
         hit = self._route.get(route)
         if hit is None:
-            variants, problem = {}, None
+            variants, problems = {}, []
             for repo in self.lock.manifest.route_packages(route):
                 sel, why = self.package(repo)
                 variants[repo] = sel
-                if why and problem is None:
-                    problem = why
-            hit = self._route[route] = (MappingProxyType(variants), problem)
+                if why:
+                    problems.append(why)
+            hit = self._route[route] = (MappingProxyType(variants), tuple(problems))
         return hit
 
 
 def _software_problem(rec: Receipt, hw: Hardware) -> str | None:
+    """The first software fact that differs, else every fact the receipt records that the
+    hardware lacks, each with the receipt's value, so one try names all of them."""
+    missing = []
     for key, want in sorted(rec.software.items()):
         have = hw.software.get(key)
         if have is None:
-            return f"software not declared: {key}"
-        if have != want:
+            missing.append(f"{key} (receipt: {want})")
+        elif have != want:
             verb = "running" if hw.detected else "declared"
             return f"receipt software {key} {want}, {verb} {have}"
-    return None
+    return f"software not declared: {', '.join(missing)}" if missing else None
 
 
 def _variant_problem(rec: Receipt, variants: dict) -> str | None:
@@ -216,7 +228,7 @@ def _facts_for(lock: Lockfile, hw: Hardware) -> _RouteFacts:
     """Per-route facts for this system, kept with the lockfile: they depend on the
     variant-selection facts and the arch only, not on device class or phase."""
     memo = lock.memo.setdefault("facts", {})
-    fp = (hw.backend, hw.arch, hw.cpu, hw.os, hw.cxx11_abi, tuple(hw.software.items()))
+    fp = (hw.backend, hw.arch, hw.cpu, hw.os, hw.cxx11_abi, hw.detected, tuple(hw.software.items()))
     facts = memo.get(fp)
     if facts is None:
         if len(memo) >= 64:

@@ -1,0 +1,236 @@
+"""What a package needs (issue 12 item 4): ``kernels-minver`` and ``python-depends`` are
+recorded at lock and refused by resolve with the reason; ``kernel-depends`` are locked
+transitively and loaded dependencies first. kernels' own validators are the oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import types
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(__file__))
+
+import pytest  # noqa: E402
+from kernels._rust import Metadata  # noqa: E402
+from kernels.python_deps import validate_dependencies  # noqa: E402
+from kernels.validate import MinverValidator  # noqa: E402
+
+from factories import CPU, NORM_SRC, SCALE_SRC, tiny_project  # noqa: E402
+from frt_dist.hardware import Hardware  # noqa: E402
+from frt_dist.lockfile import Lockfile  # noqa: E402
+from frt_dist.routes.resolver import resolve  # noqa: E402
+
+BOTH = [("fast", "decode"), ("fast", "prefill")]
+
+
+def _locked(tmp_path, **extra):
+    tp = tiny_project(tmp_path, packages={"scale": {"name": "scale", "source": SCALE_SRC, "extra": extra},
+                                          "norm": {"name": "norm", "source": NORM_SRC}})
+    return tp, tp.lock(receipts=BOTH)
+
+
+def _declared(kernels: str) -> Hardware:
+    return Hardware(arch="x86_64", device_class="test-cpu", backend="cpu", software={"torch": "2.13", "kernels": kernels})
+
+
+def _detected() -> Hardware:
+    from importlib import metadata
+
+    return Hardware(arch="x86_64", device_class="test-cpu", backend="cpu", detected=True,
+                    software={"torch": "2.13", "kernels": metadata.version("kernels")})
+
+
+def _kernels_refuses(meta_bytes: bytes) -> bool:
+    try:
+        MinverValidator().validate_metadata(metadata=Metadata.from_bytes(meta_bytes), variant="torch-cpu")
+    except RuntimeError:
+        return True
+    return False
+
+
+def test_kernels_minver_is_recorded_and_a_newer_minor_refused_by_resolve(tmp_path):
+    tp, lock = _locked(tmp_path, **{"kernels-minver": "0.99.0"})
+    assert lock.packages["t-org/scale"].variants["torch-cpu"].kernels_minver == "0.99.0"
+    assert 'kernels-minver = "0.99.0"' in tp.lock_path.read_text()
+    d = resolve(lock, hardware=_declared("0.17"), phase="decode")
+    assert d.decision == "refused"
+    assert ("fast", "package scale needs kernels >= 0.99.0; this system has 0.17") in d.reasons
+    assert resolve(lock, hardware=_declared("0.99"), phase="decode").decision == "route"
+    meta = (tp.root / "packages/scale/build/torch-cpu/metadata.json").read_bytes()
+    assert _kernels_refuses(meta)  # the oracle agrees on this machine
+
+
+@pytest.mark.parametrize("minver", ["0.17.0", "0.17.2", "0.17.3", "0.18.0", "1.0.0", "0.9.9"])
+def test_detected_machine_compares_the_installed_version_as_kernels_does(tmp_path, minver):
+    tp, lock = _locked(tmp_path, **{"kernels-minver": minver})
+    d = resolve(lock, hardware=_detected(), phase="decode")
+    meta = (tp.root / "packages/scale/build/torch-cpu/metadata.json").read_bytes()
+    refused = d.decision == "refused"
+    assert refused == _kernels_refuses(meta)
+    if refused:
+        from importlib import metadata
+
+        assert ("fast", f"package scale needs kernels >= {minver}; this system has {metadata.version('kernels')}") in d.reasons
+
+
+@pytest.mark.parametrize("dep, why", [
+    ("einops", "package scale needs Python dependency 'einops', not installed here (pip install einops)"),
+    ("no-such-dep", "package scale needs Python dependency 'no-such-dep', which kernels does not support on cpu"),
+])
+def test_python_depends_missing_here_is_refused_by_resolve_on_this_machine(tmp_path, dep, why):
+    tp, lock = _locked(tmp_path, **{"python-depends": [dep]})
+    assert lock.packages["t-org/scale"].variants["torch-cpu"].python_depends == (dep,)
+    with pytest.raises((ImportError, ValueError)):  # the oracle refuses it too
+        validate_dependencies("scale", [dep], types.SimpleNamespace(name="cpu"))
+    d = resolve(lock, hardware=_detected(), phase="decode")
+    assert d.decision == "refused" and ("fast", why) in d.reasons
+    # declared hardware is another machine: its Python environment is not this one's
+    assert resolve(lock, hardware=CPU, phase="decode").decision == "route"
+
+
+def test_python_depends_installed_here_resolves(tmp_path, monkeypatch):
+    tp, lock = _locked(tmp_path, **{"python-depends": ["einops"]})
+    fake = tmp_path / "site"
+    (fake / "einops").mkdir(parents=True)
+    (fake / "einops" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(fake))
+    validate_dependencies("scale", ["einops"], types.SimpleNamespace(name="cpu"))  # the oracle: fine
+    assert resolve(lock, hardware=_detected(), phase="decode").decision == "route"
+    assert "einops" not in sys.modules  # checked, never imported
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("kernels-minver", "0.18", "kernels-minver: expected a version like '0.17.0'"),
+    ("python-depends", "einops", "python-depends: expected a list of dependency names"),
+    ("kernel-depends", [{"repo-id": "nope", "version": 1}], "kernel-depends[0].repo-id: expected a repo id"),
+    ("kernel-depends", [{"repo-id": "a/b", "version": "1"}], "kernel-depends[0].version: expected a version number"),
+])
+def test_bad_requirement_fields_name_the_field(field, value, why):
+    from frt_dist.errors import KernelUnavailable
+    from frt_dist.metadata import parse_variant_metadata
+
+    meta = {"name": "addone", "id": "_addone_1", "version": 1, "license": "mit", "python-depends": [],
+            "backend": {"type": "cpu"}, field: value}
+    with pytest.raises(KernelUnavailable, match=re.escape(why)):
+        parse_variant_metadata(json.dumps(meta).encode(), repo="t-org/addone", variant="torch-cpu")
+
+
+def test_requirements_round_trip_through_the_lockfile(tmp_path):
+    tp, lock = _locked(tmp_path, **{"kernels-minver": "0.17.0", "python-depends": ["einops"]})
+    again = Lockfile.read(tp.lock_path)
+    assert again.packages == lock.packages
+    text = tp.lock_path.read_text().replace('kernels-minver = "0.17.0"', 'kernels-minver = 17')
+    bad = tmp_path / "bad.lock"
+    bad.write_text(text)
+    from frt_dist.errors import LockfileError
+
+    with pytest.raises(LockfileError, match=r"variants\.torch-cpu\.kernels-minver: expected"):
+        Lockfile.read(bad, verify=False)
+
+
+# ---------------------------------------------------------------------------
+# kernel-depends: locked transitively on the test Hub, loaded dependencies first
+
+HELPER = "remote-org/helper"
+USES_HELPER = b'''from kernels import get_kernel_dep
+
+_helper = get_kernel_dep("remote-org/helper")  # answers only while frt loads this package with its deps
+
+
+def scale(x, w):
+    return x * w * _helper.K
+'''
+
+
+@pytest.fixture
+def dep_hub(monkeypatch, tmp_path):
+    from factories import REMOTE, start_hub
+    from frt_dist import loader
+
+    loader._forget_all()
+    for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
+    server, _ = start_hub(monkeypatch, tmp_path)
+    from hubserver import kernel_variant_files
+
+    def publish(repo, name, module, depends=()):
+        extra = {"kernel-depends": [{"repo-id": d, "version": 1} for d in depends]} if depends else None
+        return server.commit(repo, kernel_variant_files(name=name, variant="torch-cpu", module_files={"__init__.py": module},
+                                                        extra_metadata=extra), branch="v1")
+
+    yield server, publish, REMOTE
+    server.stop()
+    loader._forget_all()
+
+
+def _hub_lock(tmp_path, server):
+    from factories import hub_manifest
+    from frt_dist.hub import HubClient
+
+    tp = tiny_project(tmp_path, "hubproj", manifest=hub_manifest())
+    tp.hub = HubClient(endpoint=server.url)
+    return tp
+
+
+def test_kernel_depends_are_locked_transitively_and_loaded_first(dep_hub, tmp_path):
+    from frt_dist import loader
+
+    server, publish, remote = dep_hub
+    helper_commit = publish(HELPER, "helper", b"K = 3\n")
+    publish(remote, "scale", USES_HELPER, depends=[HELPER])
+    tp = _hub_lock(tmp_path, server)
+    lock = tp.lock()
+    assert lock.packages[remote].variants["torch-cpu"].kernel_depends == ((HELPER, 1),)
+    dep = lock.packages[HELPER]
+    assert (dep.source, dep.version, dep.revision, dep.trust) == ("hub", 1, helper_commit, "trusted-publisher")
+    assert dep.variants["torch-cpu"].files  # locked like any other package: revision and file digests
+    loaded = loader.load_locked(lock, remote, hardware=CPU)
+    assert loaded.module.scale(2, 3) == 18
+    assert loader._LOADED[HELPER].revision == helper_commit  # the dependency was loaded, verified, first
+    # a re-lock keeps the dependency's pin without asking the Hub for it again
+    server.reset_counts()
+    tp.lock()
+    assert server.request_count(HELPER) == 0
+
+
+def test_a_kernel_depends_cycle_is_refused_at_lock(dep_hub, tmp_path):
+    from frt_dist.errors import KernelUnavailable
+
+    server, publish, remote = dep_hub
+    publish(HELPER, "helper", b"K = 3\n", depends=[remote])
+    publish(remote, "scale", USES_HELPER, depends=[HELPER])
+    tp = _hub_lock(tmp_path, server)
+    with pytest.raises(KernelUnavailable) as ei:
+        tp.lock()
+    assert str(ei.value) == f"kernel-depends cycle: {HELPER} -> {remote} -> {HELPER}"
+    assert not tp.lock_path.exists()
+
+
+def test_a_dependency_from_an_untrusted_publisher_is_refused_with_the_manifest_hint(dep_hub, tmp_path):
+    from frt_dist.errors import KernelUnavailable
+
+    server, publish, remote = dep_hub
+    publish("other-org/helper", "helper", b"K = 3\n")
+    publish(remote, "scale", USES_HELPER.replace(b"remote-org/helper", b"other-org/helper"), depends=["other-org/helper"])
+    server.set_trusted("other-org", False)
+    tp = _hub_lock(tmp_path, server)
+    with pytest.raises(KernelUnavailable) as ei:
+        tp.lock()
+    assert "package 'other-org/helper': publisher 'other-org' is not a trusted kernel publisher" in str(ei.value)
+    assert 'trust = true` under [packages."other-org/helper"]' in ei.value.hints[0]
+
+
+def test_kernel_depends_without_a_lock_are_refused_at_load(dep_hub, tmp_path):
+    from frt_dist import hub_kernel
+    from frt_dist.errors import KernelUnavailable
+
+    server, publish, remote = dep_hub
+    publish(HELPER, "helper", b"K = 3\n")
+    publish(remote, "scale", USES_HELPER, depends=[HELPER])
+    with pytest.raises(KernelUnavailable, match="declares kernel-depends, which only a lock pins: lock the package"):
+        hub_kernel(remote, 1, trust=True, hardware=CPU)
