@@ -130,11 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("resolve", help="print the route decision per phase band")
     _common(s)
-    s.add_argument("--model", required=True)
+    s.add_argument("--model", required=True, help="the model whose lockfile decides (lockfiles/MODEL.lock)")
     _hardware_flags(s)
-    s.add_argument("--precision")
+    s.add_argument("--precision", help="the precision asked for (default: the manifest's default-precision); "
+                                       "a lower one is never chosen for you")
     s.add_argument("--phase", action="append", help="one phase band (repeatable); default: all")
-    s.add_argument("--fallback", choices=["refuse", "host"], default="refuse")
+    s.add_argument("--fallback", choices=["refuse", "host"], default="refuse",
+                   help="a band with no qualified route: refuse (default, exit 1) or decide the host path")
     s.add_argument("--accept", action="append", choices=["certified_fast", "supported_correct"],
                    help="accepted states (repeatable); default certified_fast; supported_correct implies both")
     s.add_argument("--explain", action="store_true",
@@ -158,10 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="example: frt mirror DIR --arch 9.0 --device-class h200 --software torch=2.13,cuda=12.8 "
                               "--machine 'arch=12.0,device-class=rtx-5090,software=torch=2.13;cuda=12.8'")
     _common(s)
-    s.add_argument("dir", metavar="DIR")
-    s.add_argument("--model")
+    s.add_argument("dir", metavar="DIR", help="the mirror folder (a hub-cache layout; created when needed)")
+    s.add_argument("--model", help="one model's lockfile (default: every lockfile of the project)")
     s.add_argument("--variant", action="append", help="a variant to mirror (repeatable); default: this system's")
-    s.add_argument("--all-variants", action="store_true")
+    s.add_argument("--all-variants", action="store_true", help="every locked variant of every package")
     _hardware_flags(s)
     s.add_argument("--machine", action="append", metavar="KEY=V,...",
                    help="a machine to mirror for (repeatable): the hardware flags as KEY=VALUE pairs, software "

@@ -76,3 +76,21 @@ def test_the_bundled_demo_is_never_used_silently(tmp_path):
     r = subprocess.run([FRT, "resolve", "--model", "demo-decoder", "--arch", "9.0", "--device-class", "h200", "-q"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert "bundled demo" not in r.stderr
+
+
+def test_every_subcommand_and_flag_has_help_text():
+    import argparse
+
+    from frt_dist.cli import build_parser
+
+    missing = []
+    parser = build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {c.dest: c.help for c in action._choices_actions}
+            for name, sub in action.choices.items():
+                if not helps.get(name):
+                    missing.append(name)
+                missing += [f"{name} {x.option_strings or x.dest}" for x in sub._actions
+                            if not x.help or x.help == argparse.SUPPRESS]
+    assert missing == []
