@@ -167,6 +167,17 @@ def _system_linux() -> bool:
     return platform.system() == "Linux"
 
 
+def macos_version() -> str | None:
+    """``major.minor`` of macOS (``platform.mac_ver``), or ``None`` elsewhere."""
+    import platform  # noqa: PLC0415
+
+    release = platform.mac_ver()[0]
+    if not release:
+        return None
+    parts = (release.split(".") + ["0"])[:2]
+    return ".".join(parts) if all(p.isdigit() for p in parts) else None
+
+
 def read_system(nvml=None) -> SystemFacts:
     """Read this machine: the NVIDIA device NVML sees (else the reason there is none), and the
     software facts: torch and `kernels` versions, and, on a GPU, the CUDA version torch targets."""
@@ -176,6 +187,9 @@ def read_system(nvml=None) -> SystemFacts:
         software["kernels"] = metadata.version("kernels")
     except metadata.PackageNotFoundError:
         pass
+    mac = macos_version()
+    if mac:  # kernels selects Metal builds by the macOS version (frt_dist.variants)
+        software["macos"] = mac
     gpu, reason = nvml_device_facts(nvml)
     notes = []
     if gpu is not None:

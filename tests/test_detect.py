@@ -199,3 +199,16 @@ def test_frt_resolve_with_default_detection_imports_neither_torch_nor_kernels():
     # exit 1 is the resolver's "no" (no receipt for this CPU): still a decision, reached without torch
     assert facts["rc"] in (0, 1) and json.loads(proc.stdout), proc.stderr
     assert facts == {"rc": facts["rc"], "torch": False, "kernels": False, "detected": True}
+
+
+def test_macos_version_is_a_software_fact_on_macos_only(monkeypatch):
+    import platform
+
+    from frt_dist import detect
+
+    monkeypatch.setattr(platform, "mac_ver", lambda: ("15.1.2", ("", "", ""), "arm64"))
+    assert detect.macos_version() == "15.1"
+    monkeypatch.setattr(platform, "mac_ver", lambda: ("26", ("", "", ""), "arm64"))
+    assert detect.macos_version() == "26.0"
+    monkeypatch.setattr(platform, "mac_ver", lambda: ("", ("", "", ""), ""))
+    assert detect.macos_version() is None
