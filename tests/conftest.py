@@ -99,6 +99,21 @@ def _hermetic(monkeypatch, tmp_path_factory):
 
 
 @pytest.fixture
+def fresh_loader(monkeypatch, tmp_path):
+    """A process with no package loaded and no mirror, lock or offline setting from outside; the
+    hub caches in this test's folder. Tests that load packages use it (``usefixtures``)."""
+    from frt_dist import loader
+
+    loader._forget_all()
+    for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE", "HF_ENDPOINT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
+    yield
+    loader._forget_all()
+
+
+@pytest.fixture
 def hub():
     srv = HubServer().start()
     try:

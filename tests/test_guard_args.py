@@ -55,15 +55,7 @@ PACKAGES = {"add": {"name": "add", "source": ADD_SRC}, "norm": {"name": "norm", 
             "pick": {"name": "pick", "source": PICK_SRC}}
 
 
-@pytest.fixture(autouse=True)
-def fresh(monkeypatch, tmp_path):
-    loader._forget_all()
-    for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
-    yield
-    loader._forget_all()
+pytestmark = pytest.mark.usefixtures("fresh_loader")
 
 
 @pytest.fixture

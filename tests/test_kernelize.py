@@ -47,13 +47,7 @@ class ScaleLayer(torch.nn.Module):
         return x * self.weight
 
 
-@pytest.fixture(autouse=True)
-def fresh(monkeypatch, tmp_path):
-    loader._forget_all()
-    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
-    yield
-    loader._forget_all()
+pytestmark = pytest.mark.usefixtures("fresh_loader")
 
 
 def _plan(tmp_path, receipts, **kw):

@@ -27,15 +27,8 @@ SCALE = "t-org/scale"
 
 
 @pytest.fixture(autouse=True)
-def fresh(monkeypatch, tmp_path):
-    loader._forget_all()
-    for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE", "HF_ENDPOINT"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
+def fresh(fresh_loader, monkeypatch, tmp_path):
     monkeypatch.setenv("FRT_STORE", str(tmp_path / "store"))
-    yield
-    loader._forget_all()
 
 
 def _strip(meta_path: Path, *fields: str) -> dict:

@@ -22,15 +22,7 @@ from frt_dist.routes.resolver import resolve  # noqa: E402
 from frt_dist.serve import load  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def fresh(monkeypatch, tmp_path):
-    loader._forget_all()
-    for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
-    yield
-    loader._forget_all()
+pytestmark = pytest.mark.usefixtures("fresh_loader")
 
 
 def mixed_doc() -> dict:
