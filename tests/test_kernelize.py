@@ -138,3 +138,44 @@ def test_the_kernelized_model_compiles_without_graph_breaks(tmp_path):
     explained = torch._dynamo.explain(model)(x)
     assert explained.graph_break_count == 0, explained.break_reasons
     torch.testing.assert_close(torch.compile(model, fullgraph=True, backend="eager")(x), x * W)
+
+
+RMS_LAYER_SRC = '''import torch
+import torch.nn as nn
+
+CALLS = [0]
+
+
+class RMSNorm(nn.Module):
+    def forward(self, hidden_states):
+        CALLS[0] += 1
+        dtype = hidden_states.dtype
+        h = hidden_states.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * h.to(dtype)
+'''
+
+
+def test_a_tiny_transformers_model_runs_the_locked_rmsnorm(tmp_path):
+    """A randomly initialised Llama from `transformers` (no download), whose
+    RMSNorm layers declare ``use_kernel_forward_from_hub("RMSNorm")``, kernelized from the plan."""
+    import transformers  # the test extra pins a version whose kernels window holds kernels 0.17.2
+    from factories import NORM_SRC
+
+    norm_pkg = {"name": "norm", "module": {"__init__.py": NORM_SRC + "from . import layers\n", "layers.py": RMS_LAYER_SRC}}
+    tp = tiny_project(tmp_path, packages={"scale": SCALE_WITH_LAYERS, "norm": norm_pkg})
+    plan = load("tiny", lockfile=tp.lock(receipts=[("fast", "decode"), ("fast", "prefill")]).path, hardware=CPU)
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 128, (1, 5))  # 5 tokens: the decode band
+    with torch.no_grad():
+        want = model(ids).logits
+        with use_kernel_mapping(plan.kernel_mapping({"norm": "RMSNorm"}), inherit_mapping=False):
+            kernelize(model, mode=Mode.INFERENCE, device="cpu")
+        got = model(ids).logits
+    calls = sys.modules[plan.packages["t-org/norm"].module_id + ".layers"].CALLS[0]
+    assert calls == 2 * 2 + 1  # two norms per layer and the final one ran the locked package's layer
+    torch.testing.assert_close(got, want)
+    assert plan.ledger()["seams"]["norm"]["phases"]["decode"]["calls"] == 5
