@@ -189,7 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("matrix", help="render the cell x route state matrix from the lockfiles")
     _common(s)
     s.add_argument("--model", help="one model's lockfile (default: every lockfile of the project)")
-    s.add_argument("--format", choices=["md", "html"], default="md", help="Markdown (default) or a self-contained HTML page")
+    s.add_argument("--format", choices=["md", "html"],
+                   help="Markdown (default) or a self-contained HTML page; --json gives the JSON document")
     s.add_argument("-o", "--output", metavar="FILE", type=_output_file, help="write to FILE instead of stdout")
     return p
 
@@ -314,7 +315,7 @@ def _lock_export(args) -> int:
 
     project = _project(args)
     models = [args.model] if args.model is not None else project.models()
-    locks = [Lockfile.read(_existing_lock(project, m)) for m in models]
+    locks = [Lockfile.read(project.existing_lockfile(m)) for m in models]
     text = kernels_lock_json(locks)
     if args.output:
         out = Path(args.output)
@@ -325,15 +326,6 @@ def _lock_export(args) -> int:
     else:
         sys.stdout.write(text)
     return 0
-
-
-def _existing_lock(project, model: str) -> Path:
-    path = project.lockfile_path(model)
-    project.manifest_path(model)
-    if not path.is_file():
-        raise UsageError(f"no lockfile for model {model!r} in {project.describe()}",
-                         hints=[f"frt lock --model {model}"])
-    return path
 
 
 def cmd_init(args) -> int:
@@ -392,19 +384,27 @@ def _software_hints(decisions, hw) -> list[str]:
 
 
 def _find_lock(project, model: str, explicit: str | None):
+    """The lockfile in force: ``--lockfile``, else ``FRT_LOCK``, else the project's. A missing
+    lockfile is a "no" (exit 1, SPEC §4) wherever it was named; one that does not parse is bad input."""
     from .lockfile import Lockfile  # noqa: PLC0415
 
-    if explicit:
-        return Lockfile.read(explicit)
-    env = os.environ.get("FRT_LOCK")
-    if env:
-        return Lockfile.read(env)
-    path = project.lockfile_path(model)
-    if not path.exists() and project.manifests_dir.is_dir():
-        project.manifest_path(model)  # unknown model: a usage error listing the valid ones
-    if not path.exists():
-        raise FrtError(f"no lockfile for model {model!r} ({project.rel(path)})", hints=["run `frt lock` first"])
+    for source, given in (("--lockfile", explicit), ("FRT_LOCK", os.environ.get("FRT_LOCK"))):
+        if given:
+            if not os.path.isfile(given):  # False, not OSError, for a name too long to stat
+                raise FrtError(f"no lockfile at {given} ({source})",
+                               hints=[f"frt lock --model {model}, or name an existing lockfile in {source}"])
+            return Lockfile.read(given)
+    path = project.existing_lockfile(model)
     return Lockfile.read(path, label=project.rel(path))
+
+
+def _stale_warning(lock) -> list[str]:
+    """SPEC §23: resolve uses a stale lock (it is what was reviewed) but says so, once."""
+    from .freshness import manifest_drift  # noqa: PLC0415
+    from .loader import lock_root  # noqa: PLC0415
+
+    stale = manifest_drift(lock, lock_root(lock))
+    return [stale] if stale else []
 
 
 def cmd_resolve(args) -> int:
@@ -412,6 +412,10 @@ def cmd_resolve(args) -> int:
 
     project = _project(args)
     lock = _find_lock(project, args.model, args.lockfile)
+    warnings = _stale_warning(lock)
+    if not args.json:
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
     accept = tuple(args.accept or ("certified_fast",))
     if "supported_correct" in accept and "certified_fast" not in accept:
         accept = ("certified_fast", "supported_correct")
@@ -427,7 +431,7 @@ def cmd_resolve(args) -> int:
     decisions = resolve_all(lock, hardware=hw, precision=precision, phases=args.phase, fallback=args.fallback,
                             accept=accept, reporter=trace)
     doc = {"model": lock.model, "lock-digest": lock.lock_digest, "precision": precision,
-           "hardware": hw.to_dict(), "decisions": [d.to_dict() for d in decisions.values()]}
+           "hardware": hw.to_dict(), "decisions": [d.to_dict() for d in decisions.values()], "warnings": warnings}
     if trace is not None:
         from .routes.explain import candidates  # noqa: PLC0415
 
@@ -481,6 +485,8 @@ def cmd_verify(args) -> int:
     problems = report.problems
 
     def line(p: dict) -> str:
+        if p["kind"] == "stale":  # SPEC §23: the message names the manifest and both digests
+            return f"stale: {p['message']}"
         if "derived" in p:  # a re-derivation: what the lock records vs what verify derived
             return f"{p['kind']}: {p['path']}: recorded {p['recorded']}, derived {p['derived']}"
         return f"{p['kind']}: {p['path']}: expected {p['expected']}, computed {p['computed']}"
@@ -494,7 +500,7 @@ def cmd_verify(args) -> int:
         if kinds & set(DERIVED_KINDS):
             print("hint: the lockfile does not hold what `frt lock` derives from its own manifest and receipts: "
                   "find out who edited it (its lock-digest says nothing about that)", file=sys.stderr)
-        for hint in _verify_fixes(args, problems, {"lock-digest", *DERIVED_KINDS}):
+        for hint in _verify_fixes(args, problems, {"lock-digest", "stale", *DERIVED_KINDS}):
             print(f"hint: {hint}", file=sys.stderr)
         return 1
     return 0
@@ -663,11 +669,13 @@ def cmd_qualify(args) -> int:
 
 
 def cmd_matrix(args) -> int:
-
+    """The matrix as Markdown, HTML or (``--json``) the JSON document, on stdout or into ``-o FILE``."""
     from .routes.matrix import render_matrix  # noqa: PLC0415
 
+    if args.json and args.format:
+        raise UsageError(f"--json and --format {args.format} each choose the output; give one")
     project = _project(args)
-    text = render_matrix(project, model=args.model, fmt=args.format)
+    text = render_matrix(project, model=args.model, fmt="json" if args.json else args.format or "md")
     if args.output:
         from .lockfile import write_atomic  # noqa: PLC0415
 

@@ -20,9 +20,15 @@ def manifest_drift(lock, root) -> str | None:
     """Why ``lock`` is stale against the manifest file under ``root``, or ``None``.
 
     No manifest file there (a lock used outside its project, or the bundled demo's
-    lock in a wheel) is not staleness: there is nothing to compare with."""
+    lock in a wheel) is not staleness: there is nothing to compare with. Nor is a
+    ``manifest-file`` that is no safe project-relative path (SPEC §21): it is never
+    followed out of the project; ``frt verify`` reports the name."""
+    from . import names  # noqa: PLC0415
+
+    if not lock.manifest_file or names.problem("path", lock.manifest_file):
+        return None
     path = Path(root) / lock.manifest_file
-    if not lock.manifest_file or not path.is_file():
+    if not path.is_file():
         return None
     from .manifest import Manifest  # noqa: PLC0415
 

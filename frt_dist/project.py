@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import names
 from ._schema import parse_toml
-from .errors import UsageError
+from .errors import FrtError, UsageError
 
 __all__ = ["Project", "bundled_root"]
 
@@ -86,6 +86,17 @@ class Project:
 
     def lockfile_path(self, model: str) -> Path:
         return self.lockfiles_dir / f"{names.check('name', model, 'model', UsageError)}.lock"
+
+    def existing_lockfile(self, model: str) -> Path:
+        """``lockfiles/<model>.lock`` for a command that reads it. A missing one is a "no" (exit 1,
+        SPEC §4, as ``frt lock --check`` has it) whose hint is the command that writes it; a model
+        with no manifest either is a usage error naming the models there are."""
+        path = self.lockfile_path(model)
+        if not path.is_file():
+            if self.manifests_dir.is_dir():
+                self.manifest_path(model)
+            raise FrtError(f"no lockfile for model {model!r} ({self.rel(path)})", hints=[f"frt lock --model {model}"])
+        return path
 
     def describe(self) -> str:
         label = {"project": "project", "frt-home": "FRT_HOME", "bundled": "bundled defaults"}[self.kind]

@@ -14,9 +14,13 @@ recomputes everything ``frt lock`` derived and compares it with what the lock re
   from the receipts that are valid: winner, runner-ups, states and receipt digests;
 - every package's trust decision (``locker.derive_trust``) from the manifest and the
   publisher fact recorded at lock time (``publisher-trusted``), and its source, path and
-  version against the manifest;
+  version against the manifest; a package the manifest does not declare is accepted only
+  when a locked variant names it in ``kernel-depends`` (transitively from the manifest's
+  packages, at the version asked for, with no cycle: ``locker.depends_of``/``depends_cycle``);
 - a path package's revision, version and variant facts from its source in the project,
-  and with ``--mirror`` each mirrored variant's facts from its ``metadata.json``;
+  and with ``--mirror`` each mirrored variant's facts from its ``metadata.json`` (with the
+  file digests frt computes, ``metadata.with_computed_digests``, for a variant whose
+  metadata declares none: ``digest-source = "frt"``);
 - the routes table (route digests, precision, assembly, packages) from the manifest;
 - every name that can reach a path (``frt_dist.names``): repo ids, variant names, file
   paths inside variants, the receipt file labels, index cell names;
@@ -33,8 +37,10 @@ The result is one report: ``{"ok", "lockfiles", "problems": [{"kind", "path", "e
 lock-digest | receipt``, and for what re-derivation finds ``index``, ``trust``, ``package``,
 ``name`` and ``field``; those problems also carry ``recorded`` (what the lock says; also
 ``expected``), ``derived`` (what verify computed; also ``computed``) and a ``message``.
-A lockfile that does not parse is bad input (``LockfileError`` with exit 2), not a failed
-verification.
+``stale`` (SPEC §23): the project's manifest file is not the one the lock embeds
+(``freshness.manifest_drift``); ``expected``/``computed`` are the two manifest digests.
+A lockfile that does not parse, and a ``--mirror`` that is not a directory, are bad input
+(exit 2), not a failed verification.
 """
 
 from __future__ import annotations
@@ -71,12 +77,17 @@ def verify(project, models: list[str] | None = None, *, mirror: str | Path | Non
     """Verify the project's lockfiles (all, or those of ``models``)."""
     from .lockfile import Lockfile  # noqa: PLC0415
 
+    if mirror is not None and not Path(mirror).is_dir():
+        # bad input, not a failed verification: every locked file reported missing would bury the cause
+        what = "is not a directory" if Path(mirror).exists() else "does not exist"
+        raise UsageError(f"--mirror {mirror}: {what}",
+                         hints=[f"fill it with `frt mirror {mirror}`, or name the directory the mirror is in"])
     models = list(models) if models else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
-    if not models:
-        raise UsageError(f"no lockfiles in {project.lockfiles_dir}", hints=["run `frt lock` first"])
+    if not models:  # nothing to verify is a "no" (exit 1), like a missing lockfile
+        raise FrtError(f"no lockfiles in {project.rel(project.lockfiles_dir)}", hints=["frt lock"])
     report = VerifyReport()
     for model in models:
-        path = project.lockfile_path(model)
+        path = project.existing_lockfile(model)
         label = project.rel(path)
         report.lockfiles.append(label)
         try:
@@ -88,6 +99,7 @@ def verify(project, models: list[str] | None = None, *, mirror: str | Path | Non
                                  "expected": r.get("expected"), "computed": r.get("computed"), "message": str(exc)}
                                 for r in (exc.reasons or [{}])]
             continue
+        report.problems += _staleness(lock, label, project)
         problems, notes = rederive(lock, label=label, project=project, mirror=mirror)
         report.problems += problems
         report.notes += notes
@@ -96,6 +108,27 @@ def verify(project, models: list[str] | None = None, *, mirror: str | Path | Non
 
             report.problems += verify_mirror(lock, Path(mirror), variants=variants, all_variants=all_variants)
     return report
+
+
+def _staleness(lock, label: str, project) -> list[dict]:
+    """SPEC §23: a lock whose embedded manifest is not the project's manifest file is stale
+    (``freshness.manifest_drift``, the rule ``load`` and ``resolve`` warn with). Reported as a
+    problem of kind ``stale``: the lock may be intact and still not what the manifest asks for."""
+    from .freshness import manifest_drift  # noqa: PLC0415
+
+    why = manifest_drift(lock, project.root)  # a manifest-file that is no safe name is never followed
+    if why is None:
+        return []
+    from .manifest import Manifest  # noqa: PLC0415
+
+    try:
+        now = Manifest.read(Path(project.root) / lock.manifest_file, label=lock.manifest_file).digest
+    except FrtError as exc:
+        now = f"unreadable: {exc}"
+    # the drift text is the serving side's warning; verify fails instead of using the lock
+    why = why.replace("; using the lockfile as reviewed", "")
+    return [{"kind": "stale", "path": f"{label}: manifest-digest", "manifest": lock.manifest_file,
+             "expected": lock.manifest.digest, "computed": now, "message": why}]
 
 
 # ---------------------------------------------------------------------------
@@ -163,7 +196,8 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
     f.name("path", lock.manifest_file, "manifest-file")
 
     # -- packages: names, manifest, trust, sources --------------------------------
-    packages = {repo: _check_package(f, lock, repo, project, mirror) for repo in sorted(lock.packages)}
+    depends = _check_depends(f, lock)
+    packages = {repo: _check_package(f, lock, repo, project, mirror, depends) for repo in sorted(lock.packages)}
     for repo in sorted(set(m.packages) - set(lock.packages)):
         f.add("package", f"packages.{_q(repo)}", "not locked", "declared by the manifest",
               f"the manifest declares package {repo!r}; the lock does not pin it")
@@ -318,10 +352,43 @@ def _cand_detail(got, want, key, accepted, invalid) -> str:
 # packages
 
 
-def _check_package(f: _Findings, lock, repo: str, project, mirror):
+def _check_depends(f: _Findings, lock) -> set[str]:
+    """The packages ``frt lock`` adds for ``kernel-depends`` (``locker.lock_depends``): every one a
+    locked variant names, transitively from the manifest's packages, with the locker's own
+    ``depends_of`` and ``depends_cycle``. A dependency that is not locked, one locked at another
+    version than a variant asks for, and a cycle are reported, as ``frt lock`` refuses them.
+    Returns the undeclared packages reached this way (a lock may pin those, and no others)."""
+    from .locker import depends_cycle, depends_of  # noqa: PLC0415
+
+    m, reached = lock.manifest, set()
+    queue = sorted(r for r in m.packages if r in lock.packages)
+    while queue:
+        repo = queue.pop(0)
+        for dep, version in depends_of(lock.packages[repo]):
+            have = lock.packages.get(dep)
+            if have is None:
+                f.add("package", f"packages.{_q(dep)}", "not locked", f"kernel-depends of {repo} (version {version})",
+                      f"{repo}: a locked variant names {dep!r} version {version} in kernel-depends; the lock does not pin it")
+            elif have.source == "hub" and have.version != version:
+                f.add("package", f"packages.{_q(dep)}.version", str(have.version), str(version),
+                      f"{repo}: a locked variant names {dep!r} version {version} in kernel-depends")
+            if have is not None and dep not in m.packages and dep not in reached:
+                reached.add(dep)
+                queue.append(dep)
+    cycle = depends_cycle(lock.packages)
+    if cycle:
+        f.add("package", "kernel-depends", "no cycle", " -> ".join(cycle),
+              f"kernel-depends cycle: {' -> '.join(cycle)} (frt lock refuses it, as kernels does)")
+    return reached
+
+
+def _check_package(f: _Findings, lock, repo: str, project, mirror, depends: set[str]):
     """Check one locked package; return it as `frt lock` would record it from what could be
-    re-derived (the recorded facts where nothing could be)."""
+    re-derived (the recorded facts where nothing could be). A package in ``depends`` (reached
+    through ``kernel-depends`` only) is checked as ``frt lock`` locks it: a Hub package at the
+    version asked for (``_check_depends`` compares that), trusted as any other."""
     from .locker import derive_trust  # noqa: PLC0415
+    from .manifest import Package  # noqa: PLC0415
 
     lp, m = lock.packages[repo], lock.manifest
     fp = f"packages.{_q(repo)}"
@@ -338,14 +405,18 @@ def _check_package(f: _Findings, lock, repo: str, project, mirror):
                 f.add("name", f"{vp}.{k}", repr(val), "refused: not a Python identifier",
                       f"{vp}.{k} {val!r} is not a Python identifier")
     mp = m.packages.get(repo)
-    if mp is None:
+    if mp is None and repo in depends:
+        mp = Package(repo, version=lp.version)
+    elif mp is None:
         f.add("package", fp, "locked", "not declared by the manifest",
-              f"the lock pins {repo!r}, which the embedded manifest does not declare")
+              f"the lock pins {repo!r}, which the embedded manifest does not declare and no locked variant "
+              "names in kernel-depends")
         return lp
     derived = lp
     want_source = "path" if mp.is_path else "hub"
     if lp.source != want_source:
-        f.add("package", fp + ".source", lp.source, want_source, f"the manifest declares {repo!r} as a {want_source} package")
+        by = "the manifest declares" if repo in m.packages else "kernel-depends names"
+        f.add("package", fp + ".source", lp.source, want_source, f"{by} {repo!r} as a {want_source} package")
     elif mp.is_path and lp.path != mp.path:
         f.add("package", fp + ".path", str(lp.path), str(mp.path), f"the manifest's path for {repo!r} differs")
     elif not mp.is_path and lp.version != mp.version:
@@ -405,7 +476,7 @@ def _rederive_from_mirror(f: _Findings, lp, mirror: Path) -> None:
     from .canonical import sha256_hex  # noqa: PLC0415
     from .errors import KernelUnavailable  # noqa: PLC0415
     from .loader import repo_folder  # noqa: PLC0415
-    from .metadata import parse_variant_metadata  # noqa: PLC0415
+    from .metadata import parse_variant_metadata, with_computed_digests  # noqa: PLC0415
 
     if names.problem("repo", lp.repo):
         return
@@ -425,16 +496,36 @@ def _rederive_from_mirror(f: _Findings, lp, mirror: Path) -> None:
         if "sha256:" + sha256_hex(raw) != v.metadata_sha256:
             continue
         try:
-            found[vname] = parse_variant_metadata(raw, repo=lp.repo, variant=vname)
+            now = parse_variant_metadata(raw, repo=lp.repo, variant=vname)
+            if now.digest_source == "frt":  # as frt lock computes them: from the variant's files
+                now = with_computed_digests(now, _mirrored_files(snap / vname, mirror), repo=lp.repo)
+            found[vname] = now
         except KernelUnavailable as exc:
             f.add("package", f"packages.{_q(lp.repo)}.variants.{vname}", "locked", f"not derivable: {exc}", str(exc))
     _compare_variants(f, f"packages.{_q(lp.repo)}", {n: lp.variants[n] for n in found}, found,
-                      source=f"the mirror's metadata.json", complete=False)
+                      source="the mirror", complete=False)
+
+
+def _mirrored_files(vdir: Path, mirror: Path) -> dict[str, bytes]:
+    """The files of a mirrored variant (relpath -> bytes; snapshots link into ``blobs/``). A link
+    leaving the mirror is not read: ``verify_mirror`` reports it, and the digests then differ."""
+    from .canonical import scan_tree  # noqa: PLC0415
+
+    root, out = mirror.resolve(), {}
+    for rel, path, _ in scan_tree(vdir):
+        real = Path(path).resolve()
+        try:
+            if real.is_relative_to(root) and real.is_file():
+                out[rel] = real.read_bytes()
+        except OSError:
+            continue  # unreadable: missing from the digests, as verify_mirror reports it
+    return out
 
 
 _VARIANT_FIELDS = (("backend", "backend"), ("archs", "archs"), ("metadata-sha256", "metadata_sha256"),
                    ("module-id", "module_id"), ("module-name", "module_name"), ("digest-algorithm", "algorithm"),
-                   ("files", "files"))
+                   ("files", "files"), ("digest-source", "digest_source"), ("kernels-minver", "kernels_minver"),
+                   ("python-depends", "python_depends"), ("kernel-depends", "kernel_depends"))
 
 
 def _compare_variants(f: _Findings, fp: str, recorded: dict, derived: dict, *, source: str, complete: bool) -> None:
@@ -451,8 +542,10 @@ def _compare_variants(f: _Findings, fp: str, recorded: dict, derived: dict, *, s
             va, vb = getattr(a, attr), getattr(b, attr)
             if va != vb:
                 show = (lambda v: json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True))
-                f.add("package", f"{fp}.variants.{vname}.{key}", show(va), show(vb),
-                      f"build/{vname}/metadata.json in {source} says otherwise")
+                said = (f"the digests frt computes from the files of build/{vname}/ in {source} (its metadata.json "
+                        "declares none) differ" if key == "files" and b.digest_source == "frt"
+                        else f"build/{vname}/metadata.json in {source} says otherwise")
+                f.add("package", f"{fp}.variants.{vname}.{key}", show(va), show(vb), said)
 
 
 # ---------------------------------------------------------------------------

@@ -83,7 +83,7 @@ def test_one_repo_pinned_twice_across_models_is_an_error_naming_both(proj, tmp_p
         kernels_lock_json([lock, other])
 
 
-def test_export_errors_are_usage_errors_and_write_nothing(proj, tmp_path, capsys):
+def test_export_errors_name_the_problem_and_write_nothing(proj, tmp_path, capsys):
     from frt_dist.cli import main
 
     tp, _ = proj
@@ -92,6 +92,6 @@ def test_export_errors_are_usage_errors_and_write_nothing(proj, tmp_path, capsys
     assert exit_.value.code == 2
     assert "does not exist" in capsys.readouterr().err and not (tmp_path / "no").exists()
     (tp.root / "lockfiles" / "tiny.lock").unlink()
-    assert main(["lock", "--project", str(tp.root), "--export", "kernels"]) == 2
+    assert main(["lock", "--project", str(tp.root), "--export", "kernels"]) == 1  # a missing lockfile is a "no"
     err = capsys.readouterr().err
-    assert "error: no lockfile for model 'tiny'" in err and "hint: frt lock --model tiny" in err
+    assert "error: no lockfile for model 'tiny' (lockfiles/tiny.lock)" in err and "hint: frt lock --model tiny" in err

@@ -232,6 +232,27 @@ def test_no_declared_archs_loads_with_a_note(proj):
     assert loaded.notes == ("t-org/scale variant torch-cpu declares no backend.archs; loaded without an arch claim",)
 
 
+def test_load_applies_the_admissibility_rule_of_resolve_and_lock(tmp_path):
+    """SPEC §19: a CUDA build that declares no archs makes no arch claim, but it is no CPU build:
+    admissible.variant_problem refuses it on a CPU cell, and so does the loader, before import."""
+    from frt_dist.admissible import variant_problem
+
+    cuda_pkg = {"name": "scale", "variant": "torch-cuda", "backend": "cuda"}
+    tp = tiny_project(tmp_path, packages={"scale": cuda_pkg, "norm": {"name": "norm", "source": NORM_SRC}})
+    lock = tp.lock()
+    lv = lock.packages[SCALE].variants["torch-cuda"]
+    assert lv.archs == () and variant_problem(lv, CPU.backend, CPU.arch) == "is a cuda build"
+    before = set(sys.modules)
+    exc = _refusal(loader.load_locked, lock, SCALE, "torch-cuda", hardware=CPU)
+    assert set(sys.modules) == before
+    assert exc.reasons == [{"package": SCALE, "revision": lock.packages[SCALE].revision, "kind": "backend",
+                            "reason": "variant torch-cuda is a cuda build; device test is cpu",
+                            "backend": "cuda", "device": "cpu"}]
+    assert variant_problem(lv, "cuda", "9.0") is None  # where the rule admits it, it loads (with the note)
+    assert loader.load_locked(lock, SCALE, hardware=cuda_hw("9.0")).notes == (
+        "t-org/scale variant torch-cuda declares no backend.archs; loaded without an arch claim",)
+
+
 def test_no_variant_for_this_system_is_refused(proj):
     _, lock = proj
     exc = _refusal(loader.load_locked, lock, SCALE, hardware=cuda_hw())

@@ -6,11 +6,13 @@ Chromium when one is installed (DOM after parsing, and a screenshot).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from html.parser import HTMLParser
 
 import pytest
@@ -55,18 +57,30 @@ CASE = {
     ],
 }
 
-# rows in their rendered order: (phase, precision, arch, device class, software) -> route -> state
+# rows in their rendered order: (phase, precision, arch, device class, software) -> route -> state.
+# Rows with software "—" have no receipt: every phase x precision x hardware cell measured by any
+# accepted receipt (h200, rtx-5090, gb10; b200's receipt was rejected) appears, unmeasured ones unknown.
+BF16_UNKNOWN = {"fused": "unknown", "split": "unknown", "fp8": "na"}
+FP8_UNKNOWN = {"fused": "na", "split": "na", "fp8": "unknown"}
 EXPECTED_ROWS = [
+    (("decode", "bf16", "9.0", "h200", "—"), BF16_UNKNOWN),
     (("decode", "bf16", "12.0", "rtx-5090", "cuda 12.8, torch 2.13"),
      {"fused": "certified_fast", "split": "supported_correct", "fp8": "na"}),
     (("decode", "bf16", "12.1", "gb10", "cuda 12.8, torch 2.13"),
      {"fused": "unknown", "split": "certified_fast", "fp8": "na"}),
+    (("decode", "fp8", "9.0", "h200", "—"), FP8_UNKNOWN),
     (("decode", "fp8", "12.0", "rtx-5090", "cuda 12.8, torch 2.13"),
      {"fused": "na", "split": "na", "fp8": "certified_fast"}),
+    (("decode", "fp8", "12.1", "gb10", "—"), FP8_UNKNOWN),
     (("prefill", "bf16", "9.0", "h200", "cuda 12.8, torch 2.11"),
      {"fused": "certified_fast", "split": "unknown", "fp8": "na"}),
     (("prefill", "bf16", "9.0", "h200", "cuda 12.8, torch 2.13"),
      {"fused": "supported_correct", "split": "unknown", "fp8": "na"}),
+    (("prefill", "bf16", "12.0", "rtx-5090", "—"), BF16_UNKNOWN),
+    (("prefill", "bf16", "12.1", "gb10", "—"), BF16_UNKNOWN),
+    (("prefill", "fp8", "9.0", "h200", "—"), FP8_UNKNOWN),
+    (("prefill", "fp8", "12.0", "rtx-5090", "—"), FP8_UNKNOWN),
+    (("prefill", "fp8", "12.1", "gb10", "—"), FP8_UNKNOWN),
 ]
 ROUTES = ["fused", "split", "fp8"]
 
@@ -113,12 +127,14 @@ def test_markdown_table_content(proj):
                 assert cell == "unknown"
             else:
                 assert (("**certified_fast**" if st == "certified_fast" else "*supported\\_correct*") in cell), cell
+    # a cell no receipt covers: its own row, every route of its precision unknown, the others n/a
+    assert body[0] == ["decode", "1–16", "bf16", "cuda 9.0", "h200", "—", "unknown", "unknown", "n/a"]
     # key figures and the winner mark
-    first = body[0]
+    first = body[1]
     assert first[6] == "★ **certified_fast** 1.31× (1.22–1.40) · max-abs 1.0e-06"
     assert first[7] == "*supported\\_correct* 0.98× (0.95–1.01) · max-abs 2.5e-05"  # runner-up: no star
-    assert body[1][7].startswith("★ **certified_fast** 1.50×")
-    assert body[4][6] == "★ *supported\\_correct* no timing · max-abs 1.0e-06"  # a receipt without timing
+    assert body[2][7].startswith("★ **certified_fast** 1.50×")
+    assert body[7][6] == "★ *supported\\_correct* no timing · max-abs 1.0e-06"  # a receipt without timing
     # routes and rejected receipts are listed for review
     assert "- fused: eager, bf16; attn = fused (flashrt/gated-delta-attention); gate min-speedup 1.02" in md
     assert "Rejected receipts" in md and "`receipts/case-model/bad-b200.json`: fallbacks is 2" in md
@@ -247,15 +263,19 @@ def test_html_structure_states_shape_and_detail(proj):
             assert states[route] in cls and td["attrs"]["data-route"] == route
             present |= cls & set(STATE_CLASSES)
     assert present == set(STATE_CLASSES)  # every state appears as a class in the matrix
-    # the winner of the first row: star, figures in the cell, full detail on hover
+    # a row no receipt covers: hover text says so
     td = [c for c in rows[0]["children"] if c["tag"] == "td"][0]
+    assert td["attrs"]["title"] == ("route fused — decode (rows 1–16), bf16, cuda 9.0 h200, software —\n"
+                                   "state unknown: no receipt for this cell")
+    # the winner of the rtx-5090 row: star, figures in the cell, full detail on hover
+    td = [c for c in rows[1]["children"] if c["tag"] == "td"][0]
     assert "winner" in td["attrs"]["class"].split()
     assert _text(td) == "★ certified_fast1.31× (1.22–1.40) · max-abs 1.0e-06"
     title = td["attrs"]["title"]
     assert proj.names["fused-5090"] in title and "receipts/case-model/fused-5090.json" in title
     assert "40 rounds, paired-alternating" in title and "flashrt/gated-delta-attention" in title
     assert "\n" in title  # multi-line hover text
-    runner = [c for c in rows[0]["children"] if c["tag"] == "td"][1]
+    runner = [c for c in rows[1]["children"] if c["tag"] == "td"][1]
     assert "winner" not in runner["attrs"]["class"].split() and "runner-up, rank 2 of 2" in runner["attrs"]["title"]
     # rejected receipts are shown
     assert any("bad-b200.json" in _text(li) for li in d.find("li"))
@@ -325,6 +345,83 @@ def test_cli_matrix_writes_the_same_text(proj, tmp_path):
     assert r.returncode == 0 and r.stdout == render_matrix(_project(proj), fmt="md")
 
 
+# ---------------------------------------------------------------------------
+# JSON
+
+ROW_KEYS = {"phase", "rows", "precision", "backend", "arch", "device-class", "device-name", "cpu", "os", "software",
+            "routes"}
+CELL_KEYS = {"state", "receipt", "winner", "rank", "speedup-median", "max-abs"}
+NOTHING = {"receipt": None, "winner": False, "rank": None, "speedup-median": None, "max-abs": None}
+
+
+def test_json_document_keys_and_values(proj, tmp_path):
+    r = run_frt(["matrix", "--project", str(proj.root), "--json"], cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    doc = json.loads(r.stdout)
+    assert r.stdout == render_matrix(_project(proj), fmt="json")
+    assert list(doc) == ["lockfiles"] and len(doc["lockfiles"]) == 1
+    (lk,) = doc["lockfiles"]
+    assert set(lk) == {"model", "path", "lock-digest", "binding", "family", "routes", "rows", "rejected-receipts"}
+    recorded = tomllib.loads((proj.root / "lockfiles" / "case-model.lock").read_text("utf-8"))
+    assert (lk["model"], lk["path"], lk["lock-digest"]) == ("case-model", "lockfiles/case-model.lock",
+                                                            recorded["lock-digest"])
+    assert [(x["name"], x["precision"], x["min-speedup"]) for x in lk["routes"]] == [
+        ("fused", "bf16", 1.02), ("split", "bf16", None), ("fp8", "fp8", None)]
+    assert [x["route-digest"] for x in lk["routes"]] == [proj.lock.manifest.routes[n].digest for n in ROUTES]
+    assert [x["file"] for x in lk["rejected-receipts"]] == ["receipts/case-model/bad-b200.json"]
+    # the rows: the same cells, in the same order, as Markdown and HTML show
+    assert len(lk["rows"]) == len(EXPECTED_ROWS)
+    for row, ((phase, prec, arch, dev, sw), states) in zip(lk["rows"], EXPECTED_ROWS):
+        assert set(row) == ROW_KEYS and sorted(row["routes"]) == sorted(ROUTES)
+        assert (row["phase"], row["precision"], row["backend"], row["arch"], row["device-class"]) == (
+            phase, prec, "cuda", arch, dev)
+        assert row["rows"] == ([1, 16] if phase == "decode" else [64, 2048])
+        assert (", ".join(f"{k} {v}" for k, v in sorted(row["software"].items())) or "—") == sw
+        assert (row["cpu"], row["os"]) == (None, None)  # receipts record neither; not the cpu backend
+        for route, cell in row["routes"].items():
+            assert set(cell) == CELL_KEYS and cell["state"] == states[route], (row, route)
+            if cell["state"] in ("na", "unknown"):
+                assert {k: cell[k] for k in NOTHING} == NOTHING
+    # figures: the winner and the runner-up of the rtx-5090 decode row, recomputed from the receipts' values
+    winner, runner = lk["rows"][1]["routes"]["fused"], lk["rows"][1]["routes"]["split"]
+    assert winner == {"state": "certified_fast", "receipt": proj.names["fused-5090"], "winner": True, "rank": 1,
+                      "speedup-median": 1.31, "max-abs": 1e-6}
+    assert runner == {"state": "supported_correct", "receipt": proj.names["split-5090"], "winner": False, "rank": 2,
+                      "speedup-median": 0.98, "max-abs": 2.5e-5}
+    gb10 = lk["rows"][2]
+    assert gb10["device-name"] == WEIRD_NAME and gb10["routes"]["split"]["winner"] is True
+    assert lk["rows"][7]["routes"]["fused"]["speedup-median"] is None  # a receipt without timing
+    assert lk["rows"][7]["routes"]["fused"]["receipt"] == proj.names["fused-h200-213"]
+    # -o FILE gets the same document
+    out = tmp_path / "m.json"
+    r = run_frt(["matrix", "--project", str(proj.root), "--json", "-o", str(out)], cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "" and out.read_text("utf-8") == render_matrix(_project(proj), fmt="json")
+
+
+def test_json_and_format_together_is_a_usage_error(proj, tmp_path):
+    r = run_frt(["matrix", "--project", str(proj.root), "--json", "--format", "html"], cwd=tmp_path)
+    assert r.returncode == 2
+    assert json.loads(r.stdout) == {"error": "--json and --format html each choose the output; give one",
+                                    "hints": [], "exit": 2, "reasons": []}
+
+
+def test_missing_lockfile_is_a_no_in_text_and_json(proj, tmp_path):
+    """SPEC §4: a missing lockfile is a "no" (exit 1), as `frt lock --check` has it; an unknown model is bad input."""
+    root = tmp_path / "p"
+    build_case(CASE, root)
+    (root / "lockfiles" / "case-model.lock").unlink()
+    r = run_frt(["matrix", "--project", str(root), "--model", "case-model"], cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == ("error: no lockfile for model 'case-model' (lockfiles/case-model.lock)\n"
+                        "hint: frt lock --model case-model\n")
+    r = run_frt(["matrix", "--project", str(root), "--model", "case-model", "--json"], cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr == ""
+    assert json.loads(r.stdout) == {"error": "no lockfile for model 'case-model' (lockfiles/case-model.lock)",
+                                    "hints": ["frt lock --model case-model"], "exit": 1, "reasons": []}
+    r = run_frt(["matrix", "--project", str(root), "--model", "nope"], cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("error: unknown model 'nope'"), r.stderr
+
+
 def test_missing_lockfiles_and_unknown_model(tmp_path, proj):
     empty = tmp_path / "empty"
     (empty / "manifests").mkdir(parents=True)
@@ -356,7 +453,8 @@ def test_several_models_one_section_each(tmp_path):
     p = Project(root, "project")
     md = render_matrix(p)
     assert md.index("## alpha-model") < md.index("## zeta-model")
-    assert len(_md_rows(md)) == 2 + 1 + len(EXPECTED_ROWS)  # two headers, one row, five rows
+    # two headers; alpha: its one measured cell and the three other phase x precision cells on that hardware
+    assert len(_md_rows(md)) == 2 + 4 + len(EXPECTED_ROWS)
     only = render_matrix(p, model="alpha-model")
     assert "## alpha-model" in only and "zeta-model" not in only
     doc = render_matrix(p, fmt="html")
@@ -371,13 +469,16 @@ def check_html_structure_multi(doc: str) -> _Dom:
 
 
 def test_lock_without_receipts_renders_every_cell_unknown(tmp_path):
+    """No receipt on any hardware: one unknown row per (phase, precision) of the manifest, hardware "—"."""
     case = {**CASE, "receipts": []}
     b = build_case(case, tmp_path)
     md = render_matrix(Project(b.root, "project"))
-    assert "No receipts: every cell is **unknown** for every route." in md
+    assert _md_rows(md)[1:] == [[ph, band, prec, "—", "—", "—", *states] for ph, band in
+                                (("decode", "1–16"), ("prefill", "64–2048")) for prec, states in
+                                (("bf16", ["unknown", "unknown", "n/a"]), ("fp8", ["n/a", "n/a", "unknown"]))]
     doc = render_matrix(Project(b.root, "project"), fmt="html")
-    d = _parse(doc)
-    assert not d.find("table") and d.find("p", "empty")
+    d = check_html_structure(doc)
+    assert len(d.find("td", "unknown")) == 6 and len(d.find("td", "na")) == 6
 
 
 def test_matrix_imports_neither_torch_nor_kernels(proj):

@@ -57,6 +57,7 @@ def box(tmp_path, monkeypatch):
         shutil.copytree(BUNDLED / d, proj / d)
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "secret.txt").write_text("canary")
+    (tmp_path / "mirror").mkdir()  # `verify --mirror` refuses a missing directory (exit 2) before reading anything
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("FRT_STORE", str(tmp_path / "store"))
     monkeypatch.chdir(proj)
@@ -158,6 +159,7 @@ def test_hostile_names_in_lockfiles_never_reach_outside(box):
                 refused += rc != 0
                 leaks += [(field, v[:40], argv[0], o) for o in outside]
             shutil.rmtree(box / "mirror", ignore_errors=True)
+            (box / "mirror").mkdir()
     print(f"\nlockfile name vectors: {runs} command runs, {refused} refused, {len(leaks)} outside accesses")
     assert leaks == [], leaks[:10]
     assert runs > 600 and refused > runs // 2, (runs, refused)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUNDLED, run_frt
-from factories import REMOTE, hub_manifest, start_hub, tiny_project
+from factories import NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, start_hub, tiny_project
 from frt_dist._schema import parse_toml
 from frt_dist.canonical import digest
 from frt_dist.errors import LockfileError
@@ -24,6 +24,7 @@ from frt_dist.lockfile import Lockfile, index_text, manifest_text, render
 from frt_dist.locker import lock_model
 from frt_dist.project import Project
 from frt_dist.verify import verify
+from test_depends import HELPER, USES_HELPER, _hub_lock, dep_hub  # noqa: F401 - the Hub fixture: a lock with kernel-depends
 
 MODEL = "demo-decoder"
 
@@ -451,3 +452,255 @@ def test_anything_else_frt_lock_would_write_differently_is_named(tmp_path):
     assert rc == 1
     p = problem(out, "field", ": receipts")
     assert (p["recorded"], p["derived"]) == ("[]", "absent")
+
+
+# ---------------------------------------------------------------------------
+# packages the manifest does not declare: kernel-depends (issue 12), re-derived with the locker's rules
+
+
+def _problems(root: Path) -> list[dict]:
+    return verify(Project(root, "project", {})).problems
+
+
+def _one(problems: list[dict], kind: str, path_end: str) -> dict:
+    return problem({"problems": problems}, kind, path_end)
+
+
+def test_kernel_depends_packages_are_accepted_and_nothing_else(dep_hub, tmp_path):
+    from frt_dist.errors import KernelUnavailable
+    from frt_dist.locker import _Locker, depends_cycle
+
+    server, publish, remote = dep_hub
+    publish(HELPER, "helper", b"K = 3\n")
+    publish(remote, "scale", USES_HELPER, depends=[HELPER])
+    tp = _hub_lock(tmp_path, server)
+    lock = tp.lock()
+    assert HELPER in lock.packages and HELPER not in lock.manifest.packages
+    rc, doc, err = run_verify(tp.root)
+    assert rc == 0 and doc["problems"] == [], (doc, err)
+    assert any(f"{HELPER}: Hub commit and variant facts not re-derived offline" in n for n in doc["notes"])
+    path, good = _hub_lockpath(tp), _hub_lockpath(tp).read_bytes()
+    dep_at = f'packages."{HELPER}"'
+
+    # no locked variant names the helper any more: it is an undeclared package like any other
+    e = Edit(path)
+    del e.doc["packages"][remote]["variants"]["torch-cpu"]["kernel-depends"]
+    e.save()
+    p = _one(_problems(tp.root), "package", dep_at)
+    assert (p["recorded"], p["derived"]) == ("locked", "not declared by the manifest")
+    assert "no locked variant names in kernel-depends" in p["message"]
+
+    # locked at another version than the variant asks for (frt lock pins the version asked for)
+    path.write_bytes(good)
+    e = Edit(path)
+    e.doc["packages"][HELPER]["version"] = 2
+    e.save()
+    p = _one(_problems(tp.root), "package", dep_at + ".version")
+    assert (p["recorded"], p["derived"]) == ("2", "1")
+    assert p["message"] == f"{remote}: a locked variant names {HELPER!r} version 1 in kernel-depends"
+
+    # named but not locked
+    path.write_bytes(good)
+    e = Edit(path)
+    del e.doc["packages"][HELPER]
+    e.save(readable=False)
+    p = _one(_problems(tp.root), "package", dep_at)
+    assert (p["recorded"], p["derived"]) == ("not locked", f"kernel-depends of {remote} (version 1)")
+
+    # a dependency's trust decision is derived as any Hub package's (not trusted by the manifest)
+    path.write_bytes(good)
+    e = Edit(path)
+    e.doc["packages"][HELPER]["trust"] = "manifest"
+    e.save()
+    p = _one(_problems(tp.root), "trust", dep_at + ".trust")
+    assert (p["recorded"], p["derived"]) == ("manifest", "trusted-publisher")
+
+    # a cycle, reported as frt lock refuses it (test_depends: "kernel-depends cycle: helper -> scale -> helper")
+    path.write_bytes(good)
+    e = Edit(path)
+    e.doc["packages"][HELPER]["variants"]["torch-cpu"]["kernel-depends"] = [{"repo-id": remote, "version": 1}]
+    e.save()
+    edited = Lockfile.read(path)
+    cycle = depends_cycle(edited.packages)
+    assert cycle == [HELPER, remote, HELPER]
+    p = _one(_problems(tp.root), "package", ": kernel-depends")
+    assert p["derived"] == f"{HELPER} -> {remote} -> {HELPER}"
+    assert p["message"].startswith(f"kernel-depends cycle: {HELPER} -> {remote} -> {HELPER}")
+    with pytest.raises(KernelUnavailable, match=f"^kernel-depends cycle: {HELPER} -> {remote} -> {HELPER}$"):
+        _Locker(tp.project).lock_depends(edited.manifest, dict(edited.packages), None)  # the locker refuses the same
+
+
+def test_an_undeclared_package_is_still_refused(tmp_path):
+    tp = tiny_project(tmp_path)
+    tp.lock()
+    e = Edit(tp.lock_path)
+    e.doc["packages"]["t-org/extra"] = e.doc["packages"]["t-org/norm"]
+    e.save()
+    p = _one(_problems(tp.root), "package", 'packages."t-org/extra"')
+    assert (p["recorded"], p["derived"]) == ("locked", "not declared by the manifest")
+
+
+# ---------------------------------------------------------------------------
+# the variant facts issue 12 added: digest-source, kernels-minver, python-depends, kernel-depends
+
+
+def _no_digest_project(tmp_path):
+    """``t-org/scale``'s variant without ``digest`` (frt computes them) and with requirements."""
+    tp = tiny_project(tmp_path, packages={"scale": {"name": "scale", "source": SCALE_SRC,
+                                                    "extra": {"kernels-minver": "0.17.0", "python-depends": ["einops"]}},
+                                          "norm": {"name": "norm", "source": NORM_SRC}})
+    meta_path = tp.root / "packages/scale/build/torch-cpu/metadata.json"
+    meta = json.loads(meta_path.read_bytes())
+    del meta["digest"]
+    meta_path.write_text(json.dumps(meta, indent=2), "utf-8")
+    return tp, tp.lock()
+
+
+@pytest.mark.parametrize("key, value, recorded, derived", [
+    ("digest-source", "metadata", '"metadata"', '"frt"'),
+    ("kernels-minver", "0.99.0", '"0.99.0"', '"0.17.0"'),
+    ("python-depends", [], "[]", '["einops"]'),
+])
+def test_a_path_variant_without_digest_verifies_and_its_new_fields_are_rederived(tmp_path, key, value, recorded, derived):
+    tp, lock = _no_digest_project(tmp_path)
+    v = lock.packages["t-org/scale"].variants["torch-cpu"]
+    assert (v.digest_source, v.kernels_minver, v.python_depends) == ("frt", "0.17.0", ("einops",))
+    rc, doc, err = run_verify(tp.root)
+    assert rc == 0 and doc["problems"] == [], (doc, err)
+    e = Edit(tp.lock_path)
+    table = e.doc["packages"]["t-org/scale"]["variants"]["torch-cpu"]
+    if value == []:
+        del table[key]  # the lock writes no empty list
+    else:
+        table[key] = value
+    e.save()
+    rc, doc, _ = run_verify(tp.root)
+    assert rc == 1
+    p = problem(doc, "package", f'packages."t-org/scale".variants.torch-cpu.{key}')
+    assert (p["recorded"], p["derived"]) == (recorded, derived)
+
+
+def test_a_path_variant_gaining_kernel_depends_is_named(tmp_path):
+    tp, _ = _no_digest_project(tmp_path)
+    e = Edit(tp.lock_path)
+    e.doc["packages"]["t-org/scale"]["variants"]["torch-cpu"]["kernel-depends"] = [{"repo-id": "t-org/norm", "version": 1}]
+    e.save()
+    p = _one(_problems(tp.root), "package", 'packages."t-org/scale".variants.torch-cpu.kernel-depends')
+    assert (p["recorded"], p["derived"]) == ('[["t-org/norm", 1]]', "[]")
+
+
+def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp_path):
+    """The mirror re-derivation computes the digests as frt lock did (metadata.with_computed_digests)."""
+    from hubserver import kernel_variant_files
+    from frt_dist.mirror import mirror_lock
+
+    server, _ = start_hub(monkeypatch, tmp_path, trusted=True)
+    try:
+        files = kernel_variant_files(name="scale", variant="torch-cpu",
+                                     module_files={"__init__.py": b"def scale(x, w):\n    return x * w\n"},
+                                     extra_metadata={"kernels-minver": "0.17.0"})
+        meta = json.loads(files["build/torch-cpu/metadata.json"])
+        declared = meta.pop("digest")["files"]  # what kernel-builder would have declared: the oracle
+        files["build/torch-cpu/metadata.json"] = json.dumps(meta).encode()
+        server.commit(REMOTE, files, branch="v1")
+        tp = tiny_project(tmp_path, "hubproj", manifest=hub_manifest())
+        tp.hub = HubClient(endpoint=server.url)
+        lock = tp.lock()
+        mirror = tmp_path / "mirror"
+        mirror_lock(lock, mirror, variants=["torch-cpu"])
+    finally:
+        server.stop()
+    v = lock.packages[REMOTE].variants["torch-cpu"]
+    assert v.digest_source == "frt" and v.files == declared
+    verify_mirror = ["verify", "--json", "--mirror", str(mirror)]
+    r = run_frt(verify_mirror, cwd=tp.root)
+    assert r.returncode == 0 and json.loads(r.stdout)["problems"] == [], (r.stdout, r.stderr)
+    good = _hub_lockpath(tp).read_bytes()
+    for key, value, recorded, derived in (("kernels-minver", "0.18.0", '"0.18.0"', '"0.17.0"'),
+                                          ("digest-source", None, '"metadata"', '"frt"')):  # None: the default
+        _hub_lockpath(tp).write_bytes(good)
+        e = Edit(_hub_lockpath(tp))
+        table = e.doc["packages"][REMOTE]["variants"]["torch-cpu"]
+        table.pop(key) if value is None else table.update({key: value})
+        e.save()
+        assert run_verify(tp.root)[0] == 0  # offline: the Hub facts are not re-derived (a note says so)
+        r = run_frt(verify_mirror, cwd=tp.root)
+        assert r.returncode == 1, r.stderr
+        p = problem(json.loads(r.stdout), "package", f'packages."{REMOTE}".variants.torch-cpu.{key}')
+        assert (p["recorded"], p["derived"]) == (recorded, derived)
+        assert p["message"] == "build/torch-cpu/metadata.json in the mirror says otherwise"
+    # a computed digest edited: named as computed from the mirror's files
+    _hub_lockpath(tp).write_bytes(good)
+    e = Edit(_hub_lockpath(tp))
+    files_table = e.doc["packages"][REMOTE]["variants"]["torch-cpu"]["files"]
+    files_table["scale/__init__.py"] = "A" * 43 + "="
+    e.save()
+    doc = json.loads(run_frt(verify_mirror, cwd=tp.root).stdout)
+    p = problem(doc, "package", f'packages."{REMOTE}".variants.torch-cpu.files')
+    assert json.loads(p["derived"]) == declared
+    assert p["message"] == ("the digests frt computes from the files of build/torch-cpu/ in the mirror "
+                            "(its metadata.json declares none) differ")
+
+
+# ---------------------------------------------------------------------------
+# freshness (SPEC §23) and a mirror that is not there (SPEC §4: bad input)
+
+
+def test_a_stale_lock_fails_verify_naming_the_manifest(tmp_path):
+    import tomllib
+
+    from frt_dist.manifest import Manifest
+
+    tp = tiny_project(tmp_path)
+    lock = tp.lock()
+    mpath = tp.root / "manifests" / "tiny.toml"
+    doc = tomllib.loads(mpath.read_text("utf-8"))
+    doc["routes"]["fast"]["gate"]["min-speedup"] = 1.5
+    import tomli_w
+
+    mpath.write_text(tomli_w.dumps(doc), "utf-8")
+    now = Manifest.read(mpath).digest
+    assert now != lock.manifest.digest
+    r = run_frt(["verify", "--json"], cwd=tp.root)
+    assert r.returncode == 1, r.stderr
+    [p] = json.loads(r.stdout)["problems"]  # the lock itself is intact: only its freshness fails
+    assert (p["kind"], p["path"], p["manifest"]) == ("stale", "lockfiles/tiny.lock: manifest-digest", "manifests/tiny.toml")
+    assert (p["expected"], p["computed"]) == (lock.manifest.digest, now)
+    assert p["message"] == (f"lockfile for 'tiny' is stale: manifest manifests/tiny.toml changed since it was locked "
+                            f"(locked {lock.manifest.digest[:19]}, now {now[:19]}); run `frt lock --model tiny`")
+    r = run_frt(["verify"], cwd=tp.root)
+    assert r.returncode == 1
+    assert r.stdout.splitlines()[0] == f"stale: {p['message']}"
+    assert "hint: regenerate the lockfile with `frt lock --model tiny`" in r.stderr
+    assert "who edited it" not in r.stderr  # nobody edited the lock
+    tp.lock()
+    assert run_frt(["verify"], cwd=tp.root).returncode == 0
+
+
+@pytest.mark.parametrize("kind", ["missing", "a file"])
+def test_verify_with_a_mirror_that_is_not_a_directory_is_bad_input(demo, tmp_path, kind):
+    where = tmp_path / "no-mirror"
+    if kind == "a file":
+        where.write_text("")
+    what = "does not exist" if kind == "missing" else "is not a directory"
+    r = run_frt(["verify", "--mirror", str(where)], cwd=demo)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines()[0] == f"error: --mirror {where}: {what}"
+    assert f"hint: fill it with `frt mirror {where}`" in r.stderr
+    r = run_frt(["verify", "--json", "--mirror", str(where)], cwd=demo)
+    out = json.loads(r.stdout)
+    assert r.returncode == 2 and out["exit"] == 2 and out["error"] == f"--mirror {where}: {what}"
+
+
+def test_a_hostile_manifest_file_is_never_followed_for_freshness(demo, tmp_path):
+    """The freshness check reads the project's manifest file only under a safe name: a lock that
+    names one outside the project gets a ``name`` problem, never a read there (SPEC §21)."""
+    outside = demo.parent / "elsewhere.toml"
+    outside.write_text((demo / "manifests" / f"{MODEL}.toml").read_text("utf-8").replace("1.05", "1.5"), "utf-8")
+    e = Edit(lockpath(demo))
+    e.doc["manifest-file"] = "../elsewhere.toml"
+    e.save(readable=False)
+    p = _refused_name(demo, "manifest-file")
+    if p is not None:
+        assert p["recorded"] == "'../elsewhere.toml'" and p["derived"].startswith("refused: component '..'")
+        assert not [q for q in _problems(demo) if q["kind"] == "stale"]

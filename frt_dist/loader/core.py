@@ -13,8 +13,9 @@ package request into one imported module, or a ``KernelUnavailable`` whose
    Hub's trusted-publisher flag or ``trust=True``; offline, only ``trust=True``.
 3. **variant** – ``frt_dist.variants.select_variants`` for the (declared or
    detected) hardware.
-4. **arch** – ``backend.archs`` against the device with ``arch_admits``, on
-   every source; an empty list loads with a recorded note.
+4. **arch** – the variant's backend and ``backend.archs`` against the device with
+   ``admissible.variant_problem``, the one rule lock, verify, resolve and the matrix
+   apply (SPEC §19), on every source; an empty list loads with a recorded note.
 5. **bytes** – from the mirror (``mirror=``, ``FRT_MIRROR``, ``[tool.frt]
    mirror``), then the hub cache (``KERNELS_CACHE`` / HF cache), then the path
    source (path packages), then the Hub (``HF_ENDPOINT`` honoured) unless
@@ -87,7 +88,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import FrtError, KernelUnavailable
-from ..hardware import Hardware, arch_admits
+from ..admissible import variant_problem
+from ..hardware import Hardware
 from ._kernels_adapter import forget as forget_registered, loading_context, read_metadata, register, validate
 from .importer import forget as forget_module, import_verified, package_dir
 from .integrity import Expected, format_problems, real_dir
@@ -95,6 +97,7 @@ from .store import StoreUnusable, admit, open_store
 from ..variants import select_variants, valid_variant_name
 
 if TYPE_CHECKING:
+    from ..lockfile import LockedVariant
     from .store import Entry
 
 __all__ = ["hub_kernel", "load_package", "load_locked", "prepare_locked", "unavailable_report", "LoadedPackage",
@@ -290,7 +293,7 @@ class _Want:
     trust: str
     request: str
     expected: Expected | None = None  # None: the variant's own metadata digest (no lock, or pinned)
-    archs: tuple[str, ...] | None = None  # None: read from the metadata found
+    facts: LockedVariant | None = None  # the variant's backend, archs, id: the lock's (None: its metadata's)
     module_id: str | None = None
     path_source: Callable[[], Path] | None = None  # finds a path package's source folder (path_root)
     pinned: bool = False
@@ -361,7 +364,7 @@ def _want_from_lock(lock, repo: str, variant: str | None, hw: Hardware, *, allow
         path_source = functools.partial(_path_root, lock, root, pkg.path)
     return _Want(repo, pkg.version, revision, variant, pkg.source, pkg.trust,
                  f"{repo} version {pkg.version} at revision {revision} variant {variant} (lockfile {label})",
-                 expected, lv.archs if expected is not None else None,
+                 expected, lv if expected is not None else None,
                  lv.module_id if expected is not None else None, path_source, pinned)
 
 
@@ -479,20 +482,27 @@ def _self_declared(want: _Want, vdir: Path) -> None:
     # pinned to the bytes just parsed: the check then proves the metadata it hashes (and stores,
     # and takes the id from) is this one, not one swapped in after this read
     want.expected = Expected(lv.algorithm, dict(lv.files), "sha256:" + hashlib.sha256(raw).hexdigest())
-    want.archs = lv.archs
+    want.facts = lv
     want.module_id = lv.module_id
 
 
 def _arch_notes(want: _Want, hw: Hardware) -> list[str]:
-    archs = tuple(want.archs or ())
-    if not archs:
-        return [f"{want.repo} variant {want.variant} declares no backend.archs; loaded without an arch claim"]
-    if not arch_admits(archs, hw.arch):
-        raise _refuse(want.repo, [{"reason": f"variant {want.variant} declares archs {', '.join(archs)}; "
-                                             f"device {hw.device_class} is {hw.arch}",
-                                   "kind": "arch", "archs": list(archs), "device": hw.arch}],
-                      revision=want.revision)
-    return []
+    """Refuse, before import, a variant that does not run on ``hw`` by the rule a receipt's cell
+    is admitted with (``admissible.variant_problem``), so what load refuses is what resolve and
+    the matrix refuse; the notes of an admitted variant (no archs declared: no claim checked)."""
+    v = want.facts
+    why = variant_problem(v, hw.backend, hw.arch)
+    if why is None:
+        return [] if v.archs else [f"{want.repo} variant {want.variant} declares no backend.archs; "
+                                   "loaded without an arch claim"]
+    if why.startswith("declares "):  # the arch is not admitted: the wording refusals have always had
+        reason = {"reason": f"variant {want.variant} declares archs {', '.join(v.archs)}; "
+                            f"device {hw.device_class} is {hw.arch}", "kind": "arch", "archs": list(v.archs),
+                  "device": hw.arch}
+    else:
+        reason = {"reason": f"variant {want.variant} {why}; device {hw.device_class} is {hw.backend}",
+                  "kind": "backend", "backend": v.backend, "device": hw.backend}
+    raise _refuse(want.repo, [reason], revision=want.revision)
 
 
 def _integrity(want: _Want, vdir: Path, tree: Path, source: str, offline: bool,

@@ -14,15 +14,24 @@ measured variants do not admit the row's arch (``admissible.admission_problems``
 is left out, as ``frt lock`` and resolve leave it out, even from a lock written before that
 rule: the matrix never shows a winner that resolve refuses.
 
-Markdown is for reviews; HTML is one self-contained page (inline CSS, no
-script, no external asset) with the states as colours, a legend, the figures
-in the cell and the full detail as ``title`` hover text. Output is a pure
+Unknown rows: a cell with no receipt would otherwise be invisible, so the matrix also shows, for
+every phase band × every precision of the manifest's routes × every hardware cell (backend, arch,
+device class) that any accepted receipt of the lock measured on, a row where that combination has
+no accepted receipt at all: every route of that precision ``unknown``, the others ``n/a``. The
+hardware set comes from accepted receipts only, because the lock records a rejected receipt's
+device class but not its backend and arch. A lock with no accepted receipt shows one ``unknown``
+row per (phase, precision) with hardware ``—``.
+
+Markdown is for reviews; JSON (``--json``, keys in ``docs/matrix.md``) is for tools; HTML is
+one self-contained page (inline CSS, no script, no external asset) with the states as colours, a
+legend, the figures in the cell and the full detail as ``title`` hover text. Output is a pure
 function of the lockfiles: no timestamps, no absolute paths.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -73,6 +82,10 @@ class Row:
     cells: list[Cell] = field(default_factory=list)
 
     @property
+    def hardware_text(self) -> str:
+        return f"{self.backend} {self.arch}" if self.backend else "—"
+
+    @property
     def software_text(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in self.software) or "—"
 
@@ -117,24 +130,41 @@ def _table(lock: Lockfile, label: str) -> Table:
                     i, cand, rec = mine[0]
                     row.cells.append(Cell(rname, cand.state, rec, winner=(i == 0), rank=i + 1, ranked=len(cands),
                                           others=len(mine) - 1))
-                elif m.routes[rname].precision != key.precision:
-                    row.cells.append(Cell(rname, "na", note=f"route precision is {m.routes[rname].precision}"))
                 else:
-                    row.cells.append(Cell(rname, "unknown", note="no receipt for this cell"))
+                    row.cells.append(_no_receipt(rname, m.routes[rname].precision, key.precision))
             rows.append(row)
-    rows.sort(key=lambda r: (phase_order.get(r.phase, len(phase_order)), r.phase, r.precision, r.backend,
-                             _natural(r.arch), r.device_class, r.software))
+    rows += _unknown_rows(lock, {(r.phase, r.precision, r.backend, r.arch, r.device_class) for r in rows})
+    rows.sort(key=lambda r: (phase_order.get(r.phase, len(phase_order)), r.phase, r.precision, not r.backend,
+                             r.backend, _natural(r.arch), r.device_class, r.software))
     return Table(lock, label, routes, rows)
+
+
+def _no_receipt(route: str, route_precision: str, precision: str) -> Cell:
+    if route_precision != precision:
+        return Cell(route, "na", note=f"route precision is {route_precision}")
+    return Cell(route, "unknown", note="no receipt for this cell")
+
+
+def _unknown_rows(lock: Lockfile, shown: set[tuple]) -> list[Row]:
+    """The rows for cells no accepted receipt covers (the module docstring says which): without
+    them a cell nobody measured is invisible, and a reviewer cannot tell it from one never asked."""
+    m = lock.manifest
+    hardware = sorted({r.key[2:] for r in lock.receipts.values()}) or [("", "", "")]  # (backend, arch, class)
+    out = []
+    for phase, band in m.phases.items():
+        for precision in m.precisions:
+            for backend, arch, dc in hardware:
+                if (phase, precision, backend, arch, dc) in shown:
+                    continue
+                row = Row(phase, tuple(band.rows), precision, backend, arch, dc, ())
+                row.cells = [_no_receipt(rn, rt.precision, precision) for rn, rt in m.routes.items()]
+                out.append(row)
+    return out
 
 
 def _load(project, model: str | None) -> list[Table]:
     if model is not None:
-        path = project.lockfile_path(model)
-        if not path.exists():
-            if project.manifests_dir.is_dir():
-                project.manifest_path(model)  # unknown model: a usage error naming the valid ones
-            raise FrtError(f"no lockfile for model {model!r} ({project.rel(path)})", hints=["run `frt lock` first"])
-        paths = [path]
+        paths = [project.existing_lockfile(model)]
     else:
         d = project.lockfiles_dir
         paths = sorted(d.glob("*.lock")) if d.is_dir() else []
@@ -187,7 +217,7 @@ def _short(d: str, n: int = 12) -> str:
 def _detail(lock: Lockfile, row: Row, cell: Cell) -> list[str]:
     """Full detail of one table cell (HTML hover text; Markdown footnote-free)."""
     head = (f"route {cell.route} — {row.phase} (rows {row.band_text}), {row.precision}, "
-            f"{row.backend} {row.arch} {row.device_class}, software {row.software_text}")
+            f"{row.hardware_text} {row.device_class or '—'}, software {row.software_text}")
     if cell.receipt is None:
         return [head, f"state {cell.state}: {cell.note}"]
     rec = cell.receipt
@@ -220,6 +250,10 @@ def _detail(lock: Lockfile, row: Row, cell: Cell) -> list[str]:
         lines.append(f"{cell.others} lower-ranked receipt(s) of this route in this cell")
     lines.append(f"verdict {rec.data.get('verdict')}")
     return lines
+
+
+def _rejected(lock: Lockfile) -> list[dict]:
+    return sorted(lock.rejected, key=lambda x: (x.get("file", ""), x.get("digest", "")))
 
 
 def _route_line(lock: Lockfile, rname: str) -> str:
@@ -270,22 +304,19 @@ def _markdown(tables: list[Table]) -> str:
         out.append(f"`{t.label}` · binding `{m.binding}` · family `{m.family}` · lock-digest `{_short(lk.lock_digest, 16)}` · "
                    + _md_escape(_counts(t)))
         out.append("")
-        if not t.rows:
-            out.append("No receipts: every cell is **unknown** for every route.")
-        else:
-            head = ["phase", "rows", "precision", "hardware", "device class", "software"] + t.routes
-            out.append("| " + " | ".join(_md_escape(h) for h in head) + " |")
-            out.append("|" + "---|" * len(head))
-            for r in t.rows:
-                vals = [_md_escape(r.phase), r.band_text, _md_escape(r.precision), _md_escape(f"{r.backend} {r.arch}"),
-                        _md_escape(r.device_class), _md_escape(r.software_text)]
-                vals += [_md_cell(c) for c in r.cells]
-                out.append("| " + " | ".join(vals) + " |")
+        head = ["phase", "rows", "precision", "hardware", "device class", "software"] + t.routes
+        out.append("| " + " | ".join(_md_escape(h) for h in head) + " |")
+        out.append("|" + "---|" * len(head))
+        for r in t.rows:
+            vals = [_md_escape(r.phase), r.band_text, _md_escape(r.precision), _md_escape(r.hardware_text),
+                    _md_escape(r.device_class or "—"), _md_escape(r.software_text)]
+            vals += [_md_cell(c) for c in r.cells]
+            out.append("| " + " | ".join(vals) + " |")
         out += ["", "Routes:", ""]
         out += [f"- {_md_escape(_route_line(lk, rn))}" for rn in t.routes]
         if lk.rejected:
             out += ["", "Rejected receipts (the cell stays unknown):", ""]
-            for rj in sorted(lk.rejected, key=lambda x: (x.get("file", ""), x.get("digest", ""))):
+            for rj in _rejected(lk):
                 out.append(f"- `{rj.get('file')}`: {_md_escape(rj.get('reason', ''))}")
     return "\n".join(out) + "\n"
 
@@ -363,45 +394,78 @@ def _html(tables: list[Table]) -> str:
         out.append(f'<p class="meta"><code>{_e(t.label)}</code> · binding <code>{_e(m.binding)}</code> · family '
                    f"<code>{_e(m.family)}</code> · lock-digest <code title=\"{_e(lk.lock_digest)}\">"
                    f"{_e(_short(lk.lock_digest, 16))}</code> · {_e(_counts(t))}</p>")
-        if not t.rows:
-            out.append('<p class="empty">No receipts: every cell is <span class="swatch unknown">unknown</span> '
-                       "for every route.</p>")
-        else:
-            out.append('<table class="matrix">')
-            out.append("<thead><tr>" + "".join(f'<th scope="col">{_e(h)}</th>' for h in
-                                                 ("phase", "rows", "precision", "hardware", "device class", "software")))
-            for rn in t.routes:
-                rt = m.routes[rn]
-                out.append(f'<th scope="col" class="route" title="{_title([_route_line(lk, rn)])}">'
-                           f'<span class="rname">{_e(rn)}</span><br><small>{_e(rt.assembly)} · {_e(rt.precision)}</small></th>')
-            out.append("</tr></thead>")
-            out.append("<tbody>")
-            for r in t.rows:
-                dev = f' title="{_e(r.device_name)}"' if r.device_name else ""
-                cells = [f'<th scope="row">{_e(r.phase)}</th>', f"<th>{_e(r.band_text)}</th>",
-                         f"<th>{_e(r.precision)}</th>", f"<th>{_e(r.backend)} {_e(r.arch)}</th>",
-                         f"<th{dev}>{_e(r.device_class)}</th>", f"<th>{_e(r.software_text)}</th>"]
-                cells += [_html_cell(lk, r, c) for c in r.cells]
-                out.append("<tr>" + "".join(cells) + "</tr>")
-            out.append("</tbody></table>")
+        out.append('<table class="matrix">')
+        out.append("<thead><tr>" + "".join(f'<th scope="col">{_e(h)}</th>' for h in
+                                             ("phase", "rows", "precision", "hardware", "device class", "software")))
+        for rn in t.routes:
+            rt = m.routes[rn]
+            out.append(f'<th scope="col" class="route" title="{_title([_route_line(lk, rn)])}">'
+                       f'<span class="rname">{_e(rn)}</span><br><small>{_e(rt.assembly)} · {_e(rt.precision)}</small></th>')
+        out.append("</tr></thead>")
+        out.append("<tbody>")
+        for r in t.rows:
+            dev = f' title="{_e(r.device_name)}"' if r.device_name else ""
+            cells = [f'<th scope="row">{_e(r.phase)}</th>', f"<th>{_e(r.band_text)}</th>",
+                     f"<th>{_e(r.precision)}</th>", f"<th>{_e(r.hardware_text)}</th>",
+                     f"<th{dev}>{_e(r.device_class or '—')}</th>", f"<th>{_e(r.software_text)}</th>"]
+            cells += [_html_cell(lk, r, c) for c in r.cells]
+            out.append("<tr>" + "".join(cells) + "</tr>")
+        out.append("</tbody></table>")
         out.append("<h3>Routes</h3>")
         out.append('<ul class="routes">' + "".join(f"<li>{_e(_route_line(lk, rn))}</li>" for rn in t.routes) + "</ul>")
         if lk.rejected:
             out.append("<h3>Rejected receipts (the cell stays unknown)</h3>")
             out.append('<ul class="rejected">' + "".join(
                 f"<li><code>{_e(rj.get('file'))}</code>: {_e(rj.get('reason', ''))}</li>"
-                for rj in sorted(lk.rejected, key=lambda x: (x.get("file", ""), x.get("digest", "")))) + "</ul>")
+                for rj in _rejected(lk)) + "</ul>")
         out.append("</section>")
     out += ["</body>", "</html>"]
     return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------------------
+# JSON (keys documented in docs/matrix.md)
+
+
+def _json_cell(cell: Cell) -> dict:
+    rec = cell.receipt
+    timing = rec.timing if rec is not None else None
+    return {"state": cell.state, "receipt": rec.digest if rec is not None else None, "winner": cell.winner,
+            "rank": cell.rank or None, "speedup-median": timing["speedup-median"] if timing else None,
+            "max-abs": rec.worst_error if rec is not None else None}
+
+
+def _json_row(r: Row) -> dict:
+    # receipts record no CPU or OS; on the cpu backend the arch is the CPU (as ``Hardware`` has it)
+    return {"phase": r.phase, "rows": list(r.rows) if r.rows else None, "precision": r.precision,
+            "backend": r.backend or None, "arch": r.arch or None, "device-class": r.device_class or None,
+            "device-name": r.device_name or None, "cpu": r.arch if r.backend == "cpu" else None, "os": None,
+            "software": dict(r.software), "routes": {c.route: _json_cell(c) for c in r.cells}}
+
+
+def _json(tables: list[Table]) -> dict:
+    out = []
+    for t in tables:
+        lk, m = t.lock, t.lock.manifest
+        out.append({"model": lk.model, "path": t.label, "lock-digest": lk.lock_digest, "binding": m.binding,
+                    "family": m.family,
+                    "routes": [{"name": rn, "assembly": m.routes[rn].assembly, "precision": m.routes[rn].precision,
+                                "min-speedup": m.routes[rn].min_speedup, "route-digest": m.routes[rn].digest}
+                               for rn in t.routes],
+                    "rows": [_json_row(r) for r in t.rows],
+                    "rejected-receipts": _rejected(lk)})
+    return {"lockfiles": out}
+
+
+# ---------------------------------------------------------------------------
 
 
 def render_matrix(project, *, model: str | None = None, fmt: str = "md") -> str:
-    """The state matrix of one model's lockfile (or of every ``lockfiles/*.lock``) as Markdown or HTML."""
-    if fmt not in ("md", "html"):
-        raise UsageError(f"matrix format must be md or html, got {fmt!r}")
+    """The state matrix of one model's lockfile (or of every ``lockfiles/*.lock``) as Markdown, HTML
+    or JSON (the same document ``--json`` prints everywhere: sorted keys, two-space indent)."""
+    if fmt not in ("md", "html", "json"):
+        raise UsageError(f"matrix format must be md, html or json, got {fmt!r}")
     tables = _load(project, model)
+    if fmt == "json":
+        return json.dumps(_json(tables), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     return _markdown(tables) if fmt == "md" else _html(tables)
