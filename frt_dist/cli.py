@@ -199,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _project(args):
-    """The project in force, said once on stderr (SPEC §23: never silently the bundled demo)."""
+    """The project in force, said once on stderr: always for the bundled demo (SPEC §23: never
+    silently the demo), on a terminal for any other project."""
     from .project import Project  # noqa: PLC0415
 
     project = Project.find(explicit=args.project)
@@ -207,6 +208,8 @@ def _project(args):
         if project.read_only:
             print(f"note: using the bundled demo project (read-only) at {project.root}; "
                   "run in your project's folder, or pass --project DIR (`frt init` creates one)", file=sys.stderr)
+        elif sys.stderr.isatty():  # a person at a terminal sees which project; logs and pipes stay as they were
+            print(f"note: {project.describe()}", file=sys.stderr)
     return project
 
 

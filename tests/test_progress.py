@@ -55,6 +55,7 @@ def test_lock_and_mirror_show_progress_on_a_terminal_only(demo, tmp_path):
     (demo / "lockfiles" / "demo-decoder.lock").unlink()
     rc, err = _run(["lock"], demo, tty=True)
     assert rc == 0, err
+    assert f"note: project {demo}" in err  # at a terminal, every command says which project it uses
     assert re.search(r"lock demo-decoder: +\d+%\|.*\| [0-3]/3 \[", err) and "pkg" in err, err  # one step per package
     rc, err = _run(["mirror", str(tmp_path / "m1"), "--all-variants"], demo, tty=True)
     assert rc == 0, err
@@ -62,7 +63,9 @@ def test_lock_and_mirror_show_progress_on_a_terminal_only(demo, tmp_path):
 
     for how in ({"tty": False}, {"tty": True, "env": {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}}):
         rc, err = _run(["mirror", str(tmp_path / f"m-{len(how)}"), "--all-variants"], demo, **how)
-        assert rc == 0 and "mirror demo-decoder" not in err and "\r" not in err, (how, err)
+        lines = err.replace("\r\n", "\n")  # a terminal turns each newline into \r\n; a bar redraws with a bare \r
+        assert rc == 0 and "mirror demo-decoder" not in err and "\r" not in lines, (how, err)
+        assert ("note: project" in err) == how["tty"], (how, err)  # not in logs and pipes
     rc, err = _run(["mirror", str(tmp_path / "m3"), "--all-variants", "--json"], demo, tty=True)
     assert rc == 0 and "mirror demo-decoder" not in err, err
 
