@@ -442,10 +442,14 @@ def cmd_resolve(args) -> int:
         doc["rejected-receipts"] = lock.rejected
         doc["events"] = trace.events
     _emit(args, doc, _render_resolve(lock, hw, precision, accept, decisions, doc.get("candidates")))
-    if not (args.json or args.quiet):
-        for h in _software_hints(decisions, hw):
+    refused = [p for p, d in decisions.items() if d.decision == "refused"]
+    if refused and not (args.json or args.quiet):
+        hints = _software_hints(decisions, hw) or [
+            f"qualify a route on the machine itself (`frt qualify --model {lock.model} --route ROUTE`), then `frt lock`",
+            "`--explain` shows every candidate and why it lost; `--fallback host` decides the host path instead"]
+        for h in hints:
             print(f"hint: {h}", file=sys.stderr)
-    return 1 if any(d.decision == "refused" for d in decisions.values()) else 0
+    return 1 if refused else 0
 
 
 def _render_resolve(lock, hw, precision, accept, decisions, candidates) -> str:

@@ -94,3 +94,12 @@ def test_every_subcommand_and_flag_has_help_text():
                 missing += [f"{name} {x.option_strings or x.dest}" for x in sub._actions
                             if not x.help or x.help == argparse.SUPPRESS]
     assert missing == []
+
+
+def test_a_refusal_ends_with_the_next_step(tmp_path):
+    r = subprocess.run([FRT, "resolve", "--model", "demo-decoder", "--arch", "9.0", "--device-class", "h200"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[-2:] == [
+        "hint: qualify a route on the machine itself (`frt qualify --model demo-decoder --route ROUTE`), then `frt lock`",
+        "hint: `--explain` shows every candidate and why it lost; `--fallback host` decides the host path instead"]
