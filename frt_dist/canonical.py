@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "short_digest",
     "canonical_json",
     "digest",
     "sha256_hex",
@@ -35,6 +36,19 @@ def canonical_json(value: Any) -> bytes:
 def digest(value: Any) -> str:
     """``sha256:<hex>`` of the canonical JSON of ``value``."""
     return "sha256:" + hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+SHORT_HEX = 12  # hex digits of a digest shown in reports: `sha256:` + 12, everywhere
+
+
+def short_digest(d) -> str:
+    """The one short notation of frt's own digests in reports: ``sha256:`` and 12 hex digits
+    (a commit: its first 12); anything else (a base64 file digest, None) as it is."""
+    if not isinstance(d, str):
+        return str(d)
+    if d.startswith("sha256:"):
+        return d[:7 + SHORT_HEX]
+    return d[:SHORT_HEX] if len(d) == 40 and all(c in "0123456789abcdef" for c in d) else d
 
 
 def sha256_hex(data: bytes) -> str:

@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from .canonical import short_digest
 from .errors import FrtError, UsageError
 
 __all__ = ["main"]
@@ -459,7 +460,7 @@ def _render_resolve(lock, hw, precision, accept, decisions, candidates) -> str:
         head = f"{d.phase:<8} {'rows ' + str(band[0]) + '-' + str(band[1]):<14}"
         if d.decision == "route":
             sp = f"  speedup {d.speedup:.2f}x" if d.speedup else ""
-            lines.append(f"{head} route {d.route}  [{d.state}]{sp}  receipt {d.receipt[:19]}")
+            lines.append(f"{head} route {d.route}  [{d.state}]{sp}  receipt {short_digest(d.receipt)}")
         elif d.decision == "host":
             lines.append(f"{head} host  (fallback=host; no qualified route)")
         else:
@@ -471,10 +472,10 @@ def _render_resolve(lock, hw, precision, accept, decisions, candidates) -> str:
         lines.append("candidates:")
         for c in candidates:
             mark = "won " if c["won"] else "lost"
-            lines.append(f"  {c['phase']:<8} {mark} {c['route']:<14} {c['route-digest'][:19]}  {c['reason']}")
+            lines.append(f"  {c['phase']:<8} {mark} {c['route']:<14} {short_digest(c['route-digest'])}  {c['reason']}")
             for repo, p in c["packages"].items():
                 fails = f"  FAILS: {p['problem']}" if p["problem"] else ""
-                lines.append(f"           {repo} @ {(p['revision'] or 'not locked')[:19]}  "
+                lines.append(f"           {repo} @ {short_digest(p['revision']) if p['revision'] else 'not locked'}  "
                              f"selects {p['variant'] or 'no variant'}{fails}")
                 if "accepted" in p:
                     lines.append(f"             accepted: {', '.join(p['accepted']) or 'none'}")
@@ -616,7 +617,7 @@ def cmd_mirror(args) -> int:
         lines.append(f"{model}: {len(rep.packages)} package(s) into {args.dir}: {rep.fetched} blob(s) fetched, "
                      f"{rep.present} already present and verified, {rep.bytes} bytes written")
         for p in rep.packages:
-            lines.append(f"  {p['repo']} @ {p['snapshot'][:12]}  {', '.join(p['variants'])}")
+            lines.append(f"  {p['repo']} @ {short_digest(p['snapshot'])}  {', '.join(p['variants'])}")
         for sk in rep.skipped:
             lines.append(f"  skipped {sk['repo']}: {sk['reason']}")
     _emit(args, {"ok": True, "dir": str(args.dir), "models": reports}, "\n".join(lines))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .canonical import short_digest
 from .errors import FrtError
 
 __all__ = ["manifest_drift"]
@@ -41,5 +42,5 @@ def manifest_drift(lock, root) -> str | None:
     if current.digest == lock.manifest.digest:
         return None
     return (f"lockfile for {model!r} is stale: manifest {lock.manifest_file} changed since it was locked "
-            f"(locked {lock.manifest.digest[:19]}, now {current.digest[:19]}); using the lockfile as reviewed; "
+            f"(locked {short_digest(lock.manifest.digest)}, now {short_digest(current.digest)}); using the lockfile as reviewed; "
             f"run `frt lock --model {model}`")

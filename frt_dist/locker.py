@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ._schema import load_json
 from .admissible import admission_problems
-from .canonical import digest, scan_tree, sha256_hex, tree_digests
+from .canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
 from .errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid
 from .lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile, write_atomic
 from .manifest import Manifest, Package
@@ -474,4 +474,4 @@ def _cell(key: CellKey) -> str:
 def _ranking(entry: IndexEntry | None) -> str:
     if entry is None:
         return "no cell"
-    return "[" + ", ".join(f"{c.route} {c.state} {c.receipt[:19]}" for c in entry.candidates) + "]"
+    return "[" + ", ".join(f"{c.route} {c.state} {short_digest(c.receipt)}" for c in entry.candidates) + "]"

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import names
+from .canonical import short_digest
 from .errors import FrtError, LockfileError, ReceiptInvalid, UsageError
 
 __all__ = ["verify", "VerifyReport", "rederive", "DERIVED_KINDS"]
@@ -160,8 +161,8 @@ def _q(key: str) -> str:
     return f'"{key}"'
 
 
-def _short(d: str) -> str:
-    return d[:19] if isinstance(d, str) and d.startswith("sha256:") else str(d)
+def _short(d) -> str:
+    return short_digest(d)
 
 
 def _cell(key) -> str:

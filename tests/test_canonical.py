@@ -46,3 +46,12 @@ def test_a_receipt_digest_is_reproducible_without_frt():
         data = json.loads(path.read_text("utf-8"))
         text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         assert "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest() in lock.receipts
+
+
+def test_one_short_digest_notation_in_reports():
+    from frt_dist.canonical import short_digest
+
+    assert short_digest("sha256:" + "ab" * 32) == "sha256:" + "ab" * 6
+    assert short_digest("0123456789abcdef0123456789abcdef01234567") == "0123456789ab"  # a commit
+    assert short_digest("y+2JmXlxnNtA8RnxRX7dh3F1azeGPAKpmmvEkmgObWg=") == "y+2JmXlxnNtA8RnxRX7dh3F1azeGPAKpmmvEkmgObWg="
+    assert short_digest(None) == "None"

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from ..admissible import admission_problems
 from ..errors import FrtError, UsageError
+from ..canonical import short_digest
 from ..lockfile import Lockfile
 from ..receipt import Receipt
 
@@ -208,10 +209,8 @@ def _figures(cell: Cell) -> str:
     return f"{_speed(cell.receipt)} · max-abs {_sci(cell.receipt.worst_error)}"
 
 
-def _short(d: str, n: int = 12) -> str:
-    if d.startswith("sha256:"):
-        return "sha256:" + d[7:7 + n]
-    return d[:n]
+def _short(d: str) -> str:
+    return short_digest(d)
 
 
 def _detail(lock: Lockfile, row: Row, cell: Cell) -> list[str]:
@@ -240,8 +239,8 @@ def _detail(lock: Lockfile, row: Row, cell: Cell) -> list[str]:
     calls = ", ".join(f"{k} {v}" for k, v in sorted(ev.get("target-calls", {}).items()))
     lines.append(f"target calls {calls}; fallbacks {ev.get('fallbacks')}")
     for seam, it in sorted(c["impls"].items()):
-        lines.append(f"impl {seam} = {it['impl']}: {it['package']} @ {_short(it['revision'], 16)} [{it['variant']}]")
-    lines.append(f"assembly {c['assembly']}, layout {c['layout']}, route-digest {_short(c['route-digest'], 16)}")
+        lines.append(f"impl {seam} = {it['impl']}: {it['package']} @ {_short(it['revision'])} [{it['variant']}]")
+    lines.append(f"assembly {c['assembly']}, layout {c['layout']}, route-digest {_short(c['route-digest'])}")
     if c["hardware"].get("device-name"):
         lines.append(f"device {c['hardware']['device-name']}")
     if c.get("calibration"):
@@ -261,7 +260,7 @@ def _route_line(lock: Lockfile, rname: str) -> str:
     rt = m.routes[rname]
     seams = ", ".join(f"{s} = {i} ({m.impl(s, i).package})" for s, i in sorted(rt.seams.items()))
     gate = f"; gate min-speedup {_num(rt.min_speedup)}" if rt.min_speedup is not None else ""
-    return f"{rname}: {rt.assembly}, {rt.precision}; {seams}{gate}; route-digest {_short(rt.digest, 16)}"
+    return f"{rname}: {rt.assembly}, {rt.precision}; {seams}{gate}; route-digest {_short(rt.digest)}"
 
 
 def _counts(t: Table) -> str:
@@ -301,7 +300,7 @@ def _markdown(tables: list[Table]) -> str:
     for t in tables:
         lk, m = t.lock, t.lock.manifest
         out += ["", f"## {_md_escape(lk.model)}", ""]
-        out.append(f"`{t.label}` · binding `{m.binding}` · family `{m.family}` · lock-digest `{_short(lk.lock_digest, 16)}` · "
+        out.append(f"`{t.label}` · binding `{m.binding}` · family `{m.family}` · lock-digest `{_short(lk.lock_digest)}` · "
                    + _md_escape(_counts(t)))
         out.append("")
         head = ["phase", "rows", "precision", "hardware", "device class", "software"] + t.routes
@@ -393,7 +392,7 @@ def _html(tables: list[Table]) -> str:
         out.append(f"<h2>{_e(lk.model)}</h2>")
         out.append(f'<p class="meta"><code>{_e(t.label)}</code> · binding <code>{_e(m.binding)}</code> · family '
                    f"<code>{_e(m.family)}</code> · lock-digest <code title=\"{_e(lk.lock_digest)}\">"
-                   f"{_e(_short(lk.lock_digest, 16))}</code> · {_e(_counts(t))}</p>")
+                   f"{_e(_short(lk.lock_digest))}</code> · {_e(_counts(t))}</p>")
         out.append('<table class="matrix">')
         out.append("<thead><tr>" + "".join(f'<th scope="col">{_e(h)}</th>' for h in
                                              ("phase", "rows", "precision", "hardware", "device class", "software")))
