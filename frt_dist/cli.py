@@ -590,7 +590,7 @@ def cmd_mirror(args) -> int:
     project = _project(args)
     models = [args.model] if args.model is not None else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
     if not models:
-        raise UsageError(f"no lockfiles in {project.lockfiles_dir}", hints=["run `frt lock` first"])
+        raise FrtError(f"no lockfiles in {project.rel(project.lockfiles_dir)}", hints=["frt lock"])  # a "no": exit 1
     machines = _mirror_machines(args)
     select = {"variants": args.variant, "all_variants": args.all_variants, "machines": machines, "cells": args.cells}
     if not any(select.values()):

@@ -119,3 +119,11 @@ def test_verify_without_a_lockfile_is_a_no(tmp_path, capsys):
     (tmp_path / "lockfiles").mkdir()
     assert main(["verify", "--project", str(tmp_path)]) == 1
     assert "error: no lockfiles in lockfiles" in capsys.readouterr().err
+
+
+def test_mirror_without_a_lockfile_is_a_no(tmp_path, capsys):
+    from frt_dist.cli import main
+
+    (tmp_path / "manifests").mkdir()
+    assert main(["mirror", str(tmp_path / "m"), "--project", str(tmp_path)]) == 1
+    assert "error: no lockfiles in lockfiles" in capsys.readouterr().err and not (tmp_path / "m").exists()
