@@ -19,7 +19,7 @@ from ._schema import load_json
 from .admissible import admission_problems
 from .canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
 from .errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid
-from .lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile, write_atomic
+from .lockfile import Candidate, IndexEntry, LockedPackage, Lockfile, write_atomic
 from .manifest import Manifest, Package
 from .metadata import parse_variant_metadata, with_computed_digests
 from .project import Project

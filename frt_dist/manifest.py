@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from . import names

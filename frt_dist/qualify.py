@@ -344,8 +344,8 @@ def receipt_filename(receipt: dict) -> str:
     c = receipt["cell"]
     parts = {"cell.route": c["route"], "cell.phase": c["phase"], "cell.precision": c["precision"],
              "cell.hardware.device-class": c["hardware"]["device-class"]}
-    for field, value in parts.items():
-        names.check("name", value, field, UsageError)
+    for where, value in parts.items():
+        names.check("name", value, where, UsageError)
     return "--".join(parts.values()) + ".json"
 
 

@@ -17,7 +17,7 @@ import torch  # noqa: E402
 from kernels import Mode, kernelize, use_kernel_forward_from_hub, use_kernel_mapping  # noqa: E402
 
 from factories import CPU, SCALE_SRC, tiny_project  # noqa: E402
-from frt_dist import ContractViolation, KernelUnavailable, UsageError, loader  # noqa: E402
+from frt_dist import ContractViolation, KernelUnavailable, UsageError  # noqa: E402
 from frt_dist.serve import load  # noqa: E402
 
 LAYERS_SRC = '''import torch.nn as nn

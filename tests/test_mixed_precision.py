@@ -15,7 +15,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from factories import CPU, impl_doc, manifest_doc, tiny_project  # noqa: E402
-from frt_dist import loader  # noqa: E402
 from frt_dist.errors import ManifestError  # noqa: E402
 from frt_dist.manifest import Manifest  # noqa: E402
 from frt_dist.routes.resolver import resolve  # noqa: E402

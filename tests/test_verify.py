@@ -412,18 +412,25 @@ def test_publisher_trusted_is_read_strictly(tmp_path):
         Lockfile.read(p)
 
 
+def _hub_project_mirrored(tmp_path, server):
+    """(project, lock, mirror) of the Hub manifest locked from ``server``, its torch-cpu mirrored."""
+    from frt_dist.mirror import mirror_lock
+
+    tp = tiny_project(tmp_path, "hubproj", manifest=hub_manifest())
+    tp.hub = HubClient(endpoint=server.url)
+    lock = tp.lock()
+    mirror = tmp_path / "mirror"
+    mirror_lock(lock, mirror, variants=["torch-cpu"])
+    return tp, lock, mirror
+
+
 def test_hub_variant_facts_are_rederived_from_a_mirror(monkeypatch, tmp_path):
     """Offline, a Hub package's variant facts rest on the lock alone (verify says so in a note);
     with --mirror they are derived again from the mirrored metadata.json."""
-    from frt_dist.mirror import mirror_lock
 
     server, commit = start_hub(monkeypatch, tmp_path, trusted=True)
     try:
-        tp = tiny_project(tmp_path, "hubproj", manifest=hub_manifest())
-        tp.hub = HubClient(endpoint=server.url)
-        lock = tp.lock()
-        mirror = tmp_path / "mirror"
-        mirror_lock(lock, mirror, variants=["torch-cpu"])
+        tp, lock, mirror = _hub_project_mirrored(tmp_path, server)
     finally:
         server.stop()
     e = Edit(_hub_lockpath(tp))
@@ -592,7 +599,6 @@ def test_a_path_variant_gaining_kernel_depends_is_named(tmp_path):
 def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp_path):
     """The mirror re-derivation computes the digests as frt lock did (metadata.with_computed_digests)."""
     from hubserver import kernel_variant_files
-    from frt_dist.mirror import mirror_lock
 
     server, _ = start_hub(monkeypatch, tmp_path, trusted=True)
     try:
@@ -603,11 +609,7 @@ def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp
         declared = meta.pop("digest")["files"]  # what kernel-builder would have declared: the oracle
         files["build/torch-cpu/metadata.json"] = json.dumps(meta).encode()
         server.commit(REMOTE, files, branch="v1")
-        tp = tiny_project(tmp_path, "hubproj", manifest=hub_manifest())
-        tp.hub = HubClient(endpoint=server.url)
-        lock = tp.lock()
-        mirror = tmp_path / "mirror"
-        mirror_lock(lock, mirror, variants=["torch-cpu"])
+        tp, lock, mirror = _hub_project_mirrored(tmp_path, server)
     finally:
         server.stop()
     v = lock.packages[REMOTE].variants["torch-cpu"]
