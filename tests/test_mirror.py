@@ -25,12 +25,7 @@ SCALE_DIR = "kernels--t-org--scale"
 NORM_DIR = "kernels--t-org--norm"
 
 
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch, tmp_path):
-    for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE", "HF_ENDPOINT"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
+pytestmark = pytest.mark.usefixtures("fresh_loader")  # conftest: no outside mirror, lock or offline setting
 
 
 @pytest.fixture

@@ -21,17 +21,12 @@ from factories import NORM_SRC, hub_manifest, manifest_doc, start_hub, tiny_proj
 from frt_dist.hub import HubClient  # noqa: E402
 from frt_dist.mirror import LOCKS, RUNS, STALE_S, TMP, mirror_lock, sweep_locks, sweep_temp, verify_mirror  # noqa: E402
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL and flock semantics")
+pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL and flock semantics"),
+              pytest.mark.usefixtures("fresh_loader")]  # conftest: no outside mirror, lock or offline setting
 
 HELD = "scale/__init__.py"  # the Hub file whose download the test Hub holds
 
 
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch, tmp_path):
-    for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE", "HF_ENDPOINT"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
 
 
 def _env(tmp_path: Path, name: str, endpoint: str | None = None) -> dict:
