@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from frt_dist.project import Project
-from frt_dist.routes.matrix import render_matrix
+from frt_dist.routes.matrix import STATE_CLASSES, render_matrix
 from pngread import count_colours, read_png
 from resolver_support import build_case
 from test_matrix import CASE, EXPECTED_ROWS, ROUTES, check_html_structure
@@ -50,6 +50,8 @@ def test_the_browser_builds_the_table_states_and_legend(page, tmp_path):
     dom = r.stdout
     d = check_html_structure(dom if dom.lstrip().startswith("<!DOCTYPE") else "<!DOCTYPE html>" + dom)
     assert len(d.find("td", "cell")) == len(EXPECTED_ROWS) * len(ROUTES)
+    for state in STATE_CLASSES:
+        assert d.find("td", state), state
     assert d.find("div", "legend")
 
 
