@@ -161,10 +161,6 @@ def _q(key: str) -> str:
     return f'"{key}"'
 
 
-def _short(d) -> str:
-    return short_digest(d)
-
-
 def _cell(key) -> str:
     return "/".join(key)
 
@@ -176,7 +172,7 @@ def _cands(cands) -> str:
     for c in cands:
         sp = c.get("speedup")
         fig = f" {sp:g}x" if isinstance(sp, (int, float)) and not isinstance(sp, bool) else ""
-        out.append(f"{c.get('route')} {c.get('state')}{fig} ({_short(c.get('receipt'))})")
+        out.append(f"{c.get('route')} {c.get('state')}{fig} ({short_digest(c.get('receipt'))})")
     return ", ".join(out)
 
 
@@ -290,8 +286,8 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
             top = {k: it.get(k) for k in ("route", "state", "receipt")}
             want_top = {k: want[k] for k in ("route", "state", "receipt")}
             if top != want_top:
-                f.add("index", f"{where}.route", f"{top['route']} {top['state']} ({_short(top['receipt'])})",
-                      f"{want_top['route']} {want_top['state']} ({_short(want_top['receipt'])})",
+                f.add("index", f"{where}.route", f"{top['route']} {top['state']} ({short_digest(top['receipt'])})",
+                      f"{want_top['route']} {want_top['state']} ({short_digest(want_top['receipt'])})",
                       f"cell {_cell(key)}: the recorded winner is not the derived one")
             extra = sorted(set(it) - set(want))
             if extra:
@@ -320,11 +316,11 @@ def _why_not_here(cands, key, accepted, invalid, embedded) -> str:
     for c in cands:
         d = c.get("receipt")
         if d in accepted:
-            out.append(f"receipt {_short(d)} ({c.get('route')}) was measured on {_cell(accepted[d].key)}")
+            out.append(f"receipt {short_digest(d)} ({c.get('route')}) was measured on {_cell(accepted[d].key)}")
         elif d in invalid:
-            out.append(f"receipt {_short(d)} ({c.get('route')}) is not valid: {invalid[d]}")
+            out.append(f"receipt {short_digest(d)} ({c.get('route')}) is not valid: {invalid[d]}")
         elif d not in embedded:
-            out.append(f"receipt {_short(d)} ({c.get('route')}) is not embedded in the lock")
+            out.append(f"receipt {short_digest(d)} ({c.get('route')}) is not embedded in the lock")
     return "; ".join(out) or "the cell has no candidates"
 
 
@@ -336,16 +332,16 @@ def _cand_detail(got, want, key, accepted, invalid) -> str:
         w = want_by.get(d)
         if w is None:
             if d in accepted:
-                out.append(f"; {_short(d)} was measured on {_cell(accepted[d].key)}")
+                out.append(f"; {short_digest(d)} was measured on {_cell(accepted[d].key)}")
             elif d in invalid:
-                out.append(f"; {_short(d)} is not valid: {invalid[d]}")
+                out.append(f"; {short_digest(d)} is not valid: {invalid[d]}")
             else:
-                out.append(f"; {_short(d)} is not embedded in the lock")
+                out.append(f"; {short_digest(d)} is not embedded in the lock")
         elif c != w:
             diffs = [f"{k} {c.get(k)!r} recorded, {w.get(k)!r} in the receipt" for k in ("route", "state", "speedup")
                      if c.get(k) != w.get(k)]
             if diffs:
-                out.append(f"; {_short(d)}: " + ", ".join(diffs))
+                out.append(f"; {short_digest(d)}: " + ", ".join(diffs))
     return "".join(out)
 
 

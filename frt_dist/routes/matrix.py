@@ -209,10 +209,6 @@ def _figures(cell: Cell) -> str:
     return f"{_speed(cell.receipt)} · max-abs {_sci(cell.receipt.worst_error)}"
 
 
-def _short(d: str) -> str:
-    return short_digest(d)
-
-
 def _detail(lock: Lockfile, row: Row, cell: Cell) -> list[str]:
     """Full detail of one table cell (HTML hover text; Markdown footnote-free)."""
     head = (f"route {cell.route} — {row.phase} (rows {row.band_text}), {row.precision}, "
@@ -239,8 +235,8 @@ def _detail(lock: Lockfile, row: Row, cell: Cell) -> list[str]:
     calls = ", ".join(f"{k} {v}" for k, v in sorted(ev.get("target-calls", {}).items()))
     lines.append(f"target calls {calls}; fallbacks {ev.get('fallbacks')}")
     for seam, it in sorted(c["impls"].items()):
-        lines.append(f"impl {seam} = {it['impl']}: {it['package']} @ {_short(it['revision'])} [{it['variant']}]")
-    lines.append(f"assembly {c['assembly']}, layout {c['layout']}, route-digest {_short(c['route-digest'])}")
+        lines.append(f"impl {seam} = {it['impl']}: {it['package']} @ {short_digest(it['revision'])} [{it['variant']}]")
+    lines.append(f"assembly {c['assembly']}, layout {c['layout']}, route-digest {short_digest(c['route-digest'])}")
     if c["hardware"].get("device-name"):
         lines.append(f"device {c['hardware']['device-name']}")
     if c.get("calibration"):
@@ -260,7 +256,7 @@ def _route_line(lock: Lockfile, rname: str) -> str:
     rt = m.routes[rname]
     seams = ", ".join(f"{s} = {i} ({m.impl(s, i).package})" for s, i in sorted(rt.seams.items()))
     gate = f"; gate min-speedup {_num(rt.min_speedup)}" if rt.min_speedup is not None else ""
-    return f"{rname}: {rt.assembly}, {rt.precision}; {seams}{gate}; route-digest {_short(rt.digest)}"
+    return f"{rname}: {rt.assembly}, {rt.precision}; {seams}{gate}; route-digest {short_digest(rt.digest)}"
 
 
 def _counts(t: Table) -> str:
@@ -300,7 +296,7 @@ def _markdown(tables: list[Table]) -> str:
     for t in tables:
         lk, m = t.lock, t.lock.manifest
         out += ["", f"## {_md_escape(lk.model)}", ""]
-        out.append(f"`{t.label}` · binding `{m.binding}` · family `{m.family}` · lock-digest `{_short(lk.lock_digest)}` · "
+        out.append(f"`{t.label}` · binding `{m.binding}` · family `{m.family}` · lock-digest `{short_digest(lk.lock_digest)}` · "
                    + _md_escape(_counts(t)))
         out.append("")
         head = ["phase", "rows", "precision", "hardware", "device class", "software"] + t.routes
@@ -392,7 +388,7 @@ def _html(tables: list[Table]) -> str:
         out.append(f"<h2>{_e(lk.model)}</h2>")
         out.append(f'<p class="meta"><code>{_e(t.label)}</code> · binding <code>{_e(m.binding)}</code> · family '
                    f"<code>{_e(m.family)}</code> · lock-digest <code title=\"{_e(lk.lock_digest)}\">"
-                   f"{_e(_short(lk.lock_digest))}</code> · {_e(_counts(t))}</p>")
+                   f"{_e(short_digest(lk.lock_digest))}</code> · {_e(_counts(t))}</p>")
         out.append('<table class="matrix">')
         out.append("<thead><tr>" + "".join(f'<th scope="col">{_e(h)}</th>' for h in
                                              ("phase", "rows", "precision", "hardware", "device class", "software")))
