@@ -438,6 +438,9 @@ def _check_package(f: _Findings, lock, repo: str, project, mirror, depends: set[
         f.note(f"{repo}: Hub commit and variant facts not re-derived offline (pass --mirror DIR to check "
                "them against the mirrored metadata.json)")
     if mirror is not None:
+        if lp.source == "hub":  # the mirror stands in for the Hub's content; nobody asked the Hub
+            f.note(f"{repo}: Hub commit not checked offline: --mirror compares the mirrored files and "
+                   f"metadata.json with the lock, not with what the Hub holds at {lp.revision}")
         _rederive_from_mirror(f, lp, Path(mirror))
     return derived
 

@@ -300,6 +300,9 @@ class _Want:
     # the kernel-depends it needs, checked (``Ready``) or loaded, dependencies first; ``None``: not
     # loaded from a lock, where kernel-depends are refused (nothing pins what they resolve to)
     deps: tuple | None = None
+    # the lock's kernel-depends of this variant, ``(repo, version)`` pairs: checked against the
+    # verified metadata.json before any dependency is even prepared (``None``: not from a lock)
+    lock_depends: tuple | None = None
 
     @functools.cached_property
     def path_root(self) -> Path | None:
@@ -547,6 +550,34 @@ def _integrity(want: _Want, vdir: Path, tree: Path, source: str, offline: bool,
     return Path(real_dir(vdir, real_dirs)), tree, source, got.metadata, got.entry
 
 
+def _depends_problems(want: _Want, meta_bytes: bytes) -> list[dict]:
+    """The lock's kernel-depends of the variant against what its verified ``metadata.json`` declares.
+
+    The lock-digest does not say who wrote a lock: an edited lock can name any package as a
+    dependency. The metadata's bytes were just checked against the lock's sha256 (and are the
+    store's copy), so what they declare is what the publisher built against; any difference
+    refuses the load before a dependency is prepared."""
+    if want.lock_depends is None:
+        return []
+    from ..metadata import parse_variant_metadata  # noqa: PLC0415
+
+    where = f"build/{want.variant}/metadata.json"
+    try:
+        declared = parse_variant_metadata(meta_bytes, repo=want.repo, variant=want.variant).kernel_depends
+    except KernelUnavailable as exc:
+        return [{"reason": f"{where}: {exc.reasons[0]['reason'] if exc.reasons else exc}", "kind": "kernel-depends"}]
+    locked = want.lock_depends
+
+    def show(deps) -> str:
+        return ", ".join(f"{r} version {v}" for r, v in sorted(set(deps))) or "none"
+
+    if sorted(set(declared)) == sorted(set(locked)):
+        return []
+    return [{"reason": f"the lock's kernel-depends of variant {want.variant} ({show(locked)}) are not what the "
+                       f"verified {where} declares ({show(declared)}); no dependency was loaded",
+             "kind": "kernel-depends", "recorded": show(locked), "declared": show(declared)}]
+
+
 def _module_problems(want: _Want, meta: dict, vdir: Path, batch: CheckBatch) -> list[str]:
     out = []
     mid = meta.get("id")
@@ -688,9 +719,13 @@ def _prepare(want: _Want, hw: Hardware, mirror: Path | None, batch: CheckBatch |
         notes = _arch_notes(want, hw)
     vdir, tree, source, meta_bytes, entry = _integrity(want, vdir, tree, source, offline, batch)
     meta = _read_metadata(want, vdir, meta_bytes)
-    problems = _module_problems(want, meta, vdir, batch)
+    problems = _depends_problems(want, meta_bytes) + _module_problems(want, meta, vdir, batch)
     if problems:
-        raise _refuse(want.repo, problems, revision=want.revision)
+        edited = any(isinstance(p, dict) and p.get("kind") == "kernel-depends" for p in problems)
+        raise _refuse(want.repo, problems, revision=want.revision,
+                      hints=["the lockfile names dependencies the package does not: find out who edited it "
+                             "(`frt verify --mirror DIR` compares it with the mirrored metadata.json), "
+                             "then re-lock with `frt lock`"] if edited else None)
     return Ready(want, vdir, source, meta["id"], tuple(notes), entry, meta, meta_bytes)
 
 
@@ -739,10 +774,17 @@ def prepare_locked(lock, repo: str, variant: str | None = None, *, mirror=None, 
         hw = hardware or Hardware.detect()
         want = _want_from_lock(lock, repo, variant, hw, allow_pins=allow_pins, root=Path(root) if root else None)
         facts.update(revision=want.revision, variant=want.variant)
-        want.deps = tuple(_prepare_dep(lock, repo, dep, _chain, mirror=mirror, hardware=hw, allow_pins=allow_pins,
-                                       root=root, project=project, batch=batch)
-                          for dep, _ in getattr(lock.packages[repo].variants.get(want.variant), "kernel_depends", ()))
-        return _prepare(want, hw, mirror_dir(mirror, project), batch)
+        want.lock_depends = tuple(getattr(lock.packages[repo].variants.get(want.variant), "kernel_depends", ()))
+        want.deps = ()  # a locked load: kernel-depends are allowed, and prepared below
+        # this variant first: its files and metadata.json verified, its declared kernel-depends
+        # compared with the lock's (``_prepare``); only then is any dependency looked at, so a
+        # package the lock alone names is never prepared, let alone loaded
+        got = _prepare(want, hw, mirror_dir(mirror, project), batch)
+        if isinstance(got, Ready):
+            want.deps = tuple(_prepare_dep(lock, repo, dep, _chain, mirror=mirror, hardware=hw,
+                                           allow_pins=allow_pins, root=root, project=project, batch=batch)
+                              for dep, _ in want.lock_depends)
+        return got
 
     return _run(repo, facts, go)
 
