@@ -545,9 +545,29 @@ def _integrity(want: _Want, vdir: Path, tree: Path, source: str, offline: bool,
             f"(from {source} {vdir}) do not match the locked digests; nothing was imported:\n  "
             + format_problems(problems),
             reasons=[{"package": want.repo, "revision": want.revision, "source": source, **p} for p in problems],
-            hints=["re-fill the mirror (`frt mirror`) or clear the cached snapshot; never edit locked files"])
+            hints=_integrity_hints(want, source, tree))
     # what the checks resolved on the way (one lstat per level), not a realpath of the whole path again
     return Path(real_dir(vdir, real_dirs)), tree, source, got.metadata, got.entry
+
+
+def _integrity_hints(want: _Want, source: str, tree: Path) -> list[str]:
+    """What to do about files that do not match the lock, by where they came from: a copy that can
+    be fetched again (mirror, hub cache) was damaged or altered; a path package was changed; bytes
+    just downloaded from the Hub at the locked commit can only differ if the lock's digests do."""
+    import shlex  # noqa: PLC0415
+
+    if source == "mirror":
+        return [f"the mirror's copy is damaged or was altered: refill it with `frt mirror {shlex.quote(str(tree.parent))}` "
+                "(it fetches the locked files again and checks them); never edit files in a mirror"]
+    if source == "cache":
+        snap = tree / "snapshots" / want.snapshot
+        return [f"the cached snapshot is damaged or was altered: remove it (`rm -r {shlex.quote(str(snap))}`) "
+                "and load again online to download it afresh"]
+    if source == "path":
+        return [f"the path package {want.path_root} is not what was locked: restore its files, or re-lock "
+                "with `frt lock` if you changed it on purpose"]
+    return [f"the Hub serves other files at {want.revision} than the lock's digests: the lockfile was edited "
+            "or damaged; find out who edited it, then re-lock with `frt lock`"]
 
 
 def _depends_problems(want: _Want, meta_bytes: bytes) -> list[dict]:
