@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUNDLED, run_frt
-from factories import NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, sha256_b64, start_hub, tiny_project
+from factories import CPU as CPU_HW, NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, sha256_b64, start_hub, tiny_project
 from frt_dist._schema import parse_toml
 from frt_dist.canonical import digest
 from frt_dist.errors import LockfileError
@@ -742,3 +742,41 @@ def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, 
     hints = [line for line in r.stderr.splitlines() if line.startswith("hint: ")]
     assert hints == [f"hint: refill the mirror with `frt mirror {mirror} --variant torch-cpu`"], r.stderr
     assert "edited" not in r.stderr
+
+
+def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp_path):
+    """Issue 21 item 10(a): the mirror check hashes metadata.json against the lock's
+    metadata-sha256 (loader/integrity.py), not only the files the metadata declares: a
+    metadata.json rewritten in the mirror (valid, same id and digests, another license) fails
+    `frt verify --mirror`, named with both digests, as the loader refuses it."""
+    from frt_dist import loader
+    from frt_dist.errors import KernelUnavailable
+    from frt_dist.loader.integrity import Expected, check_variant_dir
+
+    server, commit = start_hub(monkeypatch, tmp_path, trusted=True)
+    try:
+        tp, lock, mirror = _hub_project_mirrored(tmp_path, server)
+    finally:
+        server.stop()
+    lv = lock.packages[REMOTE].variants["torch-cpu"]
+    rel = f"kernels--remote-org--scale/snapshots/{commit}/build/torch-cpu/metadata.json"
+    meta = json.loads((mirror / rel).read_bytes())
+    rewritten = json.dumps(dict(meta, license="proprietary"), indent=2).encode()
+    (mirror / rel).unlink()
+    (mirror / rel).write_bytes(rewritten)
+    import hashlib
+
+    computed = "sha256:" + hashlib.sha256(rewritten).hexdigest()
+    assert check_variant_dir((mirror / rel).parent, Expected.from_locked(lv), tree_root=mirror / "kernels--remote-org--scale") == [
+        {"kind": "mismatched", "path": "metadata.json", "expected": lv.metadata_sha256, "computed": computed,
+         "reason": f"metadata.json: digest mismatch (expected {lv.metadata_sha256}, computed {computed})"}]
+    r = run_frt(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
+    assert r.returncode == 1, r.stderr
+    assert [(p["kind"], p["path"], p["expected"], p["computed"]) for p in json.loads(r.stdout)["problems"]] == [
+        ("mismatched", rel, lv.metadata_sha256, computed)]
+    loader._forget_all()
+    monkeypatch.setenv("FRT_STORE", str(tmp_path / "store"))
+    with pytest.raises(KernelUnavailable) as ei:  # the loader refuses the same file
+        loader.load_locked(lock, REMOTE, hardware=CPU_HW, mirror=mirror)
+    assert [(x["kind"], x["path"]) for x in ei.value.reasons] == [("mismatched", "build/torch-cpu/metadata.json")]
+    loader._forget_all()
