@@ -627,3 +627,79 @@ def test_a_cold_load_stores_exactly_what_it_hashed(proj):
     assert "sha256:" + hashlib.sha256((Path(got.store_path) / "metadata.json").read_bytes()).hexdigest() == lv.metadata_sha256
     modes = {stat.S_IMODE(p.stat().st_mode) for p in entry.rglob("*")}
     assert modes == {0o444, 0o555}
+
+
+# ---------------------------------------------------------------------------
+# the bytes hashed are the bytes imported (issue 21 item 10(b)): a source rewritten in place right
+# after the store's copy step read it. Hashing the source (again) instead of the store's copy would
+# see the rewritten bytes; hashing the copy sees what will be imported.
+
+
+def _same_length(*texts: bytes) -> list[bytes]:
+    n = max(len(t) for t in texts) + 2
+    return [t + b"\n" + b"#" * (n - len(t) - 2) + b"\n" for t in texts]
+
+
+def _rewrite_after_the_copy_reads(monkeypatch, target: Path, new: bytes) -> list[str]:
+    """Hook the store's copy step: once it has read ``target`` (a small file: its one read; a large
+    one: each span copied), ``target`` is rewritten in place (same inode, same size) with ``new``."""
+    hits: list[str] = []
+    real_read, real_span = store._read_all, store._copy_span
+
+    def ours(fd: int) -> bool:
+        return os.path.samestat(os.fstat(fd), os.stat(target))
+
+    def read_all(fd):
+        data = real_read(fd)
+        if ours(fd):
+            with open(target, "r+b") as fh:
+                fh.write(new)
+            hits.append("read")
+        return data
+
+    def copy_span(fd, out, off, n, in_kernel):
+        k = real_span(fd, out, off, n, in_kernel)
+        if k and ours(fd):
+            with open(target, "r+b") as fh:
+                fh.seek(off)
+                fh.write(new[off:off + k])
+            hits.append("span")
+        return k
+
+    monkeypatch.setattr(store, "_read_all", read_all)
+    monkeypatch.setattr(store, "_copy_span", copy_span)
+    return hits
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("direction", ["evil-read-then-locked-bytes-written", "locked-read-then-evil-written"])
+def test_the_bytes_hashed_are_the_bytes_stored_when_the_source_changes_right_after_it_is_read(
+        tmp_path, monkeypatch, size, direction):
+    mark = tmp_path / "evil-ran"
+    if size == "small":
+        rel = "scale/helpers.py"
+        good, evil = _same_length(GOOD_HELPERS.encode(), evil_source(mark).encode())
+    else:
+        rel = "scale/big.bin"
+        good, evil = os.urandom(3 * MiB + 5), os.urandom(3 * MiB + 5)
+    module = {"__init__.py": GOOD_INIT, "helpers.py": good if size == "small" else GOOD_HELPERS}
+    if size == "large":
+        module["big.bin"] = good
+    tp = _project(tmp_path, module=module)
+    lock = tp.lock()
+    src = _source_vdir(tp) / rel
+    first, then = (evil, good) if direction.startswith("evil") else (good, evil)
+    src.write_bytes(first)
+    hits = _rewrite_after_the_copy_reads(monkeypatch, src, then)
+    root = Path(os.environ["FRT_STORE"])
+    if first is evil:  # the copy holds the evil bytes: its digest is not the lock's, whatever the source says now
+        exc = _refusal(loader.load_locked, lock, SCALE, hardware=CPU)
+        assert [(r["kind"], r["path"], r["computed"]) for r in exc.reasons] == [
+            ("mismatched", f"build/torch-cpu/{rel}", sha256_b64(evil))]
+        assert src.read_bytes() == good  # the source did turn into the locked bytes meanwhile
+        assert not _entries(root) and not mark.exists() and MID not in sys.modules
+    else:  # the copy holds the locked bytes and is what is imported, though the source turned evil
+        got = loader.load_locked(lock, SCALE, hardware=CPU)
+        assert (Path(got.store_path) / rel).read_bytes() == good and src.read_bytes() == evil
+        assert got.module.FLAVOUR == "good" and not mark.exists()
+    assert hits and set(hits) == {"read" if size == "small" else "span"}  # the hook did run inside the copy step
