@@ -35,8 +35,15 @@ Only then is the variant imported, from its store entry and from nothing else
 (``frt_dist.loader.importer``): a meta-path finder maps the import id and every
 name under it to the entry's files, ``.py`` sources are compiled from their
 verified bytes (hashed again as they are compiled; no bytecode cache is read or
-written), extension modules are loaded from the entry's copy. A ``__pycache__``
-planted beside the sources, or a file swapped after the check, is never seen.
+written), extension modules are hashed again and mapped from a sealed copy of the
+bytes hashed. A ``__pycache__`` planted beside the sources, a file swapped after
+the check, or one swapped inside the store entry, is never run.
+
+**kernel-depends** come from the lock, and an edited lock can name any package: the
+lock's kernel-depends of a variant must be exactly what the variant's verified
+``metadata.json`` declares, checked after that variant's files and before any
+dependency is prepared (nothing of a package only the lock names is fetched,
+checked or run).
 
 **The verified store** lives at ``$FRT_STORE``, else
 ``platformdirs.user_cache_path("frt-dist")/"store"``; it is created 0700 and a
@@ -60,7 +67,9 @@ who cannot write the user's own private store (nor run code as the user). Such
 an attacker can make a load refuse; they cannot make it run bytes other than
 those whose digests match the lockfile in force (bytecode beside the sources,
 a swap after the check, a swapped ``metadata.json`` with another id), nor make a
-store entry serve another identity (the key is the whole identity). Whoever
+store entry serve another identity (the key is the whole identity). Even a file
+swapped inside the store, its record rewritten, is refused at import (``.py`` and
+extension modules alike). Whoever
 edits the lockfile itself chooses what is trusted: that is what ``frt verify``
 and review are for (SPEC §20).
 
