@@ -438,6 +438,9 @@ def _check_package(f: _Findings, lock, repo: str, project, mirror, depends: set[
         f.note(f"{repo}: Hub commit and variant facts not re-derived offline (pass --mirror DIR to check "
                "them against the mirrored metadata.json)")
     if mirror is not None:
+        if lp.source == "hub":  # the mirror stands in for the Hub's content; nobody asked the Hub
+            f.note(f"{repo}: Hub commit not checked offline: --mirror compares the mirrored files and "
+                   f"metadata.json with the lock, not with what the Hub holds at {lp.revision}")
         _rederive_from_mirror(f, lp, Path(mirror))
     return derived
 
@@ -495,7 +498,17 @@ def _rederive_from_mirror(f: _Findings, lp, mirror: Path) -> None:
         try:
             now = parse_variant_metadata(raw, repo=lp.repo, variant=vname)
             if now.digest_source == "frt":  # as frt lock computes them: from the variant's files
-                now = with_computed_digests(now, _mirrored_files(snap / vname, mirror), repo=lp.repo)
+                computed = with_computed_digests(now, _mirrored_files(snap / vname, mirror), repo=lp.repo)
+                # the metadata declares no digests, so the mirror's files are the only witness of the
+                # locked ones: where they differ, verify_mirror names each file (missing, unknown,
+                # mismatched), and nothing tells a damaged mirror from an edited digest offline. That
+                # is a mirror problem first (refilling it from the Hub checks the lock's digests against
+                # the published files), not a re-derivation that blames the lock.
+                if computed.files != v.files:
+                    f.note(f"{lp.repo} variant {vname}: its metadata.json declares no digests, so a mirrored file "
+                           "that does not match could be a damaged mirror or an edited lock digest; refilling the "
+                           "mirror from the Hub (`frt mirror`) checks the published files against the lock and tells which")
+                now = computed if computed.files == v.files else replace(computed, files=dict(v.files))
             found[vname] = now
         except KernelUnavailable as exc:
             f.add("package", f"packages.{_q(lp.repo)}.variants.{vname}", "locked", f"not derivable: {exc}", str(exc))

@@ -234,3 +234,65 @@ def test_kernel_depends_without_a_lock_are_refused_at_load(dep_hub, tmp_path):
     publish(remote, "scale", USES_HELPER, depends=[HELPER])
     with pytest.raises(KernelUnavailable, match="declares kernel-depends, which only a lock pins: lock the package"):
         hub_kernel(remote, 1, trust=True, hardware=CPU)
+
+
+SMUGGLED = "remote-org/smuggled"
+
+
+def test_a_dependency_only_an_edited_lock_names_is_never_prepared_let_alone_run(dep_hub, tmp_path):
+    """An attacker edits the lock (digests recomputed) so the Hub variant's kernel-depends names a
+    package of theirs, locked like any other. The variant's verified metadata.json declares none:
+    the load is refused naming the difference before the smuggled package is even downloaded,
+    so its code (which leaves a marker when it runs) never runs. `frt verify --mirror` names the
+    same difference, and says the Hub commits themselves were not checked."""
+    from factories import hub_manifest
+    from frt_dist import loader
+    from frt_dist.errors import KernelUnavailable
+    from frt_dist.hub import HubClient
+    from frt_dist.mirror import mirror_lock
+    from frt_dist.verify import verify
+    from test_verify import Edit
+
+    server, publish, remote = dep_hub
+    mark = tmp_path / "smuggled-ran"
+    publish(SMUGGLED, "smuggled", f"import pathlib\npathlib.Path({str(mark)!r}).write_text('ran')\nK = 3\n".encode())
+    # the attacker's template: a lock in which the smuggled package is a genuine kernel-depends
+    publish(remote, "scale", USES_HELPER.replace(HELPER.encode(), SMUGGLED.encode()), depends=[SMUGGLED])
+    donor = tiny_project(tmp_path, "donor", manifest=hub_manifest())
+    donor.hub = HubClient(endpoint=server.url)
+    donor.lock()
+    smuggled_pkg = Edit(donor.lock_path).doc["packages"][SMUGGLED]
+    # the victim: the package as published now, with no kernel-depends
+    publish(remote, "scale", SCALE_SRC.encode())
+    tp = _hub_lock(tmp_path, server)
+    lock = tp.lock()
+    assert SMUGGLED not in lock.packages and not lock.packages[remote].variants["torch-cpu"].kernel_depends
+    e = Edit(tp.lock_path)
+    e.doc["packages"][remote]["variants"]["torch-cpu"]["kernel-depends"] = [{"repo-id": SMUGGLED, "version": 1}]
+    e.doc["packages"][SMUGGLED] = smuggled_pkg
+    e.save()
+    edited = Lockfile.read(tp.lock_path)
+    assert edited.packages[remote].variants["torch-cpu"].kernel_depends == ((SMUGGLED, 1),)
+    assert verify(tp.project).ok  # without a mirror nothing offline can tell (its notes say so)
+
+    server.reset_counts()
+    with pytest.raises(KernelUnavailable) as ei:
+        loader.load_locked(edited, remote, hardware=CPU)
+    (r,) = ei.value.reasons
+    assert r["kind"] == "kernel-depends" and r["reason"] == (
+        f"the lock's kernel-depends of variant torch-cpu ({SMUGGLED} version 1) are not what the verified "
+        "build/torch-cpu/metadata.json declares (none); no dependency was loaded")
+    assert "find out who edited it" in ei.value.hints[0]
+    assert not mark.exists(), "the smuggled package's code ran"
+    assert SMUGGLED not in loader._LOADED and remote not in loader._LOADED
+    assert server.request_count(SMUGGLED) == 0  # not even downloaded: the main variant was checked first
+
+    mirror = tmp_path / "mirror"
+    mirror_lock(edited, mirror, variants=["torch-cpu"])
+    report = verify(tp.project, mirror=mirror)
+    kd = [p for p in report.problems if p["path"].endswith(f'packages."{remote}".variants.torch-cpu.kernel-depends')]
+    assert [(p["recorded"], p["derived"]) for p in kd] == [(json.dumps([[SMUGGLED, 1]]), "[]")]
+    for repo in (remote, SMUGGLED):
+        assert any(n.startswith(f"{tp.lock_path.relative_to(tp.root)}: {repo}: Hub commit not checked")
+                   for n in report.notes), report.notes
+    assert not mark.exists()

@@ -496,3 +496,52 @@ def test_symlink_targets_are_resolved_exactly_as_realpath_does(tmp_path, monkeyp
         assert real_dir(d, shared) == real_dir(d, {}) == os.path.realpath(d), d
     monkeypatch.chdir(t)  # a relative path resolves from the working directory
     assert real_dir("root-link/b", {}) == os.path.realpath("root-link/b") == os.path.realpath(t / "a" / "b")
+
+
+def test_a_digest_mismatch_hints_by_where_the_bytes_came_from(hub, tmp_path, monkeypatch):
+    """Issue 21 item 4: the hint follows the cause. A damaged mirror or cache copy is refetched
+    (never "who edited the lockfile"); a changed path package is restored or re-locked; only bytes
+    the Hub serves at the locked commit that differ from the lock point at the lockfile."""
+    from test_verify import Edit
+
+    server, commit = hub
+    lock = _hub_lock(tmp_path, server)
+    rel = "scale/__init__.py"
+
+    def hints() -> list[str]:
+        loader._forget_all()
+        got = _refusal(loader.load_locked, Lockfile.read(lock.path), REMOTE, hardware=CPU,
+                       mirror=mirror if use_mirror else None)
+        assert [(r["kind"], r["path"]) for r in got.reasons] == [("mismatched", f"build/torch-cpu/{rel}")]
+        return got.hints
+
+    mirror, use_mirror = tmp_path / "mirror", True
+    mirror_lock(lock, mirror, variants=["torch-cpu"])
+    mirrored = mirror / "kernels--remote-org--scale" / "snapshots" / commit / "build" / "torch-cpu" / rel
+    mirrored.unlink()
+    mirrored.write_text("def scale(x, w):\n    return x\n")
+    assert hints() == [f"the mirror's copy is damaged or was altered: refill it with `frt mirror {mirror}` (it "
+                       "fetches the locked files again and checks them); never edit files in a mirror"]
+
+    use_mirror = False
+    cached = Path(loader.load_locked(lock, REMOTE, hardware=CPU).location)  # downloaded into the cache
+    (cached / rel).resolve().write_text("def scale(x, w):\n    return x\n")
+    snap = tmp_path / "kcache" / "kernels--remote-org--scale" / "snapshots" / commit
+    assert hints() == [f"the cached snapshot is damaged or was altered: remove it (`rm -r {snap}`) and load "
+                       "again online to download it afresh"]
+
+    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache2"))  # nothing cached: downloaded afresh
+    e = Edit(Path(lock.path))
+    e.doc["packages"][REMOTE]["variants"]["torch-cpu"]["files"][rel] = sha256_b64(b"what the editor wanted")
+    e.save()
+    assert hints() == [f"the Hub serves other files at {commit} than the lock's digests: the lockfile was "
+                       "edited or damaged; find out who edited it, then re-lock with `frt lock`"]
+
+    tp = tiny_project(tmp_path, "pathproj")
+    lock = tp.lock()
+    rel = "scale/__init__.py"
+    (tp.root / "packages" / "scale" / "build" / "torch-cpu" / rel).write_text(SCALE_SRC + "# edited\n")
+    loader._forget_all()
+    got = _refusal(loader.load_locked, lock, SCALE, hardware=CPU)
+    assert got.hints == [f"the path package {tp.root / 'packages' / 'scale'} is not what was locked: restore its "
+                         "files, or re-lock with `frt lock` if you changed it on purpose"]

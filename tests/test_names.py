@@ -74,3 +74,75 @@ def test_check_names_the_file_and_field_and_is_exit_2():
     with pytest.raises(ManifestError) as ei:
         check("name", "y" * 3000, "model", ManifestError)
     assert len(str(ei.value)) < 300  # a 3,000-character name is not echoed whole
+
+
+# ---------------------------------------------------------------------------
+# the validator itself, held to its own rule (issue 21 item 10(d)): other layers (the regexes, the
+# loader's realpath checks) may also stop an escape, so these pin *which* rule refuses a name, and
+# check every short name the validator accepts against the rule written independently here
+
+
+RULES = [  # (kind, value, the reason names.problem gives)
+    ("name", "..", "is '..'"), ("name", ".", "is '.'"), ("name", "", "is empty"),
+    ("name", "a..b", "has '..'"), ("name", "a/b", "has a path separator"), ("name", "a\\b", "has a path separator"),
+    ("name", "a\x00b", "has a control character"), ("name", "x.", "ends with a dot or a space"),
+    ("name", "CON", "is a Windows device name"), ("name", "x" * 129, "is 129 characters long (at most 128)"),
+    ("variant", "..", "is '..'"), ("variant", ".", "is '.'"), ("variant", "a..b", "has '..'"),
+    ("variant", "/abs", "has a path separator"), ("variant", "a\x00b", "has a control character"),
+    ("path", "..", "component '..' is '..'"), ("path", "a/../b", "component '..' is '..'"),
+    ("path", "../x", "component '..' is '..'"), ("path", "a/..", "component '..' is '..'"),
+    ("path", "a/./b", "component '.' is '.'"), ("path", ".", "component '.' is '.'"),
+    ("path", "a/b..c", "component 'b..c' has '..'"), ("path", "", "is empty"), ("path", "a//b", "has an empty component"),
+    ("path", "a/", "has an empty component"), ("path", "/etc/passwd", "is absolute"), ("path", "C:/x", "is absolute"),
+    ("path", "a\\..\\b", "component 'a\\\\..\\\\b' has a path separator"),
+    ("path", "a/b\x00", "component 'b\\x00' has a control character"),
+    ("path", "a/nul.txt", "component 'nul.txt' is a Windows device name"),
+    ("path", "a/b ", "component 'b ' ends with a dot or a space"),
+    ("repo", "org/..", "part '..' is '..'"), ("repo", "../x", "part '..' is '..'"), ("repo", "org/a..b", "part 'a..b' has '..'"),
+    ("repo", "org/a/../b", "is not a repo id: a repo id is 'org/name'"), ("repo", "org/", "part '' is empty"),
+]
+
+
+@pytest.mark.parametrize("kind, value, why", RULES, ids=[f"{k}:{v!r}" for k, v, _ in RULES])
+def test_each_rule_refuses_its_names_by_itself(kind, value, why):
+    assert problem(kind, value) == why
+
+
+_DEVICES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), *(f"lpt{i}" for i in range(1, 10))}
+
+
+def _component_ok(c: str) -> bool:
+    """The module docstring's rule for one name, written out again."""
+    return (bool(c) and c.isascii() and c not in (".", "..") and ".." not in c and "/" not in c and "\\" not in c
+            and not any(ord(ch) < 32 or ord(ch) == 127 for ch in c) and not c.endswith((".", " "))
+            and c.split(".", 1)[0].lower() not in _DEVICES)
+
+
+def _obeys_rule(kind: str, value: str) -> bool:
+    if kind in ("name", "variant"):
+        return _component_ok(value)
+    if kind == "repo":
+        parts = value.split("/")
+        return len(parts) == 2 and all(_component_ok(p) for p in parts)
+    return not value.startswith("/") and all(_component_ok(p) for p in value.split("/"))
+
+
+def test_every_short_name_the_validator_accepts_obeys_the_rule_and_stays_under_its_root():
+    """Every string of up to 6 characters over an alphabet of the dangerous ones (dot, slash,
+    backslash, NUL, space) plus a letter: what ``problem`` accepts obeys the rule, and joined
+    to a root it stays strictly below that root."""
+    import itertools
+    import posixpath
+
+    alphabet = "a./\\\x00 "
+    accepted = dict.fromkeys(("name", "variant", "repo", "path"), 0)
+    for n in range(0, 7):
+        for chars in itertools.product(alphabet, repeat=n):
+            value = "".join(chars)
+            for kind in accepted:
+                if problem(kind, value) is None:
+                    accepted[kind] += 1
+                    assert _obeys_rule(kind, value), (kind, value)
+                    joined = posixpath.normpath(posixpath.join("/root", value))
+                    assert joined.startswith("/root/") and "\\" not in value and "\x00" not in value, (kind, value)
+    assert all(accepted.values()), accepted  # the enumeration reaches names the validator accepts (a.a, a/a ...)

@@ -627,3 +627,172 @@ def test_a_cold_load_stores_exactly_what_it_hashed(proj):
     assert "sha256:" + hashlib.sha256((Path(got.store_path) / "metadata.json").read_bytes()).hexdigest() == lv.metadata_sha256
     modes = {stat.S_IMODE(p.stat().st_mode) for p in entry.rglob("*")}
     assert modes == {0o444, 0o555}
+
+
+# ---------------------------------------------------------------------------
+# the bytes hashed are the bytes imported (issue 21 item 10(b)): a source rewritten in place right
+# after the store's copy step read it. Hashing the source (again) instead of the store's copy would
+# see the rewritten bytes; hashing the copy sees what will be imported.
+
+
+def _same_length(*texts: bytes) -> list[bytes]:
+    n = max(len(t) for t in texts) + 2
+    return [t + b"\n" + b"#" * (n - len(t) - 2) + b"\n" for t in texts]
+
+
+def _rewrite_after_the_copy_reads(monkeypatch, target: Path, new: bytes) -> list[str]:
+    """Hook the store's copy step: once it has read ``target`` (a small file: its one read; a large
+    one: each span copied), ``target`` is rewritten in place (same inode, same size) with ``new``."""
+    hits: list[str] = []
+    real_read, real_span = store._read_all, store._copy_span
+
+    def ours(fd: int) -> bool:
+        return os.path.samestat(os.fstat(fd), os.stat(target))
+
+    def read_all(fd):
+        data = real_read(fd)
+        if ours(fd):
+            with open(target, "r+b") as fh:
+                fh.write(new)
+            hits.append("read")
+        return data
+
+    def copy_span(fd, out, off, n, in_kernel):
+        k = real_span(fd, out, off, n, in_kernel)
+        if k and ours(fd):
+            with open(target, "r+b") as fh:
+                fh.seek(off)
+                fh.write(new[off:off + k])
+            hits.append("span")
+        return k
+
+    monkeypatch.setattr(store, "_read_all", read_all)
+    monkeypatch.setattr(store, "_copy_span", copy_span)
+    return hits
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("direction", ["evil-read-then-locked-bytes-written", "locked-read-then-evil-written"])
+def test_the_bytes_hashed_are_the_bytes_stored_when_the_source_changes_right_after_it_is_read(
+        tmp_path, monkeypatch, size, direction):
+    mark = tmp_path / "evil-ran"
+    if size == "small":
+        rel = "scale/helpers.py"
+        good, evil = _same_length(GOOD_HELPERS.encode(), evil_source(mark).encode())
+    else:
+        rel = "scale/big.bin"
+        good, evil = os.urandom(3 * MiB + 5), os.urandom(3 * MiB + 5)
+    module = {"__init__.py": GOOD_INIT, "helpers.py": good if size == "small" else GOOD_HELPERS}
+    if size == "large":
+        module["big.bin"] = good
+    tp = _project(tmp_path, module=module)
+    lock = tp.lock()
+    src = _source_vdir(tp) / rel
+    first, then = (evil, good) if direction.startswith("evil") else (good, evil)
+    src.write_bytes(first)
+    hits = _rewrite_after_the_copy_reads(monkeypatch, src, then)
+    root = Path(os.environ["FRT_STORE"])
+    if first is evil:  # the copy holds the evil bytes: its digest is not the lock's, whatever the source says now
+        exc = _refusal(loader.load_locked, lock, SCALE, hardware=CPU)
+        assert [(r["kind"], r["path"], r["computed"]) for r in exc.reasons] == [
+            ("mismatched", f"build/torch-cpu/{rel}", sha256_b64(evil))]
+        assert src.read_bytes() == good  # the source did turn into the locked bytes meanwhile
+        assert not _entries(root) and not mark.exists() and MID not in sys.modules
+    else:  # the copy holds the locked bytes and is what is imported, though the source turned evil
+        got = loader.load_locked(lock, SCALE, hardware=CPU)
+        assert (Path(got.store_path) / rel).read_bytes() == good and src.read_bytes() == evil
+        assert got.module.FLAVOUR == "good" and not mark.exists()
+    assert hits and set(hits) == {"read" if size == "small" else "span"}  # the hook did run inside the copy step
+
+
+# ---------------------------------------------------------------------------
+# a file swapped inside a store entry, its record rewritten to match (issue 21 item 9): the record is
+# the store's bookkeeping and vouches for nothing; .py and .so are both held to the lock at import
+
+_EVIL_EXT_C = r'''
+#include <Python.h>
+#include <stdio.h>
+static PyObject *add_one(PyObject *self, PyObject *arg) { return PyLong_FromLong(-1); }
+static PyMethodDef methods[] = {{"add_one", add_one, METH_O, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_ops", NULL, -1, methods};
+PyMODINIT_FUNC PyInit__ops(void) { FILE *f = fopen(MARK, "a"); if (f) { fputs("ran\n", f); fclose(f); }
+                                   return PyModule_Create(&def); }
+'''
+
+
+def _build_ext(tmp_path: Path, name: str, source: str, *defines: str) -> bytes:
+    import sysconfig
+
+    (tmp_path / f"{name}.c").write_text(source)
+    so = tmp_path / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    r = subprocess.run(["gcc", "-shared", "-fPIC", "-O1", *defines, f"-I{sysconfig.get_paths()['include']}", "-o",
+                        str(so), str(tmp_path / f"{name}.c")], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        pytest.skip(f"gcc could not build an extension here: {r.stderr[-300:]}")
+    return so.read_bytes()
+
+
+def _swap_in_entry(entry: Path, rel: str, data: bytes) -> None:
+    """Replace one file of a committed entry and rewrite the record so its fingerprints match."""
+    target = entry / "variant" / rel
+
+    def edit(e):
+        target.unlink()  # a new file in its place (the old one may be mapped by a process that loaded it)
+        target.write_bytes(data)
+        os.chmod(target, 0o444)
+        rec = json.loads((e / "record.json").read_text())
+        st = target.stat()
+        rec["files"][rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        (e / "record.json").write_text(json.dumps(rec))
+
+    _damage(entry, edit)
+    for d in [entry, *(p for p in entry.rglob("*") if p.is_dir())]:
+        os.chmod(d, 0o555)
+
+
+_LOAD_IN_A_FRESH_PROCESS = r'''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from factories import CPU
+from frt_dist import KernelUnavailable, loader
+try:
+    got = loader.load_locked(sys.argv[2], "t-org/scale", hardware=CPU)
+    print(json.dumps({"loaded": got.module.add_one(41), "flavour": got.module.FLAVOUR}))
+except KernelUnavailable as exc:
+    print(json.dumps({"reasons": [r["reason"] for r in exc.reasons]}))
+'''
+
+
+@pytest.mark.parametrize("kind", [".py", ".so"])
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a real extension module")
+def test_a_file_swapped_in_a_store_entry_with_its_record_rewritten_is_refused_alike(tmp_path, kind):
+    """The store's owner is not trusted to have left an entry alone: whether the swapped file is a
+    source or an extension module, its bytes are hashed against the lock as they are compiled or
+    mapped, and the load is refused with the same words; the evil code never runs. The load after
+    the swap is a fresh process, as the next run of a program would be (a process that mapped the
+    good extension once would not map the file again)."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    mark = tmp_path / "evil-ran"
+    good_so = _build_ext(tmp_path, "good", _EXT_C)
+    evil_so = _build_ext(tmp_path, "evil", _EVIL_EXT_C, f'-DMARK="{mark}"')
+    tp = _project(tmp_path, module={"__init__.py": "from ._ops import add_one\n" + GOOD_INIT,
+                                    "helpers.py": GOOD_HELPERS, f"_ops{suffix}": good_so})
+    lock = tp.lock()
+    first = loader.load_locked(lock, SCALE, hardware=CPU)
+    assert first.module.add_one(41) == 42
+    if hasattr(os, "memfd_create") and Path("/proc/self/maps").exists():  # mapped from a sealed copy
+        assert "memfd:frt-verified-extension" in Path("/proc/self/maps").read_text()
+    rel, evil = (("scale/helpers.py", evil_source(mark).encode()) if kind == ".py"
+                 else (f"scale/_ops{suffix}", evil_so))
+    _swap_in_entry(Path(first.store_path).parent, rel, evil)
+    loader._forget_all()
+    r = subprocess.run([sys.executable, "-c", _LOAD_IN_A_FRESH_PROCESS, str(Path(__file__).parent), str(lock.path)],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.splitlines()[-1])
+    want = lock.packages[SCALE].variants["torch-cpu"].files[rel]
+    path = Path(first.store_path) / rel
+    assert got == {"reasons": [
+        f"import of build/torch-cpu/ failed: ImportError: {path}: bytes in the verified store do not "
+        f"match the lock (expected {want}, computed {sha256_b64(evil)}); not {'compiled' if kind == '.py' else 'loaded'}"]}
+    assert not mark.exists()

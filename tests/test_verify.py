@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUNDLED, run_frt
-from factories import NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, start_hub, tiny_project
+from factories import CPU as CPU_HW, NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, sha256_b64, start_hub, tiny_project
 from frt_dist._schema import parse_toml
 from frt_dist.canonical import digest
 from frt_dist.errors import LockfileError
@@ -631,17 +631,19 @@ def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp
         p = problem(json.loads(r.stdout), "package", f'packages."{REMOTE}".variants.torch-cpu.{key}')
         assert (p["recorded"], p["derived"]) == (recorded, derived)
         assert p["message"] == "build/torch-cpu/metadata.json in the mirror says otherwise"
-    # a computed digest edited: named as computed from the mirror's files
+    # a computed digest edited: offline it cannot be told from a damaged mirror file (the mirror's
+    # files are the only witness), so it is the mirror check's mismatch, with a note saying both causes
     _hub_lockpath(tp).write_bytes(good)
     e = Edit(_hub_lockpath(tp))
     files_table = e.doc["packages"][REMOTE]["variants"]["torch-cpu"]["files"]
     files_table["scale/__init__.py"] = "A" * 43 + "="
     e.save()
     doc = json.loads(run_frt(verify_mirror, cwd=tp.root).stdout)
-    p = problem(doc, "package", f'packages."{REMOTE}".variants.torch-cpu.files')
-    assert json.loads(p["derived"]) == declared
-    assert p["message"] == ("the digests frt computes from the files of build/torch-cpu/ in the mirror "
-                            "(its metadata.json declares none) differ")
+    snap = lock.packages[REMOTE].snapshot
+    assert [(p["kind"], p["path"], p["expected"], p["computed"]) for p in doc["problems"]] == [
+        ("mismatched", f"kernels--remote-org--scale/snapshots/{snap}/build/torch-cpu/scale/__init__.py",
+         "A" * 43 + "=", declared["scale/__init__.py"])]
+    assert any("a damaged mirror or an edited lock digest" in n for n in doc["notes"]), doc["notes"]
 
 
 # ---------------------------------------------------------------------------
@@ -706,3 +708,75 @@ def test_a_hostile_manifest_file_is_never_followed_for_freshness(demo, tmp_path)
     if p is not None:
         assert p["recorded"] == "'../elsewhere.toml'" and p["derived"].startswith("refused: component '..'")
         assert not [q for q in _problems(demo) if q["kind"] == "stale"]
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["metadata-digests", "frt-digests"])
+def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, declared):
+    """Issue 21 item 4: a mirror file damaged after `frt mirror` is the mirror's problem: verify
+    names the file and hints to refill the mirror, never to find out who edited the lockfile
+    (nothing in the lock changed), whether the metadata declares the digests or frt computed them."""
+    from hubserver import kernel_variant_files
+
+    server, _ = start_hub(monkeypatch, tmp_path, trusted=True)
+    try:
+        if not declared:
+            files = kernel_variant_files(name="scale", variant="torch-cpu",
+                                         module_files={"__init__.py": SCALE_SRC.encode()})
+            meta = json.loads(files["build/torch-cpu/metadata.json"])
+            del meta["digest"]
+            files["build/torch-cpu/metadata.json"] = json.dumps(meta).encode()
+            server.commit(REMOTE, files, branch="v1")
+        tp, lock, mirror = _hub_project_mirrored(tmp_path, server)
+    finally:
+        server.stop()
+    assert lock.packages[REMOTE].variants["torch-cpu"].digest_source == ("metadata" if declared else "frt")
+    snap = lock.packages[REMOTE].snapshot
+    rel = f"kernels--remote-org--scale/snapshots/{snap}/build/torch-cpu/scale/__init__.py"
+    (mirror / rel).unlink()  # the snapshot's link into blobs/, replaced by damaged bytes
+    (mirror / rel).write_bytes(b"damaged\n")
+    r = run_frt(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert [(p["kind"], p["path"], p["computed"]) for p in doc["problems"]] == [
+        ("mismatched", rel, sha256_b64(b"damaged\n"))]
+    hints = [line for line in r.stderr.splitlines() if line.startswith("hint: ")]
+    assert hints == [f"hint: refill the mirror with `frt mirror {mirror} --variant torch-cpu`"], r.stderr
+    assert "edited" not in r.stderr
+
+
+def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp_path):
+    """Issue 21 item 10(a): the mirror check hashes metadata.json against the lock's
+    metadata-sha256 (loader/integrity.py), not only the files the metadata declares: a
+    metadata.json rewritten in the mirror (valid, same id and digests, another license) fails
+    `frt verify --mirror`, named with both digests, as the loader refuses it."""
+    from frt_dist import loader
+    from frt_dist.errors import KernelUnavailable
+    from frt_dist.loader.integrity import Expected, check_variant_dir
+
+    server, commit = start_hub(monkeypatch, tmp_path, trusted=True)
+    try:
+        tp, lock, mirror = _hub_project_mirrored(tmp_path, server)
+    finally:
+        server.stop()
+    lv = lock.packages[REMOTE].variants["torch-cpu"]
+    rel = f"kernels--remote-org--scale/snapshots/{commit}/build/torch-cpu/metadata.json"
+    meta = json.loads((mirror / rel).read_bytes())
+    rewritten = json.dumps(dict(meta, license="proprietary"), indent=2).encode()
+    (mirror / rel).unlink()
+    (mirror / rel).write_bytes(rewritten)
+    import hashlib
+
+    computed = "sha256:" + hashlib.sha256(rewritten).hexdigest()
+    assert check_variant_dir((mirror / rel).parent, Expected.from_locked(lv), tree_root=mirror / "kernels--remote-org--scale") == [
+        {"kind": "mismatched", "path": "metadata.json", "expected": lv.metadata_sha256, "computed": computed,
+         "reason": f"metadata.json: digest mismatch (expected {lv.metadata_sha256}, computed {computed})"}]
+    r = run_frt(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
+    assert r.returncode == 1, r.stderr
+    assert [(p["kind"], p["path"], p["expected"], p["computed"]) for p in json.loads(r.stdout)["problems"]] == [
+        ("mismatched", rel, lv.metadata_sha256, computed)]
+    loader._forget_all()
+    monkeypatch.setenv("FRT_STORE", str(tmp_path / "store"))
+    with pytest.raises(KernelUnavailable) as ei:  # the loader refuses the same file
+        loader.load_locked(lock, REMOTE, hardware=CPU_HW, mirror=mirror)
+    assert [(x["kind"], x["path"]) for x in ei.value.reasons] == [("mismatched", "build/torch-cpu/metadata.json")]
+    loader._forget_all()

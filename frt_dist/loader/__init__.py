@@ -27,8 +27,9 @@ others is refused. An entry holds exactly a variant's locked files and its
   store; it lists the source again and hashes only the files whose stat
   fingerprint changed since their bytes last matched: a source that drifted is
   still refused.
-- Either way the import reads only the entry: ``.py`` files compiled from their
-  verified bytes, extension modules loaded from the entry's copy.
+- Either way the import reads only the entry, and hashes each file it runs
+  against the lock again: ``.py`` files compiled from those bytes, extension
+  modules mapped from a sealed copy of them (the entry's record vouches for none).
 
 **Threat model**: an attacker who can write the mirror, the hub cache, a path
 package or the lockfile (at any moment, also between check and import), but not

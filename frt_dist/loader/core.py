@@ -35,8 +35,15 @@ Only then is the variant imported, from its store entry and from nothing else
 (``frt_dist.loader.importer``): a meta-path finder maps the import id and every
 name under it to the entry's files, ``.py`` sources are compiled from their
 verified bytes (hashed again as they are compiled; no bytecode cache is read or
-written), extension modules are loaded from the entry's copy. A ``__pycache__``
-planted beside the sources, or a file swapped after the check, is never seen.
+written), extension modules are hashed again and mapped from a sealed copy of the
+bytes hashed. A ``__pycache__`` planted beside the sources, a file swapped after
+the check, or one swapped inside the store entry, is never run.
+
+**kernel-depends** come from the lock, and an edited lock can name any package: the
+lock's kernel-depends of a variant must be exactly what the variant's verified
+``metadata.json`` declares, checked after that variant's files and before any
+dependency is prepared (nothing of a package only the lock names is fetched,
+checked or run).
 
 **The verified store** lives at ``$FRT_STORE``, else
 ``platformdirs.user_cache_path("frt-dist")/"store"``; it is created 0700 and a
@@ -60,7 +67,9 @@ who cannot write the user's own private store (nor run code as the user). Such
 an attacker can make a load refuse; they cannot make it run bytes other than
 those whose digests match the lockfile in force (bytecode beside the sources,
 a swap after the check, a swapped ``metadata.json`` with another id), nor make a
-store entry serve another identity (the key is the whole identity). Whoever
+store entry serve another identity (the key is the whole identity). Even a file
+swapped inside the store, its record rewritten, is refused at import (``.py`` and
+extension modules alike). Whoever
 edits the lockfile itself chooses what is trusted: that is what ``frt verify``
 and review are for (SPEC §20).
 
@@ -300,6 +309,9 @@ class _Want:
     # the kernel-depends it needs, checked (``Ready``) or loaded, dependencies first; ``None``: not
     # loaded from a lock, where kernel-depends are refused (nothing pins what they resolve to)
     deps: tuple | None = None
+    # the lock's kernel-depends of this variant, ``(repo, version)`` pairs: checked against the
+    # verified metadata.json before any dependency is even prepared (``None``: not from a lock)
+    lock_depends: tuple | None = None
 
     @functools.cached_property
     def path_root(self) -> Path | None:
@@ -542,9 +554,57 @@ def _integrity(want: _Want, vdir: Path, tree: Path, source: str, offline: bool,
             f"(from {source} {vdir}) do not match the locked digests; nothing was imported:\n  "
             + format_problems(problems),
             reasons=[{"package": want.repo, "revision": want.revision, "source": source, **p} for p in problems],
-            hints=["re-fill the mirror (`frt mirror`) or clear the cached snapshot; never edit locked files"])
+            hints=_integrity_hints(want, source, tree))
     # what the checks resolved on the way (one lstat per level), not a realpath of the whole path again
     return Path(real_dir(vdir, real_dirs)), tree, source, got.metadata, got.entry
+
+
+def _integrity_hints(want: _Want, source: str, tree: Path) -> list[str]:
+    """What to do about files that do not match the lock, by where they came from: a copy that can
+    be fetched again (mirror, hub cache) was damaged or altered; a path package was changed; bytes
+    just downloaded from the Hub at the locked commit can only differ if the lock's digests do."""
+    import shlex  # noqa: PLC0415
+
+    if source == "mirror":
+        return [f"the mirror's copy is damaged or was altered: refill it with `frt mirror {shlex.quote(str(tree.parent))}` "
+                "(it fetches the locked files again and checks them); never edit files in a mirror"]
+    if source == "cache":
+        snap = tree / "snapshots" / want.snapshot
+        return [f"the cached snapshot is damaged or was altered: remove it (`rm -r {shlex.quote(str(snap))}`) "
+                "and load again online to download it afresh"]
+    if source == "path":
+        return [f"the path package {want.path_root} is not what was locked: restore its files, or re-lock "
+                "with `frt lock` if you changed it on purpose"]
+    return [f"the Hub serves other files at {want.revision} than the lock's digests: the lockfile was edited "
+            "or damaged; find out who edited it, then re-lock with `frt lock`"]
+
+
+def _depends_problems(want: _Want, meta_bytes: bytes) -> list[dict]:
+    """The lock's kernel-depends of the variant against what its verified ``metadata.json`` declares.
+
+    The lock-digest does not say who wrote a lock: an edited lock can name any package as a
+    dependency. The metadata's bytes were just checked against the lock's sha256 (and are the
+    store's copy), so what they declare is what the publisher built against; any difference
+    refuses the load before a dependency is prepared."""
+    if want.lock_depends is None:
+        return []
+    from ..metadata import parse_variant_metadata  # noqa: PLC0415
+
+    where = f"build/{want.variant}/metadata.json"
+    try:
+        declared = parse_variant_metadata(meta_bytes, repo=want.repo, variant=want.variant).kernel_depends
+    except KernelUnavailable as exc:
+        return [{"reason": f"{where}: {exc.reasons[0]['reason'] if exc.reasons else exc}", "kind": "kernel-depends"}]
+    locked = want.lock_depends
+
+    def show(deps) -> str:
+        return ", ".join(f"{r} version {v}" for r, v in sorted(set(deps))) or "none"
+
+    if sorted(set(declared)) == sorted(set(locked)):
+        return []
+    return [{"reason": f"the lock's kernel-depends of variant {want.variant} ({show(locked)}) are not what the "
+                       f"verified {where} declares ({show(declared)}); no dependency was loaded",
+             "kind": "kernel-depends", "recorded": show(locked), "declared": show(declared)}]
 
 
 def _module_problems(want: _Want, meta: dict, vdir: Path, batch: CheckBatch) -> list[str]:
@@ -688,9 +748,13 @@ def _prepare(want: _Want, hw: Hardware, mirror: Path | None, batch: CheckBatch |
         notes = _arch_notes(want, hw)
     vdir, tree, source, meta_bytes, entry = _integrity(want, vdir, tree, source, offline, batch)
     meta = _read_metadata(want, vdir, meta_bytes)
-    problems = _module_problems(want, meta, vdir, batch)
+    problems = _depends_problems(want, meta_bytes) + _module_problems(want, meta, vdir, batch)
     if problems:
-        raise _refuse(want.repo, problems, revision=want.revision)
+        edited = any(isinstance(p, dict) and p.get("kind") == "kernel-depends" for p in problems)
+        raise _refuse(want.repo, problems, revision=want.revision,
+                      hints=["the lockfile names dependencies the package does not: find out who edited it "
+                             "(`frt verify --mirror DIR` compares it with the mirrored metadata.json), "
+                             "then re-lock with `frt lock`"] if edited else None)
     return Ready(want, vdir, source, meta["id"], tuple(notes), entry, meta, meta_bytes)
 
 
@@ -739,10 +803,17 @@ def prepare_locked(lock, repo: str, variant: str | None = None, *, mirror=None, 
         hw = hardware or Hardware.detect()
         want = _want_from_lock(lock, repo, variant, hw, allow_pins=allow_pins, root=Path(root) if root else None)
         facts.update(revision=want.revision, variant=want.variant)
-        want.deps = tuple(_prepare_dep(lock, repo, dep, _chain, mirror=mirror, hardware=hw, allow_pins=allow_pins,
-                                       root=root, project=project, batch=batch)
-                          for dep, _ in getattr(lock.packages[repo].variants.get(want.variant), "kernel_depends", ()))
-        return _prepare(want, hw, mirror_dir(mirror, project), batch)
+        want.lock_depends = tuple(getattr(lock.packages[repo].variants.get(want.variant), "kernel_depends", ()))
+        want.deps = ()  # a locked load: kernel-depends are allowed, and prepared below
+        # this variant first: its files and metadata.json verified, its declared kernel-depends
+        # compared with the lock's (``_prepare``); only then is any dependency looked at, so a
+        # package the lock alone names is never prepared, let alone loaded
+        got = _prepare(want, hw, mirror_dir(mirror, project), batch)
+        if isinstance(got, Ready):
+            want.deps = tuple(_prepare_dep(lock, repo, dep, _chain, mirror=mirror, hardware=hw,
+                                           allow_pins=allow_pins, root=root, project=project, batch=batch)
+                              for dep, _ in want.lock_depends)
+        return got
 
     return _run(repo, facts, go)
 

@@ -12,8 +12,16 @@ finders, so nothing outside the entry is ever looked at.
   entry, hashes them against the locked digest, and compiles those bytes. It
   never reads a bytecode cache (there is none in an entry, and it never asks
   for one) and never writes one.
-- extension modules: ``importlib.machinery.ExtensionFileLoader`` on the
-  entry's file (``dlopen`` of the verified copy; it is not hashed again).
+- extension modules: ``VerifiedExtensionLoader`` reads the entry's file once,
+  hashes those bytes against the locked digest, copies them into a sealed
+  anonymous file (``memfd_create``, sealed against writes, on Linux) and has the
+  dynamic loader map that file (``/proc/self/fd/<n>``). So a ``.so`` is held to
+  the lock at import exactly as a ``.py`` is: the store's record (its stat
+  fingerprints) vouches for neither; a file swapped in an entry, with the record
+  rewritten to match, is refused with the same error. ``__file__`` is still the
+  entry's path. Where no sealed copy can be made (no ``memfd_create``, or a
+  system that refuses to execute one), the open file that was hashed is what is
+  mapped (``/proc/self/fd/<n>`` of that descriptor; off Linux, its path).
 
 The top-level module is created and registered the way `kernels`
 (``kernels.importer._import_from_path``) does it: named by the metadata ``id``,
@@ -29,12 +37,21 @@ import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import threading
 from pathlib import Path
 from typing import Callable
 
 __all__ = ["VerifiedSourceLoader", "VerifiedFinder", "import_verified", "forget", "package_dir", "FINDER"]
+
+
+def _check(data: bytes, digest: str, algorithm: str, fullname: str, path: str, verb: str) -> None:
+    """Refuse ``data`` (the bytes about to be compiled or mapped) unless they carry the lock's digest."""
+    got = base64.b64encode(hashlib.new(algorithm, data).digest()).decode("ascii")
+    if got != digest:
+        raise ImportError(f"{path}: bytes in the verified store do not match the lock "
+                          f"(expected {digest}, computed {got}); not {verb}", name=fullname, path=path)
 
 
 class VerifiedSourceLoader(importlib.machinery.SourceFileLoader):
@@ -47,10 +64,7 @@ class VerifiedSourceLoader(importlib.machinery.SourceFileLoader):
 
     def get_code(self, fullname):
         data = self.get_data(self.path)
-        got = base64.b64encode(hashlib.new(self.algorithm, data).digest()).decode("ascii")
-        if got != self.digest:
-            raise ImportError(f"{self.path}: bytes in the verified store do not match the lock "
-                              f"(expected {self.digest}, computed {got}); not compiled", name=fullname, path=self.path)
+        _check(data, self.digest, self.algorithm, fullname, self.path, "compiled")
         return self.source_to_code(data, self.path)
 
     def path_stats(self, path):  # no bytecode cache: whoever asks learns there is none
@@ -58,6 +72,92 @@ class VerifiedSourceLoader(importlib.machinery.SourceFileLoader):
 
     def set_data(self, path, data, *, _mode=0o666):  # never writes bytecode
         return None
+
+
+_KEPT_FDS: list[int] = []  # the files extension modules were mapped from, open for the process's life:
+# a path /proc/self/fd/<n> is never reused for another module (CPython caches extensions by path and name)
+_MFD_EXEC = 0x0010  # Linux >= 6.3: ask for an executable memfd where vm.memfd_noexec would seal it otherwise
+_SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
+
+
+def _sealed_copy(data: bytes) -> int | None:
+    """A memfd holding ``data``, sealed so nobody can change it, that can be mapped executable; None where not."""
+    create = getattr(os, "memfd_create", None)
+    if create is None or not os.path.isdir("/proc/self/fd"):
+        return None
+    import fcntl  # noqa: PLC0415 - POSIX only, like memfd_create
+    import mmap  # noqa: PLC0415
+
+    flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
+    fd = None
+    for extra in (_MFD_EXEC, 0):  # an older kernel refuses the flag it does not know
+        try:
+            fd = create("frt-verified-extension", flags | extra)
+            break
+        except OSError:
+            continue
+    if fd is None:
+        return None
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        seals = 0
+        for name in _SEALS:
+            seals |= getattr(fcntl, name)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        # the dynamic loader maps it executable: find out now whether this system allows that
+        with mmap.mmap(fd, len(data), flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_EXEC):
+            pass
+    except (OSError, ValueError, AttributeError):
+        os.close(fd)
+        return None
+    return fd
+
+
+class _MappedSpec:
+    """What ``_imp.create_dynamic`` reads of a spec: the name, and the file to ``dlopen``."""
+
+    __slots__ = ("name", "origin")
+
+    def __init__(self, name: str, origin: str):
+        self.name, self.origin = name, origin
+
+
+class VerifiedExtensionLoader(importlib.machinery.ExtensionFileLoader):
+    """Maps the verified bytes of the extension module ``path``: read once, checked against the lock's
+    digest, and the dynamic loader opens a sealed copy of exactly those bytes (see the module docstring)."""
+
+    def __init__(self, fullname: str, path: str, digest: str, algorithm: str):
+        super().__init__(fullname, path)
+        self.digest = digest
+        self.algorithm = algorithm
+
+    def create_module(self, spec):
+        import _imp  # noqa: PLC0415
+
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        src = os.open(self.path, flags)
+        try:
+            with open(src, "rb", closefd=False) as fh:
+                data = fh.read()
+            _check(data, self.digest, self.algorithm, spec.name, self.path, "loaded")
+            fd = _sealed_copy(data)
+            if fd is None and os.path.isdir("/proc/self/fd"):  # the descriptor whose bytes were hashed
+                fd, src = src, None
+        finally:
+            if src is not None:
+                os.close(src)
+        origin = f"/proc/self/fd/{fd}" if fd is not None else self.path
+        if fd is not None:
+            _KEPT_FDS.append(fd)
+        module = _imp.create_dynamic(_MappedSpec(spec.name, origin))
+        if getattr(module, "__file__", None) == origin:  # a single-phase module is told where it was mapped from
+            try:
+                module.__file__ = self.path  # the entry's file, as for any extension module
+            except AttributeError:
+                pass
+        return module
 
 
 class _NoCodeLoader:
@@ -87,10 +187,8 @@ class _Root:
 
     def _file_spec(self, fullname: str, rel: str, package_dir: str | None):
         path = str(self.base / rel)
-        if rel.endswith(".py"):
-            loader = VerifiedSourceLoader(fullname, path, self.files[rel], self.algorithm)
-        else:
-            loader = importlib.machinery.ExtensionFileLoader(fullname, path)
+        cls = VerifiedSourceLoader if rel.endswith(".py") else VerifiedExtensionLoader
+        loader = cls(fullname, path, self.files[rel], self.algorithm)
         locations = [str(self.base / package_dir)] if package_dir is not None else None
         return importlib.util.spec_from_file_location(fullname, path, loader=loader,
                                                        submodule_search_locations=locations)

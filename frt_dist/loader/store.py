@@ -52,17 +52,22 @@ tick, than the file system's time taken just before the read (a file created in
 the store: no wall clock is read on the serving path), so a write in the same
 tick cannot pass as unchanged. This
 check reports drift of the source; it is not what makes the import safe: the
-import reads only the store entry (and ``.py`` files are hashed again when they
-are compiled, ``frt_dist.loader.importer``).
+import reads only the store entry, and every file it runs is hashed against the
+lock again as it is used: ``.py`` files as they are compiled, extension modules
+as they are mapped (``frt_dist.loader.importer``). The record's fingerprints are
+bookkeeping that saves re-hashing the *source*; they vouch for no byte of the entry.
 
 **Threat model.** An attacker may write the mirror, the hub cache, a path
 package and the lockfile's directory at any time (before, during or after a
 check). They cannot write the user's own store (0700, owned by the user) or run
-as the user. Out of scope: a store on a ``noexec`` mount (``dlopen`` of an entry's
-shared object fails there), directories above the store writable by others
-(only the store directory itself is checked), and damage to an entry's shared
-object that keeps its size, mtime, ctime and inode (the store is trusted to
-hold what was written).
+as the user. Whoever can write the store anyway (the user, or a
+process running as the user) can make a load refuse, not run other code: a
+``.py`` or an extension module swapped in an entry, even with the entry's record
+rewritten to match, fails the hash at import with the same error. Out of scope:
+directories above the store writable by others (only the store directory itself
+is checked), data files a package reads itself at run time (they are checked as
+they are copied in, not when the package opens them), and a process running as
+the user that changes this process's memory.
 """
 
 from __future__ import annotations
