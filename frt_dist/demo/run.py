@@ -51,7 +51,8 @@ SERVE = textwrap.dedent('''
         print(f"  {seam:<5} calls {s['calls']:<3} fallbacks {s['fallbacks']}  contract-misses {sum(s['contract-misses'].values())}"
               f"  {routes}")
     t = led["totals"]
-    print(f"  totals: calls {t['calls']}, fallbacks {t['fallbacks']}, host decisions {t['host-decisions']}")
+    print(f"  totals: calls {t['calls']}, fallbacks {t['fallbacks']}, bands decided host {t['host-decisions']}, "
+          f"host calls {t['host-calls']}")
     plan.detach()
 ''')
 
