@@ -336,7 +336,7 @@ def cmd_lock(args) -> int:
 def _lock_export(args) -> int:
     """``frt lock --export kernels``: the pins of the lockfiles in force, in `kernels`' format."""
     from .export import kernels_lock_json  # noqa: PLC0415
-    from .lockfile import Lockfile, write_atomic  # noqa: PLC0415
+    from .lockfile import Lockfile  # noqa: PLC0415
 
     project = _project(args)
     models = [args.model] if args.model is not None else project.models()
@@ -344,13 +344,27 @@ def _lock_export(args) -> int:
     text = kernels_lock_json(locks)
     if args.output:
         out = Path(args.output)
-        write_atomic(out, text.encode("utf-8"))
+        _write_output(out, text.encode("utf-8"))
         if not args.quiet:
             print(f"wrote {out} ({len(json.loads(text))} kernels, from {', '.join(project.rel(l.path) for l in locks)})",
                   file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _write_output(out: Path, data: bytes) -> None:
+    """``-o FILE``, whole or not at all: a temp file beside FILE renamed over it, removed on any
+    failure (``write_atomic``). A failure names FILE, not the temp file: ``error: -o FILE: cannot
+    be written: <cause>`` (exit 1), FILE as it was before."""
+    from .lockfile import write_atomic  # noqa: PLC0415
+
+    try:
+        write_atomic(out, data)
+    except OSError as exc:
+        cause = exc.strerror or str(exc) or type(exc).__name__
+        raise FrtError(f"-o {out}: cannot be written: {cause}", hints=_os_error(exc).hints,
+                       reasons=[{"path": str(out), "reason": cause}]) from None
 
 
 def cmd_init(args) -> int:
@@ -743,15 +757,7 @@ def cmd_matrix(args) -> int:
     fmt = "json" if args.json else args.format or ("text" if not args.output and sys.stdout.isatty() else "md")
     text = render_matrix(project, model=args.model, fmt=fmt)
     if args.output:
-        from .lockfile import write_atomic  # noqa: PLC0415
-
-        out = Path(args.output)
-        try:  # whole or not at all: a temp file beside FILE, renamed over it; removed on any failure
-            write_atomic(out, text.encode("utf-8"))
-        except OSError as exc:
-            raise _os_error(exc, "matrix") if exc.filename else FrtError(
-                f"-o {out}: cannot be written: {exc.strerror or exc}", hints=_os_error(exc).hints,
-                reasons=[{"path": str(out), "reason": exc.strerror or str(exc)}]) from None
+        _write_output(Path(args.output), text.encode("utf-8"))
     else:
         sys.stdout.write(text)
     return 0
