@@ -693,6 +693,35 @@ def cmd_mirror(args) -> int:
     return 0
 
 
+def _import_holding_ctrl_c(*modules: str) -> None:
+    """Import ``modules`` with a Ctrl-C held until they are in: torch's import calls back into
+    Python from C++, and a ``KeyboardInterrupt`` raised in such a callback aborts the process
+    (``terminate called after throwing ...``, SIGABRT) instead of ending it. The interrupt is
+    raised once the import is done, where ``main`` turns it into exit 130."""
+    import importlib  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    todo = [m for m in modules if m not in sys.modules]
+    if not todo:
+        return
+    held: list[int] = []
+    own = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum)) if own else None
+    try:
+        for m in todo:
+            try:
+                importlib.import_module(m)
+            except ImportError:
+                pass  # the command itself reports a missing runtime dependency
+    finally:
+        if own:
+            signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
+
+
 def cmd_qualify(args) -> int:
     from .qualify import qualify, write_receipt  # noqa: PLC0415
 
@@ -706,6 +735,7 @@ def cmd_qualify(args) -> int:
     talk = not (args.quiet or args.json)
     if talk:
         print(f"qualifying {args.model} route {args.route} on this machine", file=sys.stderr)
+    _import_holding_ctrl_c("torch", "kernels")
     bars: dict = {}
 
     def progress(ev: dict) -> None:
