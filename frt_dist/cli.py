@@ -864,7 +864,7 @@ def _os_error(exc: OSError, command: str | None = None) -> FrtError:
     (a "no" from the machine, not bad input), with a hint for the common causes."""
     import errno  # noqa: PLC0415
 
-    path = exc.filename if exc.filename is not None else None
+    path = _written_file(exc.filename) if exc.filename is not None else None
     cause = exc.strerror or str(exc) or type(exc).__name__
     where = f"{path}: " if path is not None else f"frt {command}: " if command else ""
     if exc.filename2 is not None:
@@ -873,6 +873,16 @@ def _os_error(exc: OSError, command: str | None = None) -> FrtError:
     hints = [_OS_HINTS[name]] if name in _OS_HINTS else []
     return FrtError(f"{where}{cause}", hints=hints, reasons=[{"path": None if path is None else str(path),
                                                               "errno": name or None, "reason": cause}])
+
+
+def _written_file(name):
+    """The file being written when ``name`` is ``write_atomic``'s temp file beside it
+    (``.<file>.<random>.tmp``, removed again by then): the error names the destination."""
+    import re  # noqa: PLC0415
+
+    p = Path(os.fsdecode(name)) if isinstance(name, (str, bytes, os.PathLike)) else None
+    m = re.fullmatch(r"\.(.+)\.[A-Za-z0-9_]{8}\.tmp", p.name) if p is not None else None
+    return str(p.with_name(m.group(1))) if m else name
 
 
 def _global_project(args) -> None:

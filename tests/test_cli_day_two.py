@@ -231,16 +231,26 @@ def test_matrix_output_into_a_read_only_folder_is_one_error(tmpfs, tmp_path):
 
 def test_every_writing_command_on_a_read_only_project_ends_in_an_error_not_a_traceback(tmpfs, tmp_path):
     """The commands' own messages are theirs; what holds for all: exit non-zero, `error:`, no traceback."""
-    assert frt(["init", str(tmp_path / "p")], tmp_path).returncode == 0
+    rw = tmp_path / "p"
+    assert frt(["init", str(rw)], tmp_path).returncode == 0 and frt(["lock"], rw).returncode == 0
     ro = tmpfs("ro", "ro")
-    for argv in (["lock", "--project", str(tmp_path / "p"), "--quiet"], ["mirror", str(ro / "m")],
-                 ["init", str(ro)], ["matrix", "-o", str(ro / "m.md")]):
-        r = frt(argv, tmp_path)
-        if argv[0] == "lock":  # lock a project, then make its folder read-only (a remount)
-            assert r.returncode == 0, r.stderr
-            continue
-        assert r.returncode in (1, 2) and "Traceback" not in r.stderr, (argv, r.stderr)
-        assert any(line.startswith("error: ") for line in r.stderr.splitlines()), (argv, r.stderr)
+    view = tmp_path / "p-ro"  # the same project, read-only (a bind mount remounted ro)
+    view.mkdir()
+    if subprocess.run(["mount", "--bind", str(rw), str(view)]).returncode != 0:
+        pytest.skip("cannot bind-mount here")
+    try:
+        assert subprocess.run(["mount", "-o", "remount,bind,ro", str(view)]).returncode == 0
+        manifest = rw / "manifests" / "my-model.toml"
+        manifest.write_text(manifest.read_text("utf-8").replace("rounds = 10", "rounds = 3"), "utf-8")  # stale now
+        for argv in (["lock", "--project", str(view)], ["qualify", "--project", str(view), "--route", "fast-norm"],
+                     ["mirror", str(ro / "m")], ["init", str(ro)], ["matrix", "-o", str(ro / "m.md")],
+                     ["matrix", "--project", str(view), "-o", str(view / "m.md")]):
+            r = frt(argv, tmp_path)
+            assert r.returncode in (1, 2) and "Traceback" not in r.stderr, (argv, r.stderr)
+            assert any(line.startswith("error: ") for line in r.stderr.splitlines()), (argv, r.stderr)
+        assert not [p for p in view.rglob("*") if ".tmp" in p.name or p.name.startswith(".frt-")]
+    finally:
+        subprocess.run(["umount", str(view)], check=False)
 
 
 def test_the_last_resort_turns_an_oserror_into_one_line_and_keeps_other_defects(monkeypatch, capsys):
@@ -255,6 +265,12 @@ def test_the_last_resort_turns_an_oserror_into_one_line_and_keeps_other_defects(
     assert err.splitlines()[-2:] == ["error: /srv/models/lockfiles/x.lock: Permission denied",
                                      "hint: you may not write there: check the folder's owner and permissions, "
                                      "or write somewhere else"]
+    def full(args):  # what write_atomic's temp file beside the destination raises
+        raise OSError(errno.ENOSPC, "No space left on device", "/srv/p/receipts/m/.r--decode.json.k2j_x9ab.tmp")
+
+    monkeypatch.setitem(cli.COMMANDS, "verify", full)
+    assert cli.main(["verify"]) == 1
+    assert capsys.readouterr().err.splitlines()[-2] == "error: /srv/p/receipts/m/r--decode.json: No space left on device"
     monkeypatch.setitem(cli.COMMANDS, "verify", lambda args: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
     assert cli.main(["verify", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
