@@ -114,6 +114,9 @@ def _hardware_flags(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="frt", description="Distribution layer for qualified GPU kernel packages.")
     p.add_argument("--version", action="version", version=f"frt {__import__('frt_dist').__version__}")
+    p.add_argument("--project", metavar="DIR", dest="global_project",
+                   help="project root for the command that follows (`frt --project DIR lock`); the same as the "
+                        "command's own --project")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     s = sub.add_parser("lock", help="lock every manifest (or one) into lockfiles/")
@@ -131,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("resolve", help="print the route decision per phase band")
     _common(s)
-    s.add_argument("--model", required=True, help="the model whose lockfile decides (lockfiles/MODEL.lock)")
+    s.add_argument("--model", help="the model whose lockfile decides (lockfiles/MODEL.lock); "
+                                   "may be left out when the project has one model")
     _hardware_flags(s)
     s.add_argument("--precision", help="the precision asked for (default: the manifest's default-precision); "
                                        "a lower one is never chosen for you")
@@ -174,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("qualify", help="measure a route against the unmodified host and write receipts")
     _common(s)
-    s.add_argument("--model", required=True, help="the model whose manifest names the route")
+    s.add_argument("--model", help="the model whose manifest names the route; may be left out when the project "
+                                   "has one model")
     s.add_argument("--route", required=True, help="the route to measure against the manifest's host-entry")
     s.add_argument("--phase", action="append", help="one phase band (repeatable); default: every band")
     s.add_argument("--rounds", type=_count, help="paired timing rounds (default: the manifest's [qualify] rounds)")
@@ -190,8 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("matrix", help="render the cell x route state matrix from the lockfiles")
     _common(s)
     s.add_argument("--model", help="one model's lockfile (default: every lockfile of the project)")
-    s.add_argument("--format", choices=["md", "html"],
-                   help="Markdown (default) or a self-contained HTML page; --json gives the JSON document")
+    s.add_argument("--format", choices=["text", "md", "html"],
+                   help="an aligned plain-text table (the default on a terminal), Markdown (the default into a "
+                        "pipe or -o FILE: a review's format) or a self-contained HTML page; --json gives the JSON "
+                        "document")
     s.add_argument("-o", "--output", metavar="FILE", type=_output_file, help="write to FILE instead of stdout")
     return p
 
@@ -200,18 +207,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _project(args):
-    """The project in force, said once on stderr: always for the bundled demo (SPEC §23: never
-    silently the demo), on a terminal for any other project."""
+    """The project in force, said once on stderr: always for the bundled demo, whatever stdout is
+    (SPEC §23: never silently the demo; under ``--json`` too, as stdout is the document), on a
+    terminal for any other project; ``--quiet`` silences it. ``--json`` documents carry it as
+    ``"project": {"root", "kind", "bundled"}`` (``_emit``)."""
     from .project import Project  # noqa: PLC0415
 
     project = Project.find(explicit=args.project)
-    if not args.quiet and not args.json:
+    args.frt_project = project
+    if not args.quiet:
         if project.read_only:
             print(f"note: using the bundled demo project (read-only) at {project.root}; "
                   "run in your project's folder, or pass --project DIR (`frt init` creates one)", file=sys.stderr)
-        elif sys.stderr.isatty():  # a person at a terminal sees which project; logs and pipes stay as they were
+        elif sys.stderr.isatty() and not args.json:  # a person at a terminal sees which project
             print(f"note: {project.describe()}", file=sys.stderr)
     return project
+
+
+def _project_doc(args) -> dict | None:
+    """``{"root", "kind", "bundled"}`` of the project a command used, for its ``--json`` document."""
+    project = getattr(args, "frt_project", None)
+    if project is None:
+        return None
+    return {"root": str(project.root), "kind": project.kind, "bundled": project.read_only}
 
 
 class _NoBar:
@@ -238,6 +256,9 @@ def _bar(args, **kw):
 
 def _emit(args, doc: dict, text: str) -> None:
     if args.json:
+        where = _project_doc(args)
+        if where is not None and "project" not in doc:  # a command's own "project" key stays (`frt init`)
+            doc = {**doc, "project": where}
         print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
     elif not args.quiet and text:
         print(text)
@@ -315,7 +336,7 @@ def cmd_lock(args) -> int:
 def _lock_export(args) -> int:
     """``frt lock --export kernels``: the pins of the lockfiles in force, in `kernels`' format."""
     from .export import kernels_lock_json  # noqa: PLC0415
-    from .lockfile import Lockfile, write_atomic  # noqa: PLC0415
+    from .lockfile import Lockfile  # noqa: PLC0415
 
     project = _project(args)
     models = [args.model] if args.model is not None else project.models()
@@ -323,13 +344,27 @@ def _lock_export(args) -> int:
     text = kernels_lock_json(locks)
     if args.output:
         out = Path(args.output)
-        write_atomic(out, text.encode("utf-8"))
+        _write_output(out, text.encode("utf-8"))
         if not args.quiet:
             print(f"wrote {out} ({len(json.loads(text))} kernels, from {', '.join(project.rel(l.path) for l in locks)})",
                   file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _write_output(out: Path, data: bytes) -> None:
+    """``-o FILE``, whole or not at all: a temp file beside FILE renamed over it, removed on any
+    failure (``write_atomic``). A failure names FILE, not the temp file: ``error: -o FILE: cannot
+    be written: <cause>`` (exit 1), FILE as it was before."""
+    from .lockfile import write_atomic  # noqa: PLC0415
+
+    try:
+        write_atomic(out, data)
+    except OSError as exc:
+        cause = exc.strerror or str(exc) or type(exc).__name__
+        raise FrtError(f"-o {out}: cannot be written: {cause}", hints=_os_error(exc).hints,
+                       reasons=[{"path": str(out), "reason": cause}]) from None
 
 
 def cmd_init(args) -> int:
@@ -402,6 +437,21 @@ def _find_lock(project, model: str, explicit: str | None):
     return Lockfile.read(path, label=project.rel(path))
 
 
+def _the_model(project, args) -> str:
+    """``--model``, or the project's only model when it was left out; several models (or none)
+    is a usage error listing them."""
+    if args.model is not None:
+        return args.model
+    models = project.models()
+    if len(models) == 1:
+        return models[0]
+    if not models:
+        raise UsageError(f"--model is needed: no manifests in {project.describe()} "
+                         f"({project.rel(project.manifests_dir)}/)", hints=["`frt init` creates a project with one"])
+    raise UsageError(f"--model is needed: {project.describe()} has {len(models)} models: {', '.join(models)}",
+                     hints=[f"e.g. frt {args.command} --model {models[0]}"])
+
+
 def _stale_warning(lock) -> list[str]:
     """SPEC §23: resolve uses a stale lock (it is what was reviewed) but says so, once."""
     from .freshness import manifest_drift  # noqa: PLC0415
@@ -415,7 +465,10 @@ def cmd_resolve(args) -> int:
     from .routes.resolver import check_policy, resolve_all  # noqa: PLC0415
 
     project = _project(args)
-    lock = _find_lock(project, args.model, args.lockfile)
+    if args.model is None and (args.lockfile or os.environ.get("FRT_LOCK")):
+        lock = _find_lock(project, "MODEL", args.lockfile)  # the lockfile named says which model
+    else:
+        lock = _find_lock(project, _the_model(project, args), args.lockfile)
     warnings = _stale_warning(lock)
     if not args.json:
         for w in warnings:
@@ -445,7 +498,7 @@ def cmd_resolve(args) -> int:
     _emit(args, doc, _render_resolve(lock, hw, precision, accept, decisions, doc.get("candidates")))
     refused = [p for p, d in decisions.items() if d.decision == "refused"]
     if refused and not (args.json or args.quiet):
-        hints = _software_hints(decisions, hw) or [
+        hints = _software_hints(decisions, hw) or _state_hints(decisions, refused, accept) or [
             f"qualify a route on the machine itself (`frt qualify --model {lock.model} --route ROUTE`), then `frt lock`",
             "`--explain` shows every candidate and why it lost; `--fallback host` decides the host path instead"]
         for h in hints:
@@ -453,8 +506,24 @@ def cmd_resolve(args) -> int:
     return 1 if refused else 0
 
 
+STATE_LOSS = "receipt is supported_correct; accept is "  # the resolver's reason for a route lost on its state
+
+
+def _state_hints(decisions, refused: list[str], accept) -> list[str]:
+    """When every refused band had a route that lost only on its state (a correct receipt,
+    ``supported_correct``, under ``accept`` certified_fast), the flag that accepts it."""
+    if "supported_correct" in accept:
+        return []
+    if all(any(r.reason.startswith(STATE_LOSS) for r in decisions[p].reasons) for p in refused):
+        return ["the qualified routes here are supported_correct (correct, no speed claim): "
+                "`--accept supported_correct` serves them; only certified_fast is accepted by default"]
+    return []
+
+
 def _render_resolve(lock, hw, precision, accept, decisions, candidates) -> str:
-    lines = [f"model {lock.model}  precision {precision}  hardware {hw.describe()}  accept {','.join(accept)}"]
+    # the arch as "arch 12.0": "cuda 12.0" would read as a CUDA version
+    machine = f"{hw.device_class} ({hw.backend}, arch {hw.arch})"
+    lines = [f"model {lock.model}  precision {precision}  hardware {machine}  accept {','.join(accept)}"]
     for d in decisions.values():
         band = lock.manifest.phases[d.phase].rows
         head = f"{d.phase:<8} {'rows ' + str(band[0]) + '-' + str(band[1]):<14}"
@@ -624,10 +693,40 @@ def cmd_mirror(args) -> int:
     return 0
 
 
+def _import_holding_ctrl_c(*modules: str) -> None:
+    """Import ``modules`` with a Ctrl-C held until they are in: torch's import calls back into
+    Python from C++, and a ``KeyboardInterrupt`` raised in such a callback aborts the process
+    (``terminate called after throwing ...``, SIGABRT) instead of ending it. The interrupt is
+    raised once the import is done, where ``main`` turns it into exit 130."""
+    import importlib  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    todo = [m for m in modules if m not in sys.modules]
+    if not todo:
+        return
+    held: list[int] = []
+    own = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum)) if own else None
+    try:
+        for m in todo:
+            try:
+                importlib.import_module(m)
+            except ImportError:
+                pass  # the command itself reports a missing runtime dependency
+    finally:
+        if own:
+            signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
+
+
 def cmd_qualify(args) -> int:
     from .qualify import qualify, write_receipt  # noqa: PLC0415
 
     project = _project(args)
+    args.model = _the_model(project, args)
     lock = _find_lock(project, args.model, None)
     if project.read_only and not args.out:
         raise FrtError("the bundled defaults are read-only; pass --out DIR for the receipts",
@@ -636,6 +735,7 @@ def cmd_qualify(args) -> int:
     talk = not (args.quiet or args.json)
     if talk:
         print(f"qualifying {args.model} route {args.route} on this machine", file=sys.stderr)
+    _import_holding_ctrl_c("torch", "kernels")
     bars: dict = {}
 
     def progress(ev: dict) -> None:
@@ -677,17 +777,17 @@ def cmd_qualify(args) -> int:
 
 
 def cmd_matrix(args) -> int:
-    """The matrix as Markdown, HTML or (``--json``) the JSON document, on stdout or into ``-o FILE``."""
+    """The matrix as text (a terminal), Markdown (a pipe, ``-o FILE``), HTML or (``--json``) the JSON
+    document, on stdout or into ``-o FILE``."""
     from .routes.matrix import render_matrix  # noqa: PLC0415
 
     if args.json and args.format:
         raise UsageError(f"--json and --format {args.format} each choose the output; give one")
     project = _project(args)
-    text = render_matrix(project, model=args.model, fmt="json" if args.json else args.format or "md")
+    fmt = "json" if args.json else args.format or ("text" if not args.output and sys.stdout.isatty() else "md")
+    text = render_matrix(project, model=args.model, fmt=fmt)
     if args.output:
-        from .lockfile import write_atomic  # noqa: PLC0415
-
-        write_atomic(Path(args.output), text.encode("utf-8"))
+        _write_output(Path(args.output), text.encode("utf-8"))
     else:
         sys.stdout.write(text)
     return 0
@@ -698,6 +798,18 @@ COMMANDS = {"lock": cmd_lock, "resolve": cmd_resolve, "verify": cmd_verify, "mir
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``frt`` command; the exit code. A Ctrl-C anywhere, start-up included, ends with
+    exit 130 and one line; an ``OSError`` no command turned into an ``FrtError`` (a full disk, a
+    read-only folder, a denied permission) is ``error: <path>: <cause>`` (exit 1), never a
+    traceback. Any other exception is a defect and keeps its traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was written", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     import warnings  # noqa: PLC0415
 
     # torch warns once when numpy is absent; frt never hands tensors to numpy
@@ -708,31 +820,85 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return 2
-    if args.command in ("lock", "mirror"):
-        try:
-            from .hub import configure_timeout  # noqa: PLC0415
-
-            configure_timeout()
-        except ImportError:  # pragma: no cover
-            pass
     try:
+        _global_project(args)
+        if args.command in ("lock", "mirror"):
+            try:
+                from .hub import configure_timeout  # noqa: PLC0415
+
+                configure_timeout()
+            except ImportError:  # pragma: no cover
+                pass
         return COMMANDS[args.command](args)
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):  # `frt ... | head`: the reader left; end quietly
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail again
+            return 0
+        return _report(args, _os_error(exc, args.command))
     except FrtError as exc:
-        if getattr(args, "json", False):  # SPEC §24: under --json every outcome is JSON, errors included
-            _print_json({"error": str(exc), "hints": exc.hints, "exit": exc.exit_code,
-                         "reasons": exc.reasons})
-            return exc.exit_code
-        print(f"error: {exc}", file=sys.stderr)
-        for h in exc.hints:
-            print(f"hint: {h}", file=sys.stderr)
+        return _report(args, exc)
+
+
+def _report(args, exc: FrtError) -> int:
+    if getattr(args, "json", False):  # SPEC §24: under --json every outcome is JSON, errors included
+        _print_json({"error": str(exc), "hints": exc.hints, "exit": exc.exit_code, "reasons": exc.reasons})
         return exc.exit_code
-    except BrokenPipeError:  # `frt ... | head`: the reader left; end quietly
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail again
-        return 0
-    except KeyboardInterrupt:
-        print("error: interrupted; nothing was written", file=sys.stderr)
-        return 130
+    print(f"error: {exc}", file=sys.stderr)
+    for h in exc.hints:
+        print(f"hint: {h}", file=sys.stderr)
+    return exc.exit_code
+
+
+_OS_HINTS = {
+    "ENOSPC": "free space on that file system (or write somewhere else), then run the command again",
+    "EDQUOT": "free space within your quota (or write somewhere else), then run the command again",
+    "EROFS": "the file system is mounted read-only: run where you can write, or pass --project DIR / -o FILE there",
+    "EACCES": "you may not write there: check the folder's owner and permissions, or write somewhere else",
+    "EPERM": "you may not write there: check the folder's owner and permissions, or write somewhere else",
+}
+
+
+def _os_error(exc: OSError, command: str | None = None) -> FrtError:
+    """The last resort for an ``OSError`` no command reported itself: ``<path>: <cause>``, exit 1
+    (a "no" from the machine, not bad input), with a hint for the common causes."""
+    import errno  # noqa: PLC0415
+
+    path = _written_file(exc.filename) if exc.filename is not None else None
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    where = f"{path}: " if path is not None else f"frt {command}: " if command else ""
+    if exc.filename2 is not None:
+        where = f"{path} -> {exc.filename2}: "
+    name = errno.errorcode.get(exc.errno or 0, "")
+    hints = [_OS_HINTS[name]] if name in _OS_HINTS else []
+    return FrtError(f"{where}{cause}", hints=hints, reasons=[{"path": None if path is None else str(path),
+                                                              "errno": name or None, "reason": cause}])
+
+
+def _written_file(name):
+    """The file being written when ``name`` is ``write_atomic``'s temp file beside it
+    (``.<file>.<random>.tmp``, removed again by then): the error names the destination."""
+    import re  # noqa: PLC0415
+
+    p = Path(os.fsdecode(name)) if isinstance(name, (str, bytes, os.PathLike)) else None
+    m = re.fullmatch(r"\.(.+)\.[A-Za-z0-9_]{8}\.tmp", p.name) if p is not None else None
+    return str(p.with_name(m.group(1))) if m else name
+
+
+def _global_project(args) -> None:
+    """``frt --project DIR <command>``: the global option stands for the subcommand's own."""
+    given = getattr(args, "global_project", None)
+    if given is None:
+        return
+    if args.command == "init":  # init's folder is its argument: `frt --project DIR init` creates DIR
+        if args.dir not in (".", given):
+            raise UsageError(f"frt --project {given} init {args.dir}: two different folders; give one")
+        args.dir = given
+        return
+    own = getattr(args, "project", None)
+    if own is not None and Path(own).resolve() != Path(given).resolve():
+        raise UsageError(f"--project {given} (before the command) and --project {own} (after it) differ; give one")
+    args.project = given
 
 
 if __name__ == "__main__":  # pragma: no cover

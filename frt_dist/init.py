@@ -100,18 +100,38 @@ def _b64_sha256(data: bytes) -> str:
     return base64.b64encode(hashlib.sha256(data).digest()).decode("ascii")
 
 
+_LAYERS = '''"""Layers for `kernels.kernelize`: `plan.kernel_mapping({"norm": "RMSNorm"})` serves them.
+
+A layer replaces the forward of a model's module that declares
+`@kernels.use_kernel_forward_from_hub("RMSNorm")` and holds `weight` and `variance_epsilon`
+(as transformers' `LlamaRMSNorm` does); the forward runs this package's `rms_norm`.
+"""
+
+import torch.nn as nn
+
+from . import rms_norm
+
+
+class RMSNorm(nn.Module):
+    def forward(self, hidden_states):
+        return rms_norm(hidden_states, self.weight, self.variance_epsilon)
+'''
+
+
 def _package(dest: Path, model: str) -> None:
-    """The demo's RMSNorm package under a new import id, its digests recomputed."""
+    """The demo's RMSNorm package under a new import id, with a ``layers`` module for
+    ``kernels.kernelize`` (``plan.kernel_mapping``), its digests recomputed."""
     src = bundled_root() / "packages" / "rmsnorm" / "build" / "torch-cpu"
     vdir = dest / "packages" / "rmsnorm" / "build" / "torch-cpu"
+    sources = {path.relative_to(src).as_posix(): path.read_bytes() for path in sorted((src / "rmsnorm").rglob("*"))
+               if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"}
+    sources["rmsnorm/__init__.py"] += b"\nfrom . import layers  # noqa: E402 - kernels.kernelize layers (frt init)\n"
+    sources["rmsnorm/layers.py"] = _LAYERS.encode("utf-8")
     files = {}
-    for path in sorted((src / "rmsnorm").rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-            rel = path.relative_to(src).as_posix()
-            data = path.read_bytes()
-            (vdir / rel).parent.mkdir(parents=True, exist_ok=True)
-            (vdir / rel).write_bytes(data)
-            files[rel] = _b64_sha256(data)
+    for rel, data in sorted(sources.items()):
+        (vdir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (vdir / rel).write_bytes(data)
+        files[rel] = _b64_sha256(data)
     meta = json.loads((src / "metadata.json").read_text("utf-8"))
     meta["id"] = f"_{model.replace('-', '_')}_rmsnorm_v1"
     meta["digest"] = {"algorithm": "sha256", "files": files}

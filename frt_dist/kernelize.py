@@ -103,6 +103,27 @@ def _seam_layer(plan, seam: str, layer_name: str, layers: dict):
     return type(f"frt_{layer_name}", (nn.Module,), attrs)
 
 
+def _layer_problem(module, layer_name: str) -> str | None:
+    """Why ``module.layers.<layer_name>`` is not a layer to serve, or ``None``: it must be an
+    ``nn.Module`` subclass defined in the package itself (its ``layers`` module or another module
+    of the package), not anything else the ``layers`` module happens to hold (an imported
+    ``torch`` class, a function, a constant)."""
+    import torch.nn as nn  # noqa: PLC0415
+
+    layers = getattr(module, "layers", None)
+    if not isinstance(layers, type(module)):
+        return f"has no layers.{layer_name} (the package has no layers module)"
+    layer = vars(layers).get(layer_name)
+    if layer is None:
+        return f"has no layers.{layer_name}"
+    if not (isinstance(layer, type) and issubclass(layer, nn.Module)):
+        return f"layers.{layer_name} is not a layer class (an nn.Module subclass), it is {type(layer).__name__}"
+    home = getattr(layer, "__module__", "") or ""
+    if home != module.__name__ and not home.startswith(module.__name__ + "."):
+        return f"layers.{layer_name} is {home}.{layer.__qualname__}, not a layer the package defines"
+    return None
+
+
 def kernel_mapping(plan, layers: Mapping[str, str], *, device: str | None = None) -> dict:
     """``{layer name: {device type: repository}}`` for ``kernels.use_kernel_mapping``.
 
@@ -114,8 +135,10 @@ def kernel_mapping(plan, layers: Mapping[str, str], *, device: str | None = None
     for seam, layer_name in layers.items():
         if seam not in m.seams:
             raise UsageError(f"kernel_mapping: unknown seam {seam!r} for model {plan.model!r} (seams: {', '.join(m.seams)})")
-        if not isinstance(layer_name, str) or not layer_name.isidentifier():
-            raise UsageError(f"kernel_mapping: layer name for seam {seam!r} must be an identifier, got {layer_name!r}")
+        if not isinstance(layer_name, str) or not layer_name.isidentifier() or layer_name.startswith("_"):
+            # a name like "__class__" or "_private" is an attribute of every module, never a layer
+            raise UsageError(f"kernel_mapping: layer name for seam {seam!r} must be an identifier naming a layer "
+                             f"class (not starting with '_'), got {layer_name!r}")
         chosen: dict = {}
         for phase, d in plan.decisions.items():
             b = plan._impls.get((seam, phase))
@@ -123,11 +146,11 @@ def kernel_mapping(plan, layers: Mapping[str, str], *, device: str | None = None
                 chosen[phase] = None  # not kernelized in this band: the module's own forward runs
                 continue
             module = plan.packages[b.repo].module
-            layer = getattr(getattr(module, "layers", None), layer_name, None)
-            if layer is None:
-                why = f"package {b.repo} (variant {b.variant}) has no layers.{layer_name}"
+            why = _layer_problem(module, layer_name)
+            if why is not None:
+                why = f"package {b.repo} (variant {b.variant}) {why}"
                 raise KernelUnavailable(f"kernel_mapping: seam {seam!r}, {phase} band: {why}",
                                         reasons=[{"package": b.repo, "seam": seam, "phase": phase, "reason": why}])
-            chosen[phase] = layer
+            chosen[phase] = getattr(module.layers, layer_name)
         mapping[layer_name] = {device or plan.hardware.backend: PlanLayerRepository(plan, seam, layer_name, chosen)}
     return mapping

@@ -10,7 +10,11 @@ the bundled demo, read-only), else
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.machinery
+import importlib.util
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +22,7 @@ from . import names
 from ._schema import parse_toml
 from .errors import FrtError, UsageError
 
-__all__ = ["Project", "bundled_root"]
+__all__ = ["Project", "bundled_root", "import_entry"]
 
 
 @functools.cache
@@ -141,3 +145,77 @@ def _settings(d: Path) -> dict | None:
         raise UsageError(f"{pp}: cannot be read: {exc.strerror}") from None
     data = parse_toml(raw, UsageError, str(pp))
     return dict(data.get("tool", {}).get("frt", {}))
+
+
+def import_entry(spec: str, root: str | os.PathLike | None, *, field: str = "host-entry"):
+    """The object ``spec`` (``"module:attr"``) names, its module found from the project ``root``
+    first, without ``PYTHONPATH`` and without putting ``root`` on ``sys.path``.
+
+    Only the module's top-level name is looked up in ``root`` (``root/<name>.py`` or the package
+    ``root/<name>/``); submodules then come from that package's own folder, so a host package
+    imports its helpers relatively (``from .blocks import ...``). Nothing else in the project
+    becomes importable, so no file there can shadow an installed module for any other import. A
+    top-level name that is both in ``root`` and installed (or in the standard library, or already
+    imported from elsewhere) is refused rather than guessed: the error names both files. A name
+    not in ``root`` is imported as usual (an installed module, e.g. ``frt_dist.demo.decoder``)."""
+    mod, _, attr = spec.partition(":")
+    top = mod.partition(".")[0]
+    local = _local_spec(top, Path(root)) if root is not None else None
+    if local is not None:
+        elsewhere = _elsewhere(top, Path(root))
+        if elsewhere is not None and _same_file(elsewhere, local.origin):
+            elsewhere = None  # the same file reached another way (an editable install, cwd on sys.path)
+        if elsewhere is not None:
+            raise UsageError(f"{field} {spec!r}: module {top!r} is both in the project ({local.origin}) and "
+                             f"installed ({elsewhere}); frt will not guess which one is meant",
+                             hints=[f"rename the project's {top!r} (e.g. {top}_host) and the {field} with it"])
+        if top not in sys.modules:
+            module = importlib.util.module_from_spec(local)
+            sys.modules[top] = module
+            try:
+                local.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(top, None)
+                raise
+    return getattr(importlib.import_module(mod), attr)
+
+
+def _local_spec(top: str, root: Path):
+    """The spec of ``root/<top>.py`` or the regular package ``root/<top>/`` (not a bare folder:
+    ``manifests/`` or ``packages/`` are not modules)."""
+    if not top.isidentifier():
+        return None
+    spec = importlib.machinery.PathFinder.find_spec(top, [str(root)])
+    if spec is None or not spec.origin or not spec.has_location or spec.loader is None:
+        return None
+    return spec
+
+
+def _elsewhere(top: str, root: Path) -> str | None:
+    """Where ``top`` comes from without the project root: an imported module's file, a builtin or
+    standard-library name, or a module found on ``sys.path`` outside ``root``."""
+    loaded = sys.modules.get(top)
+    if loaded is not None:
+        return getattr(loaded, "__file__", None) or f"<{top}, already imported>"
+    if top in sys.builtin_module_names or top in getattr(sys, "stdlib_module_names", ()):
+        return f"<the standard library's {top}>"
+    here = root.resolve()
+    paths = [p for p in sys.path if _resolved(p) != here]
+    spec = importlib.machinery.PathFinder.find_spec(top, paths)
+    if spec is None:
+        return None
+    return spec.origin or (list(spec.submodule_search_locations or []) or [f"<{top}>"])[0]
+
+
+def _resolved(p: str) -> Path:
+    try:
+        return Path(p or os.getcwd()).resolve()
+    except OSError:
+        return Path(p)
+
+
+def _same_file(a: str, b: str | None) -> bool:
+    try:
+        return b is not None and os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -28,7 +28,6 @@ builds the seeded input.
 
 from __future__ import annotations
 
-import importlib
 import json
 import statistics
 import time
@@ -57,13 +56,16 @@ class QualifyResult:
     failures: list[str] = field(default_factory=list)
 
 
-def load_host_factory(spec: str | None, model: str):
+def load_host_factory(spec: str | None, model: str, root=None):
+    """The host-entry factory; its module is found from the project ``root`` first
+    (``project.import_entry``: no ``PYTHONPATH`` needed, nothing installed shadowed)."""
+    from .project import import_entry  # noqa: PLC0415
+
     if not spec:
         raise UsageError(f"model {model!r}: the manifest declares no `host-entry = \"module:callable\"`; "
                          "qualification needs the unmodified host")
-    mod, _, attr = spec.partition(":")
     try:
-        return getattr(importlib.import_module(mod), attr)
+        return import_entry(spec, root)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"host-entry {spec!r} cannot be imported: {exc}") from None
 
@@ -202,7 +204,7 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
     per timing round, ``{"event": "round", "phase", "round", "rounds"}``."""
     import torch  # noqa: PLC0415
 
-    from .loader import load_locked  # noqa: PLC0415
+    from .loader import load_locked, lock_root  # noqa: PLC0415
     from .serve import plan_for_route  # noqa: PLC0415
     from .loader.smoke import smoke_impl  # noqa: PLC0415
 
@@ -219,7 +221,7 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
             raise UsageError(f"unknown phase {ph!r} for model {m.model!r} (valid: {', '.join(m.phases)})")
     route = m.routes[route_name]
     hw = hardware or Hardware.detect()
-    factory = load_host_factory(m.host_entry, m.model)
+    factory = load_host_factory(m.host_entry, m.model, root if root is not None else lock_root(lock))
     tol = m.tolerance
     rounds = rounds or int(m.qualify.get("rounds", DEFAULT_ROUNDS))
     warmup = int(m.qualify.get("warmup", DEFAULT_WARMUP))

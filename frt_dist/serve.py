@@ -745,7 +745,8 @@ class Plan:
         """A snapshot of the counts (SPEC §8.5); ``format="prometheus"`` for text exposition.
 
         ``{"model", "lock-digest", "hardware", "fallback", "detached", "host-bands",
-        "seams": {seam: {...}}, "totals": {"calls", "fallbacks", "host-decisions", "refusals"}, "notes"}``.
+        "seams": {seam: {...}}, "totals": {"calls", "fallbacks", "host-decisions", "host-calls", "refusals"},
+        "notes"}``.
         Per seam, summed over its phase bands: ``calls`` (guarded calls seen in
         eager mode), ``fallbacks`` (contract misses that ran ``host=``),
         ``host-calls`` (calls the host served by decision: a host band, an
@@ -760,8 +761,9 @@ class Plan:
         while a CUDA graph was captured: included in ``calls``, counted once each at
         capture, where the checks ran; replays run no Python; ``notes`` says so) and ``phases`` with the
         same facts per band plus ``decision``, ``impl`` and ``probes``.
-        ``totals.host-decisions`` is the sum of ``host-calls``; ``totals.refusals``
-        of contract and bind refusals.
+        ``totals.host-decisions`` is the number of phase bands decided ``host`` (those
+        ``host-bands`` lists), whether or not a call came yet; ``totals.host-calls`` the
+        sum of the seams' ``host-calls``; ``totals.refusals`` of contract and bind refusals.
         """
         snap = self._snapshot()
         if format is None:
@@ -784,7 +786,9 @@ class Plan:
         }
 
     def _snapshot(self) -> dict:
-        seams, totals = {}, {"calls": 0, "fallbacks": 0, "host-decisions": 0, "refusals": 0}
+        host_bands = sorted(p for p, d in self.decisions.items() if d.decision == "host")
+        seams = {}
+        totals = {"calls": 0, "fallbacks": 0, "host-decisions": len(host_bands), "host-calls": 0, "refusals": 0}
         for seam in self.lockfile.manifest.seams:
             phases = {p: self._phase_view(seam, p) for p in self.decisions}
             misses: dict[str, int] = {}
@@ -819,12 +823,12 @@ class Plan:
             seams[seam] = entry
             totals["calls"] += entry["calls"]
             totals["fallbacks"] += entry["fallbacks"]
-            totals["host-decisions"] += entry["host-calls"]
+            totals["host-calls"] += entry["host-calls"]
             totals["refusals"] += entry["contract-refusals"] + entry["bind-refusals"]
         return {
             "model": self.model, "lock-digest": self.lockfile.lock_digest, "hardware": self.hardware.to_dict(),
             "fallback": self.fallback, "detached": self.detached,
-            "host-bands": sorted(p for p, d in self.decisions.items() if d.decision == "host"),
+            "host-bands": host_bands,
             "seams": seams, "totals": totals, "notes": list(self.notes),
         }
 
@@ -876,11 +880,13 @@ def _prometheus(snap: dict, plan: Plan) -> str:
     head("frt_package_info", "gauge", "Packages bound by the plan (value 1), with revision, variant and pin flag.")
     for repo, pkg in sorted(plan.packages.items()):
         lines.append(f"frt_package_info{_labels(model=model, repo=repo, revision=pkg.revision, variant=pkg.variant, source=pkg.source, pinned=str(pkg.pinned).lower())} 1")
-    for key, name, text in (("calls", "frt_calls_total", "Guarded calls, all seams."),
-                            ("fallbacks", "frt_fallbacks_total", "Contract-miss fallbacks to the host, all seams."),
-                            ("host-decisions", "frt_host_decisions_total", "Calls served by the host by decision, all seams."),
-                            ("refusals", "frt_refusals_total", "Contract and bind refusals, all seams.")):
-        head(name, "counter", text)
+    for key, name, kind, text in (
+            ("calls", "frt_calls_total", "counter", "Guarded calls, all seams."),
+            ("fallbacks", "frt_fallbacks_total", "counter", "Contract-miss fallbacks to the host, all seams."),
+            ("host-decisions", "frt_host_decisions", "gauge", "Phase bands the plan decided host (no qualified route)."),
+            ("host-calls", "frt_host_calls_total", "counter", "Calls served by the host by decision, all seams."),
+            ("refusals", "frt_refusals_total", "counter", "Contract and bind refusals, all seams.")):
+        head(name, kind, text)
         lines.append(f"{name}{_labels(model=model)} {snap['totals'][key]}")
     return "\n".join(lines) + "\n"
 

@@ -49,7 +49,8 @@ def test_resolve_human_and_json(toy_project):
     r = run_frt(["resolve", "--model", "toy", *HW, "--json", "--fallback", "host"], cwd=toy_project)
     assert r.returncode == 0
     doc = json.loads(r.stdout)
-    assert set(doc) == {"model", "lock-digest", "precision", "hardware", "decisions", "warnings"}
+    assert set(doc) == {"model", "lock-digest", "precision", "hardware", "decisions", "warnings", "project"}
+    assert doc["project"] == {"root": str(toy_project.resolve()), "kind": "project", "bundled": False}
     assert doc["warnings"] == []  # a fresh lock (test_resolve_lockfile.py: a stale one)
     assert doc["decisions"][0] == {"phase": "decode", "decision": "host", "route": None, "state": "unknown",
                                    "receipt": None, "reasons": [{"route": "fast", "reason": "no receipt for this cell"}]}

@@ -42,7 +42,8 @@ def test_usage_errors_and_refusals_are_json_under_json(capsys):
     assert main(["resolve", "--json", "--model", "no-such-model", "--arch", "9.0", "--device-class", "h200"]) == 2
     out = capsys.readouterr()
     doc = json.loads(out.out)
-    assert doc["exit"] == 2 and doc["error"].startswith("unknown model 'no-such-model'") and out.err == ""
+    assert doc["exit"] == 2 and doc["error"].startswith("unknown model 'no-such-model'")
+    assert out.err.startswith("note: using the bundled demo project") and len(out.err.splitlines()) == 1
 
 
 def test_a_closed_stdout_ends_quietly():

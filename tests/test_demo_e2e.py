@@ -31,8 +31,11 @@ def test_demo_runs_the_whole_lifecycle(tmp_path):
                    "$ frt mirror mirror", "lockfiles/demo-decoder.lock: ok", "decisions:",
                    "served 5 guarded forward passes", "ledger:", "fallbacks 0",
                    "no receipt for this cell: receipt measured on", "variant for this system not locked",
-                   "| phase | rows | precision |"):
+                   "hardware rtx-5090 (cuda, arch 12.0)", "bands decided host 0, host calls 0"):
         assert needle in out, needle
+    assert "cuda 12.0" not in out  # an arch is not a CUDA version
+    assert re.search(r"^  phase +rows +precision +hardware +device class +software +fused +split$", out, re.M), out
+    assert "\\_" not in out  # the matrix is the aligned table, not Markdown
     assert "calls 5" in out  # every guarded pass went through the routed entries
 
 

@@ -127,8 +127,34 @@ def test_the_mapping_refuses_what_it_cannot_serve(tmp_path):
     with pytest.raises(KernelUnavailable, match=r"seam 'norm', decode band: package t-org/norm \(variant torch-cpu\) "
                                                r"has no layers\.RMSNorm"):
         plan.kernel_mapping({"norm": "RMSNorm"})
-    with pytest.raises(UsageError, match=r"must be an identifier, got 'a-b'"):
+    with pytest.raises(UsageError, match=r"must be an identifier naming a layer class \(not starting with '_'\), "
+                                         r"got 'a-b'"):
         plan.kernel_mapping({"act": "a-b"})
+
+
+def test_the_mapping_serves_only_layer_classes_the_package_defines(tmp_path):
+    """Issue 21: `kernel_mapping({"norm": "__class__"})` ended in a traceback; any attribute of the
+    layers module that is not a layer class of the package is refused, naming the seam and the name."""
+    from factories import NORM_SRC
+
+    layers = LAYERS_SRC + "import torch\nLinear = torch.nn.Linear\nWIDTH = 8\n\ndef helper():\n    pass\n"
+    tp = tiny_project(tmp_path, packages={"scale": {"name": "scale", "module": {
+        "__init__.py": SCALE_SRC + "from . import layers\n", "layers.py": layers}},
+        "norm": {"name": "norm", "source": NORM_SRC}})
+    plan = load("tiny", lockfile=tp.lock(receipts=[("fast", "decode"), ("fast", "prefill")]).path, hardware=CPU)
+    for name in ("__class__", "__dict__", "_private"):
+        with pytest.raises(UsageError, match=rf"kernel_mapping: layer name for seam 'act' must be an identifier "
+                                             rf"naming a layer class \(not starting with '_'\), got '{name}'"):
+            plan.kernel_mapping({"act": name})
+    for name, why in (("WIDTH", "layers.WIDTH is not a layer class (an nn.Module subclass), it is int"),
+                      ("helper", "layers.helper is not a layer class (an nn.Module subclass), it is function"),
+                      ("Linear", "layers.Linear is torch.nn.modules.linear.Linear, not a layer the package defines"),
+                      ("torch", "layers.torch is not a layer class (an nn.Module subclass), it is module")):
+        with pytest.raises(KernelUnavailable) as ei:
+            plan.kernel_mapping({"act": name})
+        assert str(ei.value).startswith("kernel_mapping: seam 'act', decode band: package t-org/scale ")
+        assert str(ei.value).endswith(why), str(ei.value)
+    assert "Scale" in plan.kernel_mapping({"act": "Scale"})
 
 
 def test_the_kernelized_model_compiles_without_graph_breaks(tmp_path):

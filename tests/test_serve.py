@@ -90,8 +90,23 @@ def test_host_decided_band_needs_the_callers_host(tmp_path):
     assert entry(x, W) is x and len(host_calls) == 1
     led = plan.ledger()
     assert (led["seams"]["act"]["host-calls"], led["seams"]["act"]["bind-refusals"]) == (1, 1)
-    assert led["totals"] == {"calls": 1, "fallbacks": 0, "host-decisions": 1, "refusals": 1}
+    assert led["totals"] == {"calls": 1, "fallbacks": 0, "host-decisions": 1, "host-calls": 1, "refusals": 1}
     assert led["host-bands"] == ["prefill"]
+
+
+def test_host_decisions_count_the_bands_decided_host_before_any_call(tmp_path):
+    """Issue 21: with every band decided host, totals.host-decisions said 0 until a call came."""
+    _, lock = _project(tmp_path, receipts=[])
+    plan = load("tiny", lockfile=lock.path, hardware=CPU, fallback="host")
+    led = plan.ledger()
+    assert led["host-bands"] == ["decode", "prefill"]
+    assert led["totals"] == {"calls": 0, "fallbacks": 0, "host-decisions": 2, "host-calls": 0, "refusals": 0}
+    plan.entry("act", "decode", host=lambda x, w: x)(_x(2), W)
+    plan.entry("act", "prefill", host=lambda x, w: x)(_x(100), W)
+    assert plan.ledger()["totals"] == {"calls": 2, "fallbacks": 0, "host-decisions": 2, "host-calls": 2, "refusals": 0}
+    lines = plan.ledger(format="prometheus").splitlines()
+    assert "# TYPE frt_host_decisions gauge" in lines and 'frt_host_decisions{model="tiny"} 2' in lines
+    assert 'frt_host_calls_total{model="tiny"} 2' in lines
 
 
 def test_a_seam_the_route_does_not_bind_is_the_hosts(tmp_path):
@@ -298,7 +313,7 @@ def test_ledger_and_prometheus(tmp_path, monkeypatch):
         "state": {"decode": "certified_fast", "prefill": "certified_fast"},
         "receipt": receipts, "packages": {"t-org/scale": rev}, "pinned": True, "observed": True}
     assert norm["pinned"] is False
-    assert led["totals"] == {"calls": 3, "fallbacks": 0, "host-decisions": 0, "refusals": 1}
+    assert led["totals"] == {"calls": 3, "fallbacks": 0, "host-decisions": 0, "host-calls": 0, "refusals": 1}
     assert led["lock-digest"] == lock.lock_digest and led["hardware"] == CPU.to_dict()
     text = plan.ledger(format="prometheus")
     lines = text.splitlines()

@@ -51,7 +51,8 @@ SERVE = textwrap.dedent('''
         print(f"  {seam:<5} calls {s['calls']:<3} fallbacks {s['fallbacks']}  contract-misses {sum(s['contract-misses'].values())}"
               f"  {routes}")
     t = led["totals"]
-    print(f"  totals: calls {t['calls']}, fallbacks {t['fallbacks']}, host decisions {t['host-decisions']}")
+    print(f"  totals: calls {t['calls']}, fallbacks {t['fallbacks']}, bands decided host {t['host-decisions']}, "
+          f"host calls {t['host-calls']}")
     plan.detach()
 ''')
 
@@ -129,7 +130,8 @@ def _demo(work: Path) -> None:
           "--software", "torch=2.13,kernels=0.17.2"], cwd=work, env=env, check=False)
     _run(["frt", "resolve", "--model", MODEL, "--phase", "decode", "--arch", "12.0", "--device-class", "rtx-5090",
           "--software", "torch=2.13,cuda=12.8", "--fallback", "host"], cwd=work, env=env, check=False)
-    _run(["frt", "matrix", "--model", MODEL], cwd=work, env=env, check=False)
+    # a person reads the demo: the aligned table, not Markdown (its stdout is the demo's pipe)
+    _run(["frt", "matrix", "--model", MODEL, "--format", "text"], cwd=work, env=env, check=False)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ hardware set comes from accepted receipts only, because the lock records a rejec
 device class but not its backend and arch. A lock with no accepted receipt shows one ``unknown``
 row per (phase, precision) with hardware ``—``.
 
+Plain text (``--format text``, the default on a terminal) is an aligned table for people;
 Markdown is for reviews; JSON (``--json``, keys in ``docs/matrix.md``) is for tools; HTML is
 one self-contained page (inline CSS, no script, no external asset) with the states as colours, a
 legend, the figures in the cell and the full detail as ``title`` hover text. Output is a pure
@@ -317,6 +318,44 @@ def _markdown(tables: list[Table]) -> str:
 
 
 # ---------------------------------------------------------------------------
+# text (a terminal)
+
+
+def _text_cell(cell: Cell) -> str:
+    if cell.state == "na":
+        return "n/a"
+    if cell.receipt is None:
+        return "unknown"
+    return f"{'★ ' if cell.winner else ''}{cell.state} {_figures(cell)}"
+
+
+def _text(tables: list[Table]) -> str:
+    """The matrix for a person at a terminal: columns aligned with spaces, no markup."""
+    out = ["frt route matrix"]
+    for t in tables:
+        lk, m = t.lock, t.lock.manifest
+        out += ["", f"{lk.model}  ({t.label}, binding {m.binding}, family {m.family}, "
+                    f"lock-digest {short_digest(lk.lock_digest)}; {_counts(t)})", ""]
+        grid = [["phase", "rows", "precision", "hardware", "device class", "software"] + t.routes]
+        for r in t.rows:
+            grid.append([r.phase, r.band_text, r.precision, r.hardware_text, r.device_class or "—", r.software_text]
+                        + [_text_cell(c) for c in r.cells])
+        grid = [[" ".join(str(v).split()) for v in line] for line in grid]  # one line per row, whatever a name holds
+        widths = [max(len(line[i]) for line in grid) for i in range(len(grid[0]))]
+        for n, line in enumerate(grid):
+            out.append("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
+            if n == 0:
+                out.append("  ".join("-" * w for w in widths))
+        out += ["", "routes:"] + [f"  {_route_line(lk, rn)}" for rn in t.routes]
+        if lk.rejected:
+            out += ["", "rejected receipts (the cell stays unknown):"]
+            out += [f"  {rj.get('file')}: {rj.get('reason', '')}" for rj in _rejected(lk)]
+    out += ["", "states:"] + [f"  {s if s != 'na' else 'n/a'}: {LEGEND[s]}" for s in STATE_CLASSES]
+    out.append(f"{WINNER_NOTE}. Figures: median speedup (min–max) · worst parity error (max-abs).")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------
 # HTML
 
 _CSS = """
@@ -456,11 +495,11 @@ def _json(tables: list[Table]) -> dict:
 
 
 def render_matrix(project, *, model: str | None = None, fmt: str = "md") -> str:
-    """The state matrix of one model's lockfile (or of every ``lockfiles/*.lock``) as Markdown, HTML
-    or JSON (the same document ``--json`` prints everywhere: sorted keys, two-space indent)."""
-    if fmt not in ("md", "html", "json"):
-        raise UsageError(f"matrix format must be md, html or json, got {fmt!r}")
+    """The state matrix of one model's lockfile (or of every ``lockfiles/*.lock``) as plain text (a
+    terminal's aligned table), Markdown, HTML or JSON (the same document ``--json`` prints everywhere: sorted keys, two-space indent)."""
+    if fmt not in ("md", "html", "json", "text"):
+        raise UsageError(f"matrix format must be text, md, html or json, got {fmt!r}")
     tables = _load(project, model)
     if fmt == "json":
         return json.dumps(_json(tables), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    return _markdown(tables) if fmt == "md" else _html(tables)
+    return {"md": _markdown, "html": _html, "text": _text}[fmt](tables)
