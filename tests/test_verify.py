@@ -706,3 +706,19 @@ def test_a_hostile_manifest_file_is_never_followed_for_freshness(demo, tmp_path)
     if p is not None:
         assert p["recorded"] == "'../elsewhere.toml'" and p["derived"].startswith("refused: component '..'")
         assert not [q for q in _problems(demo) if q["kind"] == "stale"]
+
+
+def test_fallbacks_in_an_embedded_certified_receipt_with_its_digest_recomputed(demo):
+    """Issue 21 item 10(c): a certified receipt that fell back to the host is no qualification;
+    verify re-applies the fallbacks rule to the embedded receipt (skipping it must fail here)."""
+    e = Edit(lockpath(demo))
+    row = e.receipt("fused", "decode")
+    assert row["receipt"]["state"] == "certified_fast"
+    row["receipt"]["evidence"]["fallbacks"] = 2
+    e.redigest(row)
+    e.save()
+    rc, doc, err = run_verify(demo)
+    assert rc == 1, (doc, err)
+    p = problem(doc, "receipt", "(receipts/demo-decoder/fused--decode--fp32--amd-epyc.json)")
+    assert p["recorded"] == "accepted as certified_fast"
+    assert p["derived"] == "rejected: fallbacks is 2; a qualified route has none"
