@@ -11,7 +11,7 @@ manifest's 10 up to 40), and, from the same run's first 10 rounds, the state the
 have given (median of 10 rounds >= gate). The summary counts verdict changes between consecutive
 runs and, the goal, changes between `certified_fast` and a loss.
 
-    .venv/bin/python bench/bench_qualify_stability.py [--runs 10] [--project DIR --model M --route R]
+    .venv/bin/python bench/bench_qualify_stability.py [--runs 10] [--project DIR | --demo] [--model M --route R]
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--project", help="an existing project (default: a fresh `frt init` one)")
+    ap.add_argument("--demo", action="store_true", help="a copy of the repository's demo project instead "
+                                                        "(use with --model demo-decoder --route fused)")
     ap.add_argument("--model", default="my-model")
     ap.add_argument("--route", default="fast-norm")
     ap.add_argument("--json", help="also write the raw results here")
@@ -63,7 +65,12 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryDirectory(prefix="frt-stability-") as tmp:
         project = Path(args.project) if args.project else Path(tmp) / "proj"
-        if not args.project:
+        if args.demo:
+            import shutil  # noqa: PLC0415
+
+            for d in ("manifests", "lockfiles", "receipts", "packages"):
+                shutil.copytree(ROOT / d, project / d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif not args.project:
             subprocess.run(frt + ["init", str(project), "--model", args.model, "-q"], check=True, env=env)
         subprocess.run(frt + ["lock", "-q"], check=True, cwd=project, env=env)
         from frt_dist.lockfile import Lockfile  # noqa: PLC0415

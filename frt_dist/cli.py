@@ -635,7 +635,7 @@ def cmd_qualify(args) -> int:
         raise FrtError("the bundled defaults are read-only; pass --out DIR for the receipts",
                        hints=["or run in a project folder (manifests/, receipts/, lockfiles/)"])
     out = Path(args.out) if args.out else project.receipts_dir / args.model
-    check_receipt_folder(out, label=project.rel(out))  # before minutes of measuring, not after
+    check_receipt_folder(out, show=project.rel)  # before minutes of measuring, not after
     talk = not (args.quiet or args.json)
     if talk:
         print(f"qualifying {args.model} route {args.route} on this machine", file=sys.stderr)

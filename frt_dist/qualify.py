@@ -341,6 +341,19 @@ def speed_state(timing: dict, gate: float) -> tuple[str, str | None]:
     return "certified_fast", None
 
 
+def one_block_side(block, fns: dict):
+    """``block(x)`` with ``fns`` bound to their seams first (a bind only where another callable is
+    bound, so within one side's calls it costs a dict lookup per seam)."""
+
+    def run(x):
+        for seam, fn in fns.items():
+            if block.seams[seam] is not fn:
+                block.bind(seam, fn)
+        return block(x)
+
+    return run
+
+
 def _device_timing(torch, host, block, inputs, *, clock: str, l2_flush: bool, **kw) -> dict:
     """``_timing`` with ``clock``; a CUDA run also records the GPU (NVML: name, driver, clocks
     at start and end of timing) and whether L2 was flushed."""
@@ -463,7 +476,12 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
             detach_ok = all(torch.equal(ref[r], v) for r, v in _run_all(probe, inputs).items())
             say(f"  {ph}: timing {rounds} paired rounds (+{warmup} warm-up), more while the speedup is undecided")
             speedups: list[float] = []
-            timing = _device_timing(torch, host, block, inputs, clock=clock, l2_flush=l2_flush,
+            # both sides of every round run on the one block, its seams switched between the host's
+            # callables and the route's: the same weights in the same memory, so nothing but the
+            # seams differs (two block objects measured 2x apart for one run, ~1.0x the next)
+            on_host = one_block_side(block, {s: block.host_seams[s] for s in entries})
+            on_route = one_block_side(block, {s: block.seams[s] for s in entries})
+            timing = _device_timing(torch, on_host, on_route, inputs, clock=clock, l2_flush=l2_flush,
                                     rounds=rounds, warmup=warmup, gate=gate, max_rounds=max_rounds, speedups=speedups,
                                     tick=lambda i, n, ph=ph: emit({"event": "round", "phase": ph, "round": i, "rounds": n}))
         if not parity["pass"]:
@@ -530,33 +548,34 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def check_receipt_folder(folder: Path, *, label: str | None = None) -> None:
+def check_receipt_folder(folder: Path, *, show=str) -> None:
     """Raise ``UsageError`` (exit 2) naming ``folder`` and the cause unless a receipt can be
     written there: ``frt qualify`` calls it before it measures, so a read-only or missing folder
     costs nothing. The folder need not exist yet: then its nearest existing parent must be a
     writable folder (it is created when the first receipt is written, so a qualification that
     writes no receipt leaves nothing behind). The check writes and removes one empty probe file,
-    as the write itself would (root ignores permission bits, so only trying tells)."""
+    as the write itself would (root ignores permission bits, so only trying tells). ``show``
+    turns a path into how messages name it (the CLI: relative to the project)."""
     import os  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
 
     folder = Path(folder)
-    label = label or str(folder)
+    label = show(folder)
     probe = folder
     while not probe.exists() and probe != probe.parent:
         if probe.is_symlink():
-            raise UsageError(f"receipts folder {label}: {probe} is a dangling symbolic link",
+            raise UsageError(f"receipts folder {label}: {show(probe)} is a dangling symbolic link",
                              hints=["point --out at a folder you can write"])
         probe = probe.parent
     if not probe.is_dir():
-        raise UsageError(f"receipts folder {label}: {probe} is not a folder",
+        raise UsageError(f"receipts folder {label}: {show(probe)} is not a folder",
                          hints=["point --out at a folder you can write"])
     try:
         fd, tmp = tempfile.mkstemp(prefix=".frt-write-check.", suffix=".tmp", dir=probe)
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        where = "" if probe == folder else f" (its nearest existing folder {probe})"
+        where = "" if probe == folder else f" (its nearest existing folder {show(probe)})"
         raise UsageError(f"receipts folder {label}{where} cannot be written: {_why(exc)}",
                          hints=["qualification writes one receipt per band there; make it writable, "
                                 "or pass --out DIR for another folder"]) from None
