@@ -15,15 +15,19 @@ writes one receipt per phase band (SPEC §3 "Receipt", §7). Never called by
   (a deliberately perturbed impl must fail parity, proving the gate can fail),
   and **detach restores host** bit-exactly.
 
-``certified_fast`` only when the route's ``gate.min-speedup`` is cleared (and
-the median speedup is above 1); otherwise ``supported_correct``. A failed
-check writes no receipt.
+``certified_fast`` only when the low end of the 95% interval of the median paired
+speedup (``median_ci``) clears the route's ``gate.min-speedup`` (and 1), the median
+does too and the host's median time is above the route's (``speed_state``); otherwise
+``supported_correct`` ("cannot tell" included). Timing is adaptive up to a cap
+(``_timing``). A failed check writes no receipt; the receipts folder is checked
+before anything is measured (``check_receipt_folder``).
 
 The host binding is the manifest's ``host-entry = "module:callable"``: a
 factory ``(phase, *, seed) -> block`` where ``block(x)`` runs the binding,
 ``block.seams`` maps seam → callable, ``block.bind(seam, fn)`` swaps one,
-``block.detach()`` restores the host and ``block.make_inputs(rows, seed=)``
-builds the seeded input.
+``block.detach()`` restores the host, ``block.host_seams`` maps seam → the host's own
+callable and ``block.make_inputs(rows, seed=)`` builds the seeded input (``HOST_INTERFACE``,
+checked by ``build_host_block`` before anything is bound).
 """
 
 from __future__ import annotations
