@@ -102,6 +102,14 @@ def main() -> int:
         old = [old_state(next(b for b in r if b["phase"] == ph)["speedups"], gate, rounds0) for r in runs]
         meds = [next(b for b in r if b["phase"] == ph)["timing"]["speedup-median"] for r in runs]
         used = [next(b for b in r if b["phase"] == ph)["timing"]["rounds"] for r in runs]
+        # W: certified_fast; L: supported_correct, the interval decided below the gate; ?: cannot tell
+        # (supported_correct at the cap or with a narrow interval straddling the gate)
+        cats = "".join("W" if st == "certified_fast" else
+                       "L" if next(b for b in r if b["phase"] == ph)["timing"]["adaptive"]["stopped"] == "decided" else "?"
+                       for st, r in zip(new, runs))
+        wl = sum({a, b} == {"W", "L"} for a, b in zip(cats, cats[1:]))
+        print(f"{ph}: verdicts by run {cats} (W certified, ? cannot tell, L below the gate); "
+              f"W<->L changes between consecutive runs: {wl}; W and L both seen: {'W' in cats and 'L' in cats}")
         print(f"{ph}: interval rule: {new.count('certified_fast')} certified_fast / {new.count('supported_correct')} "
               f"supported_correct, {changes(new)} changes between consecutive runs; "
               f"old rule (median of {rounds0}): {old.count('certified_fast')} / {old.count('supported_correct')}, "
