@@ -117,3 +117,20 @@ def test_a_folder_named_like_a_receipt_is_rejected_without_a_traceback(demo):
     assert "warning: receipts/demo-decoder/folder.json: cannot be read" in r.stderr
     [rj] = _rejected(demo)
     assert rj["digest"] == "unreadable"
+
+
+def test_frt_verify_names_a_huge_number_in_an_embedded_receipt(demo):
+    from frt_dist.locker import lock_model  # noqa: PLC0415
+    from frt_dist.project import Project  # noqa: PLC0415
+    from test_verify import Edit, lockpath  # noqa: PLC0415
+
+    lock_model(Project(demo, "project", {}), "demo-decoder", warn=lambda m: None)
+    e = Edit(lockpath(demo))
+    row = e.receipt("fused", "decode")
+    row["receipt"]["evidence"]["parity"]["max-abs"] = HUGE
+    e.redigest(row)
+    e.save()
+    r = run_frt(["verify"], cwd=demo)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert ("fused--decode--fp32--amd-epyc.json: evidence.parity.max-abs: an integer of 401 digits is out of range "
+            "for a number (at most about 1.8e308)") in r.stdout + r.stderr
