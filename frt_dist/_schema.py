@@ -101,7 +101,14 @@ class Reader:
 
     def number(self, table: dict, key: str, path: str, *, required: bool = True, default=None):
         v = self.get(table, key, (int, float), path, required=required, default=default)
-        return float(v) if v is not None else None
+        if v is None:
+            return None
+        try:
+            return float(v)
+        except OverflowError:  # an integer like 10**400: JSON and TOML hold it, a float does not
+            digits = len(str(abs(v))) if abs(v).bit_length() < 14000 else "thousands of"
+            raise self.fail(f"{path}.{key}" if path else key,
+                            f"an integer of {digits} digits is out of range for a number (at most about 1.8e308)") from None
 
     def str_list(self, table: dict, key: str, path: str, *, required: bool = True, default=None) -> list[str] | None:
         v = self.get(table, key, list, path, required=required, default=default)

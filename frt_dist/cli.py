@@ -183,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--route", required=True, help="the route to measure against the manifest's host-entry")
     s.add_argument("--phase", action="append", help="one phase band (repeatable); default: every band")
     s.add_argument("--rounds", type=_count, help="paired timing rounds (default: the manifest's [qualify] rounds)")
+    s.add_argument("--max-rounds", type=_count, help="the cap of adaptive timing while the speedup is undecided "
+                                                     "(default: [qualify] max-rounds, else 4x the rounds)")
     s.add_argument("--out", metavar="DIR", help="receipts folder (default: the project's receipts/<model>/)")
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs and host weights (default 0)")
 
@@ -723,7 +725,7 @@ def _import_holding_ctrl_c(*modules: str) -> None:
 
 
 def cmd_qualify(args) -> int:
-    from .qualify import qualify, write_receipt  # noqa: PLC0415
+    from .qualify import check_receipt_folder, qualify, write_receipt  # noqa: PLC0415
 
     project = _project(args)
     args.model = _the_model(project, args)
@@ -732,6 +734,7 @@ def cmd_qualify(args) -> int:
         raise FrtError("the bundled defaults are read-only; pass --out DIR for the receipts",
                        hints=["or run in a project folder (manifests/, receipts/, lockfiles/)"])
     out = Path(args.out) if args.out else project.receipts_dir / args.model
+    check_receipt_folder(out, show=project.rel)  # before minutes of measuring, not after
     talk = not (args.quiet or args.json)
     if talk:
         print(f"qualifying {args.model} route {args.route} on this machine", file=sys.stderr)
@@ -745,22 +748,30 @@ def cmd_qualify(args) -> int:
         elif ev["event"] == "round":
             if ev["phase"] not in bars:
                 bars[ev["phase"]] = _bar(args, total=ev["rounds"], desc=f"  {ev['phase']} rounds", unit="round")
-            bars[ev["phase"]].update(1)
+            bar = bars[ev["phase"]]
+            if getattr(bar, "total", ev["rounds"]) != ev["rounds"]:  # adaptive timing added rounds
+                bar.total = ev["rounds"]
+            bar.update(1)
 
     try:
         results = qualify(lock, args.route, phases=args.phase, rounds=args.rounds, seed=args.seed,
-                          root=project.root, progress=progress)
+                          root=project.root, progress=progress, max_rounds=args.max_rounds)
     finally:
         for b in bars.values():
             b.close()
     lines, docs = [], []
+    written = []
     for r in results:
         if r.passed:
-            r.path = write_receipt(r.receipt, out)
+            r.path = write_receipt(r.receipt, out, label=project.rel(out), written=written)
+            written.append(project.rel(r.path))
             ev = r.receipt["evidence"]
             t = ev["timing"]
+            ci = t.get("speedup-ci")
+            spread = (f"{ci['level']:.0%} CI {ci['low']:.3f}-{ci['high']:.3f}, {t['rounds']} rounds" if ci
+                      else f"{t['speedup-min']:.3f}-{t['speedup-max']:.3f}")
             lines.append(f"{r.phase:<8} {r.state:<17} speedup {t['speedup-median']:.3f}x "
-                         f"[{t['speedup-min']:.3f}-{t['speedup-max']:.3f}]  max-abs {ev['parity']['max-abs']:.2e}  "
+                         f"[{spread}]  max-abs {ev['parity']['max-abs']:.2e}  "
                          f"-> {project.rel(r.path)}")
         else:
             lines.append(f"{r.phase:<8} FAIL (no receipt written)")

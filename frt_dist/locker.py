@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._schema import load_json
+from ._schema import JSONInvalid, json_loads, load_json
 from .admissible import admission_problems
 from .canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
 from .errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid
@@ -290,6 +290,21 @@ class _Locker:
         return out
 
 
+def rejected_digest(path: Path) -> str:
+    """A rejected receipt's ``digest`` (SPEC §22): the canonical-JSON digest when the file is JSON
+    (the digest the receipt would be filed under, whatever its formatting), else ``sha256`` of its
+    bytes (not UTF-8, not JSON, or a value canonical JSON cannot hold). A file that cannot be read
+    at all (a folder named ``*.json``) has no digest: ``"unreadable"``, beside its reason."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return "unreadable"
+    try:
+        return digest(json_loads(data))
+    except (JSONInvalid, ValueError, RecursionError, UnicodeEncodeError):
+        return "sha256:" + sha256_hex(data)
+
+
 def depends_of(pkg: LockedPackage) -> list[tuple[str, int]]:
     """The (repo, version) pairs any locked variant of ``pkg`` names in ``kernel-depends``."""
     return sorted({d for v in pkg.variants.values() for d in v.kernel_depends})
@@ -383,7 +398,7 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
     for label, rec, path in locker.receipts_for(manifest):
         if isinstance(rec, ReceiptInvalid):
             reason = str(rec).removeprefix(f"{label}: ")
-            dig = "sha256:" + sha256_hex(path.read_bytes())
+            dig = rejected_digest(path)
         else:
             problems = receipt_verdict(lf, rec)
             if not problems:

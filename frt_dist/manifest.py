@@ -204,7 +204,7 @@ class Manifest:
             seams[sname] = Seam(sname, structure, impls)
 
         qualify = r.get(data, "qualify", dict, "", required=False, default={})
-        r.only(qualify, {"tolerance", "rounds", "warmup", "rows"}, "qualify")
+        r.only(qualify, {"tolerance", "rounds", "max-rounds", "warmup", "rows"}, "qualify")
         if "tolerance" in qualify:
             tol = r.get(qualify, "tolerance", dict, "qualify")
             r.only(tol, {"abs", "rel"}, "qualify.tolerance")
@@ -212,6 +212,8 @@ class Manifest:
             r.number(tol, "rel", "qualify.tolerance")
         r.get(qualify, "rounds", int, "qualify", required=False)
         r.get(qualify, "warmup", int, "qualify", required=False)
+        if r.get(qualify, "max-rounds", int, "qualify", required=False) is not None and qualify["max-rounds"] < 1:
+            raise r.fail("qualify.max-rounds", "expected a positive number of rounds (the cap of adaptive timing)")
         if "rows" in qualify:
             rq = r.get(qualify, "rows", dict, "qualify")
             for ph, v in rq.items():

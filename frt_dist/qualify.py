@@ -15,15 +15,19 @@ writes one receipt per phase band (SPEC §3 "Receipt", §7). Never called by
   (a deliberately perturbed impl must fail parity, proving the gate can fail),
   and **detach restores host** bit-exactly.
 
-``certified_fast`` only when the route's ``gate.min-speedup`` is cleared (and
-the median speedup is above 1); otherwise ``supported_correct``. A failed
-check writes no receipt.
+``certified_fast`` only when the low end of the 95% interval of the median paired
+speedup (``median_ci``) clears the route's ``gate.min-speedup`` (and 1), the median
+does too and the host's median time is above the route's (``speed_state``); otherwise
+``supported_correct`` ("cannot tell" included). Timing is adaptive up to a cap
+(``_timing``). A failed check writes no receipt; the receipts folder is checked
+before anything is measured (``check_receipt_folder``).
 
 The host binding is the manifest's ``host-entry = "module:callable"``: a
 factory ``(phase, *, seed) -> block`` where ``block(x)`` runs the binding,
 ``block.seams`` maps seam → callable, ``block.bind(seam, fn)`` swaps one,
-``block.detach()`` restores the host and ``block.make_inputs(rows, seed=)``
-builds the seeded input.
+``block.detach()`` restores the host, ``block.host_seams`` maps seam → the host's own
+callable and ``block.make_inputs(rows, seed=)`` builds the seeded input (``HOST_INTERFACE``,
+checked by ``build_host_block`` before anything is bound).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class QualifyResult:
     receipt: dict | None
     path: Path | None = None
     failures: list[str] = field(default_factory=list)
+    speedups: list[float] = field(default_factory=list)  # the per-round host/route ratios, in order
 
 
 def load_host_factory(spec: str | None, model: str, root=None):
@@ -65,30 +70,99 @@ def load_host_factory(spec: str | None, model: str, root=None):
         raise UsageError(f"model {model!r}: the manifest declares no `host-entry = \"module:callable\"`; "
                          "qualification needs the unmodified host")
     try:
-        return import_entry(spec, root)
+        factory = import_entry(spec, root)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"host-entry {spec!r} cannot be imported: {exc}") from None
+    if not callable(factory):
+        raise UsageError(f"host-entry {spec!r} is a {type(factory).__name__}, not a callable factory",
+                         hints=[HOST_HINT])
+    return factory
+
+
+HOST_INTERFACE = {
+    "__call__": "block(x) runs the binding and returns its output tensor",
+    "seams": "a mapping seam -> the callable currently bound",
+    "host_seams": "a mapping seam -> the host's own callable, for every seam the route binds",
+    "bind": "bind(seam, fn) swaps one seam's callable",
+    "detach": "detach() restores every host seam",
+    "make_inputs": "make_inputs(rows, *, seed=) builds the seeded input tensor",
+}
+"""What ``frt qualify`` uses of the object a host-entry factory returns (docs/first-project.md)."""
+HOST_HINT = ("a host-entry is a factory (phase, *, seed) -> block; the block provides "
+             + "; ".join(f"`{k}`: {v}" for k, v in HOST_INTERFACE.items()))
+
+
+def build_host_block(factory, spec: str, phase: str, seed: int, seams) -> object:
+    """``factory(phase, seed=seed)``, checked against ``HOST_INTERFACE`` before anything is bound
+    or measured: a missing attribute or seam is one ``UsageError`` (exit 2) naming the host-entry
+    and everything missing, not an ``AttributeError`` from deep inside qualification."""
+    try:
+        block = factory(phase, seed=seed)
+    except Exception as exc:  # the user's code: name it, and say how it was called
+        raise UsageError(f"host-entry {spec!r}: calling it as factory({phase!r}, seed={seed}) raised "
+                         f"{type(exc).__name__}: {exc}", hints=[HOST_HINT]) from None
+    kind = type(block).__name__
+    missing = []
+    for name in HOST_INTERFACE:
+        if name == "__call__":
+            if not callable(block):
+                missing.append("__call__ (it is not callable)")
+        elif name in ("seams", "host_seams"):
+            v = getattr(block, name, None)
+            if v is None or not hasattr(v, "__getitem__") or not hasattr(v, "__contains__"):
+                missing.append(f"{name} (a mapping)" if v is None else f"{name} (a mapping, got {type(v).__name__})")
+        elif not callable(getattr(block, name, None)):
+            missing.append(f"{name}() (a method)")
+    if missing:
+        raise UsageError(f"host-entry {spec!r}: the host object it returned ({kind}) is missing "
+                         + ", ".join(missing), hints=[HOST_HINT, "docs/first-project.md shows a complete host"])
+    absent = [s for s in seams if s not in block.host_seams]
+    if absent:
+        have = ", ".join(sorted(map(str, block.host_seams))) if hasattr(block.host_seams, "__iter__") else "?"
+        raise UsageError(f"host-entry {spec!r}: the host object's host_seams ({kind}) has no seam "
+                         + ", ".join(repr(s) for s in absent) + f" that the route binds (it has: {have or 'none'})",
+                         hints=["host_seams maps every seam name of the manifest to the host's own callable"])
+    return block
 
 
 def _parity(torch, outs_route, outs_host, tol) -> dict:
+    """Parity of the route's outputs against the host's under the combined (``allclose``) rule
+    ``|route - host| <= abs + rel * |host|``, element by element, in float64 (every float32 or
+    float16 value is exact in float64, so the margin is computed without rounding the inputs).
+
+    Besides the maxima it records the worst element under that rule: ``worst-margin``, the
+    largest ``|route - host| - (abs + rel * |host|)``, with ``worst-margin-error`` and
+    ``worst-margin-host`` (``|route - host|`` and ``|host|`` there). ``pass`` is exactly
+    ``worst-margin <= 0``, so ``frt lock`` and ``frt verify`` decide it from the receipt alone."""
     worst = {"rows": None, "max-abs": -1.0}
     max_abs = max_rel = 0.0
+    margin = None  # (margin, error, |host|) at the worst element so far
     ok = True
     for rows in sorted(outs_host):
         a, b = outs_route[rows], outs_host[rows]
-        if not torch.isfinite(a).all():
+        if tuple(a.shape) != tuple(b.shape) or not torch.isfinite(a).all():
             ok = False
             max_abs = float("inf")
             worst = {"rows": rows, "max-abs": float("inf")}
             continue
-        err = (a - b).abs()
+        a64, b64 = a.detach().double().reshape(-1), b.detach().double().reshape(-1)
+        if a64.numel() == 0:
+            continue
+        err, hb = (a64 - b64).abs(), b64.abs()
+        marg = err - (tol["abs"] + tol["rel"] * hb)
+        i = int(marg.argmax())
+        if margin is None or not float(marg[i]) <= margin[0]:  # NaN (a NaN host) is worst
+            margin = (float(marg[i]), float(err[i]), float(hb[i]))
         m_abs = float(err.max())
-        m_rel = float((err / (b.abs() + tol["abs"])).max())
-        ok &= bool((err <= tol["abs"] + tol["rel"] * b.abs()).all())
+        m_rel = float((err / (hb + tol["abs"])).max())
         if m_abs > worst["max-abs"]:
             worst = {"rows": rows, "max-abs": m_abs}
         max_abs, max_rel = max(max_abs, m_abs), max(max_rel, m_rel)
-    return {"max-abs": max_abs, "max-rel": max_rel, "tolerance": dict(tol), "worst-case": worst, "pass": ok}
+    out = {"max-abs": max_abs, "max-rel": max_rel, "tolerance": dict(tol), "worst-case": worst}
+    if margin is not None:
+        out.update({"worst-margin": margin[0], "worst-margin-error": margin[1], "worst-margin-host": margin[2]})
+    out["pass"] = bool(ok and margin is not None and margin[0] <= 0)
+    return out
 
 
 def _run_all(block, inputs):
@@ -146,32 +220,144 @@ def l2_flush_buffer(torch, device):
     return torch.empty(2 * l2, dtype=torch.uint8, device=device)
 
 
-def _timing(host, route, inputs, *, rounds: int, warmup: int, tick=None, measure=_wall_clock) -> dict:
+CI_LEVEL = 0.95
+"""The confidence level of the speedup interval a speed claim must clear."""
+CI_NARROW = 0.05
+"""Adaptive timing stops, undecided, once the interval is this narrow relative to the median:
+the speedup is then known to within a few percent of the gate, and more rounds would not decide it."""
+MAX_ROUNDS_FACTOR = 4
+"""Without ``[qualify] max-rounds`` adaptive timing runs at most this many times the initial rounds."""
+
+
+def median_ci(values, level: float = CI_LEVEL) -> dict | None:
+    """The distribution-free confidence interval of the median of ``values`` (the sign-test
+    interval): the ``k``-th smallest and ``k``-th largest value, ``k`` the largest count with
+    ``P(Binomial(n, 1/2) < k) <= (1 - level) / 2``. Its coverage, ``1 - 2 P(Binomial(n, 1/2) < k)``,
+    is at least ``level`` for any continuous distribution of independent rounds, whatever its
+    shape (a bootstrap interval under-covers at the 10-30 rounds qualification runs). Exact and
+    deterministic: no resampling, no seed. ``None`` under 6 values (even ``[min, max]`` covers less
+    than 95% then). ``ranks`` are 1-based positions in sorted order."""
+    from fractions import Fraction  # noqa: PLC0415
+    from math import comb  # noqa: PLC0415
+
+    xs, n = sorted(values), len(values)
+    alpha = (1 - Fraction(level)) / 2 * 2 ** n  # in counts of the 2**n equally likely sign patterns
+    k, below = 0, 0  # below: the number of patterns with fewer than k values under the median
+    while k < n and below + comb(n, k) <= alpha:
+        below += comb(n, k)
+        k += 1
+    if k == 0 or k > n + 1 - k:
+        return None
+    return {"level": level, "low": xs[k - 1], "high": xs[n - k], "method": "sign-test-median",
+            "ranks": [k, n + 1 - k], "coverage": float(1 - Fraction(2 * below, 2 ** n))}
+
+
+def _ci_decision(ci: dict | None, gate: float) -> str | None:
+    """``fast`` when the interval's low end clears the gate (and 1), ``not-fast`` when its high
+    end does not, ``None`` while the interval straddles the gate (or there is none yet)."""
+    if ci is None:
+        return None
+    if ci["low"] >= gate and ci["low"] > 1.0:
+        return "fast"
+    if ci["high"] < gate or ci["high"] <= 1.0:
+        return "not-fast"
+    return None
+
+
+def _timing(host, route, inputs, *, rounds: int, warmup: int, tick=None, measure=_wall_clock,
+            gate: float | None = None, max_rounds: int | None = None, speedups: list | None = None) -> dict:
     """Paired alternating timing over the same inputs (warm-up rounds first, then host/route in
-    ABBA order); per-round speedup = host / route. ``measure(block, xs) -> seconds`` is the clock."""
+    ABBA order); per-round speedup = host / route. ``measure(block, xs) -> seconds`` is the clock.
+
+    With a ``gate``, timing is adaptive: after ``rounds`` rounds, while the speedup interval
+    (``median_ci``) straddles the gate and is wider than ``CI_NARROW`` of the median, more rounds
+    are run (half the initial count at a time) up to ``max_rounds``. The result records the
+    interval (``speedup-ci``), the rounds actually run, and why timing stopped (``adaptive``).
+    ``speedups``, when given, receives the per-round ratios (for benchmarks; not in the receipt)."""
     xs = list(inputs.values())
     for _ in range(warmup):
         measure(host, xs)
         measure(route, xs)
+    cap = max(rounds, max_rounds or rounds * MAX_ROUNDS_FACTOR) if gate is not None else rounds
+    step = max(2, rounds // 2)
     th, tr, sp = [], [], []
-    for i in range(rounds):
-        if i % 2 == 0:
-            h = measure(host, xs)
-            r = measure(route, xs)
+    target, stopped, i = rounds, None, 0
+    while True:
+        while i < target:
+            if i % 2 == 0:
+                h = measure(host, xs)
+                r = measure(route, xs)
+            else:
+                r = measure(route, xs)
+                h = measure(host, xs)
+            th.append(h)
+            tr.append(r)
+            sp.append(h / r)
+            i += 1
+            if tick:
+                tick(i, target)
+        if gate is None:
+            break
+        ci = median_ci([round(v, 4) for v in sp])
+        if _ci_decision(ci, gate) is not None:
+            stopped = "decided"
+        elif ci is not None and ci["high"] - ci["low"] <= CI_NARROW * statistics.median(sp):
+            stopped = "narrow"
+        elif i >= cap:
+            stopped = "max-rounds"
         else:
-            r = measure(route, xs)
-            h = measure(host, xs)
-        th.append(h)
-        tr.append(r)
-        sp.append(h / r)
-        if tick:
-            tick(i + 1)
+            target = min(cap, i + step)
+            continue
+        break
+    if speedups is not None:
+        speedups[:] = sp
     q = statistics.quantiles(sp, n=4) if len(sp) >= 2 else [sp[0]] * 3
-    return {"method": "paired-alternating", "rounds": rounds, "warmup": warmup, "rows": list(inputs),
-            "host-median-ms": round(statistics.median(th) * 1e3, 4),
-            "route-median-ms": round(statistics.median(tr) * 1e3, 4),
-            "speedup-median": round(statistics.median(sp), 4), "speedup-min": round(min(sp), 4),
-            "speedup-max": round(max(sp), 4), "speedup-p25": round(q[0], 4), "speedup-p75": round(q[2], 4)}
+    out = {"method": "paired-alternating", "rounds": len(sp), "warmup": warmup, "rows": list(inputs),
+           "host-median-ms": round(statistics.median(th) * 1e3, 4),
+           "route-median-ms": round(statistics.median(tr) * 1e3, 4),
+           "speedup-median": round(statistics.median(sp), 4), "speedup-min": round(min(sp), 4),
+           "speedup-max": round(max(sp), 4), "speedup-p25": round(q[0], 4), "speedup-p75": round(q[2], 4)}
+    ci = median_ci([round(v, 4) for v in sp])  # the rounded ratios: the interval's ends are recorded figures
+    if ci is not None:
+        out["speedup-ci"] = ci
+    if gate is not None:
+        out["adaptive"] = {"initial-rounds": rounds, "max-rounds": cap, "stopped": stopped}
+    return out
+
+
+def speed_state(timing: dict, gate: float) -> tuple[str, str | None]:
+    """The state the recorded ``timing`` supports, and why not ``certified_fast`` when it is not.
+
+    ``certified_fast`` needs, on the figures the receipt records (the rules ``frt lock`` applies
+    to them, so a receipt qualify writes is never one lock rejects): at least ``MIN_CERT_ROUNDS``
+    rounds; the ``CI_LEVEL`` interval's low end at or above the gate and above 1; the median
+    speedup at or above the gate and above 1; the host's median time above the route's."""
+    ci = timing.get("speedup-ci")
+    if timing["rounds"] < MIN_CERT_ROUNDS or ci is None:
+        return "supported_correct", (f"{timing['rounds']} timing rounds are too few for a speed claim "
+                                     "(an interval of the speedup needs >= 6)")
+    med = timing["speedup-median"]
+    if not (med >= gate and med > 1.0):
+        return "supported_correct", None
+    if _ci_decision(ci, gate) != "fast":
+        return "supported_correct", (f"speedup {med:.3f}x, but its {ci['level']:.0%} interval "
+                                     f"{ci['low']:.3f}-{ci['high']:.3f}x does not clear the gate {gate:g}: cannot tell")
+    if not timing["host-median-ms"] > timing["route-median-ms"]:
+        return "supported_correct", "the route is not faster than the host in the median time"
+    return "certified_fast", None
+
+
+def one_block_side(block, fns: dict):
+    """``block(x)`` with ``fns`` bound to their seams first (a bind only where another callable is
+    bound, so within one side's calls it costs a dict lookup per seam)."""
+
+    def run(x):
+        for seam, fn in fns.items():
+            if block.seams[seam] is not fn:
+                block.bind(seam, fn)
+        return block(x)
+
+    return run
 
 
 def _device_timing(torch, host, block, inputs, *, clock: str, l2_flush: bool, **kw) -> dict:
@@ -193,7 +379,8 @@ def _device_timing(torch, host, block, inputs, *, clock: str, l2_flush: bool, **
 
 
 def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None = None, seed: int = 0,
-            hardware: Hardware | None = None, root=None, progress=None, l2_flush: bool = False) -> list[QualifyResult]:
+            hardware: Hardware | None = None, root=None, progress=None, l2_flush: bool = False,
+            max_rounds: int | None = None) -> list[QualifyResult]:
     """Measure ``route_name`` against the host in every requested phase band.
 
     Timing uses the clock the inputs' device needs (``clock_for``): the host's wall clock on
@@ -201,7 +388,9 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
     each measured side.
 
     ``progress``, when given, receives events: ``{"event": "message", "text"}`` and,
-    per timing round, ``{"event": "round", "phase", "round", "rounds"}``."""
+    per timing round, ``{"event": "round", "phase", "round", "rounds"}`` (``rounds`` grows when
+    adaptive timing adds rounds, up to ``max_rounds``: the argument, else ``[qualify] max-rounds``,
+    else ``MAX_ROUNDS_FACTOR`` times the initial rounds)."""
     import torch  # noqa: PLC0415
 
     from .loader import load_locked, lock_root  # noqa: PLC0415
@@ -225,6 +414,8 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
     tol = m.tolerance
     rounds = rounds or int(m.qualify.get("rounds", DEFAULT_ROUNDS))
     warmup = int(m.qualify.get("warmup", DEFAULT_WARMUP))
+    max_rounds = max_rounds or m.qualify.get("max-rounds")
+    gate = route.min_speedup if route.min_speedup is not None else 1.0
 
     loaded, entries, problems = {}, {}, []
     for seam, impl_name in sorted(route.seams.items()):
@@ -256,13 +447,17 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
             results.append(QualifyResult(ph, False, None, None, failures=failures))
             continue
         rows_list = list(m.qualify.get("rows", {}).get(ph) or sorted({phase.rows[0], min(phase.rows[1], 512)}))
-        host = factory(ph, seed=seed)
-        block = factory(ph, seed=seed)
+        host = build_host_block(factory, m.host_entry, ph, seed, entries)
+        block = build_host_block(factory, m.host_entry, ph, seed, entries)
         # the route runs through the same guarded entries and ledger that serving uses
         plan = plan_for_route(lock, route_name, [ph], hw, loaded, {(seam, ph): fn for seam, (_, fn) in entries.items()})
         for seam in entries:
             block.bind(seam, plan.entry(seam, ph, host=block.host_seams[seam]))
         inputs = {r: host.make_inputs(r, seed=seed + r) for r in rows_list}
+        for r, x in inputs.items():
+            if not isinstance(x, torch.Tensor):
+                raise UsageError(f"host-entry {m.host_entry!r}: make_inputs({r}, seed={seed + r}) returned a "
+                                 f"{type(x).__name__}, not a tensor", hints=[HOST_HINT])
         clock = clock_for(hw.backend, next(iter(inputs.values())).device.type)
         say(f"  {ph}: parity over rows {rows_list}")
         with torch.inference_mode():
@@ -280,15 +475,21 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
             target_calls = {s: led[s]["phases"][ph]["calls"] for s in entries}
             fallbacks = sum(led[s]["phases"][ph]["fallbacks"] for s in entries)
             # detach restores host bit-exactly
-            probe = factory(ph, seed=seed)
+            probe = build_host_block(factory, m.host_entry, ph, seed, entries)
             for seam, (impl, fn) in entries.items():
                 probe.bind(seam, fn)
             probe.detach()
             detach_ok = all(torch.equal(ref[r], v) for r, v in _run_all(probe, inputs).items())
-            say(f"  {ph}: timing {rounds} paired rounds (+{warmup} warm-up)")
-            timing = _device_timing(torch, host, block, inputs, clock=clock, l2_flush=l2_flush,
-                                    rounds=rounds, warmup=warmup,
-                                    tick=lambda i, ph=ph: emit({"event": "round", "phase": ph, "round": i, "rounds": rounds}))
+            say(f"  {ph}: timing {rounds} paired rounds (+{warmup} warm-up), more while the speedup is undecided")
+            speedups: list[float] = []
+            # both sides of every round run on the one block, its seams switched between the host's
+            # callables and the route's: the same weights in the same memory, so nothing but the
+            # seams differs (two block objects measured 2x apart for one run, ~1.0x the next)
+            on_host = one_block_side(block, {s: block.host_seams[s] for s in entries})
+            on_route = one_block_side(block, {s: block.seams[s] for s in entries})
+            timing = _device_timing(torch, on_host, on_route, inputs, clock=clock, l2_flush=l2_flush,
+                                    rounds=rounds, warmup=warmup, gate=gate, max_rounds=max_rounds, speedups=speedups,
+                                    tick=lambda i, n, ph=ph: emit({"event": "round", "phase": ph, "round": i, "rounds": n}))
         if not parity["pass"]:
             failures.append(f"parity failed: max-abs {parity['max-abs']:.3g} at rows {parity['worst-case']['rows']} "
                             f"(tolerance abs {tol['abs']:g}, rel {tol['rel']:g})")
@@ -303,14 +504,12 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
         if any(n <= 0 for n in target_calls.values()):
             failures.append(f"a seam was never called: {target_calls}")
         if failures:
-            results.append(QualifyResult(ph, False, None, None, failures=failures))
+            results.append(QualifyResult(ph, False, None, None, failures=failures, speedups=speedups))
             continue
-        gate = route.min_speedup if route.min_speedup is not None else 1.0
-        fast = timing["speedup-median"] >= gate and timing["speedup-median"] > 1.0
-        # the same rule `frt lock` applies: a speed claim needs enough paired rounds
-        state = "certified_fast" if fast and rounds >= MIN_CERT_ROUNDS else "supported_correct"
-        if fast and rounds < MIN_CERT_ROUNDS:
-            say(f"  {ph}: {rounds} timing rounds are too few for a speed claim (>= {MIN_CERT_ROUNDS}): supported_correct")
+        # the same rules `frt lock` applies to the recorded figures
+        state, why = speed_state(timing, gate)
+        if why and timing["speedup-median"] >= gate:
+            say(f"  {ph}: {why}: supported_correct")
         receipt = {
             "schema": "frt.receipt/1",
             "cell": {
@@ -336,7 +535,7 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
                          "null-check": null_check, "negative-control": negative, "detach-restores-host": detach_ok},
             "verdict": "PASS",
         }
-        results.append(QualifyResult(ph, True, state, receipt))
+        results.append(QualifyResult(ph, True, state, receipt, speedups=speedups))
     return results
 
 
@@ -351,7 +550,54 @@ def receipt_filename(receipt: dict) -> str:
     return "--".join(parts.values()) + ".json"
 
 
-def write_receipt(receipt: dict, folder: Path) -> Path:
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def check_receipt_folder(folder: Path, *, show=str) -> None:
+    """Raise ``UsageError`` (exit 2) naming ``folder`` and the cause unless a receipt can be
+    written there: ``frt qualify`` calls it before it measures, so a read-only or missing folder
+    costs nothing. The folder need not exist yet: then its nearest existing parent must be a
+    writable folder (it is created when the first receipt is written, so a qualification that
+    writes no receipt leaves nothing behind). The check writes and removes one empty probe file,
+    as the write itself would (root ignores permission bits, so only trying tells). ``show``
+    turns a path into how messages name it (the CLI: relative to the project)."""
+    import os  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    folder = Path(folder)
+    label = show(folder)
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():
+            raise UsageError(f"receipts folder {label}: {show(probe)} is a dangling symbolic link",
+                             hints=["point --out at a folder you can write"])
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"receipts folder {label}: {show(probe)} is not a folder",
+                         hints=["point --out at a folder you can write"])
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".frt-write-check.", suffix=".tmp", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        where = "" if probe == folder else f" (its nearest existing folder {show(probe)})"
+        raise UsageError(f"receipts folder {label}{where} cannot be written: {_why(exc)}",
+                         hints=["qualification writes one receipt per band there; make it writable, "
+                                "or pass --out DIR for another folder"]) from None
+
+
+def write_receipt(receipt: dict, folder: Path, *, label: str | None = None, written=()) -> Path:
+    """Write ``receipt`` into ``folder`` (created if needed) atomically: a failure (a full disk, a
+    folder made read-only meanwhile) leaves no partial file and raises ``UsageError`` naming the
+    path and the cause; ``written`` lists receipts this run already wrote (they are complete, and kept)."""
     path = Path(folder) / receipt_filename(receipt)
-    write_atomic(path, (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    shown = f"{label}/{path.name}" if label else str(path)
+    try:
+        write_atomic(path, (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    except OSError as exc:
+        hints = ["nothing partial was left; free space or fix the folder, then qualify again"]
+        if written:
+            hints.append("kept, complete: " + ", ".join(written))
+        raise UsageError(f"cannot write the receipt {shown}: {_why(exc)}", hints=hints) from None
     return path

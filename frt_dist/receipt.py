@@ -29,7 +29,16 @@ STATES = ("certified_fast", "supported_correct")
 MIN_CERT_ROUNDS = 5  # a speed claim needs at least this many paired timing rounds
 TIMING_CLOCKS = ("perf-counter", "cuda-events")  # frt_dist.qualify.CLOCKS: the host's clock on CPU, CUDA events on a GPU
 TIMING_KEYS = {"method", "rounds", "warmup", "rows", "host-median-ms", "route-median-ms", "clock", "l2-flush", "device",
-               "speedup-median", "speedup-min", "speedup-max", "speedup-p25", "speedup-p75"}
+               "speedup-median", "speedup-min", "speedup-max", "speedup-p25", "speedup-p75", "speedup-ci", "adaptive"}
+PARITY_KEYS = {"max-abs", "max-rel", "tolerance", "worst-case", "pass", "worst-margin", "worst-margin-error",
+               "worst-margin-host"}
+MARGIN_KEYS = ("worst-margin", "worst-margin-error", "worst-margin-host")
+"""The worst element under the combined rule (``frt qualify`` since issue 21): ``worst-margin`` is
+``max(|route - host| - (abs + rel * |host|))`` over every element of every row count, ``worst-margin-error``
+and ``worst-margin-host`` are ``|route - host|`` and ``|host|`` at that element. Parity passes iff
+``worst-margin <= 0``. All three or none (a receipt written before them is read conservatively)."""
+CI_METHODS = ("sign-test-median",)  # frt_dist.qualify.median_ci: distribution-free interval of the median
+ADAPTIVE_STOPS = ("decided", "narrow", "max-rounds")  # why frt qualify stopped adding rounds
 
 
 class CellKey(NamedTuple):
@@ -118,9 +127,18 @@ class Receipt:
         r.only(ev, {"parity", "target-calls", "fallbacks", "timing", "null-check", "negative-control",
                     "detach-restores-host", "note"}, "evidence")
         par = r.get(ev, "parity", dict, "evidence")
-        r.only(par, {"max-abs", "max-rel", "tolerance", "worst-case", "pass"}, "evidence.parity")
+        r.only(par, PARITY_KEYS, "evidence.parity")
         r.number(par, "max-abs", "evidence.parity")
         r.number(par, "max-rel", "evidence.parity")
+        present = [k for k in MARGIN_KEYS if k in par]
+        if present and len(present) != len(MARGIN_KEYS):
+            missing = [k for k in MARGIN_KEYS if k not in par]
+            raise r.fail(f"evidence.parity.{missing[0]}", f"missing: {', '.join(MARGIN_KEYS)} are recorded together")
+        for k in present:
+            v = r.number(par, k, "evidence.parity")
+            if not math.isfinite(v) or (k != "worst-margin" and v < 0):
+                raise r.fail(f"evidence.parity.{k}", "must be a finite" + ("" if k == "worst-margin" else " non-negative")
+                             + " number")
         tol = r.get(par, "tolerance", dict, "evidence.parity")
         r.only(tol, {"abs", "rel"}, "evidence.parity.tolerance")
         r.number(tol, "abs", "evidence.parity.tolerance")
@@ -143,6 +161,34 @@ class Receipt:
                 v = r.number(timing, k, "evidence.timing")
                 if not math.isfinite(v) or v < 0:
                     raise r.fail(f"evidence.timing.{k}", "must be a finite non-negative number")
+            ci = r.get(timing, "speedup-ci", dict, "evidence.timing", required=False)
+            if ci is not None:  # the confidence interval of the median paired speedup (frt qualify since issue 21)
+                p = "evidence.timing.speedup-ci"
+                r.only(ci, {"level", "low", "high", "method", "ranks", "coverage"}, p)
+                for k in ("level", "low", "high", "coverage"):
+                    v = r.number(ci, k, p, required=k != "coverage")
+                    if v is not None and (not math.isfinite(v) or v < 0):
+                        raise r.fail(f"{p}.{k}", "must be a finite non-negative number")
+                for k in ("level", "coverage"):
+                    if k in ci and not 0 < ci[k] < 1:
+                        raise r.fail(f"{p}.{k}", f"expected a probability between 0 and 1, got {ci[k]!r}")
+                method = r.get(ci, "method", str, p)
+                if method not in CI_METHODS:
+                    raise r.fail(f"{p}.method", f"expected one of {', '.join(CI_METHODS)}, got {method!r}")
+                ranks = r.get(ci, "ranks", list, p, required=False)
+                if ranks is not None and (len(ranks) != 2 or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                     and 1 <= x <= timing["rounds"] for x in ranks)):
+                    raise r.fail(f"{p}.ranks", "expected [low, high] ranks among the rounds (1-based)")
+            ad = r.get(timing, "adaptive", dict, "evidence.timing", required=False)
+            if ad is not None:  # how many rounds frt qualify started with, its cap, and why it stopped
+                p = "evidence.timing.adaptive"
+                r.only(ad, {"initial-rounds", "max-rounds", "stopped"}, p)
+                for k in ("initial-rounds", "max-rounds"):
+                    if r.get(ad, k, int, p) < 1:
+                        raise r.fail(f"{p}.{k}", "expected a positive number of rounds")
+                stop = r.get(ad, "stopped", str, p)
+                if stop not in ADAPTIVE_STOPS:
+                    raise r.fail(f"{p}.stopped", f"expected one of {', '.join(ADAPTIVE_STOPS)}, got {stop!r}")
             clock = r.get(timing, "clock", str, "evidence.timing", required=False)
             if clock is not None and clock not in TIMING_CLOCKS:
                 raise r.fail("evidence.timing.clock", f"expected one of {', '.join(TIMING_CLOCKS)}, got {clock!r}")
@@ -262,7 +308,19 @@ them may sit just outside ``[speedup-min, speedup-max]``; 1% absorbs that and no
 
 
 def _num(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except OverflowError:  # an integer like 10**400 is no float: not a finite number either
+        return math.inf
+
+
+def _show(v) -> str:
+    """``repr(v)``, an integer of hundreds of digits shortened to its size."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10**20:
+        return f"an integer of {len(str(abs(v))) if abs(v).bit_length() < 14000 else 'thousands of'} digits"
+    return repr(v)
 
 
 def _finite_nonneg(v) -> bool:
@@ -298,16 +356,21 @@ def _parity_numbers_finite(rec: Receipt, route, manifest) -> list[str]:
     for path in _PARITY_NUMBERS:
         v = _parity_get(par, path)
         if not _finite_nonneg(_num(v)):
-            out.append(f"evidence.parity.{'.'.join(path)} is {v!r}: not a finite non-negative number")
+            out.append(f"evidence.parity.{'.'.join(path)} is {_show(v)}: not a finite non-negative number")
     return out
 
 
 def _parity_consistent(rec: Receipt, route, manifest) -> list[str]:
     """``pass: true`` must be possible given the recorded worst errors and tolerance.
 
-    Parity passes when every element keeps ``|route - host| <= abs + rel * |host|``. Whether
-    ``max-abs`` fits that cannot be decided exactly without the host's magnitude at the worst
-    element, which a receipt does not carry. So the rule is the conservative one: a pass needs
+    Parity passes when every element keeps ``|route - host| <= abs + rel * |host|``. A receipt
+    that records the worst element's margin under that rule (``worst-margin``, frt qualify since
+    issue 21) is decided exactly: ``pass`` iff ``worst-margin <= 0`` (``_parity_margin`` holds
+    the margin to its element and to ``max-abs``/``max-rel``); ``max-abs`` above ``abs`` with
+    ``max-rel`` above ``rel`` is then a legitimate mixed case, not a contradiction.
+
+    An older receipt does not carry the host's magnitude at the worst element, so whether
+    ``max-abs`` fits cannot be decided exactly. For it the rule is the conservative one: a pass needs
     ``max-abs <= tolerance.abs`` OR ``max-rel <= tolerance.rel``. When both are exceeded the
     evidence contradicts its ``pass`` (e.g. ``max-abs`` 5.0 against ``abs`` 1e-4 with
     ``max-rel`` above ``rel`` too). It can reject a genuine pass in one corner (the largest
@@ -318,10 +381,44 @@ def _parity_consistent(rec: Receipt, route, manifest) -> list[str]:
     if not par["pass"] or not all(_finite_nonneg(_num(_parity_get(par, p))) for p in _PARITY_NUMBERS):
         return []
     tol = par["tolerance"]
+    if "worst-margin" in par:
+        m = par["worst-margin"]
+        if m > 0:
+            return [f"parity says pass, but the worst element's margin {m:.4g} is above 0 (|route - host| "
+                    f"{par['worst-margin-error']:.4g} > abs + rel * |host| = {tol['abs']:.4g} + {tol['rel']:.4g} * "
+                    f"{par['worst-margin-host']:.4g}): the evidence contradicts itself"]
+        return []
     if par["max-abs"] > tol["abs"] and par["max-rel"] > tol["rel"]:
         return [f"parity says pass, but max-abs {par['max-abs']:.4g} exceeds the tolerance's abs {tol['abs']:.4g} "
                 f"and max-rel {par['max-rel']:.4g} exceeds its rel {tol['rel']:.4g}: the evidence contradicts itself"]
     return []
+
+
+MARGIN_SLACK = 1e-9
+"""Relative slack for recomputing a recorded margin from its element: frt qualify computes it in
+float64 and JSON keeps float64 exactly, so only the order of operations can differ."""
+
+
+def _parity_margin(rec: Receipt, route, manifest) -> list[str]:
+    """A recorded ``worst-margin`` is the margin of its own element,
+    ``worst-margin-error - (abs + rel * worst-margin-host)`` (within ``MARGIN_SLACK``), and that
+    element is within the recorded maxima: its error at most ``max-abs``, its relative error
+    ``error / (|host| + abs)`` at most ``max-rel``. (Receipts without a margin are not judged here.)"""
+    par = rec.data["evidence"]["parity"]
+    if "worst-margin" not in par or not all(_finite_nonneg(_num(_parity_get(par, p))) for p in _PARITY_NUMBERS):
+        return []
+    tol, m, e, h = par["tolerance"], par["worst-margin"], par["worst-margin-error"], par["worst-margin-host"]
+    bound = tol["abs"] + tol["rel"] * h
+    out = []
+    if abs(m - (e - bound)) > MARGIN_SLACK * max(bound, e, 1e-30):
+        out.append(f"worst-margin {m:.6g} is not worst-margin-error - (abs + rel * worst-margin-host) = {e - bound:.6g}: "
+                   "the margin does not belong to its element")
+    if e > par["max-abs"] * (1 + MARGIN_SLACK):
+        out.append(f"worst-margin-error {e:.4g} is above max-abs {par['max-abs']:.4g}: the maxima contradict the worst element")
+    if (tol["abs"] + h) > 0 and e / (h + tol["abs"]) > par["max-rel"] * (1 + MARGIN_SLACK):
+        out.append(f"the worst element's relative error {e / (h + tol['abs']):.4g} is above max-rel {par['max-rel']:.4g}: "
+                   "the maxima contradict the worst element")
+    return out
 
 
 def _tolerance_not_looser(rec: Receipt, route, manifest) -> list[str]:
@@ -342,7 +439,7 @@ def _target_calls(rec: Receipt, route, manifest) -> list[str]:
 def _no_fallbacks(rec: Receipt, route, manifest) -> list[str]:
     """A qualified route fell back to the host zero times."""
     n = rec.data["evidence"]["fallbacks"]
-    return [] if n == 0 else [f"fallbacks is {n}; a qualified route has none"]
+    return [] if n == 0 else [f"fallbacks is {_show(n)}; a qualified route has none"]
 
 
 def _null_check(rec: Receipt, route, manifest) -> list[str]:
@@ -373,7 +470,7 @@ def _timing_warmup(rec: Receipt, route, manifest) -> list[str]:
     t = rec.timing
     w = t.get("warmup") if t is not None else None
     if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 0):
-        return [f"timing warmup is {w!r}; expected a non-negative integer of warm-up rounds"]
+        return [f"timing warmup is {_show(w)}; expected a non-negative integer of warm-up rounds"]
     return []
 
 
@@ -400,7 +497,7 @@ def _speedup_quartiles(rec: Receipt, route, manifest) -> list[str]:
     out = []
     for k in ("speedup-p25", "speedup-p75"):
         if k in t and not _finite_nonneg(_num(t[k])):
-            out.append(f"evidence.timing.{k} is {t[k]!r}: not a finite non-negative number")
+            out.append(f"evidence.timing.{k} is {_show(t[k])}: not a finite non-negative number")
     if out:
         return out
     lo, med, hi = t["speedup-min"], t["speedup-median"], t["speedup-max"]
@@ -434,6 +531,21 @@ def _medians_vs_speedups(rec: Receipt, route, manifest) -> list[str]:
     if not lo * (1 - SPEEDUP_SLACK) <= ratio <= hi * (1 + SPEEDUP_SLACK):
         return [f"host-median-ms / route-median-ms is {ratio:.4g}, outside the recorded per-round speedups "
                 f"{lo:g}..{hi:g}: the timing contradicts itself"]
+    return []
+
+
+def _speedup_ci(rec: Receipt, route, manifest) -> list[str]:
+    """A recorded ``speedup-ci`` (the confidence interval of the median paired speedup) brackets
+    the median and lies within the rounds: ``speedup-min <= low <= speedup-median <= high <=
+    speedup-max`` (frt qualify rounds all five the same way, so the order survives rounding)."""
+    t = rec.timing
+    ci = (t or {}).get("speedup-ci")
+    if ci is None:
+        return []
+    lo, med, hi = t["speedup-min"], t["speedup-median"], t["speedup-max"]
+    if not lo <= ci["low"] <= med <= ci["high"] <= hi:
+        return [f"speedup-ci {ci['low']:g}..{ci['high']:g} does not bracket speedup-median {med:g} within the "
+                f"recorded range {lo:g}..{hi:g}: the statistics contradict each other"]
     return []
 
 
@@ -486,11 +598,49 @@ def _certified_gate(rec: Receipt, route, manifest) -> list[str]:
     return []
 
 
+def _certified_ci_gate(rec: Receipt, route, manifest) -> list[str]:
+    """``certified_fast`` with a recorded ``speedup-ci`` needs its *low* bound at or above the
+    route's gate, and above 1: the claim is that the speedup clears the gate with confidence, not
+    that one run's median happened to (issue 21: 1.088x certified, then 0.849x, on one kernel). A
+    receipt without an interval (written before it was recorded) is held to its median only."""
+    t = rec.timing
+    ci = (t or {}).get("speedup-ci")
+    if rec.state != "certified_fast" or ci is None:
+        return []
+    gate = route.min_speedup if route.min_speedup is not None else 1.0
+    if ci["low"] < gate or ci["low"] <= 1.0:
+        return [f"certified_fast but the {ci['level']:.0%} interval of the speedup starts at {ci['low']:.4g}, "
+                f"under the route's gate {gate:.4g} (or not above 1): the speed claim is not supported with confidence"]
+    return []
+
+
+def _certified_medians_agree(rec: Receipt, route, manifest) -> list[str]:
+    """``certified_fast`` needs the host's median time above the route's: a speed claim whose
+    route is slower in the median than the host contradicts itself (issue 21: a certified median
+    speedup of 5.0 beside a route median slower than the host's).
+
+    Only the side of 1 is checked, not a tolerance on the gap. The median *of ratios*
+    (``speedup-median``) and the ratio *of medians* are different statistics of the same paired
+    rounds and can lie far apart on a noisy machine (``_medians_vs_speedups``); but a route that
+    is faster in a majority of rounds by the gate *and* slower in the median time is a sign of
+    numbers that were not measured together, and frt qualify itself certifies only when both
+    agree, so it never writes a receipt this rule refuses."""
+    t = rec.timing
+    if rec.state != "certified_fast" or t is None:
+        return []
+    h, r = t["host-median-ms"], t["route-median-ms"]
+    if h <= r:
+        return [f"certified_fast with speedup-median {t['speedup-median']:.4g}, but route-median-ms {r:g} is not "
+                f"below host-median-ms {h:g}: the route is not faster in the median, the timing contradicts itself"]
+    return []
+
+
 EVIDENCE_RULES = (
     _verdict_pass,
     _parity_passed,
     _parity_numbers_finite,
     _parity_consistent,
+    _parity_margin,
     _tolerance_not_looser,
     _target_calls,
     _no_fallbacks,
@@ -502,9 +652,12 @@ EVIDENCE_RULES = (
     _speedup_order,
     _speedup_quartiles,
     _medians_vs_speedups,
+    _speedup_ci,
     _certified_has_timing,
     _certified_paired,
     _timing_clock_fits_backend,
     _certified_rounds,
     _certified_gate,
+    _certified_ci_gate,
+    _certified_medians_agree,
 )

@@ -54,6 +54,26 @@ def relabel_certified(d):
     d["state"] = "certified_fast"
 
 
+def with_margin(d, error=2.1457672119140625e-06, host=1.0):
+    """The parity fields frt qualify records since issue 21: the worst element under the combined
+    rule, its error and |host|; the margin computed as a test oracle, not by the product."""
+    tol = parity(d)["tolerance"]
+    parity(d).update({"worst-margin": error - (tol["abs"] + tol["rel"] * host), "worst-margin-error": error,
+                      "worst-margin-host": host})
+    return d
+
+
+def with_ci(d, low=1.65, high=1.80):
+    timing(d)["speedup-ci"] = {"level": 0.95, "low": low, "high": high, "method": "sign-test-median",
+                               "ranks": [10, 21], "coverage": 0.9572}
+    timing(d)["adaptive"] = {"initial-rounds": 30, "max-rounds": 120, "stopped": "decided"}
+    return d
+
+
+# the demo's certified receipt as frt qualify writes it now: worst element and speedup interval recorded
+CERTIFIED_NEW = with_ci(with_margin(copy.deepcopy(CERTIFIED)))
+
+
 # (rule, case id, base, mutation, the exact reasons)
 CASES = [
     ("_verdict_pass", "fail", CERTIFIED, lambda d: d.update(verdict="FAIL"), ["verdict is 'FAIL', not PASS"]),
@@ -114,11 +134,45 @@ CASES = [
     ("_certified_rounds", "below-minimum", CERTIFIED, lambda d: timing(d).update(rounds=MIN_CERT_ROUNDS - 1),
      [f"certified_fast needs at least {MIN_CERT_ROUNDS} timing rounds, got {MIN_CERT_ROUNDS - 1}"]),
     ("_certified_gate", "supported-relabelled", SUPPORTED, relabel_certified,
-     ["certified_fast but speedup-median 1.011 is under the route's gate 1.05"]),
+     ["certified_fast but speedup-median 1.011 is under the route's gate 1.05",
+      "certified_fast with speedup-median 1.011, but route-median-ms 20.8756 is not below host-median-ms 20.8553: "
+      "the route is not faster in the median, the timing contradicts itself"]),
+    # issue 21 item 7: a receipt that records the worst element is decided exactly
+    ("_parity_consistent", "margin-above-zero-with-pass", CERTIFIED_NEW,
+     lambda d: (with_margin(d, error=5.0, host=1.0), parity(d).update({"max-abs": 5.0, "max-rel": 5.0})),
+     ["parity says pass, but the worst element's margin 4.999 is above 0 (|route - host| 5 > abs + rel * |host| = "
+      "0.0001 + 0.001 * 1): the evidence contradicts itself"]),
+    ("_parity_margin", "margin-not-its-element", CERTIFIED_NEW, lambda d: parity(d).update({"worst-margin": -0.5}),
+     ["worst-margin -0.5 is not worst-margin-error - (abs + rel * worst-margin-host) = -0.00109785: "
+      "the margin does not belong to its element"]),
+    ("_parity_margin", "error-above-max-abs", CERTIFIED_NEW, lambda d: with_margin(d, error=1e-3, host=1.0),
+     ["worst-margin-error 0.001 is above max-abs 2.146e-06: the maxima contradict the worst element"]),
+    ("_parity_margin", "rel-above-max-rel", CERTIFIED_NEW, lambda d: with_margin(d, host=0.0),
+     ["the worst element's relative error 0.02146 is above max-rel 0.003509: the maxima contradict the worst element"]),
+    # issue 21 item 6: the interval of the speedup
+    ("_speedup_ci", "low-below-min", CERTIFIED_NEW, lambda d: timing(d)["speedup-ci"].update(low=1.5),
+     ["speedup-ci 1.5..1.8 does not bracket speedup-median 1.7323 within the recorded range 1.5838..2.1153: "
+      "the statistics contradict each other"]),
+    ("_speedup_ci", "median-outside", CERTIFIED_NEW, lambda d: timing(d)["speedup-ci"].update(high=1.7),
+     ["speedup-ci 1.65..1.7 does not bracket speedup-median 1.7323 within the recorded range 1.5838..2.1153: "
+      "the statistics contradict each other"]),
+    ("_certified_ci_gate", "low-under-gate", CERTIFIED_NEW,
+     lambda d: (timing(d).update({"speedup-min": 1.0}), timing(d)["speedup-ci"].update(low=1.04)),
+     ["certified_fast but the 95% interval of the speedup starts at 1.04, under the route's gate 1.05 (or not "
+      "above 1): the speed claim is not supported with confidence"]),
+    # issue 21 item 9: a certified median speedup of 5.0 while the route's median time is slower than the host's
+    ("_certified_medians_agree", "median-5-route-slower", CERTIFIED,
+     lambda d: (no_quartiles(d), timing(d).update({"speedup-median": 5.0, "speedup-max": 6.0, "speedup-min": 0.5,
+                                                    "host-median-ms": 10.0})),
+     ["certified_fast with speedup-median 5, but route-median-ms 10.2917 is not below host-median-ms 10: "
+      "the route is not faster in the median, the timing contradicts itself"]),
+    # issue 21 item 9: a number no float holds is no finite number
+    ("_speedup_quartiles", "p25-10-to-the-400", CERTIFIED, lambda d: timing(d).update({"speedup-p25": 10**400}),
+     ["evidence.timing.speedup-p25 is an integer of 401 digits: not a finite non-negative number"]),
 ]
 
 
-@pytest.mark.parametrize("base", [CERTIFIED, SUPPORTED], ids=["certified", "supported"])
+@pytest.mark.parametrize("base", [CERTIFIED, SUPPORTED, CERTIFIED_NEW], ids=["certified", "supported", "certified-new"])
 def test_the_valid_bases_have_no_problems(base):
     assert reasons(copy.deepcopy(base)) == []
 
@@ -144,7 +198,13 @@ def test_every_rule_has_a_case():
     (SUPPORTED, lambda d: timing(d).update({"rounds": 2, "speedup-p25": 0.6})),  # under 3 rounds a quartile may extrapolate
     (CERTIFIED, lambda d: timing(d).update({"host-median-ms": 10.2917 * 2.1153 * 1.005})),  # at max, within the slack
     (CERTIFIED, lambda d: timing(d).pop("warmup")),
-], ids=["abs-over-rel-within", "abs-at-limit", "two-rounds-quartile", "ratio-within-slack", "no-warmup"])
+    # issue 21 item 7: the legitimate mixed case (largest absolute error on large outputs, largest relative
+    # error near zero) stands when the worst element's margin is recorded and not above 0
+    (CERTIFIED_NEW, lambda d: (parity(d).update({"max-abs": 5.0, "max-rel": 0.5}), with_margin(d, error=0.01, host=20.0))),
+    (CERTIFIED_NEW, lambda d: (parity(d).update({"max-abs": 1.1e-3}), with_margin(d, error=1.1e-3, host=1.0))),  # at the bound
+    (CERTIFIED_NEW, lambda d: (timing(d).update({"speedup-min": 1.0}), timing(d)["speedup-ci"].update(low=1.05))),
+], ids=["abs-over-rel-within", "abs-at-limit", "two-rounds-quartile", "ratio-within-slack", "no-warmup",
+        "mixed-case-with-margin", "margin-at-bound", "ci-low-at-gate"])
 def test_consistent_evidence_stays_valid(base, mutate):
     d = copy.deepcopy(base)
     mutate(d)

@@ -179,7 +179,9 @@ def test_an_embedded_receipt_relabelled_with_its_digest_recomputed(demo):
     assert rc == 1
     p = problem(doc, "receipt", "(receipts/demo-decoder/split--decode--fp32--amd-epyc.json)")
     assert p["recorded"] == "accepted as certified_fast"
-    assert p["derived"] == "rejected: certified_fast but speedup-median 1.011 is under the route's gate 1.05"
+    assert p["derived"] == ("rejected: certified_fast but speedup-median 1.011 is under the route's gate 1.05; "
+                            "certified_fast with speedup-median 1.011, but route-median-ms 20.8756 is not below "
+                            "host-median-ms 20.8553: the route is not faster in the median, the timing contradicts itself")
     i = problem(doc, "index", "index[decode/fp32/cpu/x86_64/amd-epyc]")
     assert "split certified_fast" in i["recorded"] and "split" not in i["derived"]
 
@@ -780,3 +782,19 @@ def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp
         loader.load_locked(lock, REMOTE, hardware=CPU_HW, mirror=mirror)
     assert [(x["kind"], x["path"]) for x in ei.value.reasons] == [("mismatched", "build/torch-cpu/metadata.json")]
     loader._forget_all()
+
+
+def test_fallbacks_in_an_embedded_certified_receipt_with_its_digest_recomputed(demo):
+    """Issue 21 item 10(c): a certified receipt that fell back to the host is no qualification;
+    verify re-applies the fallbacks rule to the embedded receipt (skipping it must fail here)."""
+    e = Edit(lockpath(demo))
+    row = e.receipt("fused", "decode")
+    assert row["receipt"]["state"] == "certified_fast"
+    row["receipt"]["evidence"]["fallbacks"] = 2
+    e.redigest(row)
+    e.save()
+    rc, doc, err = run_verify(demo)
+    assert rc == 1, (doc, err)
+    p = problem(doc, "receipt", "(receipts/demo-decoder/fused--decode--fp32--amd-epyc.json)")
+    assert p["recorded"] == "accepted as certified_fast"
+    assert p["derived"] == "rejected: fallbacks is 2; a qualified route has none"
