@@ -206,6 +206,11 @@ def test_hub_failures_leave_previous_lock_intact(project, hub, fault, message):
     _assert_untouched(project, before)
 
 
+def _default_sigint() -> None:
+    """In a child before exec: SIGINT back to its default (exec keeps an ignored signal ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_interrupted_lock_leaves_previous_lockfile_and_no_temp_files(project, hub):
     publish(hub)
     setup_toy(project)
@@ -223,8 +228,12 @@ def test_interrupted_lock_leaves_previous_lockfile_and_no_temp_files(project, hu
     try:
         for sig in (signal.SIGINT, signal.SIGKILL):
             hub.reset_counts()
+            # the child gets SIGINT's default disposition whatever this process inherited: a suite
+            # started with SIGINT ignored (a background job, `nohup`) would pass SIG_IGN on, and
+            # Python installs no KeyboardInterrupt handler for a signal ignored at start
             p = subprocess.Popen([sys.executable, "-m", "frt_dist.cli", "lock"], cwd=project, env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=_default_sigint)
             try:
                 reached = hub.wait_for_request("build", HANG_GUARD_S, alive=lambda: p.poll() is None)
                 if not reached:
