@@ -211,6 +211,24 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _popen(argv, **kw) -> subprocess.Popen:
+    """A child that a SIGINT from the test interrupts, however this suite was started."""
+    return subprocess.Popen(argv, preexec_fn=_default_sigint, **kw)
+
+
+def test_a_child_of_a_suite_started_with_sigint_ignored_can_be_interrupted():
+    # what `(trap '' INT; pytest)`, `nohup` or `&` from a script hand the suite; set here so the
+    # check does not depend on how this run was started
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        p = _popen([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) is "
+                    "signal.default_int_handler)"], stdout=subprocess.PIPE, text=True)
+        out, _ = p.communicate(timeout=HANG_GUARD_S)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert out.strip() == "True", out
+
+
 def test_interrupted_lock_leaves_previous_lockfile_and_no_temp_files(project, hub):
     publish(hub)
     setup_toy(project)
@@ -231,9 +249,8 @@ def test_interrupted_lock_leaves_previous_lockfile_and_no_temp_files(project, hu
             # the child gets SIGINT's default disposition whatever this process inherited: a suite
             # started with SIGINT ignored (a background job, `nohup`) would pass SIG_IGN on, and
             # Python installs no KeyboardInterrupt handler for a signal ignored at start
-            p = subprocess.Popen([sys.executable, "-m", "frt_dist.cli", "lock"], cwd=project, env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 preexec_fn=_default_sigint)
+            p = _popen([sys.executable, "-m", "frt_dist.cli", "lock"], cwd=project, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             try:
                 reached = hub.wait_for_request("build", HANG_GUARD_S, alive=lambda: p.poll() is None)
                 if not reached:
