@@ -187,6 +187,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     s.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
 
+    s = sub.add_parser("digest", help="rewrite a package's metadata.json file digests after editing it",
+                       description="Recompute the `digest` of each build/<variant>/metadata.json of a package you "
+                                   "are developing from the files now there (kernels' rule: every file but "
+                                   "metadata.json, metadata.json.sigstore, __pycache__/ and *.pyc), keeping every "
+                                   "other key. `frt lock` refuses a path package whose files do not match these "
+                                   "digests. It blesses what is in the folder: review the change first.",
+                       epilog="example: frt digest packages/rmsnorm && frt lock")
+    s.add_argument("paths", nargs="+", metavar="PATH", help="a package folder (with build/) or one variant folder")
+    s.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale variant and file")
+    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    s.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+
     s = sub.add_parser("matrix", help="render the cell x route state matrix from the lockfiles")
     _common(s)
     s.add_argument("--model", help="one model's lockfile (default: every lockfile of the project)")
@@ -503,12 +515,14 @@ def cmd_verify(args) -> int:
                      + [f"note: {n}" for n in report.notes])
     _emit(args, report.to_dict(), text)
     if problems:
-        print(f"error: verification failed ({len(problems)} problem(s))", file=sys.stderr)
         kinds = {p["kind"] for p in problems}
+        print(f"error: verification failed ({len(problems)} problem(s): {', '.join(sorted(kinds))})", file=sys.stderr)
         if kinds & set(DERIVED_KINDS):
             print("hint: the lockfile does not hold what `frt lock` derives from its own manifest and receipts: "
                   "find out who edited it (its lock-digest says nothing about that)", file=sys.stderr)
-        for hint in _verify_fixes(args, problems, {"lock-digest", "stale", *DERIVED_KINDS}):
+        own = [p["hint"] for p in problems if p.get("hint")]  # a problem that knows its fix says it
+        for hint in dict.fromkeys(own + _verify_fixes(args, [p for p in problems if not p.get("hint")],
+                                                      {"lock-digest", "stale", *DERIVED_KINDS})):
             print(f"hint: {hint}", file=sys.stderr)
         return 1
     return 0
@@ -693,8 +707,35 @@ def cmd_matrix(args) -> int:
     return 0
 
 
+def cmd_digest(args) -> int:
+    """``frt digest PATH...``: re-digest packages under development (``frt_dist.redigest``)."""
+    import shlex  # noqa: PLC0415
+
+    from .redigest import redigest  # noqa: PLC0415
+
+    found = redigest(args.paths, check=args.check)
+    lines = []
+    for vd in found:
+        state = ("stale" if args.check else "updated") if vd.changed else "up to date"
+        lines.append(f"{vd.metadata}: {state}" + (f" ({', '.join(r for r, _, _ in vd.changed)})" if vd.changed else ""))
+        if vd.written and vd.signed:
+            print(f"warning: {vd.metadata}.sigstore no longer matches the rewritten metadata.json: sign it again "
+                  "or remove it", file=sys.stderr)
+    stale = [vd for vd in found if vd.changed]
+    _emit(args, {"ok": not (args.check and stale), "variants": [vd.to_dict() for vd in found]}, "\n".join(lines))
+    if args.check and stale:
+        print(f"error: {len(stale)} metadata.json file(s) do not match their files",
+              file=sys.stderr)
+        print(f"hint: run `frt digest {shlex.join(args.paths)}` after reviewing the changes", file=sys.stderr)
+        return 1
+    if stale and not (args.quiet or args.json):
+        print("hint: run `frt lock` to lock the new digests", file=sys.stderr)
+    return 0
+
+
 COMMANDS = {"lock": cmd_lock, "resolve": cmd_resolve, "verify": cmd_verify, "mirror": cmd_mirror,
             "qualify": cmd_qualify, "matrix": cmd_matrix, "init": cmd_init}
+COMMANDS["digest"] = cmd_digest
 
 
 def main(argv: list[str] | None = None) -> int:

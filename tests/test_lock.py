@@ -287,6 +287,9 @@ def test_path_package_locked_by_content_digest(project):
     (pkg / "build" / "torch-cpu" / "addone" / "__pycache__" / "x.pyc").write_bytes(b"junk")
     assert run_frt(["lock", "--check"], cwd=project).returncode == 0
     (pkg / "build" / "torch-cpu" / "addone" / "__init__.py").write_text("def add_one(x):\n    return x + 2\n")
+    r = run_frt(["lock", "--check"], cwd=project)  # its metadata.json still has the old digest: refused
+    assert r.returncode == 1 and "addone/__init__.py (expected " in r.stderr, r.stderr
+    assert run_frt(["digest", "packages/addone"], cwd=project).returncode == 0
     r = run_frt(["lock", "--check"], cwd=project)
     assert r.returncode == 1 and "package 'testorg/addone': locked revision sha256:" in r.stdout
 
