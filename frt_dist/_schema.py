@@ -6,6 +6,7 @@ raises the document's own error class. Unknown keys are errors in frt files.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import os
 import re
@@ -136,6 +137,21 @@ class Reader:
         except (ValueError, UnicodeEncodeError) as exc:
             raise self.fail(path, f"cannot be written as canonical JSON: {exc}") from None
 
+    def no_datetimes(self, doc, path: str = "") -> None:
+        """Refuse any TOML date or time anywhere in ``doc``: frt's documents hold none, and a
+        value of that type would otherwise reach code that expects text or numbers (the
+        canonical-JSON digest first). The error names the first such field."""
+        stack = [(path, doc)]
+        while stack:
+            where, v = stack.pop()
+            if isinstance(v, dict):
+                stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in reversed(list(v.items())))
+            elif isinstance(v, list):
+                stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+            elif isinstance(v, (_dt.date, _dt.time)):
+                raise self.fail(where, f"expected a string or a number, got a TOML date/time ({v.isoformat()}); "
+                                       "frt documents hold none (quote it if it is text)")
+
     def only(self, table: dict, allowed, path: str) -> None:
         if not isinstance(table, dict):
             raise self.fail(path, f"expected a table, got {_kind(table)}")
@@ -181,17 +197,17 @@ def read_bytes(path: Path, error: type[FrtError], label: str | None = None, *, l
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             data = fh.read(limit + 1) if size <= limit else b""
-        if size > limit or len(data) > limit:
-            why = (f"is {_mb(max(size, len(data)))}{' or more' if size <= limit else ''}, over the "
-                   f"{_mb(limit)} limit for this kind of file; frt refuses it before parsing")
-            raise error(f"{label}: {why}", reasons=[{"file": label, "field": "", "reason": why, "size": max(size, len(data)),
-                                                      "limit": limit}])
-        return data
     except FileNotFoundError:
         raise error(f"{label}: file not found", reasons=[{"file": label, "field": "", "reason": "file not found"}]) from None
     except (OSError, ValueError) as exc:  # a directory, no permission, a name the OS refuses (NUL, too long)
         why = f"cannot be read: {getattr(exc, 'strerror', None) or exc}"
         raise error(f"{label}: {why}", reasons=[{"file": label, "field": "", "reason": why}]) from None
+    if size > limit or len(data) > limit:
+        why = (f"is {_mb(max(size, len(data)))}{' or more' if size <= limit else ''}, over the "
+               f"{_mb(limit)} limit for this kind of file; frt refuses it before parsing")
+        raise error(f"{label}: {why}", reasons=[{"file": label, "field": "", "reason": why, "size": max(size, len(data)),
+                                                  "limit": limit}])
+    return data
 
 
 def load_toml(path: Path, error: type[FrtError], label: str | None = None) -> dict:
