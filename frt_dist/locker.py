@@ -441,7 +441,17 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
             return result
         raise FrtError(f"the bundled defaults are read-only ({project.root})", hints=[
             "run frt in a project (a folder with manifests/) or set FRT_HOME"])
-    result.written = write_atomic(lpath, data)
+    try:
+        result.written = write_atomic(lpath, data)
+    except OSError as exc:  # read-only, full disk, no permission: the old lockfile stays, no temp file is left
+        why = exc.strerror or str(exc)
+        kept = "the previous lockfile is unchanged" if lpath.exists() else "no lockfile was written"
+        err = FrtError(f"{project.rel(lpath)}: cannot be written: {why}; {kept}",
+                       reasons=[{"model": model, "path": project.rel(lpath), "reason": why}],
+                       hints=[f"make {project.rel(lpath.parent)}/ writable (or free space on its disk), then run "
+                              "`frt lock` again"])
+        err.exit_code = 2  # the project cannot take the lockfile: an invocation that cannot succeed
+        raise err from None
     return result
 
 
