@@ -125,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-resolve REPO's branch on the Hub (otherwise a locked commit is kept)")
     s.add_argument("--export", choices=["kernels"],
                    help="write nothing to lockfiles/: print the locked pins in another tool's lock format "
-                        "(kernels: a kernels.lock for kernels.load_kernel / LockedLayerRepository)")
+                        "(kernels: a kernels.lock for kernels.load_kernel / LockedLayerRepository). kernels checks "
+                        "no file digest when it loads: an edited file in the mirror runs; check the mirror with "
+                        "`frt verify --mirror DIR` before such a load (frt_dist.load checks every file itself)")
     s.add_argument("-o", "--output", metavar="FILE", type=_output_file,
                    help="with --export: write to FILE instead of stdout")
 
@@ -333,6 +335,9 @@ def _lock_export(args) -> int:
     models = [args.model] if args.model is not None else project.models()
     locks = [Lockfile.read(project.existing_lockfile(m)) for m in models]
     text = kernels_lock_json(locks)
+    if not args.quiet:
+        print("note: kernels checks no file digest when it loads through this kernels.lock: run "
+              "`frt verify --mirror DIR` on the mirror before such a load", file=sys.stderr)
     if args.output:
         out = Path(args.output)
         write_atomic(out, text.encode("utf-8"))
