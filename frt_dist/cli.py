@@ -340,7 +340,11 @@ def _lock_export(args) -> int:
               "`frt verify --mirror DIR` on the mirror before such a load", file=sys.stderr)
     if args.output:
         out = Path(args.output)
-        write_atomic(out, text.encode("utf-8"))
+        try:
+            write_atomic(out, text.encode("utf-8"))
+        except OSError as exc:  # read-only, full disk, no permission: nothing half-written (write_atomic)
+            raise UsageError(f"-o {out}: cannot be written: {exc.strerror or exc}",
+                             hints=["write it to a folder you can write, with free space"]) from None
         if not args.quiet:
             print(f"wrote {out} ({len(json.loads(text))} kernels, from {', '.join(project.rel(l.path) for l in locks)})",
                   file=sys.stderr)

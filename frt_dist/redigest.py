@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._schema import JSONInvalid, json_loads, read_bytes
-from .errors import FrtError, KernelUnavailable, UsageError
+from .errors import KernelUnavailable, UsageError
 from .metadata import MAX_METADATA_BYTES, digest_mismatches, variant_file_digests
 
 __all__ = ["redigest", "VariantDigest"]
@@ -105,7 +105,7 @@ def redigest(paths, *, check: bool = False) -> list[VariantDigest]:
             try:
                 vd.written = write_atomic(vd.metadata, vd.data)
             except OSError as exc:
-                raise FrtError(f"{vd.metadata}: cannot be written: {exc.strerror or exc}",
+                raise UsageError(f"{vd.metadata}: cannot be written: {exc.strerror or exc}",
                                reasons=[{"path": str(vd.metadata), "reason": exc.strerror or str(exc)}],
                                hints=["check the folder's permissions and free space, then run it again (a metadata.json "
                                       "already rewritten is left as written)"]) from None

@@ -198,3 +198,18 @@ def test_lock_and_init_with_permission_denied(shared_dir, capsys):
     assert r.returncode == 2 and (f"error: frt init: {shared_dir / 'q'}: cannot be written: Permission denied; "
                                   "nothing was written") in r.stderr, r.stderr
     assert not (shared_dir / "q").exists()
+
+
+def test_export_and_digest_on_a_read_only_disk(tmp_path, capsys):
+    with tmpfs(tmp_path / "fs", "size=1m") as fs:
+        project, _ = _locked_project(fs, capsys)
+        f = project / "packages" / "rmsnorm" / "build" / "torch-cpu" / "rmsnorm" / "__init__.py"
+        f.write_text(f.read_text() + "\n# edited\n")
+        (fs / "out").mkdir()
+        remount_ro(fs)
+        assert main(["lock", "--project", str(project), "--export", "kernels", "-o", str(fs / "out" / "k.lock")]) == 2
+        err = capsys.readouterr().err
+        assert f"error: -o {fs / 'out' / 'k.lock'}: cannot be written: Read-only file system" in err
+        assert "Traceback" not in err and list((fs / "out").iterdir()) == []
+        assert main(["digest", str(project / "packages" / "rmsnorm")]) == 2
+        assert "metadata.json: cannot be written: Read-only file system" in capsys.readouterr().err
