@@ -125,6 +125,9 @@ def _mirror_and_load(root: Path, mirror: Path, capsys, monkeypatch) -> None:
         lock = Lockfile.read(root / "lockfiles" / f"{model}.lock")
         for repo, pkg in sorted(lock.packages.items()):
             variant = select_variants(pkg.variants, CPU).selected
+            mid = pkg.variants[variant].module_id
+            for name in [n for n in sys.modules if n == mid or n.startswith(mid + ".")]:
+                monkeypatch.delitem(sys.modules, name)  # imported by another test, not by frt's loader: set aside
             monkeypatch.setenv("HF_HUB_OFFLINE", "1")
             got = loader.load_locked(lock, repo, variant, mirror=mirror, hardware=CPU, root=root)
             assert got.module is not None
