@@ -6,7 +6,9 @@ raises the document's own error class. Unknown keys are errors in frt files.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 from .canonical import digest as _digest
 from .errors import FrtError
 
-__all__ = ["Reader", "load_toml", "load_json", "json_loads", "JSONInvalid", "SCHEMA_RE"]
+__all__ = ["Reader", "load_toml", "load_json", "json_loads", "JSONInvalid", "SCHEMA_RE", "read_bytes", "MAX_BYTES"]
 
 SCHEMA_RE = re.compile(r"^(frt\.[a-z]+)/(\d+)(?:\.(\d+))?$")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -142,6 +144,21 @@ class Reader:
         except (ValueError, UnicodeEncodeError) as exc:
             raise self.fail(path, f"cannot be written as canonical JSON: {exc}") from None
 
+    def no_datetimes(self, doc, path: str = "") -> None:
+        """Refuse any TOML date or time anywhere in ``doc``: frt's documents hold none, and a
+        value of that type would otherwise reach code that expects text or numbers (the
+        canonical-JSON digest first). The error names the first such field."""
+        stack = [(path, doc)]
+        while stack:
+            where, v = stack.pop()
+            if isinstance(v, dict):
+                stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in reversed(list(v.items())))
+            elif isinstance(v, list):
+                stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+            elif isinstance(v, (_dt.date, _dt.time)):
+                raise self.fail(where, f"expected a string or a number, got a TOML date/time ({v.isoformat()}); "
+                                       "frt documents hold none (quote it if it is text)")
+
     def only(self, table: dict, allowed, path: str) -> None:
         if not isinstance(table, dict):
             raise self.fail(path, f"expected a table, got {_kind(table)}")
@@ -160,15 +177,44 @@ class Reader:
         return s
 
 
-def read_bytes(path: Path, error: type[FrtError], label: str | None = None) -> bytes:
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n < (1 << 30) else f"{n / (1 << 30):.1f} GiB"
+
+
+# The largest file frt parses, per document kind (its error class), checked before parsing: a
+# document over it is refused naming the file, its size and the limit, instead of exhausting time
+# and memory. Each is far above what a real document holds (measured: bench/RESULTS.md):
+# a lockfile is 1.7 MB per 1,000 cells with one receipt each (10,000 cells: 17 MB, the 100,000-cell
+# benchmark: 172 MB); a manifest is a few KB (one table per seam, impl and route); a receipt is
+# about 2 KB.
+MAX_BYTES = {"LockfileError": 256 << 20, "ManifestError": 16 << 20, "ReceiptInvalid": 4 << 20}
+
+
+def read_bytes(path: Path, error: type[FrtError], label: str | None = None, *, limit: int | None = None) -> bytes:
+    """The file's bytes, or ``error`` naming ``label`` and why not. A file larger than ``limit``
+    bytes (default: ``MAX_BYTES`` for the document kind ``error`` names) is refused before it is
+    read, and at most ``limit + 1`` bytes are ever read, so a file that grows, or a device, cannot
+    make the reader take more."""
     label = label or str(path)
+    if limit is None:
+        limit = next((MAX_BYTES[c.__name__] for c in error.__mro__ if c.__name__ in MAX_BYTES), None)
     try:
-        return path.read_bytes()
+        if limit is None:
+            return path.read_bytes()
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            data = fh.read(limit + 1) if size <= limit else b""
     except FileNotFoundError:
         raise error(f"{label}: file not found", reasons=[{"file": label, "field": "", "reason": "file not found"}]) from None
     except (OSError, ValueError) as exc:  # a directory, no permission, a name the OS refuses (NUL, too long)
         why = f"cannot be read: {getattr(exc, 'strerror', None) or exc}"
         raise error(f"{label}: {why}", reasons=[{"file": label, "field": "", "reason": why}]) from None
+    if size > limit or len(data) > limit:
+        why = (f"is {_mb(max(size, len(data)))}{' or more' if size <= limit else ''}, over the "
+               f"{_mb(limit)} limit for this kind of file; frt refuses it before parsing")
+        raise error(f"{label}: {why}", reasons=[{"file": label, "field": "", "reason": why, "size": max(size, len(data)),
+                                                  "limit": limit}])
+    return data
 
 
 def load_toml(path: Path, error: type[FrtError], label: str | None = None) -> dict:

@@ -128,7 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-resolve REPO's branch on the Hub (otherwise a locked commit is kept)")
     s.add_argument("--export", choices=["kernels"],
                    help="write nothing to lockfiles/: print the locked pins in another tool's lock format "
-                        "(kernels: a kernels.lock for kernels.load_kernel / LockedLayerRepository)")
+                        "(kernels: a kernels.lock for kernels.load_kernel / LockedLayerRepository). kernels checks "
+                        "no file digest when it loads: an edited file in the mirror runs; check the mirror with "
+                        "`frt verify --mirror DIR` before such a load (frt_dist.load checks every file itself)")
     s.add_argument("-o", "--output", metavar="FILE", type=_output_file,
                    help="with --export: write to FILE instead of stdout")
 
@@ -191,6 +193,18 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("init", help="create a project (pyproject.toml, a commented manifest, a kernel package)")
     s.add_argument("dir", metavar="DIR", nargs="?", default=".", help="the project folder (default: here)")
     s.add_argument("--model", default="my-model", help="the model name of the first manifest (default: my-model)")
+    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    s.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+
+    s = sub.add_parser("digest", help="rewrite a package's metadata.json file digests after editing it",
+                       description="Recompute the `digest` of each build/<variant>/metadata.json of a package you "
+                                   "are developing from the files now there (kernels' rule: every file but "
+                                   "metadata.json, metadata.json.sigstore, __pycache__/ and *.pyc), keeping every "
+                                   "other key. `frt lock` refuses a path package whose files do not match these "
+                                   "digests. It blesses what is in the folder: review the change first.",
+                       epilog="example: frt digest packages/rmsnorm && frt lock")
+    s.add_argument("paths", nargs="+", metavar="PATH", help="a package folder (with build/) or one variant folder")
+    s.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale variant and file")
     s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     s.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
 
@@ -344,6 +358,9 @@ def _lock_export(args) -> int:
     models = [args.model] if args.model is not None else project.models()
     locks = [Lockfile.read(project.existing_lockfile(m)) for m in models]
     text = kernels_lock_json(locks)
+    if not args.quiet:
+        print("note: kernels checks no file digest when it loads through this kernels.lock: run "
+              "`frt verify --mirror DIR` on the mirror before such a load", file=sys.stderr)
     if args.output:
         out = Path(args.output)
         _write_output(out, text.encode("utf-8"))
@@ -358,14 +375,14 @@ def _lock_export(args) -> int:
 def _write_output(out: Path, data: bytes) -> None:
     """``-o FILE``, whole or not at all: a temp file beside FILE renamed over it, removed on any
     failure (``write_atomic``). A failure names FILE, not the temp file: ``error: -o FILE: cannot
-    be written: <cause>`` (exit 1), FILE as it was before."""
+    be written: <cause>`` (exit 2), FILE as it was before."""
     from .lockfile import write_atomic  # noqa: PLC0415
 
     try:
         write_atomic(out, data)
     except OSError as exc:
         cause = exc.strerror or str(exc) or type(exc).__name__
-        raise FrtError(f"-o {out}: cannot be written: {cause}", hints=_os_error(exc).hints,
+        raise UsageError(f"-o {out}: cannot be written: {cause}", hints=_os_error(exc).hints,
                        reasons=[{"path": str(out), "reason": cause}]) from None
 
 
@@ -574,12 +591,14 @@ def cmd_verify(args) -> int:
                      + [f"note: {n}" for n in report.notes])
     _emit(args, report.to_dict(), text)
     if problems:
-        print(f"error: verification failed ({len(problems)} problem(s))", file=sys.stderr)
         kinds = {p["kind"] for p in problems}
+        print(f"error: verification failed ({len(problems)} problem(s): {', '.join(sorted(kinds))})", file=sys.stderr)
         if kinds & set(DERIVED_KINDS):
             print("hint: the lockfile does not hold what `frt lock` derives from its own manifest and receipts: "
                   "find out who edited it (its lock-digest says nothing about that)", file=sys.stderr)
-        for hint in _verify_fixes(args, problems, {"lock-digest", "stale", *DERIVED_KINDS}):
+        own = [p["hint"] for p in problems if p.get("hint")]  # a problem that knows its fix says it
+        for hint in dict.fromkeys(own + _verify_fixes(args, [p for p in problems if not p.get("hint")],
+                                                      {"lock-digest", "stale", *DERIVED_KINDS})):
             print(f"hint: {hint}", file=sys.stderr)
         return 1
     return 0
@@ -804,8 +823,35 @@ def cmd_matrix(args) -> int:
     return 0
 
 
+def cmd_digest(args) -> int:
+    """``frt digest PATH...``: re-digest packages under development (``frt_dist.redigest``)."""
+    import shlex  # noqa: PLC0415
+
+    from .redigest import redigest  # noqa: PLC0415
+
+    found = redigest(args.paths, check=args.check)
+    lines = []
+    for vd in found:
+        state = ("stale" if args.check else "updated") if vd.changed else "up to date"
+        lines.append(f"{vd.metadata}: {state}" + (f" ({', '.join(r for r, _, _ in vd.changed)})" if vd.changed else ""))
+        if vd.written and vd.signed:
+            print(f"warning: {vd.metadata}.sigstore no longer matches the rewritten metadata.json: sign it again "
+                  "or remove it", file=sys.stderr)
+    stale = [vd for vd in found if vd.changed]
+    _emit(args, {"ok": not (args.check and stale), "variants": [vd.to_dict() for vd in found]}, "\n".join(lines))
+    if args.check and stale:
+        print(f"error: {len(stale)} metadata.json file(s) do not match their files",
+              file=sys.stderr)
+        print(f"hint: run `frt digest {shlex.join(args.paths)}` after reviewing the changes", file=sys.stderr)
+        return 1
+    if stale and not (args.quiet or args.json):
+        print("hint: run `frt lock` to lock the new digests", file=sys.stderr)
+    return 0
+
+
 COMMANDS = {"lock": cmd_lock, "resolve": cmd_resolve, "verify": cmd_verify, "mirror": cmd_mirror,
             "qualify": cmd_qualify, "matrix": cmd_matrix, "init": cmd_init}
+COMMANDS["digest"] = cmd_digest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -871,8 +917,8 @@ _OS_HINTS = {
 
 
 def _os_error(exc: OSError, command: str | None = None) -> FrtError:
-    """The last resort for an ``OSError`` no command reported itself: ``<path>: <cause>``, exit 1
-    (a "no" from the machine, not bad input), with a hint for the common causes."""
+    """The last resort for an ``OSError`` no command reported itself: ``<path>: <cause>``, exit 2 for
+    a place that cannot be written (full, read-only, denied), else exit 1, with a hint for the common causes."""
     import errno  # noqa: PLC0415
 
     path = _written_file(exc.filename) if exc.filename is not None else None
@@ -882,8 +928,14 @@ def _os_error(exc: OSError, command: str | None = None) -> FrtError:
         where = f"{path} -> {exc.filename2}: "
     name = errno.errorcode.get(exc.errno or 0, "")
     hints = [_OS_HINTS[name]] if name in _OS_HINTS else []
-    return FrtError(f"{where}{cause}", hints=hints, reasons=[{"path": None if path is None else str(path),
-                                                              "errno": name or None, "reason": cause}])
+    # a place that cannot be written is exit 2, as every command that reports it itself says (README);
+    # anything else the machine refused (an I/O error) is a "no", exit 1
+    kind = UsageError if name in _UNWRITABLE else FrtError
+    return kind(f"{where}{cause}", hints=hints, reasons=[{"path": None if path is None else str(path),
+                                                          "errno": name or None, "reason": cause}])
+
+
+_UNWRITABLE = frozenset({"ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM", "EFBIG", "ENOTDIR", "EISDIR"})
 
 
 def _written_file(name):

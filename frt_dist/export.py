@@ -14,6 +14,12 @@ first 40 hex digits of its content digest, SPEC §8.9), so a `kernels` reading a
 mirror (``KERNELS_CACHE=<mirror>``, offline) finds exactly the mirrored bytes. What
 `kernels.lock` cannot say — file digests, trust decisions, variants, receipts — stays
 in frt's lockfile: the export is a view for `kernels`, not a replacement.
+
+`kernels` checks no file digest on any load path (``load_kernel``, ``get_locked_kernel``,
+the locked layer repositories): a file edited in the mirror or the cache after ``frt mirror``
+wrote it runs. A load through the export is as safe as the mirror it reads, so check the
+mirror with ``frt verify --mirror DIR`` before it (``frt lock --export`` says so on stderr);
+``frt_dist.load`` verifies every file against the lock itself.
 """
 
 from __future__ import annotations

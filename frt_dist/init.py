@@ -24,12 +24,13 @@ import base64
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
 from . import names
-from .errors import UsageError
+from .errors import FrtError, UsageError
 from .project import bundled_root
 
 __all__ = ["init_project"]
@@ -133,24 +134,80 @@ def _package(dest: Path, model: str) -> None:
         (vdir / rel).write_bytes(data)
         files[rel] = _b64_sha256(data)
     meta = json.loads((src / "metadata.json").read_text("utf-8"))
-    meta["id"] = f"_{model.replace('-', '_')}_rmsnorm_v1"
+    meta["id"] = f"_{re.sub(r'[^A-Za-z0-9_]', '_', model)}_rmsnorm_v1"  # a Python identifier for any model name
     meta["digest"] = {"algorithm": "sha256", "files": files}
     (vdir / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n", "utf-8")
 
 
+_ITEMS = ("lockfiles", "manifests", "packages", "pyproject.toml", "receipts")
+
+
+def _refuse_links_and_clashes(dest: Path, model: str) -> None:
+    """What is already in ``dest`` under the names init writes must be what init would keep:
+    no symlink (dangling or not: its target is not the project), a folder where init makes a
+    folder, and no ``packages/rmsnorm`` or ``receipts/<model>`` of the user's to write over."""
+    for name in _ITEMS:
+        p = dest / name
+        if p.is_symlink():
+            target = os.readlink(p)
+            state = "" if p.exists() else ", which does not exist"
+            raise UsageError(f"frt init: {p} is a symlink to {target}{state}; frt init writes real folders",
+                             hints=[f"remove the link (rm {p}) or pick another folder"])
+        if p.exists() and name != "pyproject.toml" and not p.is_dir():
+            raise UsageError(f"frt init: {p} exists and is not a folder", hints=["move it away or pick another folder"])
+    for sub in (dest / "packages" / "rmsnorm", dest / "receipts" / model):
+        if os.path.lexists(sub):
+            raise UsageError(f"frt init: {sub} already exists; frt init would write its own there",
+                             hints=["move it away or pick another folder"])
+
+
+def _validate(staging: Path, model: str) -> None:
+    """The project in ``staging`` as `frt lock` reads it: its manifest and its path package,
+    with the validators lock uses, so init never writes a project lock refuses."""
+    from .errors import FrtError  # noqa: PLC0415
+    from .locker import derive_path_package  # noqa: PLC0415
+    from .manifest import Manifest  # noqa: PLC0415
+    from .project import Project  # noqa: PLC0415
+
+    try:
+        m = Manifest.read(staging / "manifests" / f"{model}.toml", label=f"manifests/{model}.toml")
+        for pkg in m.packages.values():
+            derive_path_package(Project(staging, "project", {}), pkg)
+    except FrtError as exc:
+        raise UsageError(f"frt init: --model {model!r} makes a project `frt lock` refuses: {exc}") from None
+
+
+def _not_written(exc: OSError, dest: Path) -> FrtError:
+    where = exc.filename or dest
+    why = exc.strerror or str(exc)
+    err = FrtError(f"frt init: {where}: cannot be written: {why}; nothing was written",
+                   reasons=[{"path": str(where), "reason": why}],
+                   hints=[f"create the project in a folder you can write, with free space (tried {dest})"])
+    err.exit_code = 2  # the folder it was pointed at cannot take a project: an invocation that cannot succeed
+    return err
+
+
 def init_project(dest: str | os.PathLike, *, model: str = "my-model", org: str = "my-org") -> list[Path]:
-    """Create a project in ``dest`` (created if missing); the files written, in order."""
+    """Create a project in ``dest`` (created if missing); the files written, in order. Raises
+    ``UsageError`` (exit 2) for a folder that holds a project, a symlink or a clash, and
+    ``FrtError`` (exit 2) naming the path and the cause when the folder cannot be written
+    (read-only, full, no permission); nothing is left behind then."""
     names.check("name", model, "--model", UsageError)
     names.check("name", org, "--org", UsageError)
     dest = Path(dest).resolve()
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"frt init: {dest} exists and is not a folder")
-    if (dest / "manifests").exists():
+    if os.path.lexists(dest / "manifests") and not (dest / "manifests").is_symlink():
         raise UsageError(f"frt init: {dest} is already a project (it has manifests/)",
                          hints=[f"frt lock --project {dest}"])
-    dest.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".frt-init-", dir=dest))
+    _refuse_links_and_clashes(dest, model)
+    made = [d for d in (dest, *dest.parents) if not d.exists()]  # what mkdir creates, removed on failure
+    staging = None
+    written: list[Path] = []
+    done = False
     try:
+        dest.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".frt-init-", dir=dest))
         (staging / "manifests").mkdir()
         (staging / "manifests" / f"{model}.toml").write_text(
             _MANIFEST.format(model=model, org=org, binding=model.replace("-", "_") + "_block"), "utf-8")
@@ -159,13 +216,30 @@ def init_project(dest: str | os.PathLike, *, model: str = "my-model", org: str =
         _package(staging, model)
         if not (dest / "pyproject.toml").exists():
             (staging / "pyproject.toml").write_text(_PYPROJECT, "utf-8")
-        written = []
+        _validate(staging, model)
         for item in sorted(staging.iterdir()):
             target = dest / item.name
-            if target.exists():  # receipts/, lockfiles/ or packages/ already there: keep the user's
+            if target.is_dir() and item.is_dir():  # receipts/ or packages/ already there: keep the user's,
+                for child in sorted(item.iterdir()):  # add ours beside (clashes were refused above)
+                    os.replace(child, target / child.name)
+                    written.append(target / child.name)
+                continue
+            if os.path.lexists(target):  # lockfiles/ already there: kept as it is
                 continue
             os.replace(item, target)
             written.append(target)
+        done = True
         return written
+    except OSError as exc:
+        for p in reversed(written):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        raise _not_written(exc, dest) from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if not done:
+            for d in made:  # folders init created for a project it did not write
+                try:
+                    d.rmdir()
+                except OSError:
+                    break

@@ -15,13 +15,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._schema import JSONInvalid, json_loads, load_json
+from ._schema import JSONInvalid, json_loads, load_json, read_bytes
 from .admissible import admission_problems
 from .canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
 from .errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid
 from .lockfile import Candidate, IndexEntry, LockedPackage, Lockfile, write_atomic
 from .manifest import Manifest, Package
-from .metadata import parse_variant_metadata, with_computed_digests
+from .metadata import (MAX_METADATA_BYTES, PackageDigestMismatch, digest_mismatches, parse_variant_metadata, variant_file_digests,
+                       with_computed_digests)
 from .project import Project
 from .receipt import STATES, CellKey, Receipt
 
@@ -242,6 +243,7 @@ class _Locker:
         revision = digest(tree_digests(root))
         variants = {}
         versions = set()
+        mismatched = []  # (variant, [(relpath, expected, computed)]): files edited since they were digested
         for vdir in sorted(p for p in build.iterdir() if p.is_dir()):
             mpath = vdir / "metadata.json"
             if not mpath.is_file():
@@ -251,10 +253,22 @@ class _Locker:
                                                "torch-universal builds have none): rebuild the package with a current "
                                                "kernel-builder, or add a metadata.json (name, id, version, license, "
                                                "python-depends, backend); frt computes the file digests if it has none"])
-            raw = mpath.read_bytes()
+            try:
+                raw = read_bytes(mpath, KernelUnavailable, f"{pkg.path}/build/{vdir.name}/metadata.json",
+                                 limit=MAX_METADATA_BYTES)
+            except KernelUnavailable as exc:
+                raise KernelUnavailable(f"package {pkg.repo!r}: {exc}", reasons=exc.reasons) from None
             v = parse_variant_metadata(raw, repo=pkg.repo, variant=vdir.name)
             if v.digest_source == "frt":
                 v = with_computed_digests(v, _read_tree(vdir, pkg.repo), repo=pkg.repo)
+            else:  # the digests the loader and the mirror will check: they must be these files' own
+                try:
+                    now = variant_file_digests(vdir, v.algorithm, label=f"{pkg.path}/build/{vdir.name}")
+                except KernelUnavailable as exc:
+                    raise KernelUnavailable(f"package {pkg.repo!r}: {exc}", reasons=exc.reasons) from None
+                bad = digest_mismatches(v.files, now)
+                if bad:
+                    mismatched.append((vdir.name, bad))
             variants[vdir.name] = v
             ver = json.loads(raw).get("version")
             if isinstance(ver, int):
@@ -262,6 +276,8 @@ class _Locker:
         if not variants:
             raise KernelUnavailable(f"package {pkg.repo!r}: {pkg.path}/build/ has no variants",
                                     reasons=[{"package": pkg.repo, "reason": "no variants"}])
+        if mismatched:
+            raise PackageDigestMismatch(pkg.repo, pkg.path, mismatched, fix=f"frt digest {_shown(root)}")
         version = min(versions) if versions else 1
         return LockedPackage(pkg.repo, "path", version, revision, derive_trust(pkg, None), variants, path=pkg.path)
 
@@ -346,6 +362,19 @@ def _read_tree(vdir: Path, repo: str) -> dict[str, bytes]:
     return out
 
 
+def _shown(path: Path) -> str:
+    """``path`` as a command argument that works from the current folder: relative when it is
+    below it, else absolute; shell-quoted."""
+    import os  # noqa: PLC0415
+    import shlex  # noqa: PLC0415
+
+    try:
+        rel = os.path.relpath(path)
+    except (OSError, ValueError):
+        rel = str(path)
+    return shlex.quote(str(path) if rel == ".." or rel.startswith("../") else rel)
+
+
 def derive_path_package(project: Project, pkg: Package) -> LockedPackage:
     """A path package as `frt lock` pins it now, from its source under the project
     (content digest, version, each variant's metadata facts). Raises ``KernelUnavailable``."""
@@ -427,7 +456,17 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
             return result
         raise FrtError(f"the bundled defaults are read-only ({project.root})", hints=[
             "run frt in a project (a folder with manifests/) or set FRT_HOME"])
-    result.written = write_atomic(lpath, data)
+    try:
+        result.written = write_atomic(lpath, data)
+    except OSError as exc:  # read-only, full disk, no permission: the old lockfile stays, no temp file is left
+        why = exc.strerror or str(exc)
+        kept = "the previous lockfile is unchanged" if lpath.exists() else "no lockfile was written"
+        err = FrtError(f"{project.rel(lpath)}: cannot be written: {why}; {kept}",
+                       reasons=[{"model": model, "path": project.rel(lpath), "reason": why}],
+                       hints=[f"make {project.rel(lpath.parent)}/ writable (or free space on its disk), then run "
+                              "`frt lock` again"])
+        err.exit_code = 2  # the project cannot take the lockfile: an invocation that cannot succeed
+        raise err from None
     return result
 
 

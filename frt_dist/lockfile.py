@@ -273,6 +273,7 @@ class Lockfile:
         names a receipt the lock does not embed is refused; ``frt verify`` reads without it and
         reports the candidate as an ``index`` problem with everything else it re-derives."""
         r = Reader(file, LockfileError)
+        r.no_datetimes(data)  # before the digest: canonical JSON has no such type
         r.only(data, {"schema", "lock-digest", "model", "manifest-file", "manifest-digest", "manifest",
                       "packages", "routes", "receipts", "rejected-receipts", "index"}, "")
         r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
@@ -363,7 +364,21 @@ class Lockfile:
             dig = r.get(rt, "digest", str, p)
             raw_receipts[dig] = (p, r.get(rt, "file", str, p), body, kind)
         receipts = _LazyReceipts(file, raw_receipts, verify)
+        for rname, rt in r.get(data, "routes", dict, "", required=False, default={}).items():
+            rp = f"routes.{rname}"  # what verify compares with the manifest: each field of its type
+            r.only(rt, {"route-digest", "precision", "assembly", "packages"}, rp)
+            for k in ("route-digest", "precision", "assembly"):
+                r.get(rt, k, str, rp)
+            r.str_list(rt, "packages", rp)
         rejected = r.get(data, "rejected-receipts", list, "", required=False, default=[])
+        for i, rj in enumerate(rejected):
+            rp = f"rejected-receipts[{i}]"
+            if not isinstance(rj, dict):
+                raise r.fail(rp, f"expected a table, got {type(rj).__name__}")
+            for k in ("digest", "file", "reason"):
+                r.get(rj, k, str, rp)
+            for k in ("route", "phase", "device-class"):
+                r.get(rj, k, str, rp, required=False)
         index = {}
         entries = r.json_value(data.get("index", []), "index", list, "a JSON array (string) or an array of tables")
         for i, it in enumerate(entries):

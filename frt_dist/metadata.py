@@ -14,7 +14,9 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
+import os
 import re
+import stat
 from pathlib import Path
 
 from . import names
@@ -24,7 +26,10 @@ from .errors import KernelUnavailable
 from .lockfile import LockedVariant
 from .variants import valid_variant_name
 
-__all__ = ["parse_variant_metadata", "with_computed_digests", "requirement_problem"]
+__all__ = ["parse_variant_metadata", "with_computed_digests", "requirement_problem", "variant_file_digests",
+           "digest_mismatches", "PackageDigestMismatch", "MAX_METADATA_BYTES"]
+
+MAX_METADATA_BYTES = 4 << 20  # a metadata.json is a few KB: one digest line per file
 
 _NAME_RE = re.compile(r"^[a-z][-a-z0-9]*[a-z0-9]$")
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -121,6 +126,76 @@ def _requirements(meta: dict, bad) -> dict:
 _NOT_PAYLOAD = ("metadata.json", "metadata.json.sigstore")
 
 
+def _is_payload(rel: str) -> bool:
+    """Whether kernels' digest rule covers ``rel`` (a posix path inside the variant directory)."""
+    return not (rel in _NOT_PAYLOAD or rel.endswith(".pyc") or any(p in IGNORED_PARTS for p in rel.split("/")))
+
+
+def variant_file_digests(vdir: Path, algorithm: str, *, label: str) -> dict[str, str]:
+    """``{relpath: base64 digest}`` of the files of a variant directory on disk that kernels'
+    digest rule covers, read in chunks. A symlink or anything but a regular file is refused
+    (``KernelUnavailable`` naming ``label``/relpath): its bytes are not the package's own."""
+    from .canonical import scan_tree  # noqa: PLC0415
+
+    out = {}
+    for rel, path, link in scan_tree(vdir):
+        if not _is_payload(rel):
+            continue
+        why = names.problem("path", rel)
+        if why or link:
+            what = "is a symlink (its target is not part of the package)" if link else f"is not a file name frt accepts: {why}"
+            raise KernelUnavailable(f"{label}/{rel} {what}", reasons=[{"path": f"{label}/{rel}", "reason": what}])
+        h = hashlib.new(algorithm)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    raise KernelUnavailable(f"{label}/{rel} is not a regular file",
+                                            reasons=[{"path": f"{label}/{rel}", "reason": "not a regular file"}])
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+        except OSError as exc:
+            raise KernelUnavailable(f"{label}/{rel} cannot be read: {exc.strerror or exc}",
+                                    reasons=[{"path": f"{label}/{rel}", "reason": f"cannot be read: {exc.strerror or exc}"}]) from None
+        out[rel] = base64.b64encode(h.digest()).decode("ascii")
+    return dict(sorted(out.items()))
+
+
+def digest_mismatches(declared: dict[str, str], computed: dict[str, str]) -> list[tuple[str, str | None, str | None]]:
+    """``(relpath, expected, computed)`` for every file whose digest in ``metadata.json``
+    (``declared``) is not the one computed from the files: a changed file, one the metadata does
+    not list (expected ``None``: kernels' rule makes an extra file a violation) and a listed file
+    that is not there (computed ``None``). Empty when they agree."""
+    return [(rel, declared.get(rel), computed.get(rel)) for rel in sorted(set(declared) | set(computed))
+            if declared.get(rel) != computed.get(rel)]
+
+
+class PackageDigestMismatch(KernelUnavailable):
+    """A path package whose files are not the ones its variants' ``metadata.json`` digests name
+    (a kernel edited after it was digested). ``variants`` is ``[(variant, [(relpath, expected,
+    computed)])]``; the hint is the command that re-digests the package (``frt digest PATH``)."""
+
+    def __init__(self, repo: str, label: str, variants: list[tuple[str, list]], *, fix: str):
+        def one(rel, want, got):
+            if want is None:
+                return f"{rel} (not in metadata.json; computed {got})"
+            if got is None:
+                return f"{rel} (metadata.json has {want}; the file is missing)"
+            return f"{rel} (expected {want}, computed {got})"
+
+        parts = [f"{label}/build/{v}/metadata.json digests do not match the files: " + ", ".join(one(*m) for m in ms)
+                 for v, ms in variants]
+        super().__init__(
+            f"package {repo!r}: " + "; ".join(parts),
+            reasons=[{"package": repo, "variant": v, "path": f"{label}/build/{v}/{rel}", "expected": want,
+                      "computed": got, "reason": "file digest does not match metadata.json"}
+                     for v, ms in variants for rel, want, got in ms],
+            hints=[f"the package changed since its digests were written; after reviewing the change, "
+                   f"re-digest it with `{fix}` (rewrites the digests in each build/<variant>/metadata.json), "
+                   "then run `frt lock`"])
+        self.repo, self.variants, self.fix = repo, variants, fix
+
+
 def with_computed_digests(v: LockedVariant, files: dict[str, bytes], *, repo: str) -> LockedVariant:
     """``v`` (parsed from a metadata.json without ``digest``) with the digests frt computed from
     the variant's ``files`` (relpath -> bytes): sha256, base64 of the raw digest, over the files
@@ -128,8 +203,7 @@ def with_computed_digests(v: LockedVariant, files: dict[str, bytes], *, repo: st
     ``__pycache__/`` and ``*.pyc``), so loading checks them exactly as it checks published ones."""
     out = {}
     for rel, data in files.items():
-        parts = rel.split("/")
-        if rel in _NOT_PAYLOAD or rel.endswith(".pyc") or any(p in IGNORED_PARTS for p in parts):
+        if not _is_payload(rel):
             continue
         why = names.problem("path", rel)
         if why:

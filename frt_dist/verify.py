@@ -455,8 +455,24 @@ def _rederive_path(f: _Findings, lp, mp, derived, project):
         f.note(f"{lp.repo}: path source {mp.path} is not in this project; its revision and variant facts "
                "are not re-derived")
         return derived
+    from .metadata import PackageDigestMismatch  # noqa: PLC0415
+
     try:
         now = derive_path_package(project, mp)
+    except PackageDigestMismatch as exc:  # what the mirror and the loader would refuse: each file, and the fix
+        for r in exc.reasons:
+            f.problems.append({"kind": "mismatched", "path": r["path"],
+                               "expected": r["expected"] or "not listed in metadata.json",
+                               "computed": r["computed"] or "missing", "hint": exc.hints[0],
+                               "message": f"{lp.repo}: {r['path']} does not match the digest in its variant's "
+                                          "metadata.json (the mirror and the loader refuse it)"})
+        from .canonical import digest, tree_digests  # noqa: PLC0415
+
+        revision = digest(tree_digests((Path(project.root) / mp.path).resolve()))
+        if revision != lp.revision:  # the files changed since the lock too: say that as well
+            f.add("package", fp + ".revision", lp.revision, revision,
+                  f"{lp.repo}: the content digest of {mp.path} is not the locked revision")
+        return derived
     except (KernelUnavailable, FrtError, OSError) as exc:
         f.add("package", fp, lp.revision, f"not derivable: {exc}", f"{lp.repo}: the path source cannot be locked: {exc}")
         return derived

@@ -211,7 +211,7 @@ def test_matrix_and_export_output_on_a_full_disk_name_the_file_and_leave_it_as_i
     _fill(full)
     for argv, name in ((["matrix"], "m.md"), (["lock", "--export", "kernels"], "kernels.lock")):
         r = frt([*argv, "-o", str(full / name)], tmp_path)
-        assert r.returncode == 1, r.stderr
+        assert r.returncode == 2, r.stderr
         assert r.stderr.splitlines()[1:] == [
             f"error: -o {full / name}: cannot be written: No space left on device",
             "hint: free space on that file system (or write somewhere else), then run the command again"], r.stderr
@@ -222,7 +222,7 @@ def test_matrix_and_export_output_on_a_full_disk_name_the_file_and_leave_it_as_i
 def test_matrix_output_into_a_read_only_folder_is_one_error(tmpfs, tmp_path):
     ro = tmpfs("ro", "ro")
     r = frt(["matrix", "-o", str(ro / "m.html"), "--format", "html"], tmp_path)
-    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.splitlines()[1:] == [
         f"error: -o {ro / 'm.html'}: cannot be written: Read-only file system",
         "hint: the file system is mounted read-only: run where you can write, or pass --project DIR / -o FILE there"]
@@ -260,7 +260,7 @@ def test_the_last_resort_turns_an_oserror_into_one_line_and_keeps_other_defects(
         raise PermissionError(errno.EACCES, "Permission denied", "/srv/models/lockfiles/x.lock")
 
     monkeypatch.setitem(cli.COMMANDS, "verify", denied)
-    assert cli.main(["verify"]) == 1
+    assert cli.main(["verify"]) == 2
     err = capsys.readouterr().err
     assert err.splitlines()[-2:] == ["error: /srv/models/lockfiles/x.lock: Permission denied",
                                      "hint: you may not write there: check the folder's owner and permissions, "
@@ -269,7 +269,7 @@ def test_the_last_resort_turns_an_oserror_into_one_line_and_keeps_other_defects(
         raise OSError(errno.ENOSPC, "No space left on device", "/srv/p/receipts/m/.r--decode.json.k2j_x9ab.tmp")
 
     monkeypatch.setitem(cli.COMMANDS, "verify", full)
-    assert cli.main(["verify"]) == 1
+    assert cli.main(["verify"]) == 2
     assert capsys.readouterr().err.splitlines()[-2] == "error: /srv/p/receipts/m/r--decode.json: No space left on device"
     monkeypatch.setitem(cli.COMMANDS, "verify", lambda args: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
     assert cli.main(["verify", "--json"]) == 1

@@ -95,3 +95,35 @@ def test_export_errors_name_the_problem_and_write_nothing(proj, tmp_path, capsys
     assert main(["lock", "--project", str(tp.root), "--export", "kernels"]) == 1  # a missing lockfile is a "no"
     err = capsys.readouterr().err
     assert "error: no lockfile for model 'tiny' (lockfiles/tiny.lock)" in err and "hint: frt lock --model tiny" in err
+
+
+def test_kernels_runs_an_edited_mirror_file_so_the_export_points_to_verify_mirror(proj, tmp_path, capsys):
+    """What README and `--help` say of the export, held true: `kernels` loads through it without
+    checking a digest (an edited mirror file runs), `frt verify --mirror` catches the edit, and the
+    export says to run it."""
+    from frt_dist.cli import build_parser, main
+
+    tp, lock = proj
+    mirror = tmp_path / "mirror"
+    mirror_lock(lock, mirror, variants=["torch-cpu"])
+    out = tmp_path / "kernels.lock"
+    assert main(["lock", "--project", str(tp.root), "--model", "tiny", "--export", "kernels", "-o", str(out)]) == 0
+    assert ("note: kernels checks no file digest when it loads through this kernels.lock: run "
+            "`frt verify --mirror DIR` on the mirror before such a load") in capsys.readouterr().err
+    snap = lock.packages["t-org/scale"].snapshot
+    mirrored = mirror / "kernels--t-org--scale" / "snapshots" / snap / "build" / "torch-cpu" / "scale" / "__init__.py"
+    real = mirrored.resolve()  # a snapshot entry links to its blob: edit the bytes
+    real.chmod(0o644)
+    real.write_text(real.read_text().replace("return x * w", "return x * w * 100"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "KERNELS_", "FRT_"))}
+    env.update(PYTHONPATH=SRC, PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1", KERNELS_CACHE=str(mirror),
+               HF_HOME=str(tmp_path / "hf-home"), HF_ENDPOINT="http://127.0.0.1:9")
+    run = subprocess.run([sys.executable, "-c", _LOAD, str(out)], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.splitlines()[1] == "[300.0, 300.0]", run.stderr  # the edit ran
+    assert main(["verify", "--project", str(tp.root), "--model", "tiny", "--mirror", str(mirror)]) == 1
+    assert "mismatched: kernels--t-org--scale/snapshots/" in capsys.readouterr().out
+    export_help = next(a.help for a in build_parser()._subparsers._group_actions[0].choices["lock"]._actions
+                       if a.dest == "export")
+    assert "kernels checks no file digest" in export_help and "frt verify --mirror DIR" in export_help
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+    assert "**`kernels` checks no file digest when it loads**" in readme

@@ -206,6 +206,29 @@ def test_hub_failures_leave_previous_lock_intact(project, hub, fault, message):
     _assert_untouched(project, before)
 
 
+def _default_sigint() -> None:
+    """In a child before exec: SIGINT back to its default (exec keeps an ignored signal ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _popen(argv, **kw) -> subprocess.Popen:
+    """A child that a SIGINT from the test interrupts, however this suite was started."""
+    return subprocess.Popen(argv, preexec_fn=_default_sigint, **kw)
+
+
+def test_a_child_of_a_suite_started_with_sigint_ignored_can_be_interrupted():
+    # what `(trap '' INT; pytest)`, `nohup` or `&` from a script hand the suite; set here so the
+    # check does not depend on how this run was started
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        p = _popen([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) is "
+                    "signal.default_int_handler)"], stdout=subprocess.PIPE, text=True)
+        out, _ = p.communicate(timeout=HANG_GUARD_S)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert out.strip() == "True", out
+
+
 def test_interrupted_lock_leaves_previous_lockfile_and_no_temp_files(project, hub):
     publish(hub)
     setup_toy(project)
@@ -223,8 +246,11 @@ def test_interrupted_lock_leaves_previous_lockfile_and_no_temp_files(project, hu
     try:
         for sig in (signal.SIGINT, signal.SIGKILL):
             hub.reset_counts()
-            p = subprocess.Popen([sys.executable, "-m", "frt_dist.cli", "lock"], cwd=project, env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            # the child gets SIGINT's default disposition whatever this process inherited: a suite
+            # started with SIGINT ignored (a background job, `nohup`) would pass SIG_IGN on, and
+            # Python installs no KeyboardInterrupt handler for a signal ignored at start
+            p = _popen([sys.executable, "-m", "frt_dist.cli", "lock"], cwd=project, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             try:
                 reached = hub.wait_for_request("build", HANG_GUARD_S, alive=lambda: p.poll() is None)
                 if not reached:
@@ -261,6 +287,9 @@ def test_path_package_locked_by_content_digest(project):
     (pkg / "build" / "torch-cpu" / "addone" / "__pycache__" / "x.pyc").write_bytes(b"junk")
     assert run_frt(["lock", "--check"], cwd=project).returncode == 0
     (pkg / "build" / "torch-cpu" / "addone" / "__init__.py").write_text("def add_one(x):\n    return x + 2\n")
+    r = run_frt(["lock", "--check"], cwd=project)  # its metadata.json still has the old digest: refused
+    assert r.returncode == 1 and "addone/__init__.py (expected " in r.stderr, r.stderr
+    assert run_frt(["digest", "packages/addone"], cwd=project).returncode == 0
     r = run_frt(["lock", "--check"], cwd=project)
     assert r.returncode == 1 and "package 'testorg/addone': locked revision sha256:" in r.stdout
 

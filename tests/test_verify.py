@@ -285,7 +285,7 @@ def test_the_cli_names_recorded_and_derived(demo):
     assert r.returncode == 1
     assert ('trust: lockfiles/demo-decoder.lock: packages."frt-demo/rmsnorm".trust: recorded manifest, '
             'derived project-path') in r.stdout
-    assert "error: verification failed (1 problem(s))" in r.stderr
+    assert "error: verification failed (1 problem(s): trust)" in r.stderr
     assert "hint: regenerate the lockfile with `frt lock --model demo-decoder`" in r.stderr
     assert "find out who edited it" in r.stderr
 
