@@ -358,9 +358,6 @@ def _lock_export(args) -> int:
     models = [args.model] if args.model is not None else project.models()
     locks = [Lockfile.read(project.existing_lockfile(m)) for m in models]
     text = kernels_lock_json(locks)
-    if not args.quiet:
-        print("note: kernels checks no file digest when it loads through this kernels.lock: run "
-              "`frt verify --mirror DIR` on the mirror before such a load", file=sys.stderr)
     if args.output:
         out = Path(args.output)
         _write_output(out, text.encode("utf-8"))
@@ -369,6 +366,9 @@ def _lock_export(args) -> int:
                   file=sys.stderr)
     else:
         sys.stdout.write(text)
+    if not args.quiet:  # after the export exists: a write that failed gets its error alone
+        print("note: kernels checks no file digest when it loads through this kernels.lock: run "
+              "`frt verify --mirror DIR` on the mirror before such a load", file=sys.stderr)
     return 0
 
 

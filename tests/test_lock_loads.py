@@ -194,7 +194,7 @@ def test_an_extra_and_a_missing_file_are_named(tmp_path):
     assert re.search(r"rmsnorm/helpers\.py \(not in metadata\.json; computed \S+=\)", r.stderr), r.stderr
     assert _frt(["digest", "packages/rmsnorm"], root).returncode == 0
     doc = json.loads(meta.read_text())
-    assert sorted(doc["digest"]["files"]) == ["rmsnorm/__init__.py", "rmsnorm/helpers.py"]
+    assert sorted(doc["digest"]["files"]) == ["rmsnorm/__init__.py", "rmsnorm/helpers.py", "rmsnorm/layers.py"]
     assert _frt(["lock"], root).returncode == 0
 
 
