@@ -126,7 +126,10 @@ def test_a_source_that_does_not_match_the_lock_never_becomes_a_blob(proj, tmp_pa
     blobs = {p.name for p in (mirror / SCALE_DIR / "blobs").iterdir()}
     assert hashlib.sha256(src.read_bytes()).hexdigest() not in blobs and len(blobs) == 1
     assert not (mirror / ".frt-tmp").exists() or not any((mirror / ".frt-tmp").iterdir())
-    assert [p["kind"] for p in verify_mirror(lock, mirror)] == ["missing"]  # the rest was mirrored
+    # the rest was mirrored; the incomplete package gets no ref (a ref is what makes a snapshot visible)
+    assert [(p["kind"], p["path"].split("/")[-1]) for p in verify_mirror(lock, mirror)] == [
+        ("missing", "__init__.py"), ("missing", "v1")]
+    assert not (mirror / SCALE_DIR / "refs").exists() and (mirror / NORM_DIR / "refs" / "v1").is_file()
 
 
 def test_selection_of_variants(tmp_path):
