@@ -590,7 +590,10 @@ class _Mirror:
                         self.link(pkg, item, self.blob(pkg, item, blobs), folder, blobs)
                     except _Fail as f:
                         self.problems.append(f.problem(pkg))
-                    except (WriteError, UnsafePath):  # the mirror itself: the run stops
+                    except WriteError as exc:  # the mirror itself (full, read-only, denied): the run stops
+                        exc.doing = f"{pkg.repo} build/{variant}/{item.rel}"
+                        raise
+                    except UnsafePath:
                         raise
                     except OSError as exc:  # an unreadable source: this file fails, the rest go on
                         self.problems.append(
@@ -647,7 +650,8 @@ def _mirror_errors(dest):
     except WriteError as exc:
         hint = ("free space on the mirror's file system, or choose another DIR" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
                 else "make DIR writable for this user, or choose another DIR")
-        raise MirrorUnwritable(f"mirror {dest}: cannot write {exc.filename}: {exc.strerror}", hints=[
+        doing = f" (for {exc.doing})" if getattr(exc, "doing", None) else ""
+        raise MirrorUnwritable(f"mirror {dest}: cannot write {exc.filename}{doing}: {exc.strerror}", hints=[
             hint, "nothing was left half-written: the blobs already verified stay and `frt mirror` resumes from "
                   "them"]) from None
 
