@@ -18,14 +18,28 @@ digits of its content digest (``LockedPackage.snapshot``).
 ``mirror_lock`` copies (path packages) or downloads (Hub packages, at the
 locked commit; from the local hub cache first) each file the selection needs.
 Every blob is verified against the locked digest before it becomes visible
-(temp file, then ``os.replace``); a blob already present and verified is not
-fetched again, so an interrupted run resumes; a ``filelock.FileLock`` per blob
-makes concurrent runs on one DIR fetch each blob once.
+(temp file, then rename); a blob already present and verified is not
+fetched again, so an interrupted run resumes; a lock per blob makes concurrent
+runs on one DIR fetch each blob once. A package's refs are written last, and only
+when every file of it is in place: a ref never names an incomplete snapshot.
+
+What a mirror cannot make frt do. DIR (and the folders above it) is the user's choice
+and may be a link; nothing inside it is trusted. Every read, write, rename and delete
+below DIR goes through ``frt_dist.safedir.SafeDir`` (one descriptor per folder,
+``dir_fd=``, ``O_NOFOLLOW``): a folder inside the mirror that is a link (or not a
+folder) is refused (``MirrorUnsafe``, exit 2, naming it) before anything goes through
+it; a file that is a link (a blob, a ref, a snapshot entry, a lock) is never read or
+written through, only replaced or removed itself. Hub downloads are staged in a
+private folder under the system temp folder (``TMPDIR``), outside the mirror: the
+downloader writes by path. A DIR that cannot be written (a full disk, a read-only or
+denied folder) stops the run (``MirrorUnwritable``, exit 2, naming the file and the
+cause); nothing is left half-written: temp files are removed, and a verified blob
+only ever appears whole under its name.
 
 Housekeeping (what a killed run leaves behind). Every run writes its temp files
 only under its own folder ``.frt-tmp/<run>/``, and holds the lock
 ``.locks/frt-runs/<run>.lock`` from before that folder exists until after it is
-gone; the operating system drops the lock when the process dies, even by
+gone; the operating system drops the lock (``flock``) when the process dies, even by
 SIGKILL. So ownership, not age, decides what is stale: at its start and at its
 end a run removes every ``.frt-tmp/<run>/`` whose run lock it can take at once
 (its owner is dead), and leaves alone the folder of a run still holding its lock.
@@ -33,12 +47,13 @@ Loose entries directly under ``.frt-tmp/`` (an earlier frt's layout, with no
 owner to ask) are removed once nothing in them changed for ``STALE_S`` seconds.
 At its end a run also deletes every lock file under ``.locks/`` it can take at
 once (each deleted while held, so nobody holds a deleted lock without knowing),
-then the folders left empty; a lock another run holds stays. filelock ≥ 4 re-checks
-after locking that the file was not deleted meanwhile and retries; with an older
-filelock the rare loser of that race may fetch a blob twice, which is harmless
-(every fetch writes its own temp file and renames a verified blob into place).
-``verify_mirror`` reports
-what is ``missing``, ``unknown`` or ``mismatched``, with expected and computed
+then the folders left empty; a lock another run holds stays. A run that waited for
+a lock re-checks, once it holds it, that the file still carries the name (not
+deleted meanwhile) and otherwise takes it again; a folder a concurrent sweep removed
+between its making and its use is made again. The locks are ``flock`` locks, the
+same that ``filelock`` takes on POSIX, so older frt versions on one DIR agree.
+
+``verify_mirror`` reports what is ``missing``, ``unknown`` or ``mismatched``, with expected and computed
 digests, without importing torch or `kernels`.
 
 Selection (both functions): ``variants=[...]`` names variants; ``all_variants``
@@ -682,22 +697,23 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
                                         machines=machines, cells=cells)
     with _mirror_errors(dest):
         top = SafeDir.root(dest, create=True)  # after the selection: a refused one writes nothing
+        owner = None
         try:
             owner = _Run(top)
             run = _Mirror(lock, top, Path(root) if root else lock_root(lock), progress, owner.tmp)
             run.report.dir = str(dest)
             run.report.skipped = skipped
-            try:
-                run.report.cleaned["temp"] += sweep_temp(top, keep=owner.id)  # space first: what killed runs left
-                for repo, vs in chosen.items():
-                    run.package(lock.packages[repo], vs)
-            finally:
-                owner.close()
-                run.report.cleaned["temp"] += sweep_temp(top)
-                run.report.cleaned["locks"] += sweep_locks(top)
-                top.rmdir(TMP)  # only when empty
+            run.report.cleaned["temp"] += sweep_temp(top, keep=owner.id)  # space first: what killed runs left
+            for repo, vs in chosen.items():
+                run.package(lock.packages[repo], vs)
         finally:
+            if owner is not None:
+                owner.close()
+            cleaned = sweep_temp(top), sweep_locks(top)  # also after a refusal: what this run made goes
+            top.rmdir(TMP)  # only when empty
             top.close()
+        run.report.cleaned["temp"] += cleaned[0]
+        run.report.cleaned["locks"] += cleaned[1]
     if run.problems:
         raise KernelUnavailable(f"mirror {dest}: {len(run.problems)} file(s) could not be supplied:\n  "
                                 + "\n  ".join(p["reason"] for p in run.problems), reasons=run.problems,

@@ -24,7 +24,10 @@ import uuid
 
 __all__ = ["SafeDir", "UnsafePath", "WriteError", "DirLock"]
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_SUPPORTED = (hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY")
+              and {os.open, os.mkdir, os.stat, os.unlink, os.rmdir, os.rename, os.symlink} <= os.supports_dir_fd)
+_DIR_FLAGS = (os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+              | getattr(os, "O_CLOEXEC", 0))
 _RETRIES = 50
 
 
@@ -67,6 +70,9 @@ class SafeDir:
     def root(cls, path, *, create: bool = False) -> "SafeDir":
         """The user's folder, links followed (their choice); made (``mkdir -p``) when ``create``."""
         path = os.fspath(path)
+        if not _SUPPORTED:
+            raise WriteError(errno.ENOTSUP, "this platform lacks O_NOFOLLOW, O_DIRECTORY or dir_fd, which frt "
+                                            "needs to write a mirror safely", path)
         if create:
             try:
                 os.makedirs(path, exist_ok=True)
@@ -78,6 +84,8 @@ class SafeDir:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except NotADirectoryError:
             raise UnsafePath(path, "is not a directory") from None
+        except OSError as exc:  # e.g. a dangling link the user named: cannot be made
+            raise _write_error(exc, path) from None
         return cls(fd, path)
 
     def _join(self, name: str) -> str:

@@ -107,7 +107,9 @@ def test_a_folder_inside_the_mirror_that_is_a_link_is_refused_and_nothing_outsid
     assert f"hint: remove it (`rm {link}`; only the link goes)" in err
     assert "Traceback" not in err
     assert link.is_symlink() and os.readlink(link) == str(victim)  # the link itself is left for the user
-    assert not (mirror / TMP).exists() or where == ".frt-tmp"  # the refused run cleaned up after itself
+    # the refused run cleaned up after itself (its run lock, its temp folder)
+    assert not (mirror / TMP).exists() or where == ".frt-tmp"
+    assert not (mirror / LOCKS).exists() or where.startswith(".locks")
     # once the link is gone, the same command fills the mirror
     link.unlink()
     rc, _, err = _frt(capsys, tp, mirror)
@@ -192,3 +194,13 @@ def test_the_mirror_root_may_be_a_link_the_user_chose(proj, tmp_path, capsys):
     assert rc == 0, err
     assert (real / SCALE / "refs" / "v1").is_file()
     assert verify_mirror(lock, real, variants=["torch-cpu"]) == []
+
+
+def test_a_mirror_root_that_is_a_dangling_link_is_an_error_naming_it(proj, tmp_path, capsys):
+    tp, _ = proj
+    mirror = tmp_path / "mirror-link"
+    mirror.symlink_to(tmp_path / "nowhere", target_is_directory=True)
+    rc, _, err = _frt(capsys, tp, mirror)
+    assert rc == 2
+    assert err.splitlines()[0] == f"error: mirror {mirror}: cannot write {mirror}: No such file or directory"
+    assert not (tmp_path / "nowhere").exists()
