@@ -31,7 +31,8 @@ folder) is refused (``MirrorUnsafe``, exit 2, naming it) before anything goes th
 it; a file that is a link (a blob, a ref, a snapshot entry, a lock) is never read or
 written through, only replaced or removed itself. Hub downloads are staged in a
 private folder under the system temp folder (``TMPDIR``), outside the mirror: the
-downloader writes by path. A DIR that cannot be written (a full disk, a read-only or
+downloader writes by path (the run that removes a killed run's temp folder removes its
+staging folders there too). A DIR that cannot be written (a full disk, a read-only or
 denied folder) stops the run (``MirrorUnwritable``, exit 2, naming the file and the
 cause); nothing is left half-written: temp files are removed, and a verified blob
 only ever appears whole under its name.
@@ -364,6 +365,30 @@ def _newest_mtime(folder: SafeDir, name: str) -> float:
     return newest
 
 
+def _staging_prefix(run_id: str) -> str:
+    return f"frt-mirror-{run_id}-"
+
+
+def _sweep_staging(run_id: str) -> None:
+    """Remove the Hub download staging folders a dead run left in the system temp folder (this
+    user's real folders named for that run; links and others' entries are left alone)."""
+    where = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(where) if n.startswith(_staging_prefix(run_id))]
+    except OSError:
+        return
+    if not names:
+        return
+    try:
+        with SafeDir.root(where) as temp:
+            for n in names:
+                st = temp.lstat(n)
+                if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+                    temp.rmtree(n)
+    except OSError:
+        pass
+
+
 def _opened(dest) -> SafeDir | None:
     try:
         return dest if isinstance(dest, SafeDir) else SafeDir.root(dest)
@@ -404,6 +429,7 @@ def sweep_temp(dest, *, keep: str | None = None, now: float | None = None) -> in
                     continue
                 try:
                     tmp.rmtree(name)
+                    _sweep_staging(name)
                 finally:
                     lock.release(delete=True)  # while held: see the module docstring
                 removed += 1
@@ -480,6 +506,7 @@ class _Mirror:
         self.report = MirrorReport(root.path)
         self.problems: list[dict] = []
         self.tmp = tmp
+        self.run_id = "run"
         self.offline = is_offline()
 
     # -- sources (outside the mirror) -----------------------------------------------
@@ -507,7 +534,7 @@ class _Mirror:
     def _download(self, pkg, rel: str, item: _Item) -> tuple[Path, str]:
         from huggingface_hub import hf_hub_download  # noqa: PLC0415
 
-        staging = tempfile.mkdtemp(prefix="frt-mirror-dl-")
+        staging = tempfile.mkdtemp(prefix=_staging_prefix(self.run_id))
         try:
             return Path(hf_hub_download(pkg.repo, rel, repo_type="kernel", revision=pkg.revision,
                                         local_dir=staging, endpoint=os.environ.get("HF_ENDPOINT") or None)), staging
@@ -701,6 +728,7 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
         try:
             owner = _Run(top)
             run = _Mirror(lock, top, Path(root) if root else lock_root(lock), progress, owner.tmp)
+            run.run_id = owner.id
             run.report.dir = str(dest)
             run.report.skipped = skipped
             run.report.cleaned["temp"] += sweep_temp(top, keep=owner.id)  # space first: what killed runs left

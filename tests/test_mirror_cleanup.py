@@ -35,7 +35,9 @@ def _env(tmp_path: Path, name: str, endpoint: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HF_", "HUGGINGFACE_", "KERNELS_", "FRT_")) and k != "LOCAL_KERNELS"}
     home = tmp_path / f"env-{name}"
-    env.update(PYTHONDONTWRITEBYTECODE="1", HF_HOME=str(home / "hf"), HF_HUB_CACHE=str(home / "hub"),
+    temp = tmp_path / "tmpdir"  # shared by every run of a test: where Hub downloads are staged
+    temp.mkdir(exist_ok=True)
+    env.update(PYTHONDONTWRITEBYTECODE="1", HF_HOME=str(home / "hf"), HF_HUB_CACHE=str(home / "hub"), TMPDIR=str(temp),
                KERNELS_CACHE=str(home / "kernels"), XDG_CACHE_HOME=str(home / "xdg"), HF_HUB_DISABLE_XET="1",
                HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_DISABLE_IMPLICIT_TOKEN="1")
     if endpoint:
@@ -106,12 +108,16 @@ def test_a_killed_run_leaves_nothing_once_the_next_run_ends(monkeypatch, tmp_pat
         assert any(p.startswith(f"{RUNS}/{run}") for p in _files(mirror / LOCKS)), left  # its run lock
         assert any(p.startswith("kernels--remote-org--scale/") for p in _files(mirror / LOCKS)), left  # a blob lock
         assert verify_mirror(_lock(tp), mirror, variants=["torch-cpu"])  # not complete yet
+        staged = list((tmp_path / "tmpdir").glob(f"frt-mirror-{run}*"))  # its Hub download, outside the mirror
+        assert staged, _files(tmp_path / "tmpdir")
 
         again = _frt(["mirror", str(mirror), "--variant", "torch-cpu", "--json"], cwd=tp.root,
                      env=_env(tmp_path, "again", server.url))
         assert again.returncode == 0, again.stderr
         [report] = json.loads(again.stdout)["models"]
         assert report["cleaned"]["temp"] == 1 and report["cleaned"]["locks"] >= 2
+        assert not any(p.exists() for p in staged)
+        assert _files(tmp_path / "tmpdir") == []
         assert not (mirror / TMP).exists(), _files(mirror / TMP)
         assert not (mirror / LOCKS).exists(), _files(mirror / LOCKS)
         _verify(tp, mirror, tmp_path)
