@@ -699,6 +699,8 @@ def cmd_mirror(args) -> int:
 
         try:
             rep = mirror_lock(lock, Path(args.dir), **select, progress=progress, root=project.root)
+        except KeyboardInterrupt:  # not "nothing was written": what was verified stays (item 21.4)
+            return _mirror_interrupted(args)
         finally:
             bar.close()
         d = rep.to_dict()
@@ -741,6 +743,19 @@ def _import_holding_ctrl_c(*modules: str) -> None:
             signal.signal(signal.SIGINT, previous)
     if held:
         raise KeyboardInterrupt
+
+
+def _mirror_interrupted(args) -> int:
+    msg = (f"interrupted; the files already verified stay in {args.dir} (this run's temporary files are "
+           "removed, or by the next run if it was killed)")
+    hints = ["run the same `frt mirror` again: it resumes, fetching only what is missing"]
+    if getattr(args, "json", False):
+        _print_json({"error": msg, "hints": hints, "exit": 130, "reasons": []})
+    else:
+        print(f"error: {msg}", file=sys.stderr)
+        for h in hints:
+            print(f"hint: {h}", file=sys.stderr)
+    return 130
 
 
 def cmd_qualify(args) -> int:

@@ -18,14 +18,29 @@ digits of its content digest (``LockedPackage.snapshot``).
 ``mirror_lock`` copies (path packages) or downloads (Hub packages, at the
 locked commit; from the local hub cache first) each file the selection needs.
 Every blob is verified against the locked digest before it becomes visible
-(temp file, then ``os.replace``); a blob already present and verified is not
-fetched again, so an interrupted run resumes; a ``filelock.FileLock`` per blob
-makes concurrent runs on one DIR fetch each blob once.
+(temp file, then rename); a blob already present and verified is not
+fetched again, so an interrupted run resumes; a lock per blob makes concurrent
+runs on one DIR fetch each blob once. A package's refs are written last, and only
+when every file of it is in place: a ref never names an incomplete snapshot.
+
+What a mirror cannot make frt do. DIR (and the folders above it) is the user's choice
+and may be a link; nothing inside it is trusted. Every read, write, rename and delete
+below DIR goes through ``frt_dist.safedir.SafeDir`` (one descriptor per folder,
+``dir_fd=``, ``O_NOFOLLOW``): a folder inside the mirror that is a link (or not a
+folder) is refused (``MirrorUnsafe``, exit 2, naming it) before anything goes through
+it; a file that is a link (a blob, a ref, a snapshot entry, a lock) is never read or
+written through, only replaced or removed itself. Hub downloads are staged in a
+private folder under the system temp folder (``TMPDIR``), outside the mirror: the
+downloader writes by path (the run that removes a killed run's temp folder removes its
+staging folders there too). A DIR that cannot be written (a full disk, a read-only or
+denied folder) stops the run (``MirrorUnwritable``, exit 2, naming the file and the
+cause); nothing is left half-written: temp files are removed, and a verified blob
+only ever appears whole under its name.
 
 Housekeeping (what a killed run leaves behind). Every run writes its temp files
 only under its own folder ``.frt-tmp/<run>/``, and holds the lock
 ``.locks/frt-runs/<run>.lock`` from before that folder exists until after it is
-gone; the operating system drops the lock when the process dies, even by
+gone; the operating system drops the lock (``flock``) when the process dies, even by
 SIGKILL. So ownership, not age, decides what is stale: at its start and at its
 end a run removes every ``.frt-tmp/<run>/`` whose run lock it can take at once
 (its owner is dead), and leaves alone the folder of a run still holding its lock.
@@ -33,12 +48,13 @@ Loose entries directly under ``.frt-tmp/`` (an earlier frt's layout, with no
 owner to ask) are removed once nothing in them changed for ``STALE_S`` seconds.
 At its end a run also deletes every lock file under ``.locks/`` it can take at
 once (each deleted while held, so nobody holds a deleted lock without knowing),
-then the folders left empty; a lock another run holds stays. filelock ≥ 4 re-checks
-after locking that the file was not deleted meanwhile and retries; with an older
-filelock the rare loser of that race may fetch a blob twice, which is harmless
-(every fetch writes its own temp file and renames a verified blob into place).
-``verify_mirror`` reports
-what is ``missing``, ``unknown`` or ``mismatched``, with expected and computed
+then the folders left empty; a lock another run holds stays. A run that waited for
+a lock re-checks, once it holds it, that the file still carries the name (not
+deleted meanwhile) and otherwise takes it again; a folder a concurrent sweep removed
+between its making and its use is made again. The locks are ``flock`` locks, the
+same that ``filelock`` takes on POSIX, so older frt versions on one DIR agree.
+
+``verify_mirror`` reports what is ``missing``, ``unknown`` or ``mismatched``, with expected and computed
 digests, without importing torch or `kernels`.
 
 Selection (both functions): ``variants=[...]`` names variants; ``all_variants``
@@ -54,10 +70,14 @@ is reported missing in full), so it never needs the running device.
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
 import re
+import shlex
 import shutil
+import stat
+import tempfile
 import time
 import uuid
 from contextlib import contextmanager
@@ -65,14 +85,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .canonical import file_digest_b64, file_sha256_hex
-from .errors import KernelUnavailable, UsageError
+from .errors import FrtError, KernelUnavailable, UsageError
 from .loader.integrity import Expected, check_variant_dir
 from .loader import cache_dirs, is_offline, lock_root, repo_folder
+from .safedir import SafeDir, UnsafePath, WriteError
 from .variants import parse_variant, select_variants
 
-__all__ = ["mirror_lock", "verify_mirror", "MirrorReport", "select_for_mirror", "cell_machines", "machine_label",
-           "sweep_temp", "sweep_locks"]
+__all__ = ["mirror_lock", "verify_mirror", "MirrorReport", "MirrorUnsafe", "MirrorUnwritable", "select_for_mirror",
+           "cell_machines", "machine_label", "sweep_temp", "sweep_locks"]
 
 _CHUNK = 1 << 20
 TMP = ".frt-tmp"
@@ -238,305 +258,362 @@ def _items(pkg, variant: str) -> list[_Item]:
     return out
 
 
-def _hash_copy(src: Path, dst: Path, algorithm: str) -> tuple[dict, int]:
+def _new_hashes(algorithm: str) -> dict:
     hashes = {"sha256": hashlib.sha256()}
     if algorithm != "sha256":
         hashes[algorithm] = hashlib.new(algorithm)
+    return hashes
+
+
+def _hash_copy(src: Path, out, algorithm: str) -> tuple[dict, int]:
+    """Copy ``src`` (outside the mirror) into the writer ``out`` (a ``SafeDir.new_file``), hashing
+    the bytes as they go. A read failure is the source's ``OSError``; a write failure ``WriteError``."""
+    hashes = _new_hashes(algorithm)
     n = 0
-    with open(src, "rb") as fi, open(dst, "wb") as fo:
+    with open(src, "rb") as fi:
         while chunk := fi.read(_CHUNK):
             for h in hashes.values():
                 h.update(chunk)
-            fo.write(chunk)
+            out.write(chunk)
             n += len(chunk)
-        fo.flush()
-        os.fsync(fo.fileno())
+    out.sync()
     return hashes, n
 
 
-def _blob_ok(path: Path, item: _Item) -> bool:
+def _blob_ok(blobs: SafeDir, name: str, item: _Item) -> bool:
+    """Whether ``blobs/name`` is a regular file (not a link) whose bytes have the locked digest."""
+    f = blobs.open_read(name)
+    if f is None:
+        return False
+    hashes = _new_hashes(item.algorithm)
     try:
-        if item.expected.startswith("sha256:"):
-            return "sha256:" + file_sha256_hex(path) == item.expected
-        return file_digest_b64(path, item.algorithm) == item.expected
+        with f:
+            while chunk := f.read(_CHUNK):
+                for h in hashes.values():
+                    h.update(chunk)
     except OSError:
         return False
+    return item.computed(hashes) == item.expected
 
 
 # ---------------------------------------------------------------------------
-# locks, runs and housekeeping (see the module docstring)
+# locks, runs and housekeeping (see the module docstring); every name below the mirror root
+# goes through ``SafeDir`` (frt_dist/safedir.py): no link inside a mirror is ever followed
 
 
-def _mkdirs(path: Path) -> None:
-    """``mkdir -p``, again if a concurrent run's cleanup removed an (empty) parent meanwhile."""
+def _lock_in(root: SafeDir, folders: tuple[str, ...], name: str, *, blocking: bool = True):
+    """The lock ``folders/name`` under ``root`` (folders made); made again if a concurrent
+    cleanup removed a folder (left empty) between its open and the lock file's creation."""
     for _ in range(50):
+        folder = root.walk(*folders, create=True)
         try:
-            path.mkdir(parents=True, exist_ok=True)
-            return
-        except FileNotFoundError:
-            continue
-    path.mkdir(parents=True, exist_ok=True)
-
-
-def _acquire(path: Path, timeout: float = -1):
-    """A held ``filelock.FileLock`` on ``path`` (its folder made, and made again if a
-    concurrent cleanup removed it between the mkdir and the open)."""
-    from filelock import FileLock  # noqa: PLC0415
-
-    for _ in range(50):
-        _mkdirs(path.parent)
-        lock = FileLock(str(path))
-        try:
-            lock.acquire(timeout=timeout)
-            return lock
-        except FileNotFoundError:
-            continue
-    raise OSError(f"could not create the lock file {path}: its folder keeps disappearing")
-
-
-@contextmanager
-def _holding(path: Path):
-    lock = _acquire(path)
-    try:
-        yield lock
-    finally:
-        lock.release()
-
-
-def _try_lock(path: Path):
-    """The lock on ``path`` if nobody holds it now (not waiting), else None."""
-    from filelock import FileLock, Timeout  # noqa: PLC0415
-
-    lock = FileLock(str(path))
-    try:
-        lock.acquire(timeout=0)
-    except (Timeout, OSError):
-        return None
-    return lock
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-
-
-def _newest_mtime(path: Path) -> float:
-    newest = path.lstat().st_mtime
-    if path.is_dir() and not path.is_symlink():
-        for dirpath, dirnames, filenames in os.walk(path):
-            for n in dirnames + filenames:
-                try:
-                    newest = max(newest, os.lstat(os.path.join(dirpath, n)).st_mtime)
-                except OSError:
-                    pass
-    return newest
+            lock = folder.lock(name, blocking=blocking, own=True)
+        except WriteError as exc:
+            folder.close()
+            if exc.errno == errno.ENOENT:
+                continue
+            raise
+        except BaseException:
+            folder.close()
+            raise
+        if lock is None:
+            folder.close()
+        return lock
+    raise WriteError(errno.EAGAIN, "its folder keeps disappearing", f"{root.path}/{'/'.join((*folders, name))}")
 
 
 class _Run:
     """One run's claim on its temp folder ``.frt-tmp/<run>/``: the run lock is taken
     before the folder exists and let go after it is gone."""
 
-    def __init__(self, dest: Path):
-        self.dest = dest
-        while True:
-            self.id = f"run-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-            self.lock_path = dest / LOCKS / RUNS / f"{self.id}.lock"
-            self.lock = _acquire(self.lock_path)
-            # The name is new, so only a lock sweep that caught the file between its creation and
-            # our lock can have deleted it (a deleted lock guards nothing): then take another name.
-            if self.lock_path.exists():
-                break
-            self.lock.release()
-        self.tmp = dest / TMP / self.id
+    def __init__(self, root: SafeDir):
+        self.root = root
+        self.id = f"run-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.lock = _lock_in(root, (LOCKS, RUNS), f"{self.id}.lock")
+        try:
+            with root.child(TMP, create=True) as tmp_root:
+                self.tmp = tmp_root.child(self.id, create=True)
+        except BaseException:
+            self.lock.release(delete=True)
+            raise
 
     def close(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.close()
         try:
-            self.lock_path.unlink()
-        except FileNotFoundError:
-            pass
-        self.lock.release()
+            tmp_root = self.root.child(TMP)
+        except OSError:  # swapped for a link: nothing of ours to remove through it
+            tmp_root = None
+        if tmp_root is not None:
+            with tmp_root:
+                tmp_root.rmtree(self.id)
+        self.lock.release(delete=True)
 
 
-def sweep_temp(dest: Path, *, keep: str | None = None, now: float | None = None) -> int:
+def _newest_mtime(folder: SafeDir, name: str) -> float:
+    st = folder.lstat(name)
+    if st is None:
+        raise FileNotFoundError(name)
+    newest = st.st_mtime
+    sub = folder.child(name) if stat.S_ISDIR(st.st_mode) else None
+    if sub is not None:
+        with sub:
+            for n in sub.listdir():
+                try:
+                    newest = max(newest, _newest_mtime(sub, n))
+                except OSError:
+                    pass
+    return newest
+
+
+def _staging_prefix(run_id: str) -> str:
+    return f"frt-mirror-{run_id}-"
+
+
+def _sweep_staging(run_id: str) -> None:
+    """Remove the Hub download staging folders a dead run left in the system temp folder (this
+    user's real folders named for that run; links and others' entries are left alone)."""
+    where = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(where) if n.startswith(_staging_prefix(run_id))]
+    except OSError:
+        return
+    if not names:
+        return
+    try:
+        with SafeDir.root(where) as temp:
+            for n in names:
+                st = temp.lstat(n)
+                if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+                    temp.rmtree(n)
+    except OSError:
+        pass
+
+
+def _opened(dest) -> SafeDir | None:
+    try:
+        return dest if isinstance(dest, SafeDir) else SafeDir.root(dest)
+    except OSError:
+        return None
+
+
+def sweep_temp(dest, *, keep: str | None = None, now: float | None = None) -> int:
     """Remove what dead runs left under ``DIR/.frt-tmp``; return how many entries went.
 
     A run folder goes when its run lock can be taken at once (its owner is gone);
     a loose entry (no owner) when nothing in it changed for ``STALE_S`` seconds.
+    ``dest`` is the mirror's path or its open ``SafeDir``; a ``.frt-tmp`` that is a link is left alone.
     """
-    tmp = Path(dest) / TMP
+    root = _opened(dest)
+    if root is None:
+        return 0
     try:
-        entries = sorted(tmp.iterdir())
+        tmp = root.child(TMP)
     except OSError:
+        tmp = None
+    if tmp is None:
+        if root is not dest:
+            root.close()
         return 0
     now = time.time() if now is None else now
     removed = 0
-    for entry in entries:
-        if entry.name == keep:
-            continue
-        if _RUN_ID.match(entry.name):
-            lock_path = Path(dest) / LOCKS / RUNS / f"{entry.name}.lock"
-            try:
-                lock_path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError:
+    try:
+        for name in tmp.listdir():
+            if name == keep:
                 continue
-            lock = _try_lock(lock_path)
-            if lock is None:  # a live run's folder
-                continue
-            try:
-                _remove(entry)
-                lock_path.unlink(missing_ok=True)  # while held: see the module docstring
-            finally:
-                lock.release()
-            removed += 1
-        else:
-            try:
-                if now - _newest_mtime(entry) < STALE_S:
+            if _RUN_ID.match(name):
+                try:
+                    lock = _lock_in(root, (LOCKS, RUNS), f"{name}.lock", blocking=False)
+                except OSError:
                     continue
-            except OSError:
-                continue
-            _remove(entry)
-            removed += 1
+                if lock is None:  # a live run's folder
+                    continue
+                try:
+                    tmp.rmtree(name)
+                    _sweep_staging(name)
+                finally:
+                    lock.release(delete=True)  # while held: see the module docstring
+                removed += 1
+            else:
+                try:
+                    if now - _newest_mtime(tmp, name) < STALE_S:
+                        continue
+                except OSError:
+                    continue
+                tmp.rmtree(name)
+                removed += 1
+    finally:
+        tmp.close()
+        if root is not dest:
+            root.close()
     return removed
 
 
-def sweep_locks(dest: Path) -> int:
+def sweep_locks(dest) -> int:
     """Delete every lock file under ``DIR/.locks`` that nobody holds (each while holding
-    it), then the folders left empty; return how many lock files went."""
-    root = Path(dest) / LOCKS
-    if not root.is_dir():
+    it), then the folders left empty; return how many lock files went. Links are never
+    followed (nor removed); a ``.locks`` that is a link is left alone."""
+    root = _opened(dest)
+    if root is None:
         return 0
+    try:
+        locks = root.child(LOCKS)
+    except OSError:
+        locks = None
+    try:
+        if locks is None:
+            return 0
+        with locks:
+            removed = _sweep_lock_folder(locks)
+        root.rmdir(LOCKS)  # only when empty
+        return removed
+    finally:
+        if root is not dest:
+            root.close()
+
+
+def _sweep_lock_folder(folder: SafeDir) -> int:
     removed = 0
-    for dirpath, _dirs, files in os.walk(root, topdown=False):
-        for name in sorted(files):
-            path = Path(dirpath) / name
-            if path.is_symlink() or not name.endswith(".lock"):
-                continue
-            lock = _try_lock(path)
-            if lock is None:
-                continue
+    for name in folder.listdir():
+        st = folder.lstat(name)
+        if st is None:
+            continue
+        if stat.S_ISDIR(st.st_mode):
             try:
-                path.unlink(missing_ok=True)
+                sub = folder.child(name)
+            except OSError:
+                continue
+            if sub is not None:
+                with sub:
+                    removed += _sweep_lock_folder(sub)
+                folder.rmdir(name)  # only when empty
+        elif stat.S_ISREG(st.st_mode) and name.endswith(".lock"):
+            try:
+                lock = folder.lock(name, blocking=False)
+            except OSError:
+                continue
+            if lock is not None:
+                lock.release(delete=True)
                 removed += 1
-            finally:
-                lock.release()
-        try:
-            os.rmdir(dirpath)  # only when empty
-        except OSError:
-            pass
     return removed
 
 
 class _Mirror:
-    """One run of ``mirror_lock`` over one directory."""
+    """One run of ``mirror_lock`` over one directory (opened once: ``root``)."""
 
-    def __init__(self, lock, dest: Path, root: Path, progress: Callable | None, tmp: Path):
-        self.lock, self.dest, self.root = lock, dest, root
+    def __init__(self, lock, root: SafeDir, project_root: Path, progress: Callable | None, tmp: SafeDir):
+        self.lock, self.root, self.project_root = lock, root, project_root
         self.progress = progress or (lambda event: None)
-        self.report = MirrorReport(str(dest))
+        self.report = MirrorReport(root.path)
         self.problems: list[dict] = []
         self.tmp = tmp
+        self.run_id = "run"
         self.offline = is_offline()
 
-    # -- sources ------------------------------------------------------------
-    def _source(self, pkg, item: _Item) -> Path:
-        """A local file holding the item's bytes (downloaded to the temp area if need be)."""
+    # -- sources (outside the mirror) -----------------------------------------------
+    def _source(self, pkg, item: _Item) -> tuple[Path, str | None]:
+        """A local file holding the item's bytes, and the private staging folder to remove after
+        (a Hub download is staged under the system temp folder, outside the mirror: a downloader
+        writes by path, and no path inside a mirror is trusted)."""
         rel = f"build/{item.variant}/{item.rel}"
         if pkg.source == "path":
-            base = (self.root / pkg.path).resolve()
+            base = (self.project_root / pkg.path).resolve()
             src = base / rel
             if not os.path.realpath(src).startswith(str(base) + os.sep):
                 raise _Fail(item, None, f"{pkg.path}/{rel} leaves the package folder")
             if not src.is_file():
                 raise _Fail(item, None, f"{pkg.path}/{rel} not found in the path source")
-            return src
+            return src, None
         for cache in cache_dirs():
             src = cache / repo_folder(pkg.repo) / "snapshots" / pkg.revision / rel
             if src.is_file():
-                return src
+                return src, None
         if self.offline:
             raise _Fail(item, None, "not in the hub cache and the Hub is offline (HF_HUB_OFFLINE)")
         return self._download(pkg, rel, item)
 
-    def _download(self, pkg, rel: str, item: _Item) -> Path:
+    def _download(self, pkg, rel: str, item: _Item) -> tuple[Path, str]:
         from huggingface_hub import hf_hub_download  # noqa: PLC0415
 
-        staging = self.tmp / f"dl-{uuid.uuid4().hex}"
+        staging = tempfile.mkdtemp(prefix=_staging_prefix(self.run_id))
         try:
             return Path(hf_hub_download(pkg.repo, rel, repo_type="kernel", revision=pkg.revision,
-                                        local_dir=staging, endpoint=os.environ.get("HF_ENDPOINT") or None))
+                                        local_dir=staging, endpoint=os.environ.get("HF_ENDPOINT") or None)), staging
         except Exception as exc:  # noqa: BLE001 - every Hub failure is a problem with its text
             shutil.rmtree(staging, ignore_errors=True)
             raise _Fail(item, None, f"download failed: {type(exc).__name__}: {exc}") from None
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
 
     # -- blobs and links ------------------------------------------------------
-    def _lock_path(self, item: _Item) -> Path:
+    def _lock_name(self, item: _Item) -> str:
         key = item.blob or hashlib.sha256(f"{item.algorithm}:{item.expected}".encode()).hexdigest()
-        return self.dest / LOCKS / repo_folder(item.repo) / f"{key}.lock"
+        return f"{key}.lock"
 
-    def blob(self, pkg, item: _Item) -> str:
+    def blob(self, pkg, item: _Item, blobs: SafeDir) -> str:
         """Ensure the item's blob exists and verifies; return its name."""
-        blobs = self.dest / repo_folder(pkg.repo) / "blobs"
-        blobs.mkdir(parents=True, exist_ok=True)
-        with _holding(self._lock_path(item)):
-            if item.blob and _blob_ok(blobs / item.blob, item):
+        with _lock_in(self.root, (LOCKS, repo_folder(pkg.repo)), self._lock_name(item)):
+            if item.blob and _blob_ok(blobs, item.blob, item):
                 self.report.present += 1
                 self._emit(item, "present", 0)
                 return item.blob
-            src = self._source(pkg, item)
+            src, staging = self._source(pkg, item)
             try:
-                _mkdirs(self.tmp)
-                tmp = self.tmp / f"blob-{uuid.uuid4().hex}"
+                tmp, out = self.tmp.new_file("blob-")
                 try:
-                    hashes, n = _hash_copy(src, tmp, item.algorithm)
+                    with out:
+                        hashes, n = _hash_copy(src, out, item.algorithm)
                     got = item.computed(hashes)
                     if got != item.expected:
                         raise _Fail(item, got, f"source bytes do not match the lock (expected {item.expected}, "
                                                f"computed {got})")
                     name = hashes["sha256"].hexdigest()
-                    os.replace(tmp, blobs / name)
+                    self.tmp.replace(tmp, blobs, name)
                 finally:
-                    tmp.unlink(missing_ok=True)
+                    self.tmp.unlink(tmp)
             finally:
-                if self.tmp in src.parents:
-                    shutil.rmtree(next(p for p in src.parents if p.parent == self.tmp), ignore_errors=True)
+                if staging:
+                    shutil.rmtree(staging, ignore_errors=True)
         self.report.fetched += 1
         self.report.bytes += n
         self._emit(item, "fetched", n)
         return name
 
-    def link(self, pkg, item: _Item, blob: str) -> None:
-        folder = self.dest / repo_folder(pkg.repo)
+    def link(self, pkg, item: _Item, blob: str, folder: SafeDir, blobs: SafeDir) -> None:
         parts = ["snapshots", pkg.snapshot, "build", item.variant, *item.rel.split("/")]
-        path = folder.joinpath(*parts)
         target = "../" * (len(parts) - 1) + f"blobs/{blob}"
-        if path.is_symlink() and os.readlink(path) == target:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _mkdirs(self.tmp)
-        tmp = self.tmp / f"link-{uuid.uuid4().hex}"
-        try:
+        with folder.walk(*parts[:-1], create=True) as here:
+            if here.readlink(parts[-1]) == target:
+                return
+            tmp = f"link-{uuid.uuid4().hex}"
             try:
-                os.symlink(target, tmp)
-            except OSError:  # no symlinks here (e.g. some Windows setups): a copy
-                shutil.copyfile(folder / "blobs" / blob, tmp)
-            os.replace(tmp, path)
-        finally:
-            if tmp.is_symlink() or tmp.exists():
-                tmp.unlink()
+                try:
+                    self.tmp.symlink(target, tmp)
+                except WriteError as exc:
+                    if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.ENOSYS):
+                        raise
+                    tmp = self._copy_blob(blobs, blob)  # no symlinks here (e.g. some network file systems)
+                self.tmp.replace(tmp, here, parts[-1])
+            finally:
+                self.tmp.unlink(tmp)
         self.report.linked += 1
 
-    def refs(self, pkg) -> None:
-        refs = self.dest / repo_folder(pkg.repo) / "refs"
-        refs.mkdir(parents=True, exist_ok=True)
-        _write_if_changed(refs / f"v{pkg.version}", pkg.snapshot, self.tmp)
-        if not (refs / "main").exists():
-            _write_if_changed(refs / "main", pkg.snapshot, self.tmp)
+    def _copy_blob(self, blobs: SafeDir, blob: str) -> str:
+        f = blobs.open_read(blob)
+        if f is None:
+            raise WriteError(errno.ENOENT, "the blob just written is gone", f"{blobs.path}/{blob}")
+        name, out = self.tmp.new_file("copy-")
+        with f, out:
+            while chunk := f.read(_CHUNK):
+                out.write(chunk)
+            out.sync()
+        return name
+
+    def refs(self, pkg, folder: SafeDir) -> None:
+        with folder.child("refs", create=True) as refs:
+            _write_if_changed(refs, f"v{pkg.version}", pkg.snapshot, self.tmp)
+            if refs.lstat("main") is None:
+                _write_if_changed(refs, "main", pkg.snapshot, self.tmp)
 
     def _emit(self, item: _Item, action: str, n: int) -> None:
         self.progress({"event": "file", "repo": item.repo, "variant": item.variant, "path": item.rel,
@@ -544,15 +621,27 @@ class _Mirror:
 
     # -- a whole package -----------------------------------------------------
     def package(self, pkg, variants: list[str]) -> None:
-        for variant in variants:
-            for item in _items(pkg, variant):
-                try:
-                    self.link(pkg, item, self.blob(pkg, item))
-                except _Fail as f:
-                    self.problems.append(f.problem(pkg))
-                except OSError as exc:  # unreadable source, full disk, ...: this file fails, the rest go on
-                    self.problems.append(_Fail(item, None, f"{exc.strerror or exc}: {exc.filename or ''}").problem(pkg))
-        self.refs(pkg)
+        """Every blob and snapshot entry first; the refs last, and only when every file of the
+        package is in place (a ref is what makes a snapshot visible to `kernels`)."""
+        before = len(self.problems)
+        with self.root.child(repo_folder(pkg.repo), create=True) as folder, \
+                folder.child("blobs", create=True) as blobs:
+            for variant in variants:
+                for item in _items(pkg, variant):
+                    try:
+                        self.link(pkg, item, self.blob(pkg, item, blobs), folder, blobs)
+                    except _Fail as f:
+                        self.problems.append(f.problem(pkg))
+                    except WriteError as exc:  # the mirror itself (full, read-only, denied): the run stops
+                        exc.doing = f"{pkg.repo} build/{variant}/{item.rel}"
+                        raise
+                    except UnsafePath:
+                        raise
+                    except OSError as exc:  # an unreadable source: this file fails, the rest go on
+                        self.problems.append(
+                            _Fail(item, None, f"{exc.strerror or exc}: {exc.filename or ''}").problem(pkg))
+            if len(self.problems) == before:
+                self.refs(pkg, folder)
         self.report.packages.append({"repo": pkg.repo, "revision": pkg.revision, "snapshot": pkg.snapshot,
                                      "variants": list(variants)})
 
@@ -570,16 +659,43 @@ class _Fail(Exception):
                 "reason": f"{pkg.repo} build/{i.variant}/{i.rel}: {self.reason}"}
 
 
-def _write_if_changed(path: Path, text: str, tmpdir: Path) -> None:
+def _write_if_changed(folder: SafeDir, name: str, text: str, tmp: SafeDir) -> None:
+    if folder.read_bytes(name) == text.encode("utf-8"):  # a link reads as absent: it is replaced
+        return
+    staged = tmp.write_file("ref-", text.encode("utf-8"))
     try:
-        if path.read_text("utf-8") == text:
-            return
-    except OSError:
-        pass
-    _mkdirs(tmpdir)
-    tmp = tmpdir / f"ref-{uuid.uuid4().hex}"
-    tmp.write_text(text, "utf-8")
-    os.replace(tmp, path)
+        tmp.replace(staged, folder, name)
+    finally:
+        tmp.unlink(staged)
+
+
+class MirrorUnsafe(FrtError):
+    """A folder inside the mirror is a symbolic link (or not a folder): refused, nothing followed."""
+
+    exit_code = 2
+
+
+class MirrorUnwritable(FrtError):
+    """The mirror cannot be written: a full disk, a read-only or denied folder."""
+
+    exit_code = 2
+
+
+@contextmanager
+def _mirror_errors(dest):
+    try:
+        yield
+    except UnsafePath as exc:
+        raise MirrorUnsafe(f"mirror {dest}: {exc.path} {exc.what}", hints=[
+            f"remove it (`rm {shlex.quote(exc.path)}`; only the link goes) and run `frt mirror` again: "
+            "frt reads, writes and deletes nothing through a link inside a mirror"]) from None
+    except WriteError as exc:
+        hint = ("free space on the mirror's file system, or choose another DIR" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+                else "make DIR writable for this user, or choose another DIR")
+        doing = f" (for {exc.doing})" if getattr(exc, "doing", None) else ""
+        raise MirrorUnwritable(f"mirror {dest}: cannot write {exc.filename}{doing}: {exc.strerror}", hints=[
+            hint, "nothing was left half-written: the blobs already verified stay and `frt mirror` resumes from "
+                  "them"]) from None
 
 
 # ---------------------------------------------------------------------------
@@ -592,7 +708,9 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
 
     ``root`` is the project root of the lock's path packages (default: found
     from the lockfile's place). Raises ``KernelUnavailable`` listing every file
-    that could not be supplied, after supplying all the others.
+    that could not be supplied, after supplying all the others; ``MirrorUnsafe`` when a
+    folder inside ``dir`` is a link, ``MirrorUnwritable`` when ``dir`` cannot be written
+    (both exit 2, naming the path; nothing is written through a link, nothing left half-written).
     """
     from .loader import _as_lock  # noqa: PLC0415
 
@@ -604,22 +722,26 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
         hardware = Hardware.detect()
     chosen, skipped = select_for_mirror(lock, variants=variants, all_variants=all_variants, hardware=hardware,
                                         machines=machines, cells=cells)
-    dest.mkdir(parents=True, exist_ok=True)  # after the selection: a refused one writes nothing
-    owner = _Run(dest)
-    run = _Mirror(lock, dest, Path(root) if root else lock_root(lock), progress, owner.tmp)
-    run.report.skipped = skipped
-    try:
-        run.report.cleaned["temp"] += sweep_temp(dest, keep=owner.id)  # space first: what killed runs left
-        for repo, vs in chosen.items():
-            run.package(lock.packages[repo], vs)
-    finally:
-        owner.close()
-        run.report.cleaned["temp"] += sweep_temp(dest)
-        run.report.cleaned["locks"] += sweep_locks(dest)
+    with _mirror_errors(dest):
+        top = SafeDir.root(dest, create=True)  # after the selection: a refused one writes nothing
+        owner = None
         try:
-            (dest / TMP).rmdir()
-        except OSError:
-            pass
+            owner = _Run(top)
+            run = _Mirror(lock, top, Path(root) if root else lock_root(lock), progress, owner.tmp)
+            run.run_id = owner.id
+            run.report.dir = str(dest)
+            run.report.skipped = skipped
+            run.report.cleaned["temp"] += sweep_temp(top, keep=owner.id)  # space first: what killed runs left
+            for repo, vs in chosen.items():
+                run.package(lock.packages[repo], vs)
+        finally:
+            if owner is not None:
+                owner.close()
+            cleaned = sweep_temp(top), sweep_locks(top)  # also after a refusal: what this run made goes
+            top.rmdir(TMP)  # only when empty
+            top.close()
+        run.report.cleaned["temp"] += cleaned[0]
+        run.report.cleaned["locks"] += cleaned[1]
     if run.problems:
         raise KernelUnavailable(f"mirror {dest}: {len(run.problems)} file(s) could not be supplied:\n  "
                                 + "\n  ".join(p["reason"] for p in run.problems), reasons=run.problems,

@@ -126,7 +126,10 @@ def test_a_source_that_does_not_match_the_lock_never_becomes_a_blob(proj, tmp_pa
     blobs = {p.name for p in (mirror / SCALE_DIR / "blobs").iterdir()}
     assert hashlib.sha256(src.read_bytes()).hexdigest() not in blobs and len(blobs) == 1
     assert not (mirror / ".frt-tmp").exists() or not any((mirror / ".frt-tmp").iterdir())
-    assert [p["kind"] for p in verify_mirror(lock, mirror)] == ["missing"]  # the rest was mirrored
+    # the rest was mirrored; the incomplete package gets no ref (a ref is what makes a snapshot visible)
+    assert [(p["kind"], p["path"].split("/")[-1]) for p in verify_mirror(lock, mirror)] == [
+        ("missing", "__init__.py"), ("missing", "v1")]
+    assert not (mirror / SCALE_DIR / "refs").exists() and (mirror / NORM_DIR / "refs" / "v1").is_file()
 
 
 def test_selection_of_variants(tmp_path):
@@ -150,8 +153,11 @@ def test_selection_of_variants(tmp_path):
 
 
 _WORKER = """
-import json, sys
+import json, os, sys, time
 from frt_dist.mirror import mirror_lock
+print("ready", flush=True)
+while not os.path.exists(sys.argv[3]):  # every worker imported: all start at once, on an empty mirror
+    time.sleep(0.005)
 r = mirror_lock(sys.argv[1], sys.argv[2], variants=["torch-cpu"])
 print(json.dumps(r.to_dict()))
 """
@@ -159,11 +165,13 @@ print(json.dumps(r.to_dict()))
 
 def test_concurrent_runs_fetch_each_blob_once(proj, tmp_path):
     _, lock = proj
-    mirror = tmp_path / "mirror"
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, lock.path, str(mirror)], env=_clean_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    mirror, go = tmp_path / "mirror", tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, lock.path, str(mirror), str(go)], env=_clean_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    assert [p.stdout.readline().strip() for p in procs] == ["ready"] * 4
+    go.write_bytes(b"")
     outs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in outs]  # no FileExistsError (item 11)
     reports = [json.loads(out) for out, _ in outs]
     assert sum(r["fetched"] for r in reports) == 4
     assert all(r["fetched"] + r["present"] == 4 for r in reports)

@@ -4,6 +4,7 @@ live concurrent run holds is not. Real ``frt mirror`` processes, killed with SIG
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -34,7 +35,9 @@ def _env(tmp_path: Path, name: str, endpoint: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HF_", "HUGGINGFACE_", "KERNELS_", "FRT_")) and k != "LOCAL_KERNELS"}
     home = tmp_path / f"env-{name}"
-    env.update(PYTHONDONTWRITEBYTECODE="1", HF_HOME=str(home / "hf"), HF_HUB_CACHE=str(home / "hub"),
+    temp = tmp_path / "tmpdir"  # shared by every run of a test: where Hub downloads are staged
+    temp.mkdir(exist_ok=True)
+    env.update(PYTHONDONTWRITEBYTECODE="1", HF_HOME=str(home / "hf"), HF_HUB_CACHE=str(home / "hub"), TMPDIR=str(temp),
                KERNELS_CACHE=str(home / "kernels"), XDG_CACHE_HOME=str(home / "xdg"), HF_HUB_DISABLE_XET="1",
                HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_DISABLE_IMPLICIT_TOKEN="1")
     if endpoint:
@@ -42,10 +45,15 @@ def _env(tmp_path: Path, name: str, endpoint: str | None = None) -> dict:
     return env
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a suite started with SIGINT ignored must not pass that on
+
+
 def _frt(args, *, cwd, env, wait=True):
     cmd = [sys.executable, "-m", "frt_dist.cli", *args]
     if not wait:
-        return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_default_sigint)
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
 
 
@@ -100,14 +108,51 @@ def test_a_killed_run_leaves_nothing_once_the_next_run_ends(monkeypatch, tmp_pat
         assert any(p.startswith(f"{RUNS}/{run}") for p in _files(mirror / LOCKS)), left  # its run lock
         assert any(p.startswith("kernels--remote-org--scale/") for p in _files(mirror / LOCKS)), left  # a blob lock
         assert verify_mirror(_lock(tp), mirror, variants=["torch-cpu"])  # not complete yet
+        staged = list((tmp_path / "tmpdir").glob(f"frt-mirror-{run}*"))  # its Hub download, outside the mirror
+        assert staged, _files(tmp_path / "tmpdir")
 
         again = _frt(["mirror", str(mirror), "--variant", "torch-cpu", "--json"], cwd=tp.root,
                      env=_env(tmp_path, "again", server.url))
         assert again.returncode == 0, again.stderr
         [report] = json.loads(again.stdout)["models"]
         assert report["cleaned"]["temp"] == 1 and report["cleaned"]["locks"] >= 2
+        assert not any(p.exists() for p in staged)
+        assert _files(tmp_path / "tmpdir") == []
         assert not (mirror / TMP).exists(), _files(mirror / TMP)
         assert not (mirror / LOCKS).exists(), _files(mirror / LOCKS)
+        _verify(tp, mirror, tmp_path)
+    finally:
+        server.stop()
+
+
+def test_an_interrupted_run_says_what_it_kept_and_the_next_run_resumes(monkeypatch, tmp_path):
+    """Ctrl-C mid-run (issue 21 item 4): not "nothing was written" — the verified blobs stay, the
+    temp files and locks go, no ref points at the unfinished package, and the next run resumes."""
+    server, tp = _hub_project(monkeypatch, tmp_path)
+    mirror = tmp_path / "mirror"
+    try:
+        proc = _held_run(server, tp, mirror, tmp_path, "interrupted")  # metadata.json done, HELD in flight
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        server.release()
+        assert proc.returncode == 130, err
+        assert err.splitlines()[-2:] == [
+            f"error: interrupted; the files already verified stay in {mirror} (this run's temporary files are "
+            "removed, or by the next run if it was killed)",
+            "hint: run the same `frt mirror` again: it resumes, fetching only what is missing"]
+        assert "nothing was written" not in err and "Traceback" not in err
+        [blob] = (mirror / "kernels--remote-org--scale" / "blobs").iterdir()
+        assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name  # kept, whole
+        assert not (mirror / "kernels--remote-org--scale" / "refs").exists()
+        assert not (mirror / TMP).exists(), _files(mirror / TMP)
+        assert not (mirror / LOCKS).exists(), _files(mirror / LOCKS)
+
+        server.reset_counts()
+        again = _frt(["mirror", str(mirror), "--variant", "torch-cpu", "--json"], cwd=tp.root,
+                     env=_env(tmp_path, "resume", server.url))
+        assert again.returncode == 0, again.stderr
+        [report] = json.loads(again.stdout)["models"]
+        assert (report["fetched"], report["present"]) == (3, 1)  # remote-org/scale's metadata.json was kept
         _verify(tp, mirror, tmp_path)
     finally:
         server.stop()
