@@ -180,17 +180,15 @@ def _validate(staging: Path, model: str) -> None:
 def _not_written(exc: OSError, dest: Path) -> FrtError:
     where = exc.filename or dest
     why = exc.strerror or str(exc)
-    err = FrtError(f"frt init: {where}: cannot be written: {why}; nothing was written",
-                   reasons=[{"path": str(where), "reason": why}],
-                   hints=[f"create the project in a folder you can write, with free space (tried {dest})"])
-    err.exit_code = 2  # the folder it was pointed at cannot take a project: an invocation that cannot succeed
-    return err
+    return UsageError(f"frt init: {where}: cannot be written: {why}; nothing was written",
+                      reasons=[{"path": str(where), "reason": why}],
+                      hints=[f"create the project in a folder you can write, with free space (tried {dest})"])
 
 
 def init_project(dest: str | os.PathLike, *, model: str = "my-model", org: str = "my-org") -> list[Path]:
     """Create a project in ``dest`` (created if missing); the files written, in order. Raises
     ``UsageError`` (exit 2) for a folder that holds a project, a symlink or a clash, and
-    ``FrtError`` (exit 2) naming the path and the cause when the folder cannot be written
+    ``UsageError`` (exit 2) naming the path and the cause when the folder cannot be written
     (read-only, full, no permission); nothing is left behind then."""
     names.check("name", model, "--model", UsageError)
     names.check("name", org, "--org", UsageError)

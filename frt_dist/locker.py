@@ -18,7 +18,7 @@ from pathlib import Path
 from ._schema import JSONInvalid, json_loads, load_json, read_bytes
 from .admissible import admission_problems
 from .canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
-from .errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid
+from .errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid, UsageError
 from .lockfile import Candidate, IndexEntry, LockedPackage, Lockfile, write_atomic
 from .manifest import Manifest, Package
 from .metadata import (MAX_METADATA_BYTES, PackageDigestMismatch, digest_mismatches, parse_variant_metadata, variant_file_digests,
@@ -461,12 +461,10 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
     except OSError as exc:  # read-only, full disk, no permission: the old lockfile stays, no temp file is left
         why = exc.strerror or str(exc)
         kept = "the previous lockfile is unchanged" if lpath.exists() else "no lockfile was written"
-        err = FrtError(f"{project.rel(lpath)}: cannot be written: {why}; {kept}",
-                       reasons=[{"model": model, "path": project.rel(lpath), "reason": why}],
-                       hints=[f"make {project.rel(lpath.parent)}/ writable (or free space on its disk), then run "
-                              "`frt lock` again"])
-        err.exit_code = 2  # the project cannot take the lockfile: an invocation that cannot succeed
-        raise err from None
+        raise UsageError(f"{project.rel(lpath)}: cannot be written: {why}; {kept}",
+                         reasons=[{"model": model, "path": project.rel(lpath), "reason": why}],
+                         hints=[f"make {project.rel(lpath.parent)}/ writable (or free space on its disk), then run "
+                                "`frt lock` again"]) from None
     return result
 
 
