@@ -865,15 +865,14 @@ def cmd_digest(args) -> int:
 
 
 COMMANDS = {"lock": cmd_lock, "resolve": cmd_resolve, "verify": cmd_verify, "mirror": cmd_mirror,
-            "qualify": cmd_qualify, "matrix": cmd_matrix, "init": cmd_init}
-COMMANDS["digest"] = cmd_digest
+            "qualify": cmd_qualify, "matrix": cmd_matrix, "init": cmd_init, "digest": cmd_digest}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one ``frt`` command; the exit code. A Ctrl-C anywhere, start-up included, ends with
     exit 130 and one line; an ``OSError`` no command turned into an ``FrtError`` (a full disk, a
-    read-only folder, a denied permission) is ``error: <path>: <cause>`` (exit 1), never a
-    traceback. Any other exception is a defect and keeps its traceback."""
+    read-only folder, a denied permission) is ``error: <path>: <cause>`` (exit 2; another OSError
+    exit 1), never a traceback. Any other exception is a defect and keeps its traceback."""
     try:
         return _main(argv)
     except KeyboardInterrupt:
