@@ -3,7 +3,7 @@ disk, a denied permission. Each is one `error:` naming the path and the cause, e
 traceback, nothing half-written: no temp files, a previous lockfile intact, no half project.
 
 Real filesystems: a tmpfs mounted read-only or a few KB large (root, as in CI, mounts them; chmod
-does not stop root), and a denied permission as the unprivileged user `nobody`. Where mounting or
+does not stop root), and a denied permission as root without the capabilities that bypass file modes. Where mounting or
 dropping privileges is not possible the test is skipped, saying why."""
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import pytest
 
 from frt_dist.cli import main
 
-NOBODY = 65534
 
 
 @contextlib.contextmanager
@@ -161,40 +160,47 @@ def test_lock_without_a_lockfiles_folder_on_a_read_only_disk(tmp_path, capsys):
                 in capsys.readouterr().err)
 
 
-# --- a denied permission: as an unprivileged user ------------------------------
+# --- a denied permission: root without the capabilities that bypass file modes ----------------
 
 
-def _as_nobody(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    setpriv = shutil.which("setpriv")
-    if os.geteuid() != 0 or setpriv is None:
-        pytest.skip("needs root and setpriv (util-linux) to run a command as the unprivileged user nobody")
+def _denied(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``frt argv`` as root without CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER, so the
+    folders' modes apply to it. (Not as the user nobody: a checkout in a 0700 folder, as
+    ``mktemp -d`` makes, is one nobody cannot import frt_dist from.)"""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+        pytest.skip("needs root on Linux to drop the capabilities that bypass file modes")
+    from test_mirror_disk import _drop_dac_caps
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_", "XDG_"))}
     env.update(PYTHONDONTWRITEBYTECODE="1", HOME=str(cwd), HF_HUB_OFFLINE="1")
-    return subprocess.run([setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-m",
-                           "frt_dist.cli", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "frt_dist.cli", *argv], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120, preexec_fn=_drop_dac_caps)
 
 
 @pytest.fixture
 def shared_dir():
-    """A folder every user can enter (pytest's tmp_path is root's alone)."""
+    """A folder of its own, removed afterwards whatever modes the test left in it."""
     d = Path(tempfile.mkdtemp(prefix="frt-perm-"))
-    d.chmod(0o755)
     yield d
+    for p in [d, *d.rglob("*")]:
+        if p.is_dir() and not p.is_symlink():
+            p.chmod(0o755)
     shutil.rmtree(d, ignore_errors=True)
 
 
 def test_lock_and_init_with_permission_denied(shared_dir, capsys):
     project, before = _locked_project(shared_dir, capsys)
-    for p in [project, *project.rglob("*")]:
-        p.chmod(0o755 if p.is_dir() else 0o644)  # readable by nobody, writable by root only
     tighten("my-model", project)
-    r = _as_nobody(["lock"], project)
+    for p in [project, *project.rglob("*")]:
+        p.chmod(0o555 if p.is_dir() else 0o444)  # readable, writable by nobody without the capabilities
+    r = _denied(["lock"], project)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert ("error: lockfiles/my-model.lock: cannot be written: Permission denied; the previous lockfile is "
             "unchanged") in r.stderr and "Traceback" not in r.stderr
     assert (project / "lockfiles" / "my-model.lock").read_bytes() == before
     assert sorted(p.name for p in (project / "lockfiles").iterdir()) == ["my-model.lock"]
-    r = _as_nobody(["init", str(shared_dir / "q")], shared_dir)
+    shared_dir.chmod(0o555)
+    r = _denied(["init", str(shared_dir / "q")], shared_dir)
     assert r.returncode == 2 and (f"error: frt init: {shared_dir / 'q'}: cannot be written: Permission denied; "
                                   "nothing was written") in r.stderr, r.stderr
     assert not (shared_dir / "q").exists()
