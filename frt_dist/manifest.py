@@ -19,6 +19,8 @@ from . import names
 from ._schema import Reader, load_toml
 from .canonical import digest
 from .errors import ManifestError
+from .hardware import device_class
+from .signing import Identity, ReceiptPolicy
 
 __all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES"]
 
@@ -129,6 +131,8 @@ class Manifest:
     qualify: dict
     raw: dict = field(repr=False, compare=False)
     digest: str = ""
+    # [trust.receipts] (SPEC §26): the receipt signers the project accepts; None: no policy
+    receipt_policy: ReceiptPolicy | None = None
 
     # -- reading ------------------------------------------------------------
     @classmethod
@@ -141,7 +145,7 @@ class Manifest:
     def from_dict(cls, data: dict, *, file: str) -> "Manifest":
         r = Reader(file, ManifestError)
         r.only(data, {"schema", "model", "binding", "host", "family", "default-precision", "host-entry",
-                      "description", "packages", "phases", "seams", "routes", "qualify"}, "")
+                      "description", "packages", "phases", "seams", "routes", "qualify", "trust"}, "")
         r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
         model = names.check("name", r.get(data, "model", str, ""), "model", ManifestError, file=file)
         binding = r.get(data, "binding", str, "")
@@ -259,13 +263,14 @@ class Manifest:
         if not routes:
             raise r.fail("routes", "at least one route is required")
 
+        receipt_policy = _read_trust(r, data)
         precs = {pr for s in seams.values() for impl in s.impls.values() for pr in impl.precisions}
         if default_precision is not None and default_precision not in precs:
             raise r.fail("default-precision", f"no impl has precision {default_precision!r} (impls: {', '.join(sorted(precs))})")
         return cls(file=file, model=model, binding=binding, host=host, family=family,
                    default_precision=default_precision, host_entry=host_entry, packages=packages,
                    phases=phases, seams=seams, routes=routes, qualify=qualify, raw=data,
-                   digest=r.digest(data))
+                   digest=r.digest(data), receipt_policy=receipt_policy)
 
     # -- derived ------------------------------------------------------------
     @cached_property
@@ -284,6 +289,55 @@ class Manifest:
     def tolerance(self) -> dict:
         t = self.qualify.get("tolerance", {})
         return {"abs": float(t.get("abs", 1e-4)), "rel": float(t.get("rel", 1e-3))}
+
+
+def _read_trust(r: Reader, data: dict) -> ReceiptPolicy | None:
+    """``[trust.receipts]`` (SPEC §26): ``keys`` (PEM public key files, relative to the project
+    root and inside it), ``identities`` (``{issuer, identity}`` Sigstore signers) and optional
+    ``device-classes`` (normalised, SPEC §17). Only the shape is checked here; the key files are
+    read when the policy is used (``signing.read_policy_keys``)."""
+    trust = r.get(data, "trust", dict, "", required=False)
+    if trust is None:
+        return None
+    r.only(trust, {"receipts"}, "trust")
+    t = r.get(trust, "receipts", dict, "trust", required=False)
+    if t is None:
+        return None
+    p = "trust.receipts"
+    r.only(t, {"keys", "identities", "device-classes"}, p)
+    keys = r.str_list(t, "keys", p, required=False, default=[])
+    for i, k in enumerate(keys):
+        names.check("path", k, f"{p}.keys[{i}]", ManifestError, file=r.file)
+    if len(set(keys)) != len(keys):
+        raise r.fail(p + ".keys", "lists a key file twice")
+    identities = []
+    for i, it in enumerate(r.get(t, "identities", list, p, required=False, default=[])):
+        ip = f"{p}.identities[{i}]"
+        if not isinstance(it, dict):
+            raise r.fail(ip, "expected a table { issuer = \"...\", identity = \"...\" }")
+        r.only(it, {"issuer", "identity"}, ip)
+        issuer, ident = r.get(it, "issuer", str, ip), r.get(it, "identity", str, ip)
+        if not issuer.startswith("https://"):
+            raise r.fail(ip + ".issuer", f"expected the OIDC issuer URL (https://...), got {issuer!r}")
+        if not ident:
+            raise r.fail(ip + ".identity", "must not be empty (the certificate identity: a workflow URI or an e-mail)")
+        identities.append(Identity(issuer, ident))
+    if not keys and not identities:
+        raise r.fail(p, "a policy needs at least one signer: `keys` or `identities`")
+    classes = None
+    if "device-classes" in t:
+        listed = r.str_list(t, "device-classes", p)
+        if not listed:
+            raise r.fail(p + ".device-classes", "lists no device class (leave it out to cover every receipt)")
+        classes = []
+        for i, dc in enumerate(listed):
+            norm = device_class(dc)
+            why = names.problem("name", norm)
+            if why:
+                raise r.fail(f"{p}.device-classes[{i}]", f"{dc!r} {why}")
+            classes.append(norm)
+        classes = tuple(dict.fromkeys(classes))
+    return ReceiptPolicy(tuple(keys), tuple(identities), classes)
 
 
 def _q(key: str) -> str:
