@@ -20,9 +20,9 @@ from ._schema import Reader, load_toml
 from .canonical import digest
 from .errors import ManifestError
 from .hardware import device_class
-from .signing import Identity, ReceiptPolicy
 
-__all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES"]
+__all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES", "ReceiptPolicy",
+           "Identity"]
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -111,6 +111,36 @@ class Route:
     def min_speedup(self) -> float | None:
         v = self.gate.get("min-speedup")
         return float(v) if v is not None else None
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A Sigstore signer: the certificate's OIDC issuer and its identity (the SAN)."""
+
+    issuer: str
+    identity: str
+
+    def __str__(self) -> str:
+        return f"{self.identity} (issuer {self.issuer})"
+
+
+@dataclass(frozen=True)
+class ReceiptPolicy:
+    """The manifest's ``[trust.receipts]``: the receipt signers it accepts (key files relative to
+    the project root, Sigstore identities) and, optionally, the device classes it covers."""
+
+    keys: tuple[str, ...] = ()
+    identities: tuple[Identity, ...] = ()
+    device_classes: tuple[str, ...] | None = None  # None: every receipt is covered
+
+    def covers(self, device_class: str) -> bool:
+        """Whether a receipt of ``device_class`` (normalised) must be signed under this policy.
+        A receipt the policy does not cover is read as if there were no policy."""
+        return self.device_classes is None or device_class in self.device_classes
+
+    def describe(self) -> str:
+        signers = [f"key {k}" for k in self.keys] + [f"identity {i}" for i in self.identities]
+        return ", ".join(signers)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from pathlib import Path
 from ._schema import JSONInvalid, json_loads, read_bytes
 from .canonical import canonical_json, digest
 from .errors import FrtError, UsageError
+from .manifest import Identity, ReceiptPolicy  # the policy's shape is the manifest's; judged here
 
 __all__ = ["PAYLOAD_TYPE", "STATEMENT_TYPE", "PREDICATE_TYPE", "SIG_SUFFIX", "BUNDLE_SUFFIX", "pae", "statement",
            "ReceiptPolicy", "Identity", "PolicyKey", "Signed", "load_private_key", "load_public_key", "keyid",
@@ -232,36 +233,6 @@ def sign_receipt(path: Path, key, *, label: str | None = None) -> tuple[Path, st
 
 # ---------------------------------------------------------------------------
 # the policy
-
-
-@dataclass(frozen=True)
-class Identity:
-    """A Sigstore signer: the certificate's OIDC issuer and its identity (the SAN)."""
-
-    issuer: str
-    identity: str
-
-    def __str__(self) -> str:
-        return f"{self.identity} (issuer {self.issuer})"
-
-
-@dataclass(frozen=True)
-class ReceiptPolicy:
-    """The manifest's ``[trust.receipts]``: the receipt signers it accepts (key files relative to
-    the project root, Sigstore identities) and, optionally, the device classes it covers."""
-
-    keys: tuple[str, ...] = ()
-    identities: tuple[Identity, ...] = ()
-    device_classes: tuple[str, ...] | None = None  # None: every receipt is covered
-
-    def covers(self, device_class: str) -> bool:
-        """Whether a receipt of ``device_class`` (normalised) must be signed under this policy.
-        A receipt the policy does not cover is read as if there were no policy."""
-        return self.device_classes is None or device_class in self.device_classes
-
-    def describe(self) -> str:
-        signers = [f"key {k}" for k in self.keys] + [f"identity {i}" for i in self.identities]
-        return ", ".join(signers)
 
 
 @dataclass(frozen=True)

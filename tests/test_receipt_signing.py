@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -618,3 +619,31 @@ def test_a_lock_without_a_policy_imports_no_cryptography(tmp_path):
 
 def test_signing_errors_are_usage_errors():
     assert issubclass(signing.SigningUnavailable, UsageError)
+
+
+from test_qualify import qproject  # noqa: E402,F401 - the qualification fixture (a project with a host-entry)
+from conftest import ROOT, TESTS, needs_no_gpu  # noqa: E402
+
+
+@needs_no_gpu  # qualifies CPU-only packages on the detected hardware
+def test_qualify_sign_signs_what_it_writes_and_lock_accepts_it(qproject, tmp_path):
+    priv, pub = make_key(tmp_path / "secrets", "ci", "ec")
+    (qproject / "keys").mkdir()
+    shutil.copy(pub, qproject / "keys" / "ci.pub")
+    r = run_frt(["qualify", "--model", "toyq", "--route", "fastscale", "--rounds", "6", "--sign", str(priv), "--json"],
+                cwd=qproject, env={"PYTHONPATH": f"{ROOT}{os.pathsep}{TESTS}"})  # this checkout's frt_dist first
+    assert r.returncode == 0, r.stdout + r.stderr
+    [res] = json.loads(r.stdout)["results"]
+    assert res["signature"] == res["receipt"] + ".sig" and (qproject / res["signature"]).is_file()
+    m = qproject / "manifests" / "toyq.toml"
+    m.write_text(m.read_text() + '\n[trust.receipts]\nkeys = ["keys/ci.pub"]\n')
+    lock = lock_model(TinyRoot(qproject), "toyq", warn=lambda msg: None).lockfile
+    assert lock.rejected == [] and len(lock.receipts) == 1
+    [row] = lock.signatures.values()
+    assert row["signer"] == keyid_of(pub) and row["file"] == res["receipt"]
+
+
+def TinyRoot(root):
+    from frt_dist.project import Project
+
+    return Project(root, "project", {})
