@@ -388,23 +388,8 @@ def _check_signatures(f: _Findings, lock, accepted: dict, invalid: dict, project
             f.add("signature", where + ".file", str(row.get("file")), rec.file,
                   "the signature row names another file than its receipt")
         signatures[dig] = row
-        if project is not None and row.get("kind") == "key" and not names.problem("path", rec.file):
-            on_disk = sig_path(Path(project.root) / rec.file)
-            if on_disk.is_file():
-                from ._schema import JSONInvalid, json_loads  # noqa: PLC0415
-                from .signing import MAX_SIGNATURE_BYTES  # noqa: PLC0415
-
-                try:
-                    env = json_loads(on_disk.read_bytes()[:MAX_SIGNATURE_BYTES + 1])
-                except (OSError, JSONInvalid) as exc:
-                    env = f"unreadable: {exc}"
-                if env != row["envelope"]:
-                    held, _ = check_row({"kind": "key", "envelope": env}, dig, policy, keys) if isinstance(env, dict) \
-                        else (None, None)
-                    f.add("signature", f"{rec.file}.sig", f"the envelope locked (signer {row['signer']})",
-                          "another envelope" + (f" (signer {held})" if held else ", which does not verify for this receipt"),
-                          f"{rec.file}.sig in the project is not the signature the lock embeds: it was replaced "
-                          "after `frt lock`; re-sign the receipt or restore its .sig, then `frt lock`")
+        if project is not None and not names.problem("path", rec.file):
+            _compare_on_disk(f, rec, row, dig, policy, keys, Path(project.root))
     for dig in list(accepted):
         if dig in invalid:
             del accepted[dig]
@@ -414,6 +399,34 @@ def _check_signatures(f: _Findings, lock, accepted: dict, invalid: dict, project
                   "no accepted receipt the policy covers",
                   "the lock records a signature for a receipt it does not accept, or one the policy does not cover")
     return signatures, {rel: k.to_toml() for rel, k in keys.items()}
+
+
+def _compare_on_disk(f: _Findings, rec, row: dict, dig: str, policy, keys: dict, root: Path) -> None:
+    """The signature file beside the receipt in the project (``.sig`` for a key, ``.sigstore`` for
+    an identity) must be the one the lock embeds: one replaced after ``frt lock`` is reported,
+    saying whether the replacement would verify and by whom. A file that is not there is no
+    problem: the lock carries the signature (a receipt folder need not travel with the lock)."""
+    from ._schema import JSONInvalid, json_loads  # noqa: PLC0415
+    from .signing import MAX_SIGNATURE_BYTES, bundle_path, check_row, sig_path  # noqa: PLC0415
+
+    key_kind = row.get("kind") == "key"
+    on_disk = (sig_path if key_kind else bundle_path)(root / rec.file)
+    if not on_disk.is_file():
+        return
+    body = "envelope" if key_kind else "bundle"
+    try:
+        found = json_loads(on_disk.read_bytes()[:MAX_SIGNATURE_BYTES + 1])
+    except (OSError, JSONInvalid) as exc:
+        found = f"unreadable: {exc}"
+    if found == row.get(body):
+        return
+    held = check_row({"kind": row.get("kind"), body: found}, dig, policy, keys)[0] if isinstance(found, dict) else None
+    shown = getattr(held, "identity", held)
+    suffix = on_disk.name[len(Path(rec.file).name):]
+    f.add("signature", rec.file + suffix, f"the {body} locked (signer {row.get('signer')})",
+          f"another {body}" + (f" (signer {shown})" if held else ", which does not verify for this receipt"),
+          f"{rec.file}{suffix} in the project is not the signature the lock embeds: it was replaced after `frt lock`; "
+          f"restore it, or sign the receipt again and run `frt lock`")
 
 
 def _index_row(e) -> dict:

@@ -279,6 +279,36 @@ def test_envelope_altered_after_signing_is_rejected(tmp_path):
     assert "does not verify: the envelope was altered after signing" in reason
 
 
+def _sign_statement(priv: Path, st: dict, payload_type: str = PAYLOAD_TYPE) -> dict:
+    """A DSSE envelope made here (not by frt) over any statement, with a real signature."""
+    key = serialization.load_pem_private_key(priv.read_bytes(), password=None)
+    payload = canonical_json(st)
+    sig = key.sign(pae(payload_type, payload))
+    return {"payloadType": payload_type, "payload": base64.b64encode(payload).decode(),
+            "signatures": [{"keyid": signing.keyid(key.public_key()), "sig": base64.b64encode(sig).decode()}]}
+
+
+@pytest.mark.parametrize("change,want", [
+    ({"predicateType": "https://slsa.dev/provenance/v1"}, "predicateType is 'https://slsa.dev/provenance/v1', not frt's"),
+    ({"_type": "https://in-toto.io/Statement/v0.1"}, "not an in-toto Statement v1"),
+    ({"payloadType": "application/json"}, "payloadType is 'application/json'"),
+])
+def test_a_signature_over_another_kind_of_statement_is_rejected(tmp_path, change, want):
+    """A listed key's valid signature does not make any statement a receipt signature: the
+    payload type, the statement type and frt's predicate type are each checked."""
+    p = Proj(tmp_path)
+    priv, pub = p.key("ci")
+    p.policy(keys=[pub])
+    p.sign(priv)
+    sig = Path(str(p.receipts[0]) + ".sig")
+    st = json.loads(base64.b64decode(json.loads(sig.read_text())["payload"]))
+    ptype = change.pop("payloadType", PAYLOAD_TYPE)
+    st.update(change)
+    sig.write_text(json.dumps(_sign_statement(priv, st, ptype)))
+    reason = p.rejected(p.lock())[p.receipts[0].name]
+    assert want in reason, reason
+
+
 def test_two_keys_at_once_rotation(tmp_path):
     p = Proj(tmp_path, receipts=(("fast", "decode", H200), ("fast", "prefill", H200)))
     old, old_pub = p.key("ci-2025")
@@ -407,6 +437,31 @@ def test_verify_catches_a_pinned_key_edited_in_the_lock(tmp_path):
     pin, rec = sig_problems(doc)
     assert pin["path"].endswith('receipt-keys."keys/ci.pub"') and "the pinned key's keyid is" in pin["message"]
     assert "which the policy does not list" in rec["derived"]  # and the receipt has no listed key left
+
+
+def test_verify_catches_a_signature_row_for_no_accepted_receipt(tmp_path):
+    p, _, _ = _locked(tmp_path)
+
+    def extra(doc, rows):
+        rows.append({**rows[0], "receipt": "sha256:" + "0" * 64, "file": "receipts/tiny/gone.json"})
+
+    edit_lock(p.tp.lock_path, extra)
+    code, doc = verify_json(p.root)
+    assert code == 1
+    [prob] = sig_problems(doc)
+    assert "gone.json" in prob["path"] and prob["derived"] == "no accepted receipt the policy covers"
+
+
+def test_a_malformed_signature_row_is_bad_input_naming_the_field(tmp_path):
+    p, _, _ = _locked(tmp_path)
+
+    def pgp(doc, rows):
+        rows[0]["kind"] = "pgp"
+
+    with pytest.raises(LockfileError, match=r"receipt-signatures\[0\]\.kind: expected one of key, sigstore, got 'pgp'"):
+        edit_lock(p.tp.lock_path, pgp)
+    r = run_frt(["verify"], cwd=p.root)
+    assert r.returncode == 2 and "receipt-signatures[0].kind" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_signatures_travel_in_the_lock_so_verify_needs_no_sig_files(tmp_path):
