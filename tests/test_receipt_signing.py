@@ -309,6 +309,24 @@ def test_a_signature_over_another_kind_of_statement_is_rejected(tmp_path, change
     assert want in reason, reason
 
 
+def test_the_keyid_in_an_envelope_is_only_a_hint(tmp_path):
+    """DSSE does not authenticate ``keyid``: an envelope by a listed key whose keyid is missing or
+    wrong still verifies (with every listed key tried), and the signer recorded is the key that
+    verified, not the hint."""
+    p = Proj(tmp_path)
+    priv, pub = p.key("ci")
+    _, other_pub = p.key("other")
+    p.policy(keys=[other_pub, pub])
+    p.sign(priv)
+    sig = Path(str(p.receipts[0]) + ".sig")
+    env = json.loads(sig.read_text())
+    env["signatures"][0]["keyid"] = "sha256:" + "ab" * 32
+    sig.write_text(json.dumps(env))
+    lock = p.lock()
+    assert lock.rejected == []
+    assert [r["signer"] for r in lock.signatures.values()] == [keyid_of(p.root / pub)]
+
+
 def test_two_keys_at_once_rotation(tmp_path):
     p = Proj(tmp_path, receipts=(("fast", "decode", H200), ("fast", "prefill", H200)))
     old, old_pub = p.key("ci-2025")
