@@ -199,7 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "public keys `frt lock` accepts (docs/provenance.md).",
                        epilog="example: frt sign --key qualify-ci.pem receipts/demo-decoder/*.json")
     s.add_argument("receipts", nargs="+", metavar="RECEIPT", help="a receipt file (JSON)")
-    s.add_argument("--key", required=True, metavar="KEY", help="the PEM private key (unencrypted)")
+    how = s.add_mutually_exclusive_group(required=True)
+    how.add_argument("--key", metavar="KEY", help="the PEM private key (unencrypted): writes <receipt>.json.sig")
+    how.add_argument("--sigstore", action="store_true",
+                     help="sign keylessly with this CI's OIDC identity through Sigstore (network): writes "
+                          "<receipt>.json.sigstore, a bundle over the receipt's canonical JSON")
     s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     s.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
 
@@ -774,8 +778,14 @@ def _mirror_interrupted(args) -> int:
 def cmd_sign(args) -> int:
     """``frt sign --key KEY RECEIPT...``: the key is read (and refused, exit 2, naming it) before
     any receipt is; each receipt is read and signed in turn, each ``.sig`` written atomically."""
-    from .signing import load_private_key, sign_receipt  # noqa: PLC0415
+    from .signing import load_private_key, sign_receipt, sign_receipts_sigstore  # noqa: PLC0415
 
+    if args.sigstore:
+        rows = [{"receipt": r, "signature": str(out), "digest": dig, "identity": who}
+                for r, (out, dig, who) in zip(args.receipts, sign_receipts_sigstore([Path(r) for r in args.receipts]))]
+        _emit(args, {"ok": True, "signed": rows},
+              "\n".join(f"{x['signature']}: signed {short_digest(x['digest'])} as {x['identity']}" for x in rows))
+        return 0
     key = load_private_key(args.key)
     rows, lines = [], []
     for r in args.receipts:

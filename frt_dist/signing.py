@@ -43,7 +43,8 @@ from .manifest import Identity, ReceiptPolicy  # the policy's shape is the manif
 __all__ = ["PAYLOAD_TYPE", "STATEMENT_TYPE", "PREDICATE_TYPE", "SIG_SUFFIX", "BUNDLE_SUFFIX", "pae", "statement",
            "ReceiptPolicy", "Identity", "PolicyKey", "Signed", "load_private_key", "load_public_key", "keyid",
            "sign_receipt", "envelope_for", "check_envelope", "check_bundle", "check_receipt", "sig_path",
-           "bundle_path", "trusted_root_path", "MAX_KEY_BYTES", "MAX_SIGNATURE_BYTES", "SigningUnavailable"]
+           "bundle_path", "trusted_root_path", "MAX_KEY_BYTES", "MAX_SIGNATURE_BYTES", "SigningUnavailable",
+           "sign_receipts_sigstore"]
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -229,6 +230,52 @@ def sign_receipt(path: Path, key, *, label: str | None = None) -> tuple[Path, st
         raise UsageError(f"{label}{SIG_SUFFIX}: cannot be written: {exc.strerror or exc}",
                          hints=["nothing partial was left; make the folder writable, then sign again"]) from None
     return out, rec.digest, env["signatures"][0]["keyid"]
+
+
+def sign_receipts_sigstore(paths: list[Path], *, staging: bool = False) -> list[tuple[Path, str, str]]:
+    """Sign receipts keylessly (a CI's ambient OIDC identity, e.g. GitHub Actions with
+    ``permissions: id-token: write``): for each, a Sigstore bundle whose message signature is over
+    the receipt's canonical JSON, so the signed digest is the receipt digest, written atomically
+    to ``<receipt>.json.sigstore``. Needs the network (Fulcio, Rekor, Sigstore's TUF repository):
+    it is a CI step, never a serving one. Returns ``[(bundle path, receipt digest, identity)]``.
+
+    Every receipt is read before anything is signed (one that does not parse is exit 2); no
+    identity token in the environment is exit 2 with a hint; a Sigstore service failing is exit 1."""
+    from .lockfile import write_atomic  # noqa: PLC0415
+    from .receipt import Receipt  # noqa: PLC0415
+
+    recs = [(Path(p), Receipt.read(Path(p), label=str(p))) for p in paths]
+    _need("sigstore", "keyless signing")
+    from sigstore.errors import Error as SigstoreError  # noqa: PLC0415
+    from sigstore.models import ClientTrustConfig  # noqa: PLC0415
+    from sigstore.oidc import IdentityError, IdentityToken, detect_credential  # noqa: PLC0415
+    from sigstore.sign import SigningContext  # noqa: PLC0415
+
+    try:
+        raw = detect_credential()
+    except IdentityError as exc:
+        raise UsageError(f"--sigstore: the ambient OIDC credential could not be read: {exc}") from None
+    if raw is None:
+        raise UsageError("--sigstore: no OIDC identity token in this environment (keyless signing runs in a CI "
+                         "that grants one)", hints=["on GitHub Actions: `permissions: id-token: write` in the job; "
+                                                    "elsewhere sign with a key: frt sign --key KEY"])
+    out = []
+    try:
+        token = IdentityToken(raw)
+        config = ClientTrustConfig.staging() if staging else ClientTrustConfig.production()
+        with SigningContext.from_trust_config(config).signer(token) as signer:
+            for path, rec in recs:
+                bundle = signer.sign_artifact(canonical_json(rec.data))
+                dest = bundle_path(path)
+                try:
+                    write_atomic(dest, (bundle.to_json() + "\n").encode("utf-8"))
+                except OSError as exc:
+                    raise UsageError(f"{dest}: cannot be written: {exc.strerror or exc}") from None
+                out.append((dest, rec.digest, token.identity))
+    except (SigstoreError, IdentityError) as exc:
+        raise FrtError(f"--sigstore: signing failed: {str(exc).splitlines()[0]}",
+                       hints=["keyless signing needs the network (Fulcio, Rekor) and a valid identity token"]) from None
+    return out
 
 
 # ---------------------------------------------------------------------------

@@ -720,3 +720,18 @@ def TinyRoot(root):
     from frt_dist.project import Project
 
     return Project(root, "project", {})
+
+
+def test_keyless_signing_without_an_identity_token_is_exit_2_writing_nothing(tmp_path):
+    """``frt sign --sigstore`` needs a CI's OIDC token (and the network): without one it says so,
+    before any Sigstore service is asked, and writes nothing."""
+    p = Proj(tmp_path)
+    env = {k: "" for k in ("GITHUB_ACTIONS", "ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
+                           "SIGSTORE_ID_TOKEN", "GITLAB_CI", "BUILDKITE", "CIRCLECI", "GOOGLE_SERVICE_ACCOUNT_NAME")}
+    r = run_frt(["sign", "--sigstore", str(p.receipts[0])], cwd=tmp_path, env=env)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: --sigstore: no OIDC identity token in this environment"), r.stderr
+    assert "id-token: write" in r.stderr
+    assert not Path(str(p.receipts[0]) + ".sigstore").exists()
+    r = run_frt(["sign", str(p.receipts[0])], cwd=tmp_path)  # neither --key nor --sigstore
+    assert r.returncode == 2 and "one of the arguments --key --sigstore is required" in r.stderr
