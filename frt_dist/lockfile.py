@@ -549,7 +549,9 @@ def _read_signing(r: Reader, data: dict) -> tuple[dict, dict]:
 def signatures_text(rows) -> str:
     """The receipts' signatures: a JSON array, one row per signed receipt (a reviewer sees one
     line change per signature), stored like the receipts."""
-    return "[\n" + ",\n".join(json.dumps(row, sort_keys=True, ensure_ascii=False) for row in rows) + "\n]\n"
+    order = ("receipt", "file", "kind", "signer", "issuer", "envelope", "bundle")  # who first, the proof last
+    return "[\n" + ",\n".join(json.dumps({k: row[k] for k in order if k in row}, ensure_ascii=False)
+                               for row in rows) + "\n]\n"
 
 
 def _requirements(r: Reader, vt: dict, vp: str) -> dict:
