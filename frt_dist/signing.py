@@ -568,14 +568,15 @@ def check_receipt(receipt, path: Path, label: str, policy: ReceiptPolicy, keys: 
 
 def check_row(row: dict, receipt_digest: str, policy: ReceiptPolicy, keys: dict[str, PolicyKey], *,
               trusted_root: Path | None = None) -> tuple[str | None, str | None]:
-    """``frt verify``'s re-check of one embedded signature row: ``(signer, None)`` or ``(None, why)``."""
+    """``frt verify``'s re-check of one embedded signature row: ``(signer, None)`` or ``(None, why)``;
+    the signer is a keyid for a key, an ``Identity`` (identity and issuer) for a Sigstore bundle."""
     kind = row.get("kind")
     if kind == "key":
         return check_envelope(row.get("envelope"), receipt_digest, {k.keyid: k for k in keys.values()})
     if kind == "sigstore":
         ident, why = check_bundle(row.get("bundle"), receipt_digest.removeprefix("sha256:"), policy.identities,
                                   trusted_root=trusted_root)
-        return (ident.identity, None) if ident else (None, why)
+        return (ident, None) if ident else (None, why)
     return None, f"unknown signature kind {kind!r}"
 
 

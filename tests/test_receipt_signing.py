@@ -735,3 +735,62 @@ def test_keyless_signing_without_an_identity_token_is_exit_2_writing_nothing(tmp
     assert not Path(str(p.receipts[0]) + ".sigstore").exists()
     r = run_frt(["sign", str(p.receipts[0])], cwd=tmp_path)  # neither --key nor --sigstore
     assert r.returncode == 2 and "one of the arguments --key --sigstore is required" in r.stderr
+
+
+@needs_data
+def test_verify_rechecks_an_embedded_sigstore_bundle_offline(tmp_path):
+    """A lock edited to claim a Sigstore identity signed the receipt, with a real bundle (the
+    wheel's) embedded: verify re-checks the bundle against the pinned root over the receipt's
+    digest and refuses it."""
+    p = Proj(tmp_path)
+    priv, pub = p.key("ci")
+    p.policy(keys=[pub], identities=[{"issuer": GITHUB, "identity": WORKFLOW}])
+    p.sign(priv)
+    p.lock()
+
+    def claim(doc, rows):
+        rows[0].pop("envelope")
+        rows[0].update(kind="sigstore", signer=WORKFLOW, issuer=GITHUB, bundle=_bundle(WHEEL.name + ".sigstore"))
+
+    edit_lock(p.tp.lock_path, claim)
+    code, doc = verify_json(p.root)
+    assert code == 1
+    [prob] = sig_problems(doc)
+    assert prob["derived"].startswith("rejected: the Sigstore bundle does not verify against the pinned trusted root")
+
+
+def test_signing_without_cryptography_installed_says_which_extra(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cryptography", None)  # as if the provenance extra were not installed
+    with pytest.raises(signing.SigningUnavailable) as exc:
+        signing.load_private_key(tmp_path / "k.pem")
+    assert "needs the 'cryptography' package" in str(exc.value) and exc.value.exit_code == 2
+    assert exc.value.hints == ["pip install 'frt-dist[provenance]'"]
+
+
+@needs_data
+def test_verify_accepts_a_bundle_by_its_recorded_identity_and_refuses_another(tmp_path):
+    """verify's comparison of a Sigstore signer, on a real bundle: the wheel stands in for the
+    signed artefact (its sha256 as the 'receipt digest'), so the bundle verifies and the recorded
+    identity and issuer are compared with the certificate's."""
+    from types import SimpleNamespace
+
+    from frt_dist.manifest import ReceiptPolicy
+    from frt_dist.verify import _check_signatures, _Findings
+
+    dig = "sha256:" + hashlib.sha256(WHEEL.read_bytes()).hexdigest()
+    rec = SimpleNamespace(device_class="h200", file="receipts/w.json", state="certified_fast")
+    policy = ReceiptPolicy(identities=(signing.Identity(GITHUB, WORKFLOW),))
+    row = {"receipt": dig, "file": "receipts/w.json", "kind": "sigstore", "signer": WORKFLOW, "issuer": GITHUB,
+           "bundle": _bundle(WHEEL.name + ".sigstore")}
+    lock = SimpleNamespace(manifest=SimpleNamespace(receipt_policy=policy), receipt_keys={}, signatures={dig: row})
+    f = _Findings("x.lock")
+    signatures, _ = _check_signatures(f, lock, {dig: rec}, {}, None)
+    assert f.problems == [] and signatures == {dig: row}
+    row["issuer"] = "https://accounts.google.com"  # a lock that claims another issuer for the same identity
+    f = _Findings("x.lock")
+    accepted = {dig: rec}
+    _check_signatures(f, lock, accepted, {}, None)
+    [prob] = f.problems
+    assert prob["path"].endswith(".signer") and prob["derived"] == f"{WORKFLOW} {GITHUB}" and accepted == {}
