@@ -406,7 +406,7 @@ def _compare_on_disk(f: _Findings, rec, row: dict, dig: str, policy, keys: dict,
     an identity) must be the one the lock embeds: one replaced after ``frt lock`` is reported,
     saying whether the replacement would verify and by whom. A file that is not there is no
     problem: the lock carries the signature (a receipt folder need not travel with the lock)."""
-    from ._schema import JSONInvalid, json_loads  # noqa: PLC0415
+    from ._schema import JSONInvalid, json_loads, read_bytes  # noqa: PLC0415
     from .signing import MAX_SIGNATURE_BYTES, bundle_path, check_row, sig_path  # noqa: PLC0415
 
     key_kind = row.get("kind") == "key"
@@ -414,9 +414,10 @@ def _compare_on_disk(f: _Findings, rec, row: dict, dig: str, policy, keys: dict,
     if not on_disk.is_file():
         return
     body = "envelope" if key_kind else "bundle"
-    try:
-        found = json_loads(on_disk.read_bytes()[:MAX_SIGNATURE_BYTES + 1])
-    except (OSError, JSONInvalid) as exc:
+    try:  # at most MAX_SIGNATURE_BYTES are read: a file that is too large is not the one locked
+        found = json_loads(read_bytes(on_disk, FrtError, rec.file + on_disk.name[len(Path(rec.file).name):],
+                                      limit=MAX_SIGNATURE_BYTES))
+    except (FrtError, JSONInvalid) as exc:
         found = f"unreadable: {exc}"
     if found == row.get(body):
         return
