@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._schema import JSONInvalid, json_loads, read_bytes
-from .canonical import canonical_json, digest
+from .canonical import canonical_json
 from .errors import FrtError, UsageError
 from .manifest import Identity, ReceiptPolicy  # the policy's shape is the manifest's; judged here
 
@@ -143,7 +143,7 @@ def load_private_key(path: str | Path, *, label: str | None = None):
         raise UsageError(f"{label}: the private key is encrypted; frt signs with an unencrypted PEM key",
                          hints=["keep the key in the CI's secret store and write it to a private file for the "
                                 "signing step (`openssl pkey -in enc.pem -out key.pem`)"]) from None
-    except (ValueError, Exception) as exc:  # cryptography raises ValueError or UnsupportedAlgorithm
+    except Exception as exc:  # noqa: BLE001 - cryptography raises ValueError or UnsupportedAlgorithm
         why = "not a PEM private key" if b"PRIVATE KEY" not in data else f"not a usable PEM private key ({type(exc).__name__})"
         hint = ("this is a public key: sign with the private key, and list the public key in the manifest's "
                 "[trust.receipts] keys") if b"PUBLIC KEY" in data else \
@@ -578,8 +578,3 @@ def check_row(row: dict, receipt_digest: str, policy: ReceiptPolicy, keys: dict[
                                   trusted_root=trusted_root)
         return (ident, None) if ident else (None, why)
     return None, f"unknown signature kind {kind!r}"
-
-
-def row_digest(row: dict) -> str:
-    """The digest of an embedded signature row (for short reports)."""
-    return digest(row)
