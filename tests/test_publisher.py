@@ -319,3 +319,88 @@ def test_a_policy_changed_after_lock_is_applied_at_the_next_lock(signed):
     mpath.write_text(tomli_w.dumps(m))
     rc, _, err = _run(["lock", "--project", str(signed.root)])
     assert rc == 1 and f"signed by {SAN} (issuer {ISSUER}), not by a signer the policy accepts (package)" in err
+
+
+# --- Hub packages ---------------------------------------------------------------------------
+
+KC = "kernels-community/scale"
+
+
+@pytest.fixture
+def sig_hub(monkeypatch, tmp_path):
+    """A loopback Hub with ``kernels-community/scale`` v1 (one variant, carrying the trailofbits
+    bundle) and a project whose ``act`` seam uses it."""
+    from factories import start_hub
+    from hubserver import kernel_variant_files
+    from frt_dist.hub import HubClient
+
+    for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
+    server, _ = start_hub(monkeypatch, tmp_path)
+    files = kernel_variant_files(name="scale", variant="torch-cpu", module_files={"__init__.py": SCALE_SRC.encode()})
+    files["build/torch-cpu/metadata.json.sigstore"] = _bundle()
+    server.commit(KC, files, branch="v1")
+    server.set_trusted("kernels-community", True)
+    doc = manifest_doc(packages={KC: {"version": 1}, "t-org/norm": {"path": "packages/norm"}})
+    doc["seams"]["act"]["impls"]["scale"]["package"] = KC
+    tp = tiny_project(tmp_path, "hubproj", manifest=doc, packages={"norm": {"name": "norm", "source": NORM_SRC}})
+    tp.hub = HubClient(endpoint=server.url)
+    yield server, tp, files
+    server.stop()
+
+
+def _lock_in_process(tp):
+    from frt_dist.locker import lock_model
+
+    return lock_model(tp.project, tp.model, hub=tp.hub, warn=lambda msg: None)
+
+
+def test_a_hub_variant_signed_by_another_workflow_is_refused_under_kernels_default_policy(sig_hub):
+    from frt_dist.locker import LockFailed
+
+    server, tp, _ = sig_hub
+    with pytest.raises(LockFailed) as e:
+        _lock_in_process(tp)
+    assert e.value.reasons == [{"model": "tiny", "package": KC, "reason": (
+        f"variant 'torch-cpu': metadata.json.sigstore: signed by {SAN} (issuer {ISSUER}), not by a signer the policy "
+        f"accepts (kernels-default): source repository is {REPO}, the policy accepts "
+        "https://github.com/huggingface/kernels-community; build signer is "
+        f"{SAN}, the policy accepts {' | '.join(KERNELS_COMMUNITY.workflows)}")}]
+    # the budget: refs, one recursive listing of build/, metadata.json, and the bundle the listing showed
+    assert server.request_count(KC) == 4
+    assert not tp.lock_path.exists()
+
+
+def test_a_signed_hub_variant_is_locked_mirrored_and_verified(sig_hub, monkeypatch, tmp_path):
+    server, tp, files = sig_hub
+    m = tomllib.loads((tp.root / "manifests/tiny.toml").read_text())
+    m["trust"] = {"publishers": {"kernels-community": {"signer": {"repository": REPO, "workflows": [WORKFLOW]}}}}
+    (tp.root / "manifests/tiny.toml").write_text(tomli_w.dumps(m))
+    monkeypatch.setattr(publisher, "_verifier", lambda path: _SigstoreStandIn({files["build/torch-cpu/metadata.json"]}))
+    _lock_in_process(tp)
+    sig = Lockfile.read(tp.lock_path).packages[KC].variants["torch-cpu"].signature
+    assert (sig["identity"], sig["policy"]) == (SAN, "organisation")
+    mirror = tmp_path / "mirror"
+    rc, _, err = _run(["mirror", str(mirror), "--project", str(tp.root), "--all-variants", "-q"])
+    assert rc == 0, err
+    lp = Lockfile.read(tp.lock_path).packages[KC]
+    assert (mirror / f"kernels--kernels-community--scale/snapshots/{lp.revision}/build/torch-cpu/metadata.json.sigstore"
+            ).read_bytes() == _bundle()
+    server.reset_counts()
+    rc, out, _ = _run(["verify", "--project", str(tp.root), "--mirror", str(mirror), "--all-variants", "--json"])
+    assert rc == 0, out
+    assert server.request_count() == 0  # verify asks nobody
+    # a re-lock with nothing changed keeps the pin and asks the Hub nothing
+    _lock_in_process(tp)
+    assert server.request_count() == 0
+    # the organisation's policy now names another repository: the pin is judged again, and refused
+    from frt_dist.locker import LockFailed
+
+    m["trust"]["publishers"]["kernels-community"]["signer"]["repository"] = "https://github.com/huggingface/kernels-community"
+    (tp.root / "manifests/tiny.toml").write_text(tomli_w.dumps(m))
+    with pytest.raises(LockFailed) as e:
+        _lock_in_process(tp)
+    assert (f"signed by {SAN} (issuer {ISSUER}), not by a signer the policy accepts (organisation): source repository "
+            f"is {REPO}") in e.value.reasons[0]["reason"]
