@@ -1,6 +1,6 @@
 """Publisher signatures (SPEC §27, issue 19 items 3, 4, 6): ``metadata.json.sigstore``.
 
-What is tested with **real Sigstore signatures** (``/work/shared/data/sigstore``, see its README:
+What is tested with **real Sigstore signatures** (``tests/data/sigstore``, see its README:
 a production bundle made by trailofbits/rfc8785.py's release workflow, and a staging one):
 
 - ``verify_bundle`` itself, offline under the pinned production trusted root, with the network
@@ -45,16 +45,13 @@ from frt_dist.errors import UsageError
 from frt_dist.lockfile import Lockfile
 from frt_dist.publisher import KERNELS_COMMUNITY, SignatureRefused, SignerPolicy, verify_bundle
 
-DATA = Path("/work/shared/data/sigstore")
+DATA = Path(__file__).parent / "data" / "sigstore"  # real Sigstore test vectors (see its README)
 WHEEL = DATA / "rfc8785-0.1.2-py3-none-any.whl"
 REPO = "https://github.com/trailofbits/rfc8785.py"
 WORKFLOW = f"{REPO}/.github/workflows/release.yml"
 SAN = f"{WORKFLOW}@refs/tags/v0.1.2"
 ISSUER = "https://token.actions.githubusercontent.com"
 TRAILOFBITS = SignerPolicy(REPO, (WORKFLOW,))
-
-pytestmark = pytest.mark.skipif(not WHEEL.is_file(), reason=f"the Sigstore test vectors are not at {DATA}")
-
 
 def _bundle() -> bytes:
     return (DATA / "rfc8785-0.1.2-py3-none-any.whl.sigstore").read_bytes()
