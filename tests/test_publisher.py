@@ -287,9 +287,36 @@ def test_mirror_carries_the_bundle_and_verify_names_one_missing_or_replaced(sign
     rc, out, _ = _run(["verify", "--project", str(signed.root), "--mirror", str(mirror), "--all-variants", "--json"])
     problems = json.loads(out)["problems"]
     assert rc == 1 and [p["kind"] for p in problems] == ["mismatched"] and "is not the locked bundle" in problems[0]["reason"]
+    # a link to the right bytes outside the package's folder is not read
+    outside = tmp_path / "outside.sigstore"
+    outside.write_bytes(_bundle())
+    (mirror / rel).unlink()
+    (mirror / rel).symlink_to(outside)
+    rc, out, _ = _run(["verify", "--project", str(signed.root), "--mirror", str(mirror), "--all-variants", "--json"])
+    problems = json.loads(out)["problems"]
+    assert rc == 1 and [p["kind"] for p in problems] == ["mismatched"]
+    assert "is not a regular file inside the mirror" in problems[0]["reason"]
     # and a mirror run puts the locked bundle back
     assert _run(["mirror", str(mirror), "--project", str(signed.root), "--all-variants", "-q"])[0] == 0
-    assert (mirror / rel).read_bytes() == _bundle()
+    assert (mirror / rel).read_bytes() == _bundle() and not (mirror / rel).resolve() == outside
+
+
+def test_verify_mirror_verifies_each_mirrored_bundle_again(signed, tmp_path, monkeypatch):
+    assert _run(["lock", "--project", str(signed.root), "-q"])[0] == 0
+    mirror = tmp_path / "mirror"
+    assert _run(["mirror", str(mirror), "--project", str(signed.root), "--all-variants", "-q"])[0] == 0
+    shutil.rmtree(signed.root / "packages/scale")  # the source is gone: only the mirror holds the bundle
+    rc, out, _ = _run(["verify", "--project", str(signed.root), "--mirror", str(mirror), "--all-variants", "--json"])
+    assert rc == 0, out
+    # the same bytes, but the verifier now says no (as a changed trusted root would)
+    monkeypatch.setattr(publisher, "_verifier", lambda path: _SigstoreStandIn(set()))
+    rc, out, _ = _run(["verify", "--project", str(signed.root), "--mirror", str(mirror), "--all-variants", "--json"])
+    problems = json.loads(out)["problems"]
+    assert rc == 1 and [p["kind"] for p in problems] == ["signature"], problems
+    assert problems[0]["path"].endswith('packages."t-org/scale".variants.torch-cpu.signature')
+    assert problems[0]["message"].startswith(f"t-org/scale variant torch-cpu: the mirrored publisher signature (recorded "
+                                             f"signer {SAN}) does not verify: ")
+    assert "the bundle is for other bytes than metadata.json" in problems[0]["message"]
 
 
 def test_verify_rejudges_a_recorded_signer_against_the_embedded_policy(signed):
