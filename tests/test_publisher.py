@@ -348,6 +348,7 @@ def test_a_policy_changed_after_lock_is_applied_at_the_next_lock(signed):
 # --- Hub packages ---------------------------------------------------------------------------
 
 KC = "kernels-community/scale"
+SECRET = "hf_frtPublisherTestSecret0123456789"
 
 
 @pytest.fixture
@@ -371,6 +372,7 @@ def sig_hub(monkeypatch, tmp_path):
     doc["seams"]["act"]["impls"]["scale"]["package"] = KC
     tp = tiny_project(tmp_path, "hubproj", manifest=doc, packages={"norm": {"name": "norm", "source": NORM_SRC}})
     tp.hub = HubClient(endpoint=server.url)
+    monkeypatch.setenv("HF_TOKEN", SECRET)  # a credential in the environment must appear in no output
     yield server, tp, files
     server.stop()
 
@@ -387,6 +389,7 @@ def test_a_hub_variant_signed_by_another_workflow_is_refused_under_kernels_defau
     server, tp, _ = sig_hub
     with pytest.raises(LockFailed) as e:
         _lock_in_process(tp)
+    assert SECRET not in str(e.value) and SECRET not in json.dumps(e.value.reasons)
     assert e.value.reasons == [{"model": "tiny", "package": KC, "reason": (
         f"variant 'torch-cpu': metadata.json.sigstore: signed by {SAN} (issuer {ISSUER}), not by a signer the policy "
         f"accepts (kernels-default): source repository is {REPO}, the policy accepts "
@@ -416,6 +419,9 @@ def test_a_signed_hub_variant_is_locked_mirrored_and_verified(sig_hub, monkeypat
     rc, out, _ = _run(["verify", "--project", str(tp.root), "--mirror", str(mirror), "--all-variants", "--json"])
     assert rc == 0, out
     assert server.request_count() == 0  # verify asks nobody
+    rc, sbom, err = _run(["lock", "--export", "cyclonedx", "--project", str(tp.root)])
+    assert rc == 0 and SAN in sbom
+    assert not any(SECRET in t for t in (sbom, err, out, tp.lock_path.read_text()))
     # a re-lock with nothing changed keeps the pin and asks the Hub nothing
     _lock_in_process(tp)
     assert server.request_count() == 0
