@@ -27,15 +27,19 @@ recomputes everything ``frt lock`` derived and compares it with what the lock re
 - and finally, when all of that agrees, that the whole document is what ``frt lock`` would
   write from those inputs (a catch-all for anything not named above).
 
+Publisher signatures (SPEC §27): every recorded signer is judged again against the embedded
+manifest's policy (kind ``signature``); a path package's bundles are verified again from its
+source, and with ``--mirror`` each mirrored bundle over the mirrored ``metadata.json``.
+
 What it cannot re-derive offline is said in ``notes``, not hidden: a Hub package's commit and
-variant facts without a mirror (the Hub is not asked), a path package whose source is not
+variant facts without a mirror (the Hub is not asked), a Hub package's bundles without a mirror, a path package whose source is not
 in the project, the rejected receipts (their bodies are not embedded), and a
 ``publisher-trusted`` fact an author recorded falsely.
 
 The result is one report: ``{"ok", "lockfiles", "problems": [{"kind", "path", "expected",
 "computed", ...}], "notes"}``. Kinds: SPEC §8.8's ``missing | unknown | mismatched |
 lock-digest | receipt``, and for what re-derivation finds ``index``, ``trust``, ``package``,
-``name`` and ``field``; those problems also carry ``recorded`` (what the lock says; also
+``name``, ``field`` and ``signature``; those problems also carry ``recorded`` (what the lock says; also
 ``expected``), ``derived`` (what verify computed; also ``computed``) and a ``message``.
 ``stale`` (SPEC §23): the project's manifest file is not the one the lock embeds
 (``freshness.manifest_drift``); ``expected``/``computed`` are the two manifest digests.
@@ -438,6 +442,9 @@ def _check_package(f: _Findings, lock, repo: str, project, mirror, depends: set[
     elif lp.source == "hub" and mirror is None:
         f.note(f"{repo}: Hub commit and variant facts not re-derived offline (pass --mirror DIR to check "
                "them against the mirrored metadata.json)")
+        if any(v.signature for v in lp.variants.values()):
+            f.note(f"{repo}: publisher signatures judged from the signers the lock records; pass --mirror DIR "
+                   "to verify the mirrored bundles again")
     if mirror is not None:
         if lp.source == "hub":  # the mirror stands in for the Hub's content; nobody asked the Hub
             f.note(f"{repo}: Hub commit not checked offline: --mirror compares the mirrored files and "
