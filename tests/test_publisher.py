@@ -434,3 +434,11 @@ def test_a_signed_hub_variant_is_locked_mirrored_and_verified(sig_hub, monkeypat
         _lock_in_process(tp)
     assert (f"signed by {SAN} (issuer {ISSUER}), not by a signer the policy accepts (organisation): source repository "
             f"is {REPO}") in e.value.reasons[0]["reason"]
+
+
+def test_without_bundles_or_policies_existing_lockfiles_keep_their_bytes():
+    """The repository's own lockfiles (no bundle, no policy) are what `frt lock` writes now."""
+    root = Path(__file__).resolve().parents[1]
+    rc, out, err = _run(["lock", "--check", "--project", str(root)])
+    assert rc == 0 and "up to date" in out + err, (out, err)
+    assert "signature" not in (root / "lockfiles/demo-decoder.lock").read_text().split("[packages", 1)[1]
