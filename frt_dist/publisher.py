@@ -280,9 +280,9 @@ def verify_bundle(artifact: bytes, bundle: bytes, signer: SignerPolicy | None, *
             if problems:
                 raise _Mismatch("; ".join(problems))
 
-    root = str(trusted_root or trusted_root_path())
+    verifier = _verifier(str(trusted_root or trusted_root_path()))
     try:
-        _verifier(root).verify_artifact(artifact, parsed, _Policy())
+        verifier.verify_artifact(artifact, parsed, _Policy())
     except _Mismatch as exc:
         raise SignatureRefused(
             f"{where}: signed by {facts.describe()}, not by a signer the policy accepts ({signer.source}): {exc}",
@@ -295,6 +295,10 @@ def verify_bundle(artifact: bytes, bundle: bytes, signer: SignerPolicy | None, *
             reason = f"the bundle is for other bytes than {what} (sigstore: {msg})"
         else:
             reason = f"the signature does not verify under the pinned Sigstore trusted root (sigstore: {msg})"
+        raise SignatureRefused(f"{where}: {reason}; signer named in the bundle: {facts.describe()}", repo=repo,
+                               variant=variant, facts=facts, reason=reason) from None
+    except Exception as exc:  # noqa: BLE001 - a bundle someone else wrote: whatever sigstore raises on it is a "no"
+        reason = f"the bundle cannot be checked ({type(exc).__name__}: {exc})"
         raise SignatureRefused(f"{where}: {reason}; signer named in the bundle: {facts.describe()}", repo=repo,
                                variant=variant, facts=facts, reason=reason) from None
     return facts
