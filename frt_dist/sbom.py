@@ -9,7 +9,7 @@ extra), imported only when this export is asked for. What it holds, all read fro
   one ``frt:route`` property per cell of the route index (``<phase>/<precision>/<backend>/<arch>/
   <device-class> -> <route> <state> <receipt digest>``) and one ``frt:receipt`` property per
   embedded receipt (canonical JSON of its digest, file, route, state, cell key, and its signer
-  when the lock records one);
+  and issuer and signature kind when the lock records a signature for it, ``Lockfile.signatures``);
 - one component per locked package (type ``library``, ``group`` = org, ``name``): a Hub
   package at its commit with purl ``pkg:huggingface/<org>/<name>@<commit>``; a path package
   (no commit: locked by content digest, SPEC §3) with purl ``pkg:generic/<org>/<name>@<snapshot>
@@ -82,12 +82,18 @@ def cyclonedx_json(lock) -> str:
     for e in sorted(lock.index.values(), key=lambda e: e.key):
         c = e.candidates[0]
         root_props.append(("frt:route", f"{'/'.join(e.key)} -> {c.route} {c.state} {c.receipt}"))
+    # the receipt signatures a [trust.receipts] policy records (SPEC §26; ``Lockfile.signatures``:
+    # receipt digest -> {"kind", "signer"[, "issuer"], ...}); none in a lock without such a policy
+    signatures = getattr(lock, "signatures", None) or {}
     for dig in sorted(lock.receipts):
         rec = lock.receipts[dig]
         row = {"digest": dig, "file": rec.file, "route": rec.route, "state": rec.state, "cell": "/".join(rec.key)}
-        signer = getattr(rec, "signer", None)  # recorded by signed-receipt locks (SPEC §26), when present
-        if signer:
-            row["signer"] = signer
+        sig = signatures.get(dig) or {}
+        for k in ("signer", "issuer"):
+            if sig.get(k):
+                row[k] = sig[k]
+        if sig.get("kind"):
+            row["signature"] = sig["kind"]
         root_props.append(("frt:receipt", json.dumps(row, sort_keys=True, separators=(",", ":"))))
     root = Component(name=m.model, type=ComponentType.APPLICATION, version=lock.lock_digest,
                      bom_ref=f"frt-model:{m.model}", properties=props(root_props))

@@ -144,3 +144,17 @@ def test_several_models_need_model_and_a_missing_library_is_named(tmp_path, monk
                          "-o", str(tmp_path / "x.json")])
     assert rc == 2 and "needs the cyclonedx-python-lib library" in err and "frt-dist[provenance]" in err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_receipt_signer_the_lock_records_is_in_the_sbom(tmp_path):
+    """A lock made under a [trust.receipts] policy records each accepted receipt's signer
+    (``Lockfile.signatures``, SPEC §26); the SBOM carries it beside the receipt."""
+    from frt_dist.sbom import cyclonedx_json
+
+    tp = tiny_project(tmp_path)
+    lock = tp.lock(receipts=[("fast", "decode")])
+    [dig] = list(lock.receipts)
+    lock.signatures = {dig: {"receipt": dig, "kind": "sigstore", "signer": SAN, "issuer": "https://token.actions.githubusercontent.com"}}
+    root = json.loads(cyclonedx_json(lock))["metadata"]["component"]
+    [row] = [json.loads(p["value"]) for p in root["properties"] if p["name"] == "frt:receipt"]
+    assert (row["digest"], row["signer"], row["signature"]) == (dig, SAN, "sigstore")
