@@ -126,11 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--strict", action="store_true", help="exit 1 when any receipt is rejected")
     s.add_argument("--upgrade-package", action="append", default=[], metavar="REPO",
                    help="re-resolve REPO's branch on the Hub (otherwise a locked commit is kept)")
-    s.add_argument("--export", choices=["kernels"],
+    s.add_argument("--export", choices=["kernels", "cyclonedx"],
                    help="write nothing to lockfiles/: print the locked pins in another tool's lock format "
                         "(kernels: a kernels.lock for kernels.load_kernel / LockedLayerRepository). kernels checks "
                         "no file digest when it loads: an edited file in the mirror runs; check the mirror with "
-                        "`frt verify --mirror DIR` before such a load (frt_dist.load checks every file itself)")
+                        "`frt verify --mirror DIR` before such a load (frt_dist.load checks every file itself). "
+                        "cyclonedx: one model's lock as a CycloneDX 1.6 JSON SBOM (packages at their commits, "
+                        "file hashes, publisher signers, route receipts)")
     s.add_argument("-o", "--output", metavar="FILE", type=_output_file,
                    help="with --export: write to FILE instead of stdout")
 
@@ -371,6 +373,8 @@ def _lock_export(args) -> int:
     from .export import kernels_lock_json  # noqa: PLC0415
     from .lockfile import Lockfile  # noqa: PLC0415
 
+    if args.export == "cyclonedx":
+        return _lock_export_sbom(args)
     project = _project(args)
     models = [args.model] if args.model is not None else project.models()
     locks = [Lockfile.read(project.existing_lockfile(m)) for m in models]
@@ -386,6 +390,29 @@ def _lock_export(args) -> int:
     if not args.quiet:  # after the export exists: a write that failed gets its error alone
         print("note: kernels checks no file digest when it loads through this kernels.lock: run "
               "`frt verify --mirror DIR` on the mirror before such a load", file=sys.stderr)
+    return 0
+
+
+def _lock_export_sbom(args) -> int:
+    """``frt lock --export cyclonedx``: one model's lockfile as a CycloneDX 1.6 JSON SBOM."""
+    from .lockfile import Lockfile  # noqa: PLC0415
+    from .sbom import cyclonedx_json  # noqa: PLC0415
+
+    project = _project(args)
+    models = [args.model] if args.model is not None else project.models()
+    if len(models) != 1:
+        raise UsageError(f"frt lock --export cyclonedx describes one model; this project has {len(models)} "
+                         f"({', '.join(models) or 'none'})", hints=["name one: --model MODEL"])
+    lock = Lockfile.read(project.existing_lockfile(models[0]), label=project.rel(project.existing_lockfile(models[0])))
+    text = cyclonedx_json(lock)
+    if args.output:
+        out = Path(args.output)
+        _write_output(out, text.encode("utf-8"))
+        if not args.quiet:
+            print(f"wrote {out} (CycloneDX 1.6, {len(lock.packages)} package(s), from {project.rel(lock.path)})",
+                  file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0
 
 

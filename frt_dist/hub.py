@@ -1,8 +1,9 @@
 """The Hub client: what ``frt lock`` asks the Hub, through ``huggingface_hub``.
 
 Per package the request budget is fixed by the number of variants, never by
-the number of files: one ``refs`` call (branch ``vN`` → commit), one tree
-listing of ``build/`` at that commit, one ``metadata.json`` GET per variant,
+the number of files: one ``refs`` call (branch ``vN`` → commit), one (recursive) tree
+listing of ``build/`` at that commit, one ``metadata.json`` GET per variant, one
+``metadata.json.sigstore`` GET per variant the listing shows signed (when the policy reads them),
 and (for a publisher the manifest does not trust) one organization overview
 per org per run. Binaries are never fetched at lock time, except for a variant
 whose ``metadata.json`` declares no digests (older kernel-builder output):
@@ -120,6 +121,25 @@ class HubClient:
 
         entries = self._wrap(repo, "list build/", listing)
         return sorted(e.path.split("/", 1)[1] for e in entries if isinstance(e, RepoFolder) and "/" in e.path)
+
+    def variant_listing(self, repo: str, commit: str) -> tuple[list[str], set[str]]:
+        """(variant names, the variants that carry a publisher signature ``metadata.json.sigstore``)
+        at ``commit``, from one recursive listing of ``build/``."""
+        from huggingface_hub.hf_api import RepoFolder  # noqa: PLC0415
+
+        def listing():
+            return list(self.api.list_repo_tree(repo, path_in_repo="build", revision=commit, repo_type=REPO_TYPE,
+                                                recursive=True))
+
+        entries = self._wrap(repo, "list build/", listing)
+        names, signed = set(), set()
+        for e in entries:
+            parts = e.path.split("/")
+            if isinstance(e, RepoFolder) and len(parts) == 2:
+                names.add(parts[1])
+            elif not isinstance(e, RepoFolder) and len(parts) == 3 and parts[2] == "metadata.json.sigstore":
+                signed.add(parts[1])
+        return sorted(names), signed & names
 
     def metadata(self, repo: str, commit: str, variant: str) -> bytes:
         """GET ``build/<variant>/metadata.json`` at ``commit`` (one request, no cache dance)."""

@@ -19,15 +19,16 @@ from ._schema import JSONInvalid, json_loads, load_json, read_bytes
 from .admissible import admission_problems
 from .canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
 from .errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid, UsageError
-from .lockfile import Candidate, IndexEntry, LockedPackage, Lockfile, write_atomic
+from .lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile, write_atomic
 from .manifest import Manifest, Package
 from .metadata import (MAX_METADATA_BYTES, PackageDigestMismatch, digest_mismatches, parse_variant_metadata, variant_file_digests,
                        with_computed_digests)
 from .project import Project
+from .publisher import BUNDLE
 from .receipt import STATES, CellKey, Receipt
 
 __all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "rank_candidates", "derive_index", "derive_trust", "receipt_verdict",
-           "derive_path_package"]
+           "derive_path_package", "judge_signature"]
 
 
 @dataclass
@@ -96,6 +97,11 @@ class LockSession:
     def __init__(self, hub=None):
         self._hub = hub
         self.fetched: dict[tuple[str, int], tuple[str, dict] | FrtError] = {}
+        # publisher signatures: the signed variants per (repo, commit), and the bytes read once per
+        # run, so that each model judges them under its own manifest's policy
+        self.signed: dict[tuple[str, str], set[str]] = {}
+        self.metadata: dict[tuple[str, str, str], bytes] = {}
+        self.bundles: dict[tuple[str, str, str], bytes] = {}
 
     @property
     def hub(self):
@@ -138,11 +144,11 @@ class _Locker:
 
     def lock_package(self, manifest: Manifest, pkg: Package, old: Lockfile | None) -> LockedPackage:
         if pkg.is_path:
-            return self.lock_package_path(pkg)
+            return self.lock_package_path(pkg, manifest.publisher_policy(pkg.repo))
         prev = old.packages.get(pkg.repo) if old else None
         old_entry = old.manifest.raw.get("packages", {}).get(pkg.repo) if old else None
         if (prev is not None and prev.source == "hub" and old_entry == manifest.raw["packages"][pkg.repo]
-                and pkg.repo not in self.upgrade):
+                and pkg.repo not in self.upgrade and old.manifest.publisher_policy(pkg.repo) == manifest.publisher_policy(pkg.repo)):
             # pinned: the commit and variant facts are kept (no network unless asked to upgrade), but
             # the trust decision is derived again, never copied: a decision edited into the old lock
             # must not survive a re-lock (or read as "up to date" under --check)
@@ -150,7 +156,22 @@ class _Locker:
             return dataclasses.replace(prev, trust=trust, publisher_trusted=publisher)
         trust, publisher = self.decide_trust(manifest, pkg, None)
         commit, variants = self.fetch(pkg)
-        return LockedPackage(pkg.repo, "hub", pkg.version, commit, trust, dict(variants), publisher_trusted=publisher)
+        variants = self.signed(pkg.repo, commit, variants, manifest.publisher_policy(pkg.repo))
+        return LockedPackage(pkg.repo, "hub", pkg.version, commit, trust, variants, publisher_trusted=publisher)
+
+    def signed(self, repo: str, commit: str, variants: dict, policy) -> dict:
+        """``variants`` with each one's publisher signature verified and recorded (SPEC §27)."""
+        signed = self.session.signed.get((repo, commit), set())
+        out = {}
+        for name, v in sorted(variants.items()):
+            bundle = None
+            if policy.signature != "off" and name in signed:
+                key = (repo, commit, name)
+                if key not in self.session.bundles:
+                    self.session.bundles[key] = self.hub.file(repo, commit, f"build/{name}/{BUNDLE}")
+                bundle = self.session.bundles[key]
+            out[name] = judge_signature(repo, v, self.session.metadata[(repo, commit, name)], bundle, policy)
+        return out
 
     def lock_depends(self, manifest: Manifest, packages: dict[str, LockedPackage], old: Lockfile | None) -> None:
         """Add every ``kernel-depends`` package to ``packages``, transitively. A dependency is locked
@@ -180,12 +201,14 @@ class _Locker:
         (unless upgraded), its trust decided again."""
         prev = old.packages.get(pkg.repo) if old else None
         if (prev is not None and prev.source == "hub" and prev.version == pkg.version
-                and pkg.repo not in self.upgrade and pkg.repo not in (old.manifest.packages if old else {})):
+                and pkg.repo not in self.upgrade and pkg.repo not in (old.manifest.packages if old else {})
+                and old.manifest.publisher_policy(pkg.repo) == manifest.publisher_policy(pkg.repo)):
             trust, publisher = self.decide_trust(manifest, pkg, prev.publisher_trusted)
             return dataclasses.replace(prev, trust=trust, publisher_trusted=publisher)
         trust, publisher = self.decide_trust(manifest, pkg, None)
         commit, variants = self.fetch(pkg)
-        return LockedPackage(pkg.repo, "hub", pkg.version, commit, trust, dict(variants), publisher_trusted=publisher)
+        variants = self.signed(pkg.repo, commit, variants, manifest.publisher_policy(pkg.repo))
+        return LockedPackage(pkg.repo, "hub", pkg.version, commit, trust, variants, publisher_trusted=publisher)
 
     def fetch(self, pkg: Package) -> tuple[str, dict]:
         """(commit, variant facts) of a Hub package's version branch, once per session."""
@@ -204,13 +227,15 @@ class _Locker:
     def _fetch(self, pkg: Package) -> tuple[str, dict]:
         hub = self.hub
         commit = hub.branch_commit(pkg.repo, pkg.version)
-        names = hub.variant_names(pkg.repo, commit)
+        names, signed = hub.variant_listing(pkg.repo, commit)
+        self.session.signed[(pkg.repo, commit)] = signed
         if not names:
             raise KernelUnavailable(f"package {pkg.repo!r}: commit {commit} has no build/<variant>/ directories",
                                     reasons=[{"package": pkg.repo, "reason": "no variants"}])
         variants = {}
         for name in names:
-            v = parse_variant_metadata(hub.metadata(pkg.repo, commit, name), repo=pkg.repo, variant=name)
+            raw = self.session.metadata[(pkg.repo, commit, name)] = hub.metadata(pkg.repo, commit, name)
+            v = parse_variant_metadata(raw, repo=pkg.repo, variant=name)
             if v.digest_source == "frt":
                 v = with_computed_digests(v, hub.variant_files(pkg.repo, commit, name), repo=pkg.repo)
             variants[name] = v
@@ -231,7 +256,7 @@ class _Locker:
                 hints=[f"after reviewing the package, add `trust = true` under [packages.\"{pkg.repo}\"] in {manifest.file}"])
         return trust, publisher
 
-    def lock_package_path(self, pkg: Package) -> LockedPackage:
+    def lock_package_path(self, pkg: Package, policy=None) -> LockedPackage:
         root = (self.project.root / pkg.path).resolve()
         if not root.is_relative_to(self.project.root.resolve()):
             raise KernelUnavailable(f"package {pkg.repo!r}: path {pkg.path!r} leaves the project",
@@ -269,7 +294,7 @@ class _Locker:
                 bad = digest_mismatches(v.files, now)
                 if bad:
                     mismatched.append((vdir.name, bad))
-            variants[vdir.name] = v
+            variants[vdir.name] = judge_signature(pkg.repo, v, raw, _read_bundle(vdir, pkg, policy), policy)
             ver = json.loads(raw).get("version")
             if isinstance(ver, int):
                 versions.add(ver)
@@ -375,10 +400,54 @@ def _shown(path: Path) -> str:
     return shlex.quote(str(path) if rel == ".." or rel.startswith("../") else rel)
 
 
-def derive_path_package(project: Project, pkg: Package) -> LockedPackage:
+def derive_path_package(project: Project, pkg: Package, policy=None) -> LockedPackage:
     """A path package as `frt lock` pins it now, from its source under the project
-    (content digest, version, each variant's metadata facts). Raises ``KernelUnavailable``."""
-    return _Locker(project).lock_package_path(pkg)
+    (content digest, version, each variant's metadata facts, and its publisher signatures under
+    ``policy``, a ``frt_dist.publisher.PublisherPolicy``). Raises ``KernelUnavailable``."""
+    return _Locker(project).lock_package_path(pkg, policy)
+
+
+def judge_signature(repo: str, v: LockedVariant, metadata: bytes, bundle: bytes | None, policy) -> LockedVariant:
+    """``v`` with its publisher signature recorded, after ``bundle`` (``metadata.json.sigstore``'s
+    bytes, ``None`` when the variant has none) verified over ``metadata`` under ``policy`` (SPEC §27).
+    Raises ``SignatureRefused``: a bundle that does not verify or names a signer the policy does not
+    accept, or no bundle where the policy requires one. No policy and no bundle: ``v`` unchanged."""
+    if policy is None or policy.signature == "off":
+        return v
+    from .publisher import SignatureRefused, signature_record, verify_bundle  # noqa: PLC0415
+
+    if bundle is None:
+        if policy.signature == "required":
+            raise SignatureRefused(
+                f"package {repo!r} variant {v.name!r}: unsigned (no {BUNDLE}), and the manifest requires a "
+                f"publisher signature (signature = \"required\"); signer found: none",
+                repo=repo, variant=v.name, reason="unsigned; the policy requires a signature",
+                hints=["ask the publisher for signed builds, or review the package and set "
+                       "`signature = \"optional\"` for it in the manifest"])
+        return v
+    facts = verify_bundle(metadata, bundle, policy.signer, repo=repo, variant=v.name)
+    return dataclasses.replace(v, signature=signature_record(bundle, facts, policy))
+
+
+MAX_BUNDLE_BYTES = 1 << 20  # a Sigstore bundle is a few KB: a certificate, a log entry, a signature
+
+
+def _read_bundle(vdir: Path, pkg: Package, policy) -> bytes | None:
+    """A path package variant's ``metadata.json.sigstore`` bytes (``None``: there is none, or the
+    policy reads none). A symlink is refused: its target is not part of the package."""
+    if policy is None or policy.signature == "off":
+        return None
+    path = vdir / BUNDLE
+    if not path.is_symlink() and not path.exists():
+        return None
+    if path.is_symlink() or not path.is_file():
+        raise KernelUnavailable(f"package {pkg.repo!r}: {pkg.path}/build/{vdir.name}/{BUNDLE} is not a regular file "
+                                "(a symlink's target is not part of the package)",
+                                reasons=[{"package": pkg.repo, "variant": vdir.name, "reason": f"{BUNDLE} is not a regular file"}])
+    try:
+        return read_bytes(path, KernelUnavailable, f"{pkg.path}/build/{vdir.name}/{BUNDLE}", limit=MAX_BUNDLE_BYTES)
+    except KernelUnavailable as exc:
+        raise KernelUnavailable(f"package {pkg.repo!r}: {exc}", reasons=exc.reasons) from None
 
 
 def lock_model(project: Project, model: str, *, check: bool = False, strict: bool = False, hub=None,

@@ -57,6 +57,10 @@ class LockedVariant:
     kernels_minver: str | None = None
     python_depends: tuple[str, ...] = ()
     kernel_depends: tuple[tuple[str, int], ...] = ()
+    # the publisher's signature over metadata.json (metadata.json.sigstore, SPEC §27), as `frt lock`
+    # verified it: {"bundle-sha256", "identity", "issuer", "repository"?, "build-signer"?, "policy"};
+    # None: the variant carries no bundle (or the policy reads none)
+    signature: dict | None = None
 
     def to_toml(self) -> dict:
         out = {"backend": self.backend, "archs": list(self.archs), "metadata-sha256": self.metadata_sha256,
@@ -71,6 +75,8 @@ class LockedVariant:
             out["python-depends"] = list(self.python_depends)
         if self.kernel_depends:
             out["kernel-depends"] = [{"repo-id": r, "version": v} for r, v in self.kernel_depends]
+        if self.signature is not None:
+            out["signature"] = dict(self.signature)
         return out
 
 
@@ -337,7 +343,7 @@ class Lockfile:
                 names.check("variant", vname, vp, LockfileError, file=file)
                 r.only(vt, {"backend", "archs", "metadata-sha256", "module-id", "module-name",
                             "digest-algorithm", "files", "digest-source", "kernels-minver", "python-depends",
-                            "kernel-depends"}, vp)
+                            "kernel-depends", "signature"}, vp)
                 files = r.get(vt, "files", dict, vp)
                 for rel in files:
                     why = names.problem("path", rel)
@@ -349,7 +355,8 @@ class Lockfile:
                     vname, r.get(vt, "backend", str, vp), tuple(r.str_list(vt, "archs", vp)),
                     r.get(vt, "metadata-sha256", str, vp), r.get(vt, "module-id", str, vp),
                     r.get(vt, "module-name", str, vp), r.get(vt, "digest-algorithm", str, vp),
-                    {k: str(v) for k, v in files.items()}, **_requirements(r, vt, vp))
+                    {k: str(v) for k, v in files.items()}, **_requirements(r, vt, vp),
+                    signature=_signature(r, vt, vp))
             packages[repo] = LockedPackage(repo, source, r.get(t, "version", int, p), revision, trust, variants,
                                            _rel_path(r, t, p, file), publisher_trusted)
         raw_receipts: dict[str, tuple] = {}
@@ -570,6 +577,26 @@ def _requirements(r: Reader, vt: dict, vp: str) -> dict:
     return {"digest_source": source, "kernels_minver": r.get(vt, "kernels-minver", str, vp, required=False),
             "python_depends": tuple(r.str_list(vt, "python-depends", vp, required=False, default=[])),
             "kernel_depends": tuple(deps)}
+
+
+_SIGNATURE_KEYS = ("bundle-sha256", "identity", "issuer", "repository", "build-signer", "policy")
+
+
+def _signature(r: Reader, vt: dict, vp: str) -> dict | None:
+    """A locked variant's publisher ``signature`` table (``frt_dist.publisher.signature_record``)."""
+    st = r.get(vt, "signature", dict, vp, required=False)
+    if st is None:
+        return None
+    sp = vp + ".signature"
+    r.only(st, set(_SIGNATURE_KEYS), sp)
+    out = {}
+    for k in _SIGNATURE_KEYS:
+        v = r.get(st, k, str, sp, required=k not in ("repository", "build-signer"))
+        if v is not None:
+            out[k] = v
+    if not _SHA.match(out["bundle-sha256"]):
+        raise r.fail(sp + ".bundle-sha256", f"not a sha256: digest: {out['bundle-sha256']!r}")
+    return out
 
 
 def _rel_path(r: Reader, t: dict, p: str, file: str) -> str | None:

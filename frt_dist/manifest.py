@@ -47,6 +47,10 @@ class Package:
     version: int | None = None
     path: str | None = None
     trust: bool = False
+    # publisher signatures (SPEC §27; frt_dist.publisher): the package's own `signature` mode and
+    # `signer` policy, when it sets them (else its organisation's, see Manifest.publisher_policy)
+    signature: str | None = None
+    signer: Any = None  # frt_dist.publisher.SignerPolicy
 
     @property
     def is_path(self) -> bool:
@@ -161,6 +165,8 @@ class Manifest:
     qualify: dict
     raw: dict = field(repr=False, compare=False)
     digest: str = ""
+    # [trust.publishers."<org>"]: {"signature": mode or None, "signer": SignerPolicy or None}
+    publishers: dict = field(default_factory=dict, compare=False)
     # [trust.receipts] (SPEC §26): the receipt signers the project accepts; None: no policy
     receipt_policy: ReceiptPolicy | None = None
 
@@ -193,17 +199,18 @@ class Manifest:
             names.check("repo", repo, p, ManifestError, file=file)
             if not isinstance(t, dict):
                 raise r.fail(p, "expected a table")
-            r.only(t, {"version", "path", "trust"}, p)
+            r.only(t, {"version", "path", "trust", "signature", "signer"}, p)
             version = r.get(t, "version", int, p, required=False)
             path = r.get(t, "path", str, p, required=False)
             trust = r.get(t, "trust", bool, p, required=False, default=False)
+            signature, signer = _signature_policy(r, t, p, "package")
             if (version is None) == (path is None):
                 raise r.fail(p, "exactly one of `version` or `path` is required")
             if version is not None and version < 0:
                 raise r.fail(p + ".version", "must be a non-negative integer")
             if path is not None:  # relative to the project root, and inside it (SPEC §8.2, §21)
                 names.check("path", path, p + ".path", ManifestError, file=file)
-            packages[repo] = Package(repo, version, path, trust)
+            packages[repo] = Package(repo, version, path, trust, signature, signer)
         if not packages:
             raise r.fail("packages", "at least one package is required")
 
@@ -293,16 +300,42 @@ class Manifest:
         if not routes:
             raise r.fail("routes", "at least one route is required")
 
-        receipt_policy = _read_trust(r, data)
+        publishers = {}
+        trust_t = r.get(data, "trust", dict, "", required=False, default={})
+        r.only(trust_t, {"publishers", "receipts"}, "trust")
+        for org, t in r.get(trust_t, "publishers", dict, "trust", required=False, default={}).items():
+            p = f"trust.publishers.{_q(org)}"
+            if names.problem("repo", f"{org}/x"):
+                raise r.fail(p, f"not an organisation name: {org!r}")
+            if not isinstance(t, dict):
+                raise r.fail(p, "expected a table")
+            r.only(t, {"signature", "signer"}, p)
+            publishers[org] = _signature_policy(r, t, p, "organisation")
+        receipt_policy = _read_trust(r, trust_t)
+
         precs = {pr for s in seams.values() for impl in s.impls.values() for pr in impl.precisions}
         if default_precision is not None and default_precision not in precs:
             raise r.fail("default-precision", f"no impl has precision {default_precision!r} (impls: {', '.join(sorted(precs))})")
         return cls(file=file, model=model, binding=binding, host=host, family=family,
                    default_precision=default_precision, host_entry=host_entry, packages=packages,
                    phases=phases, seams=seams, routes=routes, qualify=qualify, raw=data,
-                   digest=r.digest(data), receipt_policy=receipt_policy)
+                   digest=r.digest(data), publishers=publishers, receipt_policy=receipt_policy)
 
     # -- derived ------------------------------------------------------------
+    def publisher_policy(self, repo: str):
+        """The publisher-signature policy of ``repo`` (``frt_dist.publisher.PublisherPolicy``): its
+        own ``signature``/``signer`` keys, else those of ``[trust.publishers."<org>"]``, else for
+        ``kernels-community/*`` `kernels`' default signers, else no signer policy; the mode
+        defaults to ``optional``."""
+        from .publisher import KERNELS_COMMUNITY, PublisherPolicy  # noqa: PLC0415
+
+        pkg = self.packages.get(repo)
+        org = repo.split("/", 1)[0]
+        org_sig, org_signer = self.publishers.get(org, (None, None))
+        signature = (pkg.signature if pkg else None) or org_sig or "optional"
+        signer = (pkg.signer if pkg else None) or org_signer or (KERNELS_COMMUNITY if org == "kernels-community" else None)
+        return PublisherPolicy(signature, signer)
+
     @cached_property
     def precisions(self) -> list[str]:
         """Every precision a route of this manifest runs at (checked on each decision)."""
@@ -321,15 +354,11 @@ class Manifest:
         return {"abs": float(t.get("abs", 1e-4)), "rel": float(t.get("rel", 1e-3))}
 
 
-def _read_trust(r: Reader, data: dict) -> ReceiptPolicy | None:
-    """``[trust.receipts]`` (SPEC §26): ``keys`` (PEM public key files, relative to the project
-    root and inside it), ``identities`` (``{issuer, identity}`` Sigstore signers) and optional
-    ``device-classes`` (normalised, SPEC §17). Only the shape is checked here; the key files are
-    read when the policy is used (``signing.read_policy_keys``)."""
-    trust = r.get(data, "trust", dict, "", required=False)
-    if trust is None:
-        return None
-    r.only(trust, {"receipts"}, "trust")
+def _read_trust(r: Reader, trust: dict) -> ReceiptPolicy | None:
+    """``[trust.receipts]`` of the manifest's ``[trust]`` table (SPEC §26): ``keys`` (PEM public key
+    files, relative to the project root and inside it), ``identities`` (``{issuer, identity}``
+    Sigstore signers) and optional ``device-classes`` (normalised, SPEC §17). Only the shape is
+    checked here; the key files are read when the policy is used (``signing.read_policy_keys``)."""
     t = r.get(trust, "receipts", dict, "trust", required=False)
     if t is None:
         return None
@@ -372,6 +401,33 @@ def _read_trust(r: Reader, data: dict) -> ReceiptPolicy | None:
 
 def _q(key: str) -> str:
     return key if _BARE_KEY.fullmatch(key) else '"' + key.replace('"', '\\"') + '"'
+
+
+def _signature_policy(r: Reader, t: dict, p: str, source: str) -> tuple:
+    """A table's ``signature`` mode and ``signer`` policy (``frt_dist.publisher``), checked by field."""
+    from .publisher import GITHUB_ISSUER, SIGNATURE_MODES, SignerPolicy  # noqa: PLC0415
+
+    signature = r.get(t, "signature", str, p, required=False)
+    if signature is not None and signature not in SIGNATURE_MODES:
+        raise r.fail(p + ".signature", f"expected one of {', '.join(SIGNATURE_MODES)}, got {signature!r}")
+    st = r.get(t, "signer", dict, p, required=False)
+    if st is None:
+        return signature, None
+    sp = p + ".signer"
+    r.only(st, {"issuer", "repository", "workflows"}, sp)
+    issuer = r.get(st, "issuer", str, sp, required=False, default=GITHUB_ISSUER)
+    repository = r.get(st, "repository", str, sp)
+    workflows = r.str_list(st, "workflows", sp)
+    for k, v in (("issuer", issuer), ("repository", repository)):
+        if not v.startswith("https://"):
+            raise r.fail(f"{sp}.{k}", f"expected an https:// URI, got {v!r}")
+    if not workflows:
+        raise r.fail(sp + ".workflows", "at least one build-signer workflow URI is required (as kernels requires)")
+    for i, w in enumerate(workflows):  # a reusable workflow may live in another repository: not tied to it
+        if not w.startswith("https://"):
+            raise r.fail(f"{sp}.workflows[{i}]", f"expected a build-signer URI like https://github.com/<org>/<repo>"
+                                                 f"/.github/workflows/<file>[@<ref>], got {w!r}")
+    return signature, SignerPolicy(repository, tuple(workflows), issuer, source)
 
 
 def _read_impl(r: Reader, seam: str, name: str, t: Any, p: str, packages: dict) -> Impl:

@@ -88,6 +88,7 @@ from typing import Callable
 from .errors import FrtError, KernelUnavailable, UsageError
 from .loader.integrity import Expected, check_variant_dir
 from .loader import cache_dirs, is_offline, lock_root, repo_folder
+from .publisher import BUNDLE
 from .safedir import SafeDir, UnsafePath, WriteError
 from .variants import parse_variant, select_variants
 
@@ -255,6 +256,8 @@ def _items(pkg, variant: str) -> list[_Item]:
     lv = pkg.variants[variant]
     out = [_Item(pkg.repo, variant, "metadata.json", "sha256", lv.metadata_sha256)]
     out += [_Item(pkg.repo, variant, rel, lv.algorithm, d) for rel, d in sorted(lv.files.items())]
+    if lv.signature:  # the publisher's bundle is a locked file too (SPEC §27): carried and verified like one
+        out.append(_Item(pkg.repo, variant, BUNDLE, "sha256", lv.signature["bundle-sha256"]))
     return out
 
 
@@ -766,8 +769,46 @@ def verify_mirror(lock, dir, *, variants=None, all_variants: bool = False, hardw
             prefix = f"{folder}/snapshots/{pkg.snapshot}/build/{v}/"
             problems += check_variant_dir(dest / prefix, Expected.from_locked(pkg.variants[v]),
                                           tree_root=dest / folder, prefix=prefix)
+            problems += bundle_problems(dest, folder, prefix, pkg, v)
         problems += _ref_problems(dest, folder, f"v{pkg.version}", pkg.snapshot)
     return problems
+
+
+def read_mirrored(dest: Path, folder: str, path: str) -> bytes | None:
+    """The bytes of ``dest/path`` when it resolves to a regular file inside ``dest/folder`` (a
+    snapshot entry links into that folder's ``blobs/``); ``None`` when it is absent, or a link that
+    leaves the package's folder (nothing outside it is read)."""
+    try:
+        real = os.path.realpath(dest / path)
+        if not real.startswith(os.path.realpath(dest / folder) + os.sep):
+            return None
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        return fh.read((1 << 20) + 1)
+
+
+def bundle_problems(dest: Path, folder: str, prefix: str, pkg, variant: str) -> list[dict]:
+    """A signed variant's ``metadata.json.sigstore`` in the mirror: missing, or not the locked bytes."""
+    sig = pkg.variants[variant].signature
+    if not sig:
+        return []
+    path = prefix + BUNDLE
+    data = read_mirrored(dest, folder, path)
+    who = f"{pkg.repo} variant {variant}: the publisher signature (signed by {sig['identity']})"
+    if data is None:
+        present = os.path.lexists(dest / path)
+        return [{"kind": "mismatched" if present else "missing", "path": path, "expected": sig["bundle-sha256"],
+                 "computed": "a link leaving the package folder, or not a file" if present else None,
+                 "reason": f"{path}: {who} is {'not a regular file inside the mirror' if present else 'missing from the mirror'}"}]
+    got = "sha256:" + hashlib.sha256(data).hexdigest()
+    if got != sig["bundle-sha256"]:
+        return [{"kind": "mismatched", "path": path, "expected": sig["bundle-sha256"], "computed": got,
+                 "reason": f"{path}: {who} is not the locked bundle"}]
+    return []
 
 
 def _ref_problems(dest: Path, folder: str, ref: str, snapshot: str) -> list[dict]:

@@ -27,15 +27,19 @@ recomputes everything ``frt lock`` derived and compares it with what the lock re
 - and finally, when all of that agrees, that the whole document is what ``frt lock`` would
   write from those inputs (a catch-all for anything not named above).
 
+Publisher signatures (SPEC §27): every recorded signer is judged again against the embedded
+manifest's policy (kind ``signature``); a path package's bundles are verified again from its
+source, and with ``--mirror`` each mirrored bundle over the mirrored ``metadata.json``.
+
 What it cannot re-derive offline is said in ``notes``, not hidden: a Hub package's commit and
-variant facts without a mirror (the Hub is not asked), a path package whose source is not
+variant facts without a mirror (the Hub is not asked), a Hub package's bundles without a mirror, a path package whose source is not
 in the project, the rejected receipts (their bodies are not embedded), and a
 ``publisher-trusted`` fact an author recorded falsely.
 
 The result is one report: ``{"ok", "lockfiles", "problems": [{"kind", "path", "expected",
 "computed", ...}], "notes"}``. Kinds: SPEC §8.8's ``missing | unknown | mismatched |
 lock-digest | receipt``, and for what re-derivation finds ``index``, ``trust``, ``package``,
-``name`` and ``field``; those problems also carry ``recorded`` (what the lock says; also
+``name``, ``field`` and ``signature``; those problems also carry ``recorded`` (what the lock says; also
 ``expected``), ``derived`` (what verify computed; also ``computed``) and a ``message``.
 ``stale`` (SPEC §23): the project's manifest file is not the one the lock embeds
 (``freshness.manifest_drift``); ``expected``/``computed`` are the two manifest digests.
@@ -243,7 +247,7 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
             accepted[rec.digest] = rec
 
     # -- receipt signatures (SPEC §26): re-checked offline against the pinned keys --------
-    signatures, receipt_keys = _check_signatures(f, lock, accepted, invalid, project)
+    signatures, receipt_keys = _check_receipt_signatures(f, lock, accepted, invalid, project)
 
     # -- rejected receipts: only their names and that they are not also accepted ----
     for i, rj in enumerate(lock.rejected):
@@ -309,7 +313,7 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
     return f.problems, f.notes
 
 
-def _check_signatures(f: _Findings, lock, accepted: dict, invalid: dict, project) -> tuple[dict, dict]:
+def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict, project) -> tuple[dict, dict]:
     """SPEC §26, re-derived offline: under the embedded manifest's ``[trust.receipts]`` policy,
     every accepted receipt it covers must carry an embedded signature that verifies with a pinned
     key (or, for a Sigstore bundle, against the pinned trusted root with a listed identity) over
@@ -526,6 +530,7 @@ def _check_package(f: _Findings, lock, repo: str, project, mirror, depends: set[
             if not (isinstance(val, str) and val.isascii() and val.isidentifier()):
                 f.add("name", f"{vp}.{k}", repr(val), "refused: not a Python identifier",
                       f"{vp}.{k} {val!r} is not a Python identifier")
+    _check_signatures(f, lp, m.publisher_policy(repo), fp)
     mp = m.packages.get(repo)
     if mp is None and repo in depends:
         mp = Package(repo, version=lp.version)
@@ -558,19 +563,62 @@ def _check_package(f: _Findings, lock, repo: str, project, mirror, depends: set[
         f.note(f"{repo}: trusted-publisher rests on the publisher fact recorded at lock time; "
                "verify cannot ask the Hub offline")
     if lp.source == "path" and mp.is_path and lp.path == mp.path:
-        derived = _rederive_path(f, lp, mp, derived, project)
+        derived = _rederive_path(f, lp, mp, derived, project, m.publisher_policy(repo))
     elif lp.source == "hub" and mirror is None:
         f.note(f"{repo}: Hub commit and variant facts not re-derived offline (pass --mirror DIR to check "
                "them against the mirrored metadata.json)")
+        if any(v.signature for v in lp.variants.values()):
+            f.note(f"{repo}: publisher signatures judged from the signers the lock records; pass --mirror DIR "
+                   "to verify the mirrored bundles again")
     if mirror is not None:
         if lp.source == "hub":  # the mirror stands in for the Hub's content; nobody asked the Hub
             f.note(f"{repo}: Hub commit not checked offline: --mirror compares the mirrored files and "
                    f"metadata.json with the lock, not with what the Hub holds at {lp.revision}")
-        _rederive_from_mirror(f, lp, Path(mirror))
+        _rederive_from_mirror(f, lp, Path(mirror), m.publisher_policy(repo))
     return derived
 
 
-def _rederive_path(f: _Findings, lp, mp, derived, project):
+def _check_signatures(f: _Findings, lp, policy, fp: str) -> None:
+    """Each variant's recorded publisher signature against the embedded manifest's policy (the
+    signer recorded at lock, re-judged without the bundle's bytes: ``publisher.record_problems``)."""
+    from .publisher import record_problems  # noqa: PLC0415
+
+    for vname, v in sorted(lp.variants.items()):
+        for why in record_problems(v.signature, policy):
+            signer = v.signature["identity"] if v.signature else "none (unsigned)"
+            f.add("signature", f"{fp}.variants.{vname}.signature", json.dumps(v.signature, sort_keys=True),
+                  f"refused: {why}", f"{lp.repo} variant {vname}: publisher signature (signer {signer}): {why}")
+
+
+def _check_mirrored_signature(f: _Findings, lp, vname: str, raw: bytes, mirror: Path, policy) -> None:
+    """A signed variant's bundle in the mirror, verified again offline over the mirrored metadata.json
+    (when the bundle is the locked one: a missing or other file is verify_mirror's to report)."""
+    from .canonical import sha256_hex  # noqa: PLC0415
+    from .loader import repo_folder  # noqa: PLC0415
+    from .mirror import read_mirrored  # noqa: PLC0415
+    from .publisher import BUNDLE, SignatureRefused, signature_record, verify_bundle  # noqa: PLC0415
+
+    sig = lp.variants[vname].signature
+    folder = repo_folder(lp.repo)
+    bundle = read_mirrored(mirror, folder, f"{folder}/snapshots/{lp.snapshot}/build/{vname}/{BUNDLE}")
+    if bundle is None or "sha256:" + sha256_hex(bundle) != sig["bundle-sha256"]:
+        return
+    where = f"packages.{_q(lp.repo)}.variants.{vname}.signature"
+    try:
+        facts = verify_bundle(raw, bundle, policy.signer, repo=lp.repo, variant=vname)
+    except SignatureRefused as exc:
+        f.add("signature", where, sig["identity"], f"refused: {exc.reason}",
+              f"{lp.repo} variant {vname}: the mirrored publisher signature (recorded signer {sig['identity']}) "
+              f"does not verify: {exc}")
+        return
+    now = signature_record(bundle, facts, policy)
+    if now != sig:
+        f.add("signature", where, json.dumps(sig, sort_keys=True), json.dumps(now, sort_keys=True),
+              f"{lp.repo} variant {vname}: the mirrored bundle is signed by {facts.describe()}; the lock records "
+              f"{sig['identity']}")
+
+
+def _rederive_path(f: _Findings, lp, mp, derived, project, policy=None):
     """A path package's revision, version and variant facts from its source in the project."""
     from .errors import KernelUnavailable  # noqa: PLC0415
     from .locker import derive_path_package  # noqa: PLC0415
@@ -582,8 +630,14 @@ def _rederive_path(f: _Findings, lp, mp, derived, project):
         return derived
     from .metadata import PackageDigestMismatch  # noqa: PLC0415
 
+    from .publisher import SignatureRefused  # noqa: PLC0415
+
     try:
-        now = derive_path_package(project, mp)
+        now = derive_path_package(project, mp, policy)
+    except SignatureRefused as exc:
+        f.add("signature", f"{fp}.variants.{exc.reasons[0].get('variant')}.signature", "verified at lock",
+              f"refused: {exc.reason}", str(exc))
+        return derived
     except PackageDigestMismatch as exc:  # what the mirror and the loader would refuse: each file, and the fix
         for r in exc.reasons:
             f.problems.append({"kind": "mismatched", "path": r["path"],
@@ -611,7 +665,7 @@ def _rederive_path(f: _Findings, lp, mp, derived, project):
     return replace(derived, revision=now.revision, version=now.version, variants=now.variants)
 
 
-def _rederive_from_mirror(f: _Findings, lp, mirror: Path) -> None:
+def _rederive_from_mirror(f: _Findings, lp, mirror: Path, policy=None) -> None:
     """Each mirrored variant's facts from its metadata.json (only where the bytes are the locked
     ones: a mismatched file is verify_mirror's to report)."""
     from .canonical import sha256_hex  # noqa: PLC0415
@@ -636,8 +690,10 @@ def _rederive_from_mirror(f: _Findings, lp, mirror: Path) -> None:
             continue
         if "sha256:" + sha256_hex(raw) != v.metadata_sha256:
             continue
+        if v.signature and policy is not None:
+            _check_mirrored_signature(f, lp, vname, raw, mirror, policy)
         try:
-            now = parse_variant_metadata(raw, repo=lp.repo, variant=vname)
+            now = replace(parse_variant_metadata(raw, repo=lp.repo, variant=vname), signature=v.signature)
             if now.digest_source == "frt":  # as frt lock computes them: from the variant's files
                 computed = with_computed_digests(now, _mirrored_files(snap / vname, mirror), repo=lp.repo)
                 # the metadata declares no digests, so the mirror's files are the only witness of the
@@ -676,7 +732,8 @@ def _mirrored_files(vdir: Path, mirror: Path) -> dict[str, bytes]:
 _VARIANT_FIELDS = (("backend", "backend"), ("archs", "archs"), ("metadata-sha256", "metadata_sha256"),
                    ("module-id", "module_id"), ("module-name", "module_name"), ("digest-algorithm", "algorithm"),
                    ("files", "files"), ("digest-source", "digest_source"), ("kernels-minver", "kernels_minver"),
-                   ("python-depends", "python_depends"), ("kernel-depends", "kernel_depends"))
+                   ("python-depends", "python_depends"), ("kernel-depends", "kernel_depends"),
+                   ("signature", "signature"))
 
 
 def _compare_variants(f: _Findings, fp: str, recorded: dict, derived: dict, *, source: str, complete: bool) -> None:

@@ -777,7 +777,7 @@ def test_verify_accepts_a_bundle_by_its_recorded_identity_and_refuses_another(tm
     from types import SimpleNamespace
 
     from frt_dist.manifest import ReceiptPolicy
-    from frt_dist.verify import _check_signatures, _Findings
+    from frt_dist.verify import _check_receipt_signatures, _Findings
 
     dig = "sha256:" + hashlib.sha256(WHEEL.read_bytes()).hexdigest()
     rec = SimpleNamespace(device_class="h200", file="receipts/w.json", state="certified_fast")
@@ -786,11 +786,23 @@ def test_verify_accepts_a_bundle_by_its_recorded_identity_and_refuses_another(tm
            "bundle": _bundle(WHEEL.name + ".sigstore")}
     lock = SimpleNamespace(manifest=SimpleNamespace(receipt_policy=policy), receipt_keys={}, signatures={dig: row})
     f = _Findings("x.lock")
-    signatures, _ = _check_signatures(f, lock, {dig: rec}, {}, None)
+    signatures, _ = _check_receipt_signatures(f, lock, {dig: rec}, {}, None)
     assert f.problems == [] and signatures == {dig: row}
     row["issuer"] = "https://accounts.google.com"  # a lock that claims another issuer for the same identity
     f = _Findings("x.lock")
     accepted = {dig: rec}
-    _check_signatures(f, lock, accepted, {}, None)
+    _check_receipt_signatures(f, lock, accepted, {}, None)
     [prob] = f.problems
     assert prob["path"].endswith(".signer") and prob["derived"] == f"{WORKFLOW} {GITHUB}" and accepted == {}
+
+
+def test_the_sbom_of_a_signed_lock_names_each_receipt_signer(tmp_path):
+    """Issue 19 item 5 meets items 1-2: `frt lock --export cyclonedx` on a lock made under a
+    policy carries each receipt's signer and signature kind (frt_dist.sbom reads Lockfile.signatures)."""
+    pytest.importorskip("cyclonedx")
+    p, _, pub = _locked(tmp_path)
+    r = run_frt(["lock", "--export", "cyclonedx", "--model", "tiny"], cwd=p.root)
+    assert r.returncode == 0, r.stderr
+    bom = json.loads(r.stdout)
+    [row] = [json.loads(x["value"]) for x in bom["metadata"]["component"]["properties"] if x["name"] == "frt:receipt"]
+    assert row["signer"] == keyid_of(p.root / pub) and row["signature"] == "key"
