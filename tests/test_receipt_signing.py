@@ -3,7 +3,7 @@
 Real keys (made here with ``cryptography``), real envelopes written by ``frt sign``, real
 locks. Oracles frt did not write: ``openssl`` for the keyid, the DSSE spec's own PAE vector
 and ``sigstore``'s PAE for the encoding, ``cryptography`` verifying an envelope the test
-reads itself, and the real Sigstore bundles in ``shared/data/sigstore`` for keyless checks.
+reads itself, and the real Sigstore bundles in ``tests/data/sigstore`` for keyless checks.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ crypto = pytest.importorskip("cryptography")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa  # noqa: E402
 
-SIGSTORE_DATA = Path("/work/shared/data/sigstore")
+SIGSTORE_DATA = Path(__file__).resolve().parent / "data" / "sigstore"  # the real bundles (its README says whence)
 H200 = Hardware(arch="x86_64", device_class="h200", backend="cpu", software={"torch": "2.13"})
 RTX = Hardware(arch="x86_64", device_class="rtx-5090", backend="cpu", software={"torch": "2.13"})
 # (device classes on a cpu backend: the policy judges the class name only; a CPU cell keeps the test fast)
@@ -619,7 +619,7 @@ def test_no_private_key_material_in_any_output(tmp_path):
 WHEEL = SIGSTORE_DATA / "rfc8785-0.1.2-py3-none-any.whl"
 WORKFLOW = "https://github.com/trailofbits/rfc8785.py/.github/workflows/release.yml@refs/tags/v0.1.2"
 GITHUB = "https://token.actions.githubusercontent.com"
-needs_data = pytest.mark.skipif(not WHEEL.is_file(), reason="shared/data/sigstore is not here")
+needs_data = pytest.mark.skipif(not WHEEL.is_file(), reason="tests/data/sigstore is not here")
 
 
 def _bundle(name: str) -> dict:
