@@ -191,6 +191,23 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "(default: [qualify] max-rounds, else 4x the rounds)")
     s.add_argument("--out", metavar="DIR", help="receipts folder (default: the project's receipts/<model>/)")
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs and host weights (default 0)")
+    s.add_argument("--sign", metavar="KEY", help="sign each receipt written with the PEM private key KEY (EC P-256 or "
+                                                 "Ed25519): writes <receipt>.json.sig beside it (SPEC §26)")
+
+    s = sub.add_parser("sign", help="sign receipts: write <receipt>.json.sig (a DSSE envelope) beside each",
+                       description="Sign each RECEIPT with a PEM private key (EC P-256 or Ed25519): writes "
+                                   "<receipt>.json.sig, a DSSE envelope whose payload is an in-toto Statement naming "
+                                   "the receipt's canonical digest. A manifest's [trust.receipts] policy lists the "
+                                   "public keys `frt lock` accepts (docs/provenance.md).",
+                       epilog="example: frt sign --key qualify-ci.pem receipts/demo-decoder/*.json")
+    s.add_argument("receipts", nargs="+", metavar="RECEIPT", help="a receipt file (JSON)")
+    how = s.add_mutually_exclusive_group(required=True)
+    how.add_argument("--key", metavar="KEY", help="the PEM private key (unencrypted): writes <receipt>.json.sig")
+    how.add_argument("--sigstore", action="store_true",
+                     help="sign keylessly with this CI's OIDC identity through Sigstore (network): writes "
+                          "<receipt>.json.sigstore, a bundle over the receipt's canonical JSON")
+    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    s.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
 
     s = sub.add_parser("init", help="create a project (pyproject.toml, a commented manifest, a kernel package)")
     s.add_argument("dir", metavar="DIR", nargs="?", default=".", help="the project folder (default: here)")
@@ -785,9 +802,35 @@ def _mirror_interrupted(args) -> int:
     return 130
 
 
+def cmd_sign(args) -> int:
+    """``frt sign --key KEY RECEIPT...``: the key is read (and refused, exit 2, naming it) before
+    any receipt is; each receipt is read and signed in turn, each ``.sig`` written atomically."""
+    from .signing import load_private_key, sign_receipt, sign_receipts_sigstore  # noqa: PLC0415
+
+    if args.sigstore:
+        rows = [{"receipt": r, "signature": str(out), "digest": dig, "identity": who}
+                for r, (out, dig, who) in zip(args.receipts, sign_receipts_sigstore([Path(r) for r in args.receipts]))]
+        _emit(args, {"ok": True, "signed": rows},
+              "\n".join(f"{x['signature']}: signed {short_digest(x['digest'])} as {x['identity']}" for x in rows))
+        return 0
+    key = load_private_key(args.key)
+    rows, lines = [], []
+    for r in args.receipts:
+        out, dig, kid = sign_receipt(Path(r), key)
+        rows.append({"receipt": r, "signature": str(out), "digest": dig, "keyid": kid})
+        lines.append(f"{out}: signed {short_digest(dig)} with key {kid}")
+    _emit(args, {"ok": True, "signed": rows}, "\n".join(lines))
+    return 0
+
+
 def cmd_qualify(args) -> int:
     from .qualify import check_receipt_folder, qualify, write_receipt  # noqa: PLC0415
 
+    key = None
+    if args.sign:  # a bad key is refused before minutes of measuring, not after
+        from .signing import load_private_key  # noqa: PLC0415
+
+        key = load_private_key(args.sign)
     project = _project(args)
     args.model = _the_model(project, args)
     lock = _find_lock(project, args.model, None)
@@ -826,6 +869,11 @@ def cmd_qualify(args) -> int:
         if r.passed:
             r.path = write_receipt(r.receipt, out, label=project.rel(out), written=written)
             written.append(project.rel(r.path))
+            if key is not None:
+                from .signing import sign_receipt  # noqa: PLC0415
+
+                sign_receipt(r.path, key, label=project.rel(r.path))
+                written.append(project.rel(r.path) + ".sig")
             ev = r.receipt["evidence"]
             t = ev["timing"]
             ci = t.get("speedup-ci")
@@ -838,7 +886,8 @@ def cmd_qualify(args) -> int:
             lines.append(f"{r.phase:<8} FAIL (no receipt written)")
             lines += [f"    {f}" for f in r.failures]
         docs.append({"phase": r.phase, "passed": r.passed, "state": r.state,
-                     "receipt": project.rel(r.path) if r.path else None, "failures": r.failures})
+                     "receipt": project.rel(r.path) if r.path else None, "failures": r.failures,
+                     "signature": project.rel(r.path) + ".sig" if r.path and key is not None else None})
     _emit(args, {"model": args.model, "route": args.route, "results": docs}, "\n".join(lines))
     if all(r.passed for r in results):
         if not args.quiet and not args.json:
@@ -892,7 +941,7 @@ def cmd_digest(args) -> int:
 
 
 COMMANDS = {"lock": cmd_lock, "resolve": cmd_resolve, "verify": cmd_verify, "mirror": cmd_mirror,
-            "qualify": cmd_qualify, "matrix": cmd_matrix, "init": cmd_init, "digest": cmd_digest}
+            "qualify": cmd_qualify, "matrix": cmd_matrix, "init": cmd_init, "digest": cmd_digest, "sign": cmd_sign}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -491,6 +491,13 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
 
     lf = Lockfile(model=model, manifest_file=mlabel, manifest=manifest, packages=packages, receipts={},
                   rejected=[], index={})
+    policy = manifest.receipt_policy
+    keys = {}
+    if policy is not None:  # SPEC §26: the signers' keys, read once and pinned in the lock
+        from .signing import read_policy_keys  # noqa: PLC0415
+
+        keys = read_policy_keys(project.root, policy, manifest_file=mlabel)
+        lf.receipt_keys = {rel: k.to_toml() for rel, k in keys.items()}
     accepted: dict[str, Receipt] = {}
     warnings = []
     for label, rec, path in locker.receipts_for(manifest):
@@ -499,6 +506,14 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
             dig = rejected_digest(path)
         else:
             problems = receipt_verdict(lf, rec)
+            if not problems and policy is not None and policy.covers(rec.device_class) and rec.digest not in lf.signatures:
+                from .signing import check_receipt  # noqa: PLC0415
+
+                signed, why = check_receipt(rec, path, label, policy, keys)
+                if signed is None:
+                    problems = [why]
+                else:
+                    lf.signatures[rec.digest] = signed.row(rec.digest, label)
             if not problems:
                 accepted.setdefault(rec.digest, rec)
                 continue
@@ -575,6 +590,15 @@ def _stale_reasons(old: Lockfile | None, old_problem: str | None, new: Lockfile,
         out.append(f"receipt removed: {old_files[d]}")
     if {(r['digest'], r['reason']) for r in old.rejected} != {(r['digest'], r['reason']) for r in new.rejected}:
         out.append("the set of rejected receipts changed")
+    if old.receipt_keys != new.receipt_keys:
+        out.append("the receipt signers' keys ([trust.receipts] keys) changed: " + _keys_change(old.receipt_keys, new.receipt_keys))
+    for d in sorted(set(old.signatures) | set(new.signatures)):
+        a, b = old.signatures.get(d), new.signatures.get(d)
+        if a != b:
+            file = (b or a)["file"]
+            out.append(f"receipt signature of {file}: " + ("added" if a is None else "removed" if b is None else
+                                                           f"signer {a['signer']} in the lock, {b['signer']} now"
+                                                           if a["signer"] != b["signer"] else "the signature changed"))
     for key in sorted(set(old.index) | set(new.index)):
         a, b = old.index.get(key), new.index.get(key)
         if (a.candidates if a else None) != (b.candidates if b else None):
@@ -582,6 +606,15 @@ def _stale_reasons(old: Lockfile | None, old_problem: str | None, new: Lockfile,
     if not out:
         out.append(f"{label} differs from what `frt lock` would write now")
     return out
+
+
+def _keys_change(old: dict, new: dict) -> str:
+    parts = []
+    for rel in sorted(set(old) | set(new)):
+        a, b = old.get(rel, {}).get("keyid"), new.get(rel, {}).get("keyid")
+        if a != b:
+            parts.append(f"{rel}: {a or 'not pinned'} in the lock, {b or 'not listed'} now")
+    return "; ".join(parts) or "the pinned PEM text differs"
 
 
 def _fact(v: bool | None) -> str:

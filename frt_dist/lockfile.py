@@ -216,6 +216,12 @@ class Lockfile:
     _doc: dict = field(default_factory=dict, repr=False)
     # derived, read-only facts the resolver computes once per lockfile (indexes, decisions)
     memo: dict = field(default_factory=dict, repr=False, compare=False)
+    # under a [trust.receipts] policy (SPEC §26): the policy's public keys as pinned at lock
+    # (project-relative path -> {"keyid", "pem"}), and each accepted covered receipt's signature
+    # (receipt digest -> {"receipt", "file", "kind", "signer"[, "issuer"], "envelope" | "bundle"});
+    # both empty, and absent from the file, without a policy
+    receipt_keys: dict[str, dict] = field(default_factory=dict)
+    signatures: dict[str, dict] = field(default_factory=dict)
 
     # -- building the document ---------------------------------------------
     def document(self) -> dict:
@@ -244,6 +250,10 @@ class Lockfile:
             ])
         if self.receipts:
             doc["receipts"] = receipts_text(sorted(self.receipts.values(), key=lambda r: (r.file, r.digest)))
+        if self.receipt_keys:
+            doc["receipt-keys"] = {k: dict(v) for k, v in sorted(self.receipt_keys.items())}
+        if self.signatures:
+            doc["receipt-signatures"] = signatures_text(sorted(self.signatures.values(), key=lambda x: (x["file"], x["receipt"])))
         return doc
 
     def render(self) -> bytes:
@@ -281,7 +291,8 @@ class Lockfile:
         r = Reader(file, LockfileError)
         r.no_datetimes(data)  # before the digest: canonical JSON has no such type
         r.only(data, {"schema", "lock-digest", "model", "manifest-file", "manifest-digest", "manifest",
-                      "packages", "routes", "receipts", "rejected-receipts", "index"}, "")
+                      "packages", "routes", "receipts", "rejected-receipts", "index", "receipt-keys",
+                      "receipt-signatures"}, "")
         r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
         stated = r.get(data, "lock-digest", str, "")
         body = {k: v for k, v in data.items() if k != "lock-digest"}
@@ -409,8 +420,10 @@ class Lockfile:
             if not cands:
                 raise r.fail(p + ".candidates", "an index entry needs at least one candidate")
             index[key] = IndexEntry(key, tuple(cands))
+        receipt_keys, signatures = _read_signing(r, data)
         lf = cls(model=model, manifest_file=manifest_file, manifest=manifest, packages=packages,
-                 receipts=receipts, rejected=list(rejected), index=index, lock_digest=stated, _doc=data)
+                 receipts=receipts, rejected=list(rejected), index=index, lock_digest=stated, _doc=data,
+                 receipt_keys=receipt_keys, signatures=signatures)
         return lf
 
     # -- checks -------------------------------------------------------------
@@ -500,6 +513,54 @@ def embedded_receipt_rows(data: dict) -> list[tuple[str, dict | str]]:
     return out
 
 
+SIGNATURE_KINDS = ("key", "sigstore")
+
+
+def _read_signing(r: Reader, data: dict) -> tuple[dict, dict]:
+    """``receipt-keys`` and ``receipt-signatures`` (SPEC §26), checked by field. Whether they hold
+    (keyids, signatures, signers) is ``frt verify``'s to re-derive; reading only takes the shape."""
+    keys = {}
+    for rel, t in r.get(data, "receipt-keys", dict, "", required=False, default={}).items():
+        p = f'receipt-keys."{rel}"'
+        names.check("path", rel, p, LockfileError, file=r.file)
+        r.only(t, {"keyid", "pem"}, p)
+        if not _SHA.match(r.get(t, "keyid", str, p)):
+            raise r.fail(p + ".keyid", f"not a sha256: fingerprint: {t['keyid']!r}")
+        keys[rel] = {"keyid": t["keyid"], "pem": r.get(t, "pem", str, p)}
+    rows = r.json_value(data.get("receipt-signatures", []), "receipt-signatures", list,
+                        "a JSON array (string) of signature rows")
+    sigs = {}
+    for i, row in enumerate(rows):
+        p = f"receipt-signatures[{i}]"
+        if not isinstance(row, dict):
+            raise r.fail(p, f"expected an object, got {type(row).__name__}")
+        kind = r.get(row, "kind", str, p)
+        if kind not in SIGNATURE_KINDS:
+            raise r.fail(p + ".kind", f"expected one of {', '.join(SIGNATURE_KINDS)}, got {kind!r}")
+        body = "envelope" if kind == "key" else "bundle"
+        r.only(row, {"receipt", "file", "kind", "signer", body} | ({"issuer"} if kind == "sigstore" else set()), p)
+        dig = r.get(row, "receipt", str, p)
+        if not _SHA.match(dig):
+            raise r.fail(p + ".receipt", f"not a receipt digest: {dig!r}")
+        if dig in sigs:
+            raise r.fail(p + ".receipt", f"{dig} is signed twice")
+        r.get(row, "file", str, p)
+        r.get(row, "signer", str, p)
+        if kind == "sigstore":
+            r.get(row, "issuer", str, p)
+        r.get(row, body, dict, p)
+        sigs[dig] = row
+    return keys, sigs
+
+
+def signatures_text(rows) -> str:
+    """The receipts' signatures: a JSON array, one row per signed receipt (a reviewer sees one
+    line change per signature), stored like the receipts."""
+    order = ("receipt", "file", "kind", "signer", "issuer", "envelope", "bundle")  # who first, the proof last
+    return "[\n" + ",\n".join(json.dumps({k: row[k] for k in order if k in row}, ensure_ascii=False)
+                               for row in rows) + "\n]\n"
+
+
 def _requirements(r: Reader, vt: dict, vp: str) -> dict:
     """A locked variant's digest source and what it needs (``LockedVariant``), checked by field."""
     source = r.get(vt, "digest-source", str, vp, required=False, default="metadata")
@@ -579,7 +640,7 @@ def receipts_text(receipts) -> str:
     return "[\n" + ",\n".join(lines) + "\n]\n"
 
 
-_JSON_TEXT = ("manifest", "index", "receipts")
+_JSON_TEXT = ("manifest", "index", "receipts", "receipt-signatures")
 _RECEIPT_LINE = re.compile(r'\{"digest": "(sha256:[0-9a-f]{64})", ')
 
 

@@ -19,8 +19,10 @@ from . import names
 from ._schema import Reader, load_toml
 from .canonical import digest
 from .errors import ManifestError
+from .hardware import device_class
 
-__all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES"]
+__all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES", "ReceiptPolicy",
+           "Identity"]
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -116,6 +118,36 @@ class Route:
 
 
 @dataclass(frozen=True)
+class Identity:
+    """A Sigstore signer: the certificate's OIDC issuer and its identity (the SAN)."""
+
+    issuer: str
+    identity: str
+
+    def __str__(self) -> str:
+        return f"{self.identity} (issuer {self.issuer})"
+
+
+@dataclass(frozen=True)
+class ReceiptPolicy:
+    """The manifest's ``[trust.receipts]``: the receipt signers it accepts (key files relative to
+    the project root, Sigstore identities) and, optionally, the device classes it covers."""
+
+    keys: tuple[str, ...] = ()
+    identities: tuple[Identity, ...] = ()
+    device_classes: tuple[str, ...] | None = None  # None: every receipt is covered
+
+    def covers(self, device_class: str) -> bool:
+        """Whether a receipt of ``device_class`` (normalised) must be signed under this policy.
+        A receipt the policy does not cover is read as if there were no policy."""
+        return self.device_classes is None or device_class in self.device_classes
+
+    def describe(self) -> str:
+        signers = [f"key {k}" for k in self.keys] + [f"identity {i}" for i in self.identities]
+        return ", ".join(signers)
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A model binding's manifest, validated (``Manifest.read``, ``Manifest.from_dict``)."""
 
@@ -135,6 +167,8 @@ class Manifest:
     digest: str = ""
     # [trust.publishers."<org>"]: {"signature": mode or None, "signer": SignerPolicy or None}
     publishers: dict = field(default_factory=dict, compare=False)
+    # [trust.receipts] (SPEC §26): the receipt signers the project accepts; None: no policy
+    receipt_policy: ReceiptPolicy | None = None
 
     # -- reading ------------------------------------------------------------
     @classmethod
@@ -268,7 +302,7 @@ class Manifest:
 
         publishers = {}
         trust_t = r.get(data, "trust", dict, "", required=False, default={})
-        r.only(trust_t, {"publishers"}, "trust")
+        r.only(trust_t, {"publishers", "receipts"}, "trust")
         for org, t in r.get(trust_t, "publishers", dict, "trust", required=False, default={}).items():
             p = f"trust.publishers.{_q(org)}"
             if names.problem("repo", f"{org}/x"):
@@ -277,6 +311,7 @@ class Manifest:
                 raise r.fail(p, "expected a table")
             r.only(t, {"signature", "signer"}, p)
             publishers[org] = _signature_policy(r, t, p, "organisation")
+        receipt_policy = _read_trust(r, trust_t)
 
         precs = {pr for s in seams.values() for impl in s.impls.values() for pr in impl.precisions}
         if default_precision is not None and default_precision not in precs:
@@ -284,7 +319,7 @@ class Manifest:
         return cls(file=file, model=model, binding=binding, host=host, family=family,
                    default_precision=default_precision, host_entry=host_entry, packages=packages,
                    phases=phases, seams=seams, routes=routes, qualify=qualify, raw=data,
-                   digest=r.digest(data), publishers=publishers)
+                   digest=r.digest(data), publishers=publishers, receipt_policy=receipt_policy)
 
     # -- derived ------------------------------------------------------------
     def publisher_policy(self, repo: str):
@@ -317,6 +352,51 @@ class Manifest:
     def tolerance(self) -> dict:
         t = self.qualify.get("tolerance", {})
         return {"abs": float(t.get("abs", 1e-4)), "rel": float(t.get("rel", 1e-3))}
+
+
+def _read_trust(r: Reader, trust: dict) -> ReceiptPolicy | None:
+    """``[trust.receipts]`` of the manifest's ``[trust]`` table (SPEC §26): ``keys`` (PEM public key
+    files, relative to the project root and inside it), ``identities`` (``{issuer, identity}``
+    Sigstore signers) and optional ``device-classes`` (normalised, SPEC §17). Only the shape is
+    checked here; the key files are read when the policy is used (``signing.read_policy_keys``)."""
+    t = r.get(trust, "receipts", dict, "trust", required=False)
+    if t is None:
+        return None
+    p = "trust.receipts"
+    r.only(t, {"keys", "identities", "device-classes"}, p)
+    keys = r.str_list(t, "keys", p, required=False, default=[])
+    for i, k in enumerate(keys):
+        names.check("path", k, f"{p}.keys[{i}]", ManifestError, file=r.file)
+    if len(set(keys)) != len(keys):
+        raise r.fail(p + ".keys", "lists a key file twice")
+    identities = []
+    for i, it in enumerate(r.get(t, "identities", list, p, required=False, default=[])):
+        ip = f"{p}.identities[{i}]"
+        if not isinstance(it, dict):
+            raise r.fail(ip, "expected a table { issuer = \"...\", identity = \"...\" }")
+        r.only(it, {"issuer", "identity"}, ip)
+        issuer, ident = r.get(it, "issuer", str, ip), r.get(it, "identity", str, ip)
+        if not issuer.startswith("https://"):
+            raise r.fail(ip + ".issuer", f"expected the OIDC issuer URL (https://...), got {issuer!r}")
+        if not ident:
+            raise r.fail(ip + ".identity", "must not be empty (the certificate identity: a workflow URI or an e-mail)")
+        identities.append(Identity(issuer, ident))
+    if not keys and not identities:
+        raise r.fail(p, "a policy needs at least one signer: `keys` or `identities`")
+    classes = None
+    if "device-classes" in t:
+        listed = r.str_list(t, "device-classes", p)
+        if not listed:
+            raise r.fail(p + ".device-classes", "lists no device class (leave it out to cover every receipt)")
+        classes = []
+        for i, dc in enumerate(listed):
+            norm = device_class(dc)
+            why = names.problem("name", norm)
+            if why:
+                raise r.fail(f"{p}.device-classes[{i}]", f"{dc!r} {why}")
+            classes.append(norm)
+        classes = tuple(dict.fromkeys(classes))
+    return ReceiptPolicy(tuple(keys), tuple(identities), classes)
 
 
 def _q(key: str) -> str:

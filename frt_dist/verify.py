@@ -246,6 +246,9 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
         elif rec.digest == head:
             accepted[rec.digest] = rec
 
+    # -- receipt signatures (SPEC §26): re-checked offline against the pinned keys --------
+    signatures, receipt_keys = _check_receipt_signatures(f, lock, accepted, invalid, project)
+
     # -- rejected receipts: only their names and that they are not also accepted ----
     for i, rj in enumerate(lock.rejected):
         where = f"rejected-receipts[{i}]"
@@ -303,10 +306,132 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
     # -- catch-all: the whole document, as frt lock would write it ---------------------
     if not f.problems:
         derived = Lockfile(model=m.model, manifest_file=lock.manifest_file, manifest=m, packages=packages,
-                           receipts=accepted, rejected=list(lock.rejected), index=derived_index)
+                           receipts=accepted, rejected=list(lock.rejected), index=derived_index,
+                           receipt_keys=receipt_keys, signatures=signatures)
         for key, a, b in _document_diff(doc, derived.document()):
             f.add("field", key, a, b, f"{key} differs from what frt lock writes from the same inputs")
     return f.problems, f.notes
+
+
+def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict, project) -> tuple[dict, dict]:
+    """SPEC §26, re-derived offline: under the embedded manifest's ``[trust.receipts]`` policy,
+    every accepted receipt it covers must carry an embedded signature that verifies with a pinned
+    key (or, for a Sigstore bundle, against the pinned trusted root with a listed identity) over
+    the receipt's own digest, by the signer the lock records. Each pinned key must be the key its
+    PEM holds (keyid recomputed) and, where the project holds the key file, that file's key; each
+    ``.sig`` beside a receipt in the project must be the one locked. A receipt that fails is
+    dropped from ``accepted`` (its cell is then derived without it) and reported as kind
+    ``signature``. Returns the (signatures, keys) ``frt lock`` would record."""
+    from .signing import check_row, key_from_pin, sig_path  # noqa: PLC0415
+
+    policy = lock.manifest.receipt_policy
+    if policy is None:
+        for dig, row in sorted(lock.signatures.items()):
+            f.add("signature", f"receipt-signatures ({row.get('file')})", f"signed by {row.get('signer')}", "no policy",
+                  "the lock records a receipt signature, but its manifest has no [trust.receipts] policy")
+        for rel in sorted(lock.receipt_keys):
+            f.add("signature", f'receipt-keys."{rel}"', "pinned", "no policy",
+                  "the lock pins a receipt signer's key, but its manifest has no [trust.receipts] policy")
+        return {}, {}
+    keys = {}
+    for rel in policy.keys:
+        where = f'receipt-keys."{rel}"'
+        pin = lock.receipt_keys.get(rel)
+        if pin is None:
+            f.add("signature", where, "not pinned", "listed by [trust.receipts] keys",
+                  f"the policy lists key file {rel}; the lock does not pin it")
+            continue
+        key, why = key_from_pin(rel, pin)
+        if key is None:
+            f.add("signature", where, pin.get("keyid"), why, f"{rel}: {why}")
+            continue
+        keys[rel] = key
+        if project is not None and not names.problem("path", rel):
+            p = Path(project.root) / rel
+            if p.is_file():
+                from .errors import ManifestError  # noqa: PLC0415
+                from .signing import ReceiptPolicy, read_policy_keys  # noqa: PLC0415
+
+                try:
+                    now = read_policy_keys(project.root, ReceiptPolicy(keys=(rel,)), manifest_file=lock.manifest_file)[rel].keyid
+                except ManifestError as exc:
+                    now = f"unreadable: {exc}"
+                if now != key.keyid:
+                    f.add("signature", where, key.keyid, now,
+                          f"key file {rel} in the project is not the key the lock pinned: re-lock after a key change")
+            else:
+                f.note(f"key file {rel} is not in this project; its pinned key ({key.keyid}) is used")
+    for rel in sorted(set(lock.receipt_keys) - set(policy.keys)):
+        f.add("signature", f'receipt-keys."{rel}"', "pinned", "not listed by [trust.receipts] keys",
+              f"the lock pins key file {rel}, which the policy does not list")
+    signatures = {}
+    for dig, rec in sorted(accepted.items()):
+        row = lock.signatures.get(dig)
+        if not policy.covers(rec.device_class):
+            continue
+        where = f"receipt-signatures ({rec.file})"
+        if row is None:
+            why = f"unsigned: the lock embeds no signature, and the policy covers device class {rec.device_class!r}"
+            f.add("signature", where, f"accepted as {rec.state}", "rejected: " + why, f"frt lock would reject {rec.file}: {why}")
+            invalid[dig] = why
+            continue
+        signer, why = check_row(row, dig, policy, keys)
+        if signer is None:
+            f.add("signature", where, f"signed by {row.get('signer')}", "rejected: " + why,
+                  f"{rec.file}: the embedded signature does not hold: {why}")
+            invalid[dig] = why
+            continue
+        recorded = (row.get("signer"), row.get("issuer"))
+        found = (signer.identity, signer.issuer) if row.get("kind") == "sigstore" else (signer, None)
+        if recorded != found:
+            f.add("signature", where + ".signer", " ".join(x for x in recorded if x), " ".join(x for x in found if x),
+                  f"{rec.file}: the lock records another signer than the one whose signature verifies")
+            invalid[dig] = "the recorded signer is not the one found"
+            continue
+        if row.get("file") != rec.file:
+            f.add("signature", where + ".file", str(row.get("file")), rec.file,
+                  "the signature row names another file than its receipt")
+        signatures[dig] = row
+        if project is not None and not names.problem("path", rec.file):
+            _compare_on_disk(f, rec, row, dig, policy, keys, Path(project.root))
+    for dig in list(accepted):
+        if dig in invalid:
+            del accepted[dig]
+    for dig, row in sorted(lock.signatures.items()):
+        if dig not in signatures and dig not in invalid:
+            f.add("signature", f"receipt-signatures ({row.get('file')})", f"signed by {row.get('signer')}",
+                  "no accepted receipt the policy covers",
+                  "the lock records a signature for a receipt it does not accept, or one the policy does not cover")
+    return signatures, {rel: k.to_toml() for rel, k in keys.items()}
+
+
+def _compare_on_disk(f: _Findings, rec, row: dict, dig: str, policy, keys: dict, root: Path) -> None:
+    """The signature file beside the receipt in the project (``.sig`` for a key, ``.sigstore`` for
+    an identity) must be the one the lock embeds: one replaced after ``frt lock`` is reported,
+    saying whether the replacement would verify and by whom. A file that is not there is no
+    problem: the lock carries the signature (a receipt folder need not travel with the lock)."""
+    from ._schema import JSONInvalid, json_loads, read_bytes  # noqa: PLC0415
+    from .signing import MAX_SIGNATURE_BYTES, bundle_path, check_row, sig_path  # noqa: PLC0415
+
+    key_kind = row.get("kind") == "key"
+    on_disk = (sig_path if key_kind else bundle_path)(root / rec.file)
+    if not on_disk.is_file():
+        return
+    body = "envelope" if key_kind else "bundle"
+    try:  # at most MAX_SIGNATURE_BYTES are read: a file that is too large is not the one locked
+        found = json_loads(read_bytes(on_disk, FrtError, rec.file + on_disk.name[len(Path(rec.file).name):],
+                                      limit=MAX_SIGNATURE_BYTES))
+    except (FrtError, JSONInvalid) as exc:
+        found = f"unreadable: {exc}"
+    if found == row.get(body):
+        return
+    held = check_row({"kind": row.get("kind"), body: found}, dig, policy, keys)[0] if isinstance(found, dict) else None
+    shown = getattr(held, "identity", held)
+    suffix = on_disk.name[len(Path(rec.file).name):]
+    f.add("signature", rec.file + suffix, f"the {body} locked (signer {row.get('signer')})",
+          f"another {body}" + (f" (signer {shown})" if held else ", which does not verify for this receipt"),
+          f"{rec.file}{suffix} in the project is not the signature the lock embeds: it was replaced after `frt lock`; "
+          f"restore it, or sign the receipt again and run `frt lock`")
 
 
 def _index_row(e) -> dict:
