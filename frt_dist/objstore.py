@@ -302,7 +302,7 @@ class S3Store(ObjectStore):
         try:
             session = boto3.session.Session()
             self.client = session.client(
-                "s3", config=Config(retries={"mode": "standard", "max_attempts": self.attempts},
+                "s3", config=Config(retries={"mode": "standard", "total_max_attempts": self.attempts},
                                     connect_timeout=cfg["timeout"], read_timeout=cfg["timeout"],
                                     max_pool_connections=32, signature_version="s3v4",
                                     request_checksum_calculation="when_required",
