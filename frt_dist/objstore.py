@@ -375,12 +375,14 @@ class S3Store(ObjectStore):
             raise
         except Exception as exc:  # noqa: BLE001 - mapped; unknown ones re-raised by _error
             err = self._error(exc, key)
-            if isinstance(err, ObjectMissing) and not self._checked_bucket:
-                if self._bucket_missing():
-                    err = StoreAccess(f"{self.url}: no such bucket {self.loc.bucket!r}",
-                                      hints=["check the bucket name and AWS_ENDPOINT_URL / AWS_REGION"])
-                else:
-                    self._checked_bucket = True
+            if isinstance(err, ObjectMissing):
+                with self._lock:  # once per store, whichever thread gets here first
+                    if not self._checked_bucket:
+                        if self._bucket_missing():
+                            err = StoreAccess(f"{self.url}: no such bucket {self.loc.bucket!r}",
+                                              hints=["check the bucket name and AWS_ENDPOINT_URL / AWS_REGION"])
+                        else:
+                            self._checked_bucket = True
             raise err from None
 
     # -- verbs ------------------------------------------------------------------

@@ -99,6 +99,10 @@ class FaultProxy:
         self.mode, self.stall_s, self.fail_first = mode, stall_s, 0
         self.log: list[tuple[str, str]] = []
         self._lock = threading.Lock()
+        # SIGKILL process ``kill_pid`` at the ``kill_at``-th request (1-based): before it reaches the
+        # server, or (``kill_after``) once the server has acted on it but before the client hears back
+        self.kill_pid: int | None = None
+        self.kill_at, self.kill_after = 0, False
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -115,6 +119,10 @@ class FaultProxy:
                     fail = proxy.mode == "500" or proxy.fail_first > 0
                     if proxy.fail_first > 0:
                         proxy.fail_first -= 1
+                    kill = proxy.kill_pid is not None and len(proxy.log) == proxy.kill_at
+                if kill and not proxy.kill_after:
+                    proxy._kill()
+                    return
                 if proxy.mode == "stall":
                     time.sleep(proxy.stall_s)
                     return
@@ -139,6 +147,9 @@ class FaultProxy:
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
+                if kill:
+                    proxy._kill()
+                    return
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -155,11 +166,21 @@ class FaultProxy:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        self.server.handle_error = lambda request, address: None  # a client killed mid-request: not news
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def _kill(self) -> None:
+        import signal  # noqa: PLC0415
+
+        try:
+            os.kill(self.kill_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.kill_pid = None
 
     def start(self) -> "FaultProxy":
         self.thread.start()
