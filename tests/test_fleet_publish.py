@@ -349,3 +349,16 @@ def test_credentials_never_appear_in_output_or_anything_written(proj, tmp_path, 
         assert not any(secret in o for o in outputs), secret
         assert not any(secret.encode() in w for w in written), secret
     assert any("answered 500" in o for o in outputs) and any("cannot connect" in o for o in outputs)
+
+
+def test_locking_and_resolving_never_import_the_s3_client(proj):
+    import subprocess
+
+    tp, _ = proj
+    code = ("import sys; from frt_dist.cli import main\n"
+            "assert main(['lock', '--quiet']) == 0\n"
+            "main(['resolve', '--arch', 'x86_64', '--device-class', 'test-cpu', '--software', 'torch=2.13', '--quiet'])\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'frt_dist.objstore')))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tp.root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
