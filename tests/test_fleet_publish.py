@@ -358,7 +358,8 @@ def test_locking_and_resolving_never_import_the_s3_client(proj):
     code = ("import sys; from frt_dist.cli import main\n"
             "assert main(['lock', '--quiet']) == 0\n"
             "main(['resolve', '--arch', 'x86_64', '--device-class', 'test-cpu', '--software', 'torch=2.13', '--quiet'])\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'frt_dist.objstore')))")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore')\n"
+            "             or m in ('frt_dist.objstore', 'frt_dist.fleet')))")
     r = subprocess.run([sys.executable, "-c", code], cwd=tp.root, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
