@@ -196,7 +196,7 @@ def test_a_stalled_server_times_out_in_bounded_time(proj, tmp_path, s3, bucket):
     try:
         env = {"AWS_ENDPOINT_URL": proxy.url, "FRT_STORE_ATTEMPTS": "2", "FRT_STORE_TIMEOUT": "1"}
         t0 = time.monotonic()
-        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env, timeout=40)
         took = time.monotonic() - t0
     finally:
         proxy.server.shutdown()  # stalled handler threads are daemons
@@ -234,6 +234,9 @@ def test_access_denied_and_no_such_bucket_are_exit_2(proj, tmp_path, s3, bucket)
                 cwd=tp.root)
     assert r.returncode == 2 and "no such bucket 'frt-no-such-bucket'" in r.stderr, r.stderr
     assert not (tmp_path / "m" / "kernels--t-org--scale" / "refs").exists()
+    # publishing starts with HEADs, whose 404 has no body: frt asks once whether the bucket exists
+    r = run_frt(["mirror", "s3://frt-no-such-bucket/p", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 2 and "no such bucket 'frt-no-such-bucket'" in r.stderr, r.stderr
 
 
 def test_a_profile_from_the_aws_config_files_is_used(proj, tmp_path, s3, bucket, monkeypatch):
