@@ -409,9 +409,15 @@ class S3Store(ObjectStore):
         return int(r["ContentLength"])
 
     def get(self, key, out, *, limit=None, progress=None) -> int:
-        n = 0
+        """A stream cut mid-way resumes where it stopped (a ranged GET of the same ETag), within
+        the attempt cap: ``out`` only ever receives each byte once, in order."""
+        n, etag = 0, None
         for attempt in range(self.attempts):
-            r = self._call(self.client.get_object, key, Bucket=self.loc.bucket, Key=self._key(key))
+            kw = {"Range": f"bytes={n}-"} if n else {}
+            if etag:
+                kw["IfMatch"] = etag  # the same object, not one replaced meanwhile
+            r = self._call(self.client.get_object, key, Bucket=self.loc.bucket, Key=self._key(key), **kw)
+            etag = etag or r.get("ETag")
             body = r["Body"]
             try:
                 for chunk in body.iter_chunks(_CHUNK):
@@ -423,11 +429,11 @@ class S3Store(ObjectStore):
                     if progress:
                         progress(len(chunk))
                 return n
-            except Exception as exc:  # noqa: BLE001 - a stream cut mid-way: resume only into a fresh writer
+            except Exception as exc:  # noqa: BLE001 - a stream cut mid-way: resume from byte n
                 body.close()
                 err = self._error(exc, key)
-                if n or attempt + 1 >= self.attempts or not isinstance(err, StoreUnavailable):
-                    raise err from None  # bytes already went to out: the caller starts over
+                if attempt + 1 >= self.attempts or not isinstance(err, StoreUnavailable):
+                    raise err from None
         raise StoreUnavailable(f"{self.where(key)}: could not be read")  # pragma: no cover
 
     def put_file(self, key, path, *, progress=None) -> None:
