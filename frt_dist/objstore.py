@@ -320,6 +320,9 @@ class S3Store(ObjectStore):
                 "s3", config=Config(retries={"mode": "standard", "total_max_attempts": self.attempts},
                                     connect_timeout=cfg["timeout"], read_timeout=cfg["timeout"],
                                     max_pool_connections=32, signature_version="s3v4",
+                                    # botocore >= 1.36 adds CRC checksums to every PUT by default, which
+                                    # several S3-API stores (older MinIO, Ceph, GCS interop) refuse; frt
+                                    # checks every byte against the lock's digest itself
                                     request_checksum_calculation="when_required",
                                     response_checksum_validation="when_required"))
         except Exception as exc:  # noqa: BLE001 - ProfileNotFound, a bad config file, a bad endpoint
