@@ -364,7 +364,7 @@ class S3Store(ObjectStore):
                                     hints=["check the endpoint (AWS_ENDPOINT_URL) and the network; "
                                            "FRT_STORE_TIMEOUT sets the limit"])
         if isinstance(exc, bex.EndpointConnectionError):
-            return StoreUnavailable(f"{where}: cannot connect to the endpoint {self.client.meta.endpoint_url}",
+            return StoreUnavailable(f"{where}: cannot connect to the endpoint {_safe_url(self.client.meta.endpoint_url)}",
                                     hints=["check AWS_ENDPOINT_URL (and AWS_REGION)"])
         if isinstance(exc, (bex.ConnectionError, bex.HTTPClientError, bex.IncompleteReadError,
                             bex.ResponseStreamingError, ConnectionError)):
@@ -488,6 +488,11 @@ def _session(boto3):
         if got is None:
             got = _SESSIONS[key] = boto3.session.Session()
         return got
+
+
+def _safe_url(url: str) -> str:
+    """An endpoint URL without any ``user:password@`` part someone put in it."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.\-]*://)[^/@]*@", r"\1", str(url))
 
 
 def _scrub(text: str) -> str:
