@@ -162,14 +162,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--variant", action="append", help="with --mirror: variants to check (default: this system's)")
     s.add_argument("--all-variants", action="store_true", help="with --mirror: check every locked variant")
 
-    s = sub.add_parser("mirror", help="fill DIR with every locked file the selection needs",
+    s = sub.add_parser("mirror", help="fill DIR (or publish to an object store) with every locked file the selection needs",
                        description="Fill DIR with every locked file the selection needs. Select by --variant, "
                                    "--all-variants, the machines you ship to (the hardware flags for one, "
-                                   "--machine for each further one), or --cells; default: this machine.",
+                                   "--machine for each further one), or --cells; default: this machine. "
+                                   "With an object-store URL (s3://bucket/prefix, file:///path) instead of DIR: "
+                                   "publish those files there, then the lockfile(s). With --from URL: fill DIR "
+                                   "from such a store, every file verified against the local lockfile.",
                        epilog="example: frt mirror DIR --arch 9.0 --device-class h200 --software torch=2.13,cuda=12.8 "
-                              "--machine 'arch=12.0,device-class=rtx-5090,software=torch=2.13;cuda=12.8'")
+                              "--machine 'arch=12.0,device-class=rtx-5090,software=torch=2.13;cuda=12.8'; "
+                              "frt mirror s3://bucket/frt --cells; frt mirror /srv/kernels --from s3://bucket/frt "
+                              "(AWS_ENDPOINT_URL, AWS_PROFILE, AWS_ACCESS_KEY_ID... as the AWS tools read them)")
     _common(s)
-    s.add_argument("dir", metavar="DIR", help="the mirror folder (a hub-cache layout; created when needed)")
+    s.add_argument("dir", metavar="DIR|URL", help="the mirror folder (a hub-cache layout; created when needed), or "
+                                                  "an object store to publish to: s3://bucket/prefix, file:///path")
+    s.add_argument("--from", dest="from_url", metavar="URL",
+                   help="fill DIR from this object store (s3://bucket/prefix, file:///path) instead of the "
+                        "packages' own sources; the project's lockfile decides what and verifies every byte")
+    s.add_argument("--repair", action="store_true",
+                   help="publishing: send every selected object again, even one already present with the right size")
     s.add_argument("--model", help="one model's lockfile (default: every lockfile of the project)")
     s.add_argument("--variant", action="append", help="a variant to mirror (repeatable); default: this system's")
     s.add_argument("--all-variants", action="store_true", help="every locked variant of every package")
@@ -179,6 +190,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "pairs joined by ';', e.g. arch=9.0,device-class=h200,software=torch=2.13;cuda=12.8")
     s.add_argument("--cells", action="store_true",
                    help="every variant that any locked cell selects, on the facts its receipt records")
+
+    s = sub.add_parser("receipts", help="carry receipts between hosts through an object store (push, pull)",
+                       description="Qualification hosts push their receipts to an object store; the lock job pulls "
+                                   "them into receipts/ and runs `frt lock`. Each receipt is stored once under its "
+                                   "canonical digest, so order and duplicates do not change the lock.",
+                       epilog="example: frt receipts push s3://bucket/frt (on each GPU host); frt receipts pull "
+                              "s3://bucket/frt && frt lock (on the lock job)")
+    rsub = s.add_subparsers(dest="receipts_command", metavar="ACTION", parser_class=_Parser, required=True,
+                            help="push: send receipts to a store; pull: fetch them into receipts/")
+    r = rsub.add_parser("push", help="send receipts to URL, each under its canonical digest")
+    _common(r)
+    r.add_argument("url", metavar="URL", help="s3://bucket/prefix or file:///path")
+    r.add_argument("paths", metavar="PATH", nargs="*",
+                   help="receipt files or folders (default: the project's receipts/ folder)")
+    r = rsub.add_parser("pull", help="fetch every receipt in URL into the project's receipts/<model>/")
+    _common(r)
+    r.add_argument("url", metavar="URL", help="s3://bucket/prefix or file:///path")
+    r.add_argument("--model", help="only this model's receipts")
 
     s = sub.add_parser("qualify", help="measure a route against the unmodified host and write receipts")
     _common(s)
@@ -720,6 +749,23 @@ def _mirror_machines(args) -> list | None:
 
 def cmd_mirror(args) -> int:
     from .mirror import mirror_lock, select_for_mirror  # noqa: PLC0415
+    from .objstore import is_url, open_store  # noqa: PLC0415
+
+    publish = is_url(args.dir)
+    if publish and args.from_url:
+        raise UsageError(f"frt mirror {args.dir} --from {args.from_url}: publish to a store, or fill a folder "
+                         "from one; not both", hints=["frt mirror DIR --from URL fills DIR; frt mirror URL publishes"])
+    if args.repair and not publish:
+        raise UsageError("--repair applies when publishing to an object store (frt mirror s3://... --repair)")
+    store = open_store(args.dir if publish else args.from_url) if (publish or args.from_url) else None
+    if store is not None:
+        with store:
+            return _cmd_mirror(args, store, publish)
+    return _cmd_mirror(args, None, False)
+
+
+def _cmd_mirror(args, store, publish: bool) -> int:
+    from .mirror import mirror_lock, select_for_mirror  # noqa: PLC0415
 
     project = _project(args)
     models = [args.model] if args.model is not None else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
@@ -742,11 +788,25 @@ def cmd_mirror(args) -> int:
                 bar.set_postfix_str(f"{ev.get('repo')} {ev.get('path')}")
 
         try:
-            rep = mirror_lock(lock, Path(args.dir), **select, progress=progress, root=project.root)
+            if publish:
+                from .fleet import publish_lock  # noqa: PLC0415
+
+                pub = publish_lock(lock, store, **select, progress=progress, root=project.root, repair=args.repair)
+            else:
+                rep = mirror_lock(lock, Path(args.dir), **select, progress=progress, root=project.root, source=store)
         except KeyboardInterrupt:  # not "nothing was written": what was verified stays (item 21.4)
+            if publish:
+                return _publish_interrupted(args)
             return _mirror_interrupted(args)
         finally:
             bar.close()
+        if publish:
+            reports.append(pub.to_dict())
+            lines.append(f"{model}: {len(pub.packages)} package(s) to {store.url}: {pub.uploaded} object(s) uploaded, "
+                         f"{pub.present} already present, {pub.bytes} bytes sent; lockfile {pub.lockfile} last")
+            for sk in pub.skipped:
+                lines.append(f"  skipped {sk['repo']}: {sk['reason']}")
+            continue
         d = rep.to_dict()
         d["model"] = model
         reports.append(d)
@@ -756,8 +816,24 @@ def cmd_mirror(args) -> int:
             lines.append(f"  {p['repo']} @ {short_digest(p['snapshot'])}  {', '.join(p['variants'])}")
         for sk in rep.skipped:
             lines.append(f"  skipped {sk['repo']}: {sk['reason']}")
-    _emit(args, {"ok": True, "dir": str(args.dir), "models": reports}, "\n".join(lines))
+    doc = {"ok": True, "dir": str(args.dir), "models": reports}
+    if args.from_url:
+        doc["from"] = store.url
+    _emit(args, doc, "\n".join(lines))
     return 0
+
+
+def _publish_interrupted(args) -> int:
+    msg = (f"interrupted; the objects already sent stay in {args.dir}, and no lockfile was published for the model "
+           "being sent, so no reader takes it as a release")
+    hints = ["run the same `frt mirror` again: it skips what is already there"]
+    if getattr(args, "json", False):
+        _print_json({"error": msg, "hints": hints, "exit": 130, "reasons": []})
+    else:
+        print(f"error: {msg}", file=sys.stderr)
+        for h in hints:
+            print(f"hint: {h}", file=sys.stderr)
+    return 130
 
 
 def _import_holding_ctrl_c(*modules: str) -> None:
@@ -940,7 +1016,45 @@ def cmd_digest(args) -> int:
     return 0
 
 
+def cmd_receipts(args) -> int:
+    """``frt receipts push URL [PATH...]`` / ``frt receipts pull URL [--model M]`` (frt_dist/fleet.py)."""
+    from .fleet import pull_receipts, push_receipts  # noqa: PLC0415
+    from .objstore import is_url, open_store  # noqa: PLC0415
+
+    if not is_url(args.url):
+        raise UsageError(f"frt receipts {args.receipts_command} {args.url}: not an object-store URL",
+                         hints=["s3://bucket/prefix or file:///path; receipts in a folder are already where "
+                                "`frt lock` reads them"])
+    project = _project(args)
+    with open_store(args.url) as store:
+        if args.receipts_command == "push":
+            paths = args.paths or [project.receipts_dir]
+            res = push_receipts(store, paths, label=lambda p: project.rel(Path(p)))
+            _emit(args, {"ok": True, **res.to_dict()},
+                  f"{len(res.sent)} receipt(s) sent to {store.url}, {len(res.present)} already there")
+            return 0
+        if args.model is not None:
+            from . import names  # noqa: PLC0415
+
+            names.check("name", args.model, "--model", UsageError)
+        if project.read_only:
+            raise UsageError("frt receipts pull: the bundled demo project is read-only; run it in a project folder "
+                             "(manifests/, receipts/, lockfiles/) or pass --project DIR")
+        res = pull_receipts(store, project.receipts_dir, model=args.model, label=lambda p: project.rel(Path(p)))
+    lines = [f"{len(res.written)} receipt(s) written from {store.url}, {len(res.present)} already here"]
+    lines += [f"  {w}" for w in res.written]
+    if res.refused:
+        raise FrtError(f"{len(res.refused)} receipt(s) in {store.url} refused (not written):\n  "
+                       + "\n  ".join(r["reason"] for r in res.refused),
+                       reasons=res.refused, hints=["the others were written; remove or re-push the refused ones"])
+    _emit(args, {"ok": True, **res.to_dict()}, "\n".join(lines))
+    if res.written and not (args.quiet or args.json):
+        print("hint: run `frt lock` to embed the new receipts", file=sys.stderr)
+    return 0
+
+
 COMMANDS = {"lock": cmd_lock, "resolve": cmd_resolve, "verify": cmd_verify, "mirror": cmd_mirror,
+            "receipts": cmd_receipts,
             "qualify": cmd_qualify, "matrix": cmd_matrix, "init": cmd_init, "digest": cmd_digest, "sign": cmd_sign}
 
 

@@ -78,6 +78,7 @@ import shlex
 import shutil
 import stat
 import tempfile
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -245,6 +246,14 @@ class _Item:
         if self.algorithm == "sha256":
             return base64.b64decode(self.expected).hex()
         return None
+
+    @property
+    def object_key(self) -> str:
+        """The item's key in an object store (``frt_dist.objstore``): ``<algorithm>/<hex>``, from
+        the lock's digest alone, so a node finds the bytes without trusting anything else."""
+        from .objstore import locked_file_key  # noqa: PLC0415
+
+        return locked_file_key(self.algorithm, self.expected)
 
     def computed(self, hashes: dict) -> str:
         if self.expected.startswith("sha256:"):
@@ -506,11 +515,13 @@ class _Mirror:
     def __init__(self, lock, root: SafeDir, project_root: Path, progress: Callable | None, tmp: SafeDir):
         self.lock, self.root, self.project_root = lock, root, project_root
         self.progress = progress or (lambda event: None)
-        self.report = MirrorReport(root.path)
+        self.report = MirrorReport(root.path if root is not None else "")
         self.problems: list[dict] = []
         self.tmp = tmp
         self.run_id = "run"
         self.offline = is_offline()
+        self.store = None  # an ObjectStore to sync from (``frt mirror DIR --from URL``), else the usual sources
+        self._count = threading.Lock()
 
     # -- sources (outside the mirror) -----------------------------------------------
     def _source(self, pkg, item: _Item) -> tuple[Path, str | None]:
@@ -557,18 +568,24 @@ class _Mirror:
         """Ensure the item's blob exists and verifies; return its name."""
         with _lock_in(self.root, (LOCKS, repo_folder(pkg.repo)), self._lock_name(item)):
             if item.blob and _blob_ok(blobs, item.blob, item):
-                self.report.present += 1
+                with self._count:
+                    self.report.present += 1
                 self._emit(item, "present", 0)
                 return item.blob
-            src, staging = self._source(pkg, item)
+            src, staging = self._source(pkg, item) if self.store is None else (None, None)
             try:
                 tmp, out = self.tmp.new_file("blob-")
                 try:
                     with out:
-                        hashes, n = _hash_copy(src, out, item.algorithm)
+                        if self.store is None:
+                            hashes, n = _hash_copy(src, out, item.algorithm)
+                        else:
+                            hashes, n = self._fetch(item, out)
                     got = item.computed(hashes)
                     if got != item.expected:
-                        raise _Fail(item, got, f"source bytes do not match the lock (expected {item.expected}, "
+                        what = ("source bytes" if self.store is None
+                                else f"object {self.store.where(item.object_key)} ({n} bytes)")
+                        raise _Fail(item, got, f"{what} do not match the lock (expected {item.expected}, "
                                                f"computed {got})")
                     name = hashes["sha256"].hexdigest()
                     self.tmp.replace(tmp, blobs, name)
@@ -577,10 +594,32 @@ class _Mirror:
             finally:
                 if staging:
                     shutil.rmtree(staging, ignore_errors=True)
-        self.report.fetched += 1
-        self.report.bytes += n
+        with self._count:
+            self.report.fetched += 1
+            self.report.bytes += n
         self._emit(item, "fetched", n)
         return name
+
+    def _fetch(self, item: _Item, out) -> tuple[dict, int]:
+        """The item's bytes from the object store into ``out``, hashed as they arrive; nothing is
+        trusted here: ``blob`` compares the digest with the lock before the bytes become visible."""
+        from .objstore import ObjectMissing  # noqa: PLC0415
+
+        hashes = _new_hashes(item.algorithm)
+
+        class _Hashing:
+            @staticmethod
+            def write(chunk) -> None:
+                for h in hashes.values():
+                    h.update(chunk)
+                out.write(chunk)
+
+        try:
+            n = self.store.get(item.object_key, _Hashing)
+        except ObjectMissing:
+            raise _Fail(item, None, f"object {self.store.where(item.object_key)} is not in the store") from None
+        out.sync()
+        return hashes, n
 
     def link(self, pkg, item: _Item, blob: str, folder: SafeDir, blobs: SafeDir) -> None:
         parts = ["snapshots", pkg.snapshot, "build", item.variant, *item.rel.split("/")]
@@ -629,10 +668,14 @@ class _Mirror:
         before = len(self.problems)
         with self.root.child(repo_folder(pkg.repo), create=True) as folder, \
                 folder.child("blobs", create=True) as blobs:
+            fetched = self._prefetch(pkg, variants, blobs)
             for variant in variants:
                 for item in _items(pkg, variant):
                     try:
-                        self.link(pkg, item, self.blob(pkg, item, blobs), folder, blobs)
+                        got = fetched.get(item)
+                        if isinstance(got, BaseException):
+                            raise got
+                        self.link(pkg, item, got or self.blob(pkg, item, blobs), folder, blobs)
                     except _Fail as f:
                         self.problems.append(f.problem(pkg))
                     except WriteError as exc:  # the mirror itself (full, read-only, denied): the run stops
@@ -647,6 +690,38 @@ class _Mirror:
                 self.refs(pkg, folder)
         self.report.packages.append({"repo": pkg.repo, "revision": pkg.revision, "snapshot": pkg.snapshot,
                                      "variants": list(variants)})
+
+
+    def _prefetch(self, pkg, variants: list[str], blobs: SafeDir) -> dict:
+        """From an object store: every blob of the package at once (a thread pool; the per-blob
+        locks still make each one fetched once), {item: blob name or the exception}; the links
+        are then made in order by ``package``. Other sources go one by one, as before."""
+        if self.store is None:
+            return {}
+        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+        items = [item for v in variants for item in _items(pkg, v)]
+
+        def one(item):
+            try:
+                return self.blob(pkg, item, blobs)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # noqa: BLE001 - handed to package(), which sorts them
+                return exc
+
+        pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(items))))
+        try:
+            results = [fu.result() for fu in [pool.submit(one, item) for item in items]]
+        except BaseException:  # Ctrl-C: start nothing more; what is in flight ends (bounded by the store's timeouts)
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        finally:
+            pool.shutdown(wait=True)
+        for r in results:  # a store that refuses us (no credentials, no bucket) ends the run
+            if isinstance(r, FrtError):
+                raise r
+        return dict(zip(items, results))
 
 
 class _Fail(Exception):
@@ -706,7 +781,8 @@ def _mirror_errors(dest):
 
 
 def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardware=None, machines=None,
-                cells: bool = False, progress: Callable[[dict], None] | None = None, root=None) -> MirrorReport:
+                cells: bool = False, progress: Callable[[dict], None] | None = None, root=None,
+                source=None) -> MirrorReport:
     """Fill ``dir`` with every locked file the selection needs (see the module docstring).
 
     ``root`` is the project root of the lock's path packages (default: found
@@ -714,6 +790,13 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
     that could not be supplied, after supplying all the others; ``MirrorUnsafe`` when a
     folder inside ``dir`` is a link, ``MirrorUnwritable`` when ``dir`` cannot be written
     (both exit 2, naming the path; nothing is written through a link, nothing left half-written).
+
+    ``source`` (an ``frt_dist.objstore.ObjectStore``) syncs from an object store instead of the
+    project's sources: each blob is fetched by the key its locked digest gives (several at once)
+    and verified against ``lock`` before it becomes visible, exactly as a local source is; the
+    store is never trusted for anything else. Its errors (``StoreAccess`` exit 2,
+    ``StoreUnavailable`` exit 1) stop the run; a missing or damaged object is one more file that
+    could not be supplied, naming the object and the locked file.
     """
     from .loader import _as_lock  # noqa: PLC0415
 
@@ -732,6 +815,7 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
             owner = _Run(top)
             run = _Mirror(lock, top, Path(root) if root else lock_root(lock), progress, owner.tmp)
             run.run_id = owner.id
+            run.store = source
             run.report.dir = str(dest)
             run.report.skipped = skipped
             run.report.cleaned["temp"] += sweep_temp(top, keep=owner.id)  # space first: what killed runs left

@@ -1,0 +1,298 @@
+"""Fleets (SPEC §25, issue 18): publish a lock's files to an object store, and carry receipts
+from many qualification hosts to the one job that locks.
+
+``publish_lock(lock, store, selection)`` (``frt mirror s3://bucket/prefix``) uploads every
+selected locked file once, under the key its locked digest gives (``frt_dist.objstore``
+layout), then the lockfile last. Each file comes from where ``frt mirror DIR`` takes it (a path
+package's folder, the local hub cache, else the Hub at the locked commit), is copied into a
+private staging file under the system temp folder while it is hashed, and is uploaded from that
+copy only when its digest matched the lock (so what was checked is what is sent). An object
+already present with the verified file's size is skipped, not re-sent (a HEAD, not a download:
+re-hashing would cost the whole egress on every publish, and every reader verifies every byte
+anyway; a same-size damaged object is refused by each reader, naming it, and ``--repair``
+re-sends every object). Keys are content addresses, so concurrent publishers write the same
+bytes to the same keys, and a PUT is atomic: a reader sees no object or a whole one. The
+lockfile goes up after every object of the model is there, so a store that holds a lockfile
+holds every object the published selection of it needs; a publish killed at any point leaves at
+worst objects without a lockfile, which no reader takes as a release.
+
+``push_receipts(store, paths)`` stores each receipt under its canonical digest
+(``receipts/sha256/<hex>.json``): a receipt pushed twice, from two hosts or by a re-run, is one
+object. ``pull_receipts(store, receipts_dir)`` writes each into
+``receipts/<model>/<hex>.json`` (the model from the receipt, checked as a name; the file name
+from the digest, never from the store), after the same validation a local receipt gets and a
+check that its canonical digest is its key. Then ``frt lock`` sees the same files whatever order
+they arrived in, so the lock's bytes do not depend on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .errors import FrtError, KernelUnavailable, ReceiptInvalid
+from .objstore import ObjectStore, lock_key, receipt_key
+
+__all__ = ["publish_lock", "PublishReport", "push_receipts", "pull_receipts", "ReceiptTransfer"]
+
+
+@dataclass
+class PublishReport:
+    """What one ``publish_lock`` did."""
+
+    url: str
+    model: str
+    lockfile: str = ""  # its key
+    packages: list[dict] = field(default_factory=list)  # {"repo", "revision", "variants"}
+    uploaded: int = 0  # objects sent
+    present: int = 0  # objects already there with the right size (not sent)
+    bytes: int = 0  # bytes sent
+    skipped: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"url": self.url, "model": self.model, "lockfile": self.lockfile, "packages": self.packages,
+                "uploaded": self.uploaded, "present": self.present, "bytes": self.bytes, "skipped": self.skipped}
+
+
+def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool = False, hardware=None,
+                 machines=None, cells: bool = False, progress: Callable[[dict], None] | None = None, root=None,
+                 repair: bool = False, workers: int = 8) -> PublishReport:
+    """Upload the selection's locked files, then the lockfile (see the module docstring).
+    Raises ``KernelUnavailable`` (exit 1) listing every file that could not be supplied, after
+    sending all the others, and then uploads no lockfile; store errors stop the run."""
+    from .loader import _as_lock, lock_root  # noqa: PLC0415
+    from .mirror import _Fail, _Mirror, _hash_copy, _items, select_for_mirror  # noqa: PLC0415
+
+    lock = _as_lock(lock)
+    if variants is None and not all_variants and hardware is None and not machines and not cells:
+        from .hardware import Hardware  # noqa: PLC0415
+
+        hardware = Hardware.detect()
+    chosen, skipped = select_for_mirror(lock, variants=variants, all_variants=all_variants, hardware=hardware,
+                                        machines=machines, cells=cells)
+    report = PublishReport(store.url, lock.model, skipped=skipped)
+    sources = _Mirror(lock, None, Path(root) if root else lock_root(lock), None, None)  # where files come from
+    emit = progress or (lambda event: None)
+    count = threading.Lock()
+    work, seen = [], set()
+    for repo, vs in chosen.items():
+        pkg = lock.packages[repo]
+        report.packages.append({"repo": repo, "revision": pkg.revision, "variants": list(vs)})
+        for v in vs:
+            for item in _items(pkg, v):
+                if item.object_key not in seen:  # content-addressed: one object per distinct file
+                    seen.add(item.object_key)
+                    work.append((pkg, item))
+    problems: list[dict] = []
+    staging_root = tempfile.mkdtemp(prefix="frt-publish-")
+
+    def one(pkg, item):
+        src = staging = None
+        try:
+            src, staging = sources._source(pkg, item)
+            fd, tmp = tempfile.mkstemp(dir=staging_root)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    hashes, n = _hash_copy(src, _Plain(out), item.algorithm)
+                got = item.computed(hashes)
+                if got != item.expected:
+                    raise _Fail(item, got, f"source bytes do not match the lock (expected {item.expected}, "
+                                           f"computed {got}); not uploaded")
+                key = item.object_key
+                if not repair and store.head(key) == n:
+                    with count:
+                        report.present += 1
+                    emit({"event": "file", "repo": pkg.repo, "variant": item.variant, "path": item.rel,
+                          "action": "present", "bytes": 0})
+                    return
+                store.put_file(key, tmp)
+                with count:
+                    report.uploaded += 1
+                    report.bytes += n
+                emit({"event": "file", "repo": pkg.repo, "variant": item.variant, "path": item.rel,
+                      "action": "uploaded", "bytes": n})
+            finally:
+                os.unlink(tmp)
+        except _Fail as f:
+            with count:
+                problems.append(f.problem(pkg))
+        except OSError as exc:  # an unreadable source: this file fails, the rest go on
+            with count:
+                problems.append(_Fail(item, None, f"{exc.strerror or exc}: {exc.filename or ''}").problem(pkg))
+        finally:
+            if staging:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(work) or 1)))
+    try:
+        futures = [pool.submit(one, pkg, item) for pkg, item in work]
+        for fu in futures:
+            fu.result()  # a store error (FrtError) ends the publish here, before any lockfile
+    except BaseException:  # Ctrl-C or a store error: start nothing more; what is in flight ends (bounded)
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        shutil.rmtree(staging_root, ignore_errors=True)
+    if problems:
+        problems.sort(key=lambda p: p["reason"])
+        raise KernelUnavailable(f"publish {store.url}: {len(problems)} file(s) could not be supplied, so the "
+                                f"lockfile was not published:\n  " + "\n  ".join(p["reason"] for p in problems),
+                                reasons=problems,
+                                hints=["fix the source (or go online) and run the same `frt mirror` again; objects "
+                                       "already sent are skipped"])
+    report.lockfile = lock_key(lock.model)
+    store.put_bytes(report.lockfile, lock.render())  # last: only now does the store hold a release
+    return report
+
+
+class _Plain:
+    """``_hash_copy``'s writer protocol over a plain file (write, sync)."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, data) -> None:
+        self.f.write(data)
+
+    def sync(self) -> None:
+        self.f.flush()
+
+
+# ---------------------------------------------------------------------------
+# receipts from many hosts
+
+
+@dataclass
+class ReceiptTransfer:
+    """What one push or pull did: the receipts by digest, and those refused."""
+
+    url: str
+    sent: list[str] = field(default_factory=list)  # push: digests sent
+    present: list[str] = field(default_factory=list)  # already there (push) or already in the folder (pull)
+    written: list[str] = field(default_factory=list)  # pull: files written (project-relative)
+    refused: list[dict] = field(default_factory=list)  # {"key" or "file", "reason"}
+
+    def to_dict(self) -> dict:
+        return {"url": self.url, "sent": self.sent, "present": self.present, "written": self.written,
+                "refused": self.refused}
+
+
+def receipt_files(paths) -> list[Path]:
+    """Every ``*.json`` receipt under the given files and folders (folders walked, sorted)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(q for q in p.rglob("*.json") if q.is_file())
+        else:
+            out.append(p)
+    return out
+
+
+def push_receipts(store: ObjectStore, paths, *, label: Callable[[Path], str] = str) -> ReceiptTransfer:
+    """Send each receipt under ``receipts/sha256/<canonical digest>.json``. Every file is
+    validated first (``Receipt.read``): an invalid one is ``ReceiptInvalid`` (exit 2) naming it
+    and its field, and nothing is sent."""
+    from .receipt import Receipt  # noqa: PLC0415
+
+    files = receipt_files(paths)
+    if not files:
+        raise ReceiptInvalid(f"no receipts (*.json) in {', '.join(map(str, paths))}")
+    recs = [(Receipt.read(p, label=label(p)), p) for p in files]  # all checked before anything is sent
+    out = ReceiptTransfer(store.url)
+    for rec, path in recs:
+        hexd = rec.digest.split(":", 1)[1]
+        if hexd in out.sent or hexd in out.present:
+            continue  # the same receipt twice in what was given: one object
+        key = receipt_key(hexd)
+        data = path.read_bytes()
+        if _stored_receipt_digest(store, key) == rec.digest:
+            out.present.append(hexd)  # content-addressed: the same receipt is there (a receipt is small: checked whole)
+            continue
+        store.put_bytes(key, data)
+        out.sent.append(hexd)
+    return out
+
+
+def _stored_receipt_digest(store: ObjectStore, key: str) -> str | None:
+    """The canonical digest of the receipt stored under ``key``, or None when absent or not a receipt."""
+    from .receipt import Receipt  # noqa: PLC0415
+
+    data = store.get_bytes(key, limit=4 << 20) if store.head(key) is not None else None
+    if data is None:
+        return None
+    try:
+        return Receipt.parse(json.loads(data.decode("utf-8")), file=store.where(key)).digest
+    except (ValueError, UnicodeDecodeError):  # FrtError is a ValueError; so is JSONDecodeError
+        return None
+
+
+def pull_receipts(store: ObjectStore, receipts_dir: Path, *, model: str | None = None,
+                  label: Callable[[Path], str] = str, limit: int = 4 << 20) -> ReceiptTransfer:
+    """Fetch every receipt in the store (or one model's) into ``receipts_dir/<model>/<hex>.json``.
+    Nothing from the store is used as a path: the key must be ``receipts/sha256/<64 hex>.json``,
+    the bytes must parse as a receipt whose canonical digest is that hex, and the model it names
+    must be a valid name. A receipt that fails is refused (listed, not written) and the others go
+    on; the caller exits 1 when any was refused."""
+    import re  # noqa: PLC0415
+
+    from . import names  # noqa: PLC0415
+    from .lockfile import write_atomic  # noqa: PLC0415
+    from .receipt import Receipt  # noqa: PLC0415
+
+    out = ReceiptTransfer(store.url)
+    for key, size in store.list("receipts/sha256"):
+        m = re.fullmatch(r"receipts/sha256/([0-9a-f]{64})\.json", key)
+        if not m:
+            out.refused.append({"key": key, "reason": f"{store.where(key)}: not a receipt key frt writes "
+                                                      "(receipts/sha256/<64 hex>.json); ignored"})
+            continue
+        hexd = m.group(1)
+        if size > limit:
+            out.refused.append({"key": key, "reason": f"{store.where(key)}: {size} bytes, larger than a receipt "
+                                                      f"can be ({limit})"})
+            continue
+        data = store.get_bytes(key, limit=limit)
+        if data is None:
+            continue  # removed since the listing
+        try:
+            doc = json.loads(data.decode("utf-8"))
+            rec = Receipt.parse(doc, file=store.where(key))
+            rec_model = names.check("name", rec.cell.get("model"), "cell.model", ReceiptInvalid,
+                                    file=store.where(key))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            out.refused.append({"key": key, "reason": f"{store.where(key)}: not JSON ({exc})"})
+            continue
+        except FrtError as exc:
+            out.refused.append({"key": key, "reason": str(exc)})
+            continue
+        if rec.digest != f"sha256:{hexd}":
+            out.refused.append({"key": key, "reason": f"{store.where(key)}: its canonical digest is {rec.digest}, "
+                                                      f"not the sha256:{hexd} its key names; not written"})
+            continue
+        if model is not None and rec_model != model:
+            continue
+        dest = Path(receipts_dir) / rec_model / f"{hexd}.json"
+        if dest.is_file() and not dest.is_symlink():
+            try:
+                same = Receipt.read(dest).digest == rec.digest
+            except FrtError:
+                same = False
+            if same:
+                out.present.append(hexd)
+                continue
+        if dest.parent.is_symlink() or dest.is_symlink():
+            out.refused.append({"key": key, "reason": f"{dest.parent if dest.parent.is_symlink() else dest} is a "
+                                                      "symbolic link; frt writes no receipt through it"})
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(dest, data)
+        out.written.append(label(dest))
+    return out

@@ -1,0 +1,618 @@
+"""Object stores: where a fleet's mirror lives when it is not a folder on this machine (SPEC §25).
+
+A location is ``s3://bucket/prefix`` (the S3 API: AWS, MinIO, Ceph, GCS interop, R2),
+``file:///path`` (a shared disk, same layout) or a plain directory (today's hub-cache mirror,
+``frt_dist.mirror``; not an object store). ``parse_location`` tells them apart;
+``open_store`` gives an ``ObjectStore`` for a URL.
+
+An ``ObjectStore`` has five verbs, all on keys relative to the location's prefix::
+
+    head(key) -> size | None            is it there, and how big
+    get(key, out, limit=None) -> n      stream its bytes into out.write (a file, a hashing writer)
+    get_bytes(key, limit) -> bytes|None a small object (a lockfile, a receipt), None when absent
+    put_file(key, path) / put_bytes(key, data)
+                                        whole-object writes: a reader sees the old object or the
+                                        new one, never part of one (S3: one PUT, or a multipart
+                                        upload that completes atomically; file://: temp + rename)
+    list(prefix) -> [(key, size)]       keys under a prefix, sorted
+
+That is all publish, sync and ``receipts push/pull`` need, so GCS or Azure is one more small class.
+
+Layout (content-addressed, untrusted; see README "Object-store mirrors")::
+
+    <prefix>/<algorithm>/<hex>          one locked file's bytes, named by the lock's digest of them
+                                        (sha256 for every file kernels-builder digests today)
+    <prefix>/lockfiles/<model>.lock     the lockfile, written after every object it names
+    <prefix>/receipts/sha256/<hex>.json a qualification receipt, named by its canonical digest
+
+Nothing in a store is trusted: every byte is checked against the local lock before use (the
+callers do it; ``get`` streams into the caller's hashing writer and stops at ``limit`` bytes so a
+hostile object cannot fill a disk). Keys frt reads are only ever built from digests and validated
+names (``object_key``, ``lock_key``, ``receipt_key``), never taken from a listing as a path.
+
+Errors are ``frt_dist.errors`` errors with SPEC §25's exit codes: ``StoreAccess`` (exit 2: no
+credentials, access denied, no such bucket, a bad URL), ``ObjectMissing`` (exit 1), ``StoreUnavailable``
+(exit 1: a timeout or a server error that persisted through the bounded retries). Messages name
+the location and key, never a credential.
+
+Configuration is the standard AWS chain, read by botocore itself: ``AWS_ENDPOINT_URL`` (an
+``http://`` endpoint is used as given), ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
+``AWS_SESSION_TOKEN``, ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_PROFILE`` with the shared
+config and credentials files. ``FRT_STORE_ATTEMPTS`` (default 4) caps the attempts per request and
+``FRT_STORE_TIMEOUT`` (seconds, default 20) the connect and read timeouts. boto3 is imported only
+when a URL is used (the ``fleet`` extra); locking and resolving never import it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .errors import FrtError, UsageError
+
+__all__ = ["Location", "parse_location", "is_url", "open_store", "ObjectStore", "S3Store", "FileStore",
+           "StoreAccess", "StoreUnavailable", "ObjectMissing", "object_key", "locked_file_key", "lock_key", "receipt_key",
+           "digest_from_object_key", "store_config"]
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$")
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+_ALGO = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,31}$")
+_HEX = re.compile(r"^[0-9a-f]{16,256}$")
+_CHUNK = 1 << 20
+
+
+class StoreAccess(FrtError):
+    """The store refused us or does not exist: no credentials, access denied, no such bucket,
+    a malformed URL. Bad input (exit 2), with a hint."""
+
+    exit_code = 2
+
+
+class StoreUnavailable(FrtError):
+    """The store did not answer well enough: timeouts or server errors that persisted through the
+    bounded retries, or a connection refused (exit 1)."""
+
+    exit_code = 1
+
+
+class ObjectMissing(FrtError):
+    """An object the caller needs is not in the store (exit 1). The caller adds which locked file
+    it stands for."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, key: str = "", **kw):
+        super().__init__(message, **kw)
+        self.key = key
+
+
+# ---------------------------------------------------------------------------
+# locations and keys
+
+
+@dataclass(frozen=True)
+class Location:
+    """A parsed mirror location: ``scheme`` is ``"s3"``, ``"file"`` or ``"dir"`` (a plain folder)."""
+
+    scheme: str
+    bucket: str = ""  # s3
+    prefix: str = ""  # s3: no leading or trailing slash
+    path: str = ""  # file, dir
+
+    @property
+    def url(self) -> str:
+        if self.scheme == "s3":
+            return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        if self.scheme == "file":
+            return f"file://{self.path}"
+        return self.path
+
+    @property
+    def is_store(self) -> bool:
+        return self.scheme != "dir"
+
+
+def is_url(text: str) -> bool:
+    """Whether ``text`` names an object store (``scheme://``), not a folder."""
+    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", str(text)))
+
+
+def parse_location(text) -> Location:
+    """``s3://bucket/prefix``, ``file:///abs/path`` or a folder. Anything else with a scheme is a
+    ``StoreAccess`` (exit 2) naming the schemes frt knows."""
+    text = os.fspath(text)
+    if not is_url(text):
+        return Location("dir", path=text)
+    scheme, rest = text.split("://", 1)
+    scheme = scheme.lower()
+    if scheme == "s3":
+        bucket, _, prefix = rest.partition("/")
+        prefix = prefix.strip("/")
+        if not _BUCKET.match(bucket):
+            raise StoreAccess(f"{text}: {bucket!r} is not a bucket name", hints=["e.g. s3://my-bucket/frt/prod"])
+        for seg in prefix.split("/") if prefix else []:
+            if not _SEGMENT.match(seg):
+                raise StoreAccess(f"{text}: the prefix segment {seg!r} is not a plain name (letters, digits, '.', "
+                                  "'_', '-'; not starting with '.')", hints=["e.g. s3://my-bucket/frt/prod"])
+        return Location("s3", bucket=bucket, prefix=prefix)
+    if scheme == "file":
+        if not rest.startswith("/"):
+            raise StoreAccess(f"{text}: a file URL needs an absolute path (file:///srv/frt-mirror)")
+        return Location("file", path=rest)
+    raise StoreAccess(f"{text}: frt does not know the scheme {scheme!r}",
+                      hints=["mirror locations are s3://bucket/prefix, file:///path or a folder "
+                             "(GCS, R2, MinIO and Ceph speak the S3 API: s3:// with AWS_ENDPOINT_URL)"])
+
+
+def object_key(algorithm: str, hexdigest: str) -> str:
+    """The key of a locked file's bytes: ``<algorithm>/<hex>``."""
+    if not _ALGO.match(algorithm) or not _HEX.match(hexdigest):
+        raise ValueError(f"not a digest: {algorithm}:{hexdigest}")
+    return f"{algorithm}/{hexdigest}"
+
+
+def locked_file_key(algorithm: str, expected: str) -> str:
+    """The key of a locked file from the lock's own digest of it: ``expected`` as the lock writes it
+    (``"sha256:<hex>"`` for ``metadata.json``, else the base64 digest in ``digest-algorithm``)."""
+    import base64  # noqa: PLC0415
+    import binascii  # noqa: PLC0415
+
+    if expected.startswith("sha256:"):
+        return object_key("sha256", expected.split(":", 1)[1])
+    try:
+        raw = base64.b64decode(expected, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"not a base64 digest: {expected!r}") from None
+    return object_key(algorithm, raw.hex())
+
+
+def digest_from_object_key(key: str) -> tuple[str, str] | None:
+    parts = key.split("/")
+    if len(parts) == 2 and _ALGO.match(parts[0]) and _HEX.match(parts[1]):
+        return parts[0], parts[1]
+    return None
+
+
+def lock_key(model: str) -> str:
+    if not _SEGMENT.match(model):
+        raise UsageError(f"model name {model!r} cannot name a lockfile in a store")
+    return f"lockfiles/{model}.lock"
+
+
+def receipt_key(hexdigest: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{64}", hexdigest):
+        raise ValueError(f"not a sha256 hex digest: {hexdigest!r}")
+    return f"receipts/sha256/{hexdigest}.json"
+
+
+def _check_key(key: str) -> str:
+    parts = key.split("/")
+    if not key or any(not _SEGMENT.match(p) for p in parts):
+        raise ValueError(f"not a store key frt writes or reads: {key!r}")
+    return key
+
+
+def store_config() -> dict:
+    """The retry and timeout bounds (``FRT_STORE_ATTEMPTS``, ``FRT_STORE_TIMEOUT``)."""
+    def num(name, default, kind):
+        raw = os.environ.get(name)
+        if raw in (None, ""):
+            return default
+        try:
+            v = kind(raw)
+        except ValueError:
+            v = None
+        if v is None or v <= 0:
+            raise UsageError(f"{name}={raw!r}: expected a positive number")
+        return v
+
+    return {"attempts": num("FRT_STORE_ATTEMPTS", 4, int), "timeout": num("FRT_STORE_TIMEOUT", 20.0, float)}
+
+
+# ---------------------------------------------------------------------------
+# the interface
+
+
+class ObjectStore:
+    """The verbs every backend implements (see the module docstring). ``url`` is for messages."""
+
+    url: str = ""
+
+    def head(self, key: str) -> int | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def get(self, key: str, out, *, limit: int | None = None,
+            progress: Callable[[int], None] | None = None) -> int:  # pragma: no cover - interface
+        """Stream the object into ``out.write``; the byte count. More than ``limit`` bytes stops
+        the transfer (the count returned is then ``limit + 1``): the caller refuses the object."""
+        raise NotImplementedError
+
+    def get_bytes(self, key: str, limit: int = 16 << 20) -> bytes | None:
+        buf = _Buffer()
+        try:
+            self.get(key, buf, limit=limit)
+        except ObjectMissing:
+            return None
+        if len(buf.data) > limit:
+            raise StoreUnavailable(f"{self.where(key)}: larger than {limit} bytes; not a file frt wrote there")
+        return bytes(buf.data)
+
+    def put_file(self, key: str, path, *, progress: Callable[[int], None] | None = None) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def put_bytes(self, key: str, data: bytes) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def list(self, prefix: str) -> list[tuple[str, int]]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def where(self, key: str) -> str:
+        return f"{self.url.rstrip('/')}/{key}"
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _Buffer:
+    def __init__(self):
+        self.data = bytearray()
+
+    def write(self, b) -> None:
+        self.data += b
+
+
+def open_store(location) -> ObjectStore:
+    """The store for a URL (``Location`` or text); a plain folder is a ``UsageError`` (callers
+    use ``frt_dist.mirror`` for those)."""
+    loc = location if isinstance(location, Location) else parse_location(location)
+    if loc.scheme == "s3":
+        return S3Store(loc)
+    if loc.scheme == "file":
+        return FileStore(loc)
+    raise UsageError(f"{loc.path}: a folder, not an object-store URL")
+
+
+# ---------------------------------------------------------------------------
+# S3 (boto3)
+
+
+_ACCESS_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
+                 "AllAccessDisabled", "AccountProblem", "InvalidClientTokenId", "UnrecognizedClientException",
+                 "403", "Forbidden"}
+_CRED_HINTS = ["set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE naming a profile in ~/.aws/config "
+               "(and AWS_ENDPOINT_URL for a store that is not AWS)",
+               "a node that only reads needs s3:GetObject and s3:ListBucket on the prefix; a publisher also "
+               "s3:PutObject"]
+
+
+class S3Store(ObjectStore):
+    """An S3-API bucket through boto3 (the standard AWS environment and profile chain)."""
+
+    def __init__(self, loc: Location):
+        try:
+            import boto3  # noqa: PLC0415
+            from botocore.config import Config  # noqa: PLC0415
+        except ImportError:
+            raise StoreAccess(f"{loc.url}: s3:// locations need boto3, which is not installed",
+                              hints=["pip install 'frt-dist[fleet]'"]) from None
+        from botocore import exceptions as bex  # noqa: PLC0415
+
+        self.loc, self.url, self._bex = loc, loc.url, bex
+        cfg = store_config()
+        self.attempts = cfg["attempts"]
+        self._checked_bucket = False
+        self._lock = threading.Lock()
+        try:
+            session = _session(boto3)
+            self.client = session.client(
+                "s3", config=Config(retries={"mode": "standard", "total_max_attempts": self.attempts},
+                                    connect_timeout=cfg["timeout"], read_timeout=cfg["timeout"],
+                                    max_pool_connections=32, signature_version="s3v4",
+                                    # botocore >= 1.36 adds CRC checksums to every PUT by default, which
+                                    # several S3-API stores (older MinIO, Ceph, GCS interop) refuse; frt
+                                    # checks every byte against the lock's digest itself
+                                    request_checksum_calculation="when_required",
+                                    response_checksum_validation="when_required"))
+        except Exception as exc:  # noqa: BLE001 - ProfileNotFound, a bad config file, a bad endpoint
+            raise self._error(exc, "") from None
+
+    def _key(self, key: str) -> str:
+        _check_key(key)
+        return f"{self.loc.prefix}/{key}" if self.loc.prefix else key
+
+    # -- errors -----------------------------------------------------------------
+    def _error(self, exc: Exception, key: str, *, missing_ok: bool = False) -> FrtError:
+        bex = self._bex
+        where = self.where(key) if key else self.url
+        if isinstance(exc, (bex.NoCredentialsError, bex.PartialCredentialsError)):
+            return StoreAccess(f"{where}: no credentials for the object store", hints=list(_CRED_HINTS))
+        if isinstance(exc, bex.ProfileNotFound):
+            return StoreAccess(f"{where}: the AWS profile {os.environ.get('AWS_PROFILE', '')!r} is not in the AWS "
+                               "config files", hints=["check AWS_PROFILE, AWS_CONFIG_FILE and AWS_SHARED_CREDENTIALS_FILE"])
+        if isinstance(exc, bex.ClientError):
+            err = exc.response.get("Error", {}) or {}
+            code = str(err.get("Code") or "")
+            status = int((exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
+            if code in _ACCESS_CODES or status == 403:
+                return StoreAccess(f"{where}: access denied ({code or status})", hints=list(_CRED_HINTS))
+            if code == "NoSuchBucket":
+                return StoreAccess(f"{self.url}: no such bucket {self.loc.bucket!r}",
+                                   hints=["check the bucket name and AWS_ENDPOINT_URL / AWS_REGION"])
+            if code in ("NoSuchKey", "404", "NotFound") or status == 404:
+                return ObjectMissing(f"{where}: no such object", key=key)
+            if status >= 500 or code in ("SlowDown", "InternalError", "ServiceUnavailable"):
+                return StoreUnavailable(f"{where}: the server answered {status or code} {code} through "
+                                        f"{self.attempts} attempt(s)",
+                                        hints=["the store is failing; try again later (FRT_STORE_ATTEMPTS raises the "
+                                               "retry cap)"])
+            return StoreUnavailable(f"{where}: the server refused the request ({code or status})")
+        if isinstance(exc, (bex.ConnectTimeoutError, bex.ReadTimeoutError)) or isinstance(exc, TimeoutError):
+            return StoreUnavailable(f"{where}: timed out through {self.attempts} attempt(s) "
+                                    f"(FRT_STORE_TIMEOUT={store_config()['timeout']:g}s each)",
+                                    hints=["check the endpoint (AWS_ENDPOINT_URL) and the network; "
+                                           "FRT_STORE_TIMEOUT sets the limit"])
+        if isinstance(exc, bex.EndpointConnectionError):
+            return StoreUnavailable(f"{where}: cannot connect to the endpoint {_safe_url(self.client.meta.endpoint_url)}",
+                                    hints=["check AWS_ENDPOINT_URL (and AWS_REGION)"])
+        if isinstance(exc, (bex.ConnectionError, bex.HTTPClientError, bex.IncompleteReadError,
+                            bex.ResponseStreamingError, ConnectionError)):
+            return StoreUnavailable(f"{where}: the connection failed through {self.attempts} attempt(s) "
+                                    f"({type(exc).__name__})")
+        if isinstance(exc, (ValueError, bex.BotoCoreError)) and not isinstance(exc, FrtError):
+            return StoreAccess(f"{where}: the object-store configuration is not usable ({type(exc).__name__}: "
+                               f"{_scrub(str(exc))})", hints=["check AWS_ENDPOINT_URL, AWS_REGION and AWS_PROFILE"])
+        raise exc
+
+    def _bucket_missing(self) -> bool:
+        """After a 404 on an object: is it the bucket that is missing? (HEAD has no error body.)"""
+        try:
+            self.client.head_bucket(Bucket=self.loc.bucket)
+            return False
+        except self._bex.ClientError as exc:
+            status = int((exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
+            return status == 404
+        except Exception:  # noqa: BLE001 - cannot tell: report the object
+            return False
+
+    def _call(self, fn, key: str, **kw):
+        try:
+            return fn(**kw)
+        except FrtError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped; unknown ones re-raised by _error
+            err = self._error(exc, key)
+            if isinstance(err, ObjectMissing):
+                with self._lock:  # once per store, whichever thread gets here first
+                    if not self._checked_bucket:
+                        if self._bucket_missing():
+                            err = StoreAccess(f"{self.url}: no such bucket {self.loc.bucket!r}",
+                                              hints=["check the bucket name and AWS_ENDPOINT_URL / AWS_REGION"])
+                        else:
+                            self._checked_bucket = True
+            raise err from None
+
+    # -- verbs ------------------------------------------------------------------
+    def head(self, key: str) -> int | None:
+        try:
+            r = self._call(self.client.head_object, key, Bucket=self.loc.bucket, Key=self._key(key))
+        except ObjectMissing:
+            return None
+        return int(r["ContentLength"])
+
+    def get(self, key, out, *, limit=None, progress=None) -> int:
+        """A stream cut mid-way resumes where it stopped (a ranged GET of the same ETag), within
+        the attempt cap: ``out`` only ever receives each byte once, in order."""
+        n, etag = 0, None
+        for attempt in range(self.attempts):
+            kw = {"Range": f"bytes={n}-"} if n else {}
+            if etag:
+                kw["IfMatch"] = etag  # the same object, not one replaced meanwhile
+            r = self._call(self.client.get_object, key, Bucket=self.loc.bucket, Key=self._key(key), **kw)
+            etag = etag or r.get("ETag")
+            body = r["Body"]
+            try:
+                for chunk in body.iter_chunks(_CHUNK):
+                    if limit is not None and n + len(chunk) > limit:
+                        out.write(chunk[: limit + 1 - n])
+                        return limit + 1
+                    out.write(chunk)
+                    n += len(chunk)
+                    if progress:
+                        progress(len(chunk))
+                return n
+            except Exception as exc:  # noqa: BLE001 - a stream cut mid-way: resume from byte n
+                body.close()
+                err = self._error(exc, key)
+                if attempt + 1 >= self.attempts or not isinstance(err, StoreUnavailable):
+                    raise err from None
+        raise StoreUnavailable(f"{self.where(key)}: could not be read")  # pragma: no cover
+
+    def put_file(self, key, path, *, progress=None) -> None:
+        from boto3.s3.transfer import TransferConfig  # noqa: PLC0415
+
+        tc = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=16 << 20, max_concurrency=4,
+                            use_threads=True)
+        self._call(self.client.upload_file, key, Filename=str(path), Bucket=self.loc.bucket, Key=self._key(key),
+                   Config=tc, Callback=progress)
+
+    def put_bytes(self, key, data: bytes) -> None:
+        self._call(self.client.put_object, key, Bucket=self.loc.bucket, Key=self._key(key), Body=bytes(data))
+
+    def list(self, prefix: str) -> list[tuple[str, int]]:
+        full = self._key(prefix.rstrip("/")) + "/"
+        out = []
+        token = None
+        while True:
+            kw = {"Bucket": self.loc.bucket, "Prefix": full}
+            if token:
+                kw["ContinuationToken"] = token
+            r = self._call(self.client.list_objects_v2, prefix, **kw)
+            for obj in r.get("Contents", []) or []:
+                rel = obj["Key"][len(self.loc.prefix) + 1:] if self.loc.prefix else obj["Key"]
+                out.append((rel, int(obj.get("Size", 0))))
+            if not r.get("IsTruncated"):
+                break
+            token = r.get("NextContinuationToken")
+        return sorted(out)
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+
+
+_SESSIONS: dict[tuple, object] = {}
+_SESSIONS_LOCK = threading.Lock()
+
+
+def _session(boto3):
+    """One boto3 session per process and AWS environment: a session loads botocore's service models
+    (most of a client's start-up cost) and resolves credentials once (refreshable ones refresh
+    themselves). Keyed by every ``AWS_*`` variable, so a changed environment gets a new session."""
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    with _SESSIONS_LOCK:
+        got = _SESSIONS.get(key)
+        if got is None:
+            got = _SESSIONS[key] = boto3.session.Session()
+        return got
+
+
+def _safe_url(url: str) -> str:
+    """An endpoint URL without any ``user:password@`` part someone put in it."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.\-]*://)[^/@]*@", r"\1", str(url))
+
+
+def _scrub(text: str) -> str:
+    """A message with anything that looks like a credential from the environment taken out."""
+    for var in ("AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_SESSION_TOKEN"):
+        v = os.environ.get(var)
+        if v and len(v) >= 4:
+            text = text.replace(v, "***")
+    return text
+
+
+# ---------------------------------------------------------------------------
+# file:// (a shared disk), through SafeDir: no link inside the store is followed
+
+
+class FileStore(ObjectStore):
+    """A folder holding the store layout. The folder the URL names may be a link (the user's
+    choice); nothing inside is followed (``frt_dist.safedir``): a key whose folder is a link reads
+    as missing and is never written through. Writes are temp file then rename, so a reader never
+    sees part of an object."""
+
+    def __init__(self, loc: Location):
+        self.loc, self.url, self.root = loc, loc.url, Path(loc.path)
+
+    def _open(self, key: str, *, create: bool):
+        from .safedir import SafeDir, UnsafePath  # noqa: PLC0415
+
+        parts = _check_key(key).split("/")
+        try:
+            top = SafeDir.root(self.root, create=create)
+        except UnsafePath as exc:
+            raise StoreAccess(f"{self.url}: {exc.path} {exc.what}") from None
+        except OSError as exc:
+            if not create and exc.errno == errno.ENOENT:
+                return None, parts[-1]
+            raise self._os_error(exc, key) from None
+        try:
+            return top.walk(*parts[:-1], create=create), parts[-1]
+        except UnsafePath as exc:
+            if create:
+                raise StoreAccess(f"{self.where(key)}: {exc.path} {exc.what}; frt writes nothing through it",
+                                  hints=[f"remove the link ({exc.path}) from the store"]) from None
+            return None, parts[-1]  # reading: a link reads as absent
+        finally:
+            top.close()
+
+    def _os_error(self, exc: OSError, key: str) -> FrtError:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+            return StoreAccess(f"{self.where(key)}: {exc.strerror or exc}",
+                               hints=["check the folder's permissions and free space"])
+        return StoreUnavailable(f"{self.where(key)}: {exc.strerror or exc}")
+
+    def head(self, key):
+        folder, name = self._open(key, create=False)
+        if folder is None:
+            return None
+        with folder:
+            st = folder.lstat(name)
+        import stat as _stat  # noqa: PLC0415
+
+        return st.st_size if st is not None and _stat.S_ISREG(st.st_mode) else None
+
+    def get(self, key, out, *, limit=None, progress=None) -> int:
+        folder, name = self._open(key, create=False)
+        f = None
+        if folder is not None:
+            with folder:
+                f = folder.open_read(name)
+        if f is None:
+            raise ObjectMissing(f"{self.where(key)}: no such object", key=key)
+        n = 0
+        with f:
+            while chunk := f.read(_CHUNK):
+                if limit is not None and n + len(chunk) > limit:
+                    out.write(chunk[: limit + 1 - n])
+                    return limit + 1
+                out.write(chunk)
+                n += len(chunk)
+                if progress:
+                    progress(len(chunk))
+        return n
+
+    def _put(self, key, write) -> None:
+        folder, name = self._open(key, create=True)
+        with folder:
+            tmp, w = folder.new_file(f".frt-put-{uuid.uuid4().hex[:8]}-")
+            try:
+                with w:
+                    write(w)
+                    w.sync()
+                folder.replace(tmp, folder, name)
+            except OSError as exc:
+                raise self._os_error(exc, key) from None
+            finally:
+                folder.unlink(tmp)
+
+    def put_file(self, key, path, *, progress=None) -> None:
+        def write(w):
+            with open(path, "rb") as fi:
+                while chunk := fi.read(_CHUNK):
+                    w.write(chunk)
+                    if progress:
+                        progress(len(chunk))
+
+        self._put(key, write)
+
+    def put_bytes(self, key, data) -> None:
+        self._put(key, lambda w: w.write(bytes(data)))
+
+    def list(self, prefix):
+        import stat as _stat  # noqa: PLC0415
+
+        folder, _ = self._open(prefix.rstrip("/") + "/x", create=False)
+        if folder is None:
+            return []
+        out = []
+        base = prefix.rstrip("/")
+        with folder:
+            for name in folder.listdir():
+                st = folder.lstat(name)
+                if st is not None and _stat.S_ISREG(st.st_mode) and _SEGMENT.match(name):
+                    out.append((f"{base}/{name}", st.st_size))
+        return sorted(out)

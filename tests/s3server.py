@@ -1,0 +1,242 @@
+"""A real S3-protocol server on 127.0.0.1 for the fleet tests: moto's standalone server in a
+separate process (``python -m moto.server``), on a free port, plus a tiny fault proxy of our own
+that sits in front of it (answers 500, stalls, or counts requests).
+
+Tests talk to it through the production client path (``frt_dist.objstore``, boto3): the only
+thing a test sets is the standard AWS environment (``S3Server.env()``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+__all__ = ["S3Server", "FaultProxy", "free_port", "FAKE_KEY_ID", "FAKE_SECRET"]
+
+# distinctive fake credentials: tests assert neither ever appears in any output or written file
+FAKE_KEY_ID = "AKIAFRTFLEETTESTKEY7"
+FAKE_SECRET = "frtSecretDoNotLeak/9f3b2e7c1a4d8e6f0b5c2a7d9e1f3b4c"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class S3Server:
+    """``moto.server`` in its own process. ``start()`` waits until it answers; ``reset()`` drops
+    every bucket (moto's ``/moto-api/reset``); ``requests()`` is the server's request count per
+    method, from the fault proxy when one is in front (see ``FaultProxy``)."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "S3Server":
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"moto server exited with {self.proc.returncode}")
+            try:
+                urllib.request.urlopen(self.url + "/moto-api/", timeout=1).read()
+                return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("moto server did not answer within 30 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def reset(self) -> None:
+        req = urllib.request.Request(self.url + "/moto-api/reset", method="POST")
+        urllib.request.urlopen(req, timeout=10).read()
+
+    def env(self, *, endpoint: str | None = None) -> dict:
+        """The standard AWS environment pointing at this server, with the fake credentials."""
+        return {"AWS_ENDPOINT_URL": endpoint or self.url, "AWS_ACCESS_KEY_ID": FAKE_KEY_ID,
+                "AWS_SECRET_ACCESS_KEY": FAKE_SECRET, "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+                "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def client(self):
+        """A boto3 client for test set-up and inspection (bucket creation, tampering)."""
+        import boto3  # noqa: PLC0415
+
+        return boto3.client("s3", endpoint_url=self.url, aws_access_key_id=FAKE_KEY_ID,
+                            aws_secret_access_key=FAKE_SECRET, region_name="us-east-1")
+
+
+class FaultProxy:
+    """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that records every request
+    (method, path) and can misbehave: ``mode = "pass" | "500" | "stall"``. ``fail_first = N``
+    answers 500 to the first N requests, then passes (a transient fault); ``mode = "403"`` answers
+    AccessDenied (moto does not check signatures)."""
+
+    def __init__(self, upstream: str, *, mode: str = "pass", stall_s: float = 30.0):
+        self.upstream = upstream.split("://", 1)[1]
+        self.mode, self.stall_s, self.fail_first = mode, stall_s, 0
+        self.log: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        # SIGKILL process ``kill_pid`` at the ``kill_at``-th request (1-based): before it reaches the
+        # server, or (``kill_after``) once the server has acted on it but before the client hears back
+        self.kill_pid: int | None = None
+        # cut the next ``cut_first`` object GETs (paths containing ``cut_match``) after half their body
+        self.cut_first, self.cut_match = 0, "/sha256/"
+        self.kill_at, self.kill_after = 0, False
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _any(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                with proxy._lock:
+                    proxy.log.append((self.command, self.path))
+                    fail = proxy.mode == "500" or proxy.fail_first > 0
+                    if proxy.fail_first > 0:
+                        proxy.fail_first -= 1
+                    kill = proxy.kill_pid is not None and len(proxy.log) == proxy.kill_at
+                if kill and not proxy.kill_after:
+                    proxy._kill()
+                    return
+                if proxy.mode == "stall":
+                    time.sleep(proxy.stall_s)
+                    return
+                if proxy.mode == "403":
+                    msg = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+                    self.send_response(403)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(msg)
+                    return
+                if fail:
+                    msg = b"<Error><Code>InternalError</Code><Message>planted</Message></Error>"
+                    self.send_response(500)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(msg)
+                    return
+                conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                if kill:
+                    proxy._kill()
+                    return
+                with proxy._lock:
+                    cut = (self.command == "GET" and proxy.cut_first > 0 and proxy.cut_match in self.path
+                           and resp.status in (200, 206) and len(data) > 1)
+                    if cut:
+                        proxy.cut_first -= 1
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                # HEAD: the upstream's length of the object (no body came)
+                self.send_header("Content-Length", resp.getheader("Content-Length", "0") if self.command == "HEAD"
+                                 else str(len(data)))
+                self.end_headers()
+                if cut:  # the promised length, half the bytes, then the connection drops
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    conn.close()
+                    return
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.server.handle_error = lambda request, address: None  # a client killed mid-request: not news
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def _kill(self) -> None:
+        import signal  # noqa: PLC0415
+
+        try:
+            os.kill(self.kill_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.kill_pid = None
+
+    def start(self) -> "FaultProxy":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def count(self, method: str, path_part: str = "") -> int:
+        with self._lock:
+            return sum(1 for m, p in self.log if m == method and path_part in p)
+
+
+# ---------------------------------------------------------------------------
+# pytest fixtures (import them into a test module: `from s3server import s3, bucket`)
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - the bench imports this module without pytest
+    pytest = None
+
+if pytest is not None:
+    @pytest.fixture(scope="session")
+    def s3():
+        """One moto server process for the session (each test takes its own bucket)."""
+        srv = S3Server().start()
+        try:
+            yield srv
+        finally:
+            srv.stop()
+
+    @pytest.fixture
+    def bucket(s3, monkeypatch):
+        """A fresh bucket on the session's server, and the standard AWS environment pointing at it
+        (in this process, for in-process calls; ``env`` for subprocesses). Yields the bucket name."""
+        import uuid  # noqa: PLC0415
+
+        name = f"frt-{uuid.uuid4().hex[:12]}"
+        s3.client().create_bucket(Bucket=name)
+        for k in [k for k in os.environ if k.startswith("AWS_")]:
+            monkeypatch.delenv(k)
+        for k, v in s3.env().items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setenv("FRT_STORE_TIMEOUT", "5")
+        yield name

@@ -1,0 +1,424 @@
+"""Issue 18 / SPEC §25: ``frt mirror URL`` publishes, ``frt mirror DIR --from URL`` syncs, against a
+real S3-protocol server (moto, its own process, tests/s3server.py) through the production client
+(boto3 in frt_dist/objstore.py, configured only by the standard AWS environment), and ``file://``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(__file__))
+
+import pytest  # noqa: E402
+
+from conftest import run_frt  # noqa: E402
+from factories import CPU, tiny_project  # noqa: E402
+from frt_dist import loader  # noqa: E402
+from frt_dist.mirror import verify_mirror  # noqa: E402
+from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, s3  # noqa: E402,F401 (fixtures)
+
+pytestmark = pytest.mark.usefixtures("fresh_loader")
+
+SCALE_FILE = "t-org/scale build/torch-cpu/scale/__init__.py"
+
+
+@pytest.fixture
+def proj(tmp_path):
+    tp = tiny_project(tmp_path)
+    return tp, tp.lock()
+
+
+def _objects(s3, bucket: str) -> dict[str, bytes]:
+    c = s3.client()
+    keys = [o["Key"] for o in c.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    return {k: c.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
+
+
+def _locked_objects(tp, lock) -> dict[str, bytes]:
+    """sha256/<hex> -> bytes of every torch-cpu file the lock names (read from the path packages)."""
+    out = {}
+    for repo, pkg in lock.packages.items():
+        base = tp.root / pkg.path / "build" / "torch-cpu"
+        for p in base.rglob("*"):
+            if p.is_file():
+                out[f"sha256/{hashlib.sha256(p.read_bytes()).hexdigest()}"] = p.read_bytes()
+    return out
+
+
+def _scale_key(tp, lock) -> str:
+    data = (tp.root / lock.packages["t-org/scale"].path / "build/torch-cpu/scale/__init__.py").read_bytes()
+    return f"sha256/{hashlib.sha256(data).hexdigest()}"
+
+
+def test_publish_then_sync_then_load(proj, tmp_path, s3, bucket):
+    tp, lock = proj
+    r = run_frt(["mirror", f"s3://{bucket}/fleet/prod", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 0, r.stderr
+    assert "4 object(s) uploaded" in r.stdout and "lockfiles/tiny.lock last" in r.stdout
+    objs = _objects(s3, bucket)
+    want = {f"fleet/prod/{k}": v for k, v in _locked_objects(tp, lock).items()}
+    assert {k: v for k, v in objs.items() if "/sha256/" in k} == want  # content-addressed, nothing else
+    assert objs["fleet/prod/lockfiles/tiny.lock"] == tp.lock_path.read_bytes()
+    assert sorted(objs) == sorted([*want, "fleet/prod/lockfiles/tiny.lock"])
+
+    mirror = tmp_path / "node-mirror"
+    r = run_frt(["mirror", str(mirror), "--from", f"s3://{bucket}/fleet/prod", "--variant", "torch-cpu", "--json"],
+                cwd=tp.root)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["from"] == f"s3://{bucket}/fleet/prod" and doc["models"][0]["fetched"] == 4
+    assert verify_mirror(lock, mirror, variants=["torch-cpu"]) == []
+    loaded = loader.load_locked(lock, "t-org/scale", mirror=mirror, hardware=CPU)  # the existing verifying loader
+    import torch
+
+    assert loaded.module.scale(torch.ones(2), torch.full((2,), 3.0)).tolist() == [3.0, 3.0]
+    r = run_frt(["mirror", str(mirror), "--from", f"s3://{bucket}/fleet/prod", "--variant", "torch-cpu"],
+                cwd=tp.root)
+    assert r.returncode == 0 and "0 blob(s) fetched, 4 already present" in r.stdout, r.stderr
+
+
+def test_file_url_publishes_and_syncs_the_same_layout(proj, tmp_path):
+    tp, lock = proj
+    store = tmp_path / "shared-disk"
+    r = run_frt(["mirror", f"file://{store}", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 0, r.stderr
+    files = sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file())
+    assert files == sorted([*_locked_objects(tp, lock), "lockfiles/tiny.lock"])  # no temp file left
+    mirror = tmp_path / "m"
+    r = run_frt(["mirror", str(mirror), "--from", f"file://{store}", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 0, r.stderr
+    assert verify_mirror(lock, mirror, variants=["torch-cpu"]) == []
+
+
+def test_republish_skips_present_objects_and_sends_the_lockfile_last(proj, s3, bucket, monkeypatch):
+    tp, lock = proj
+    proxy = FaultProxy(s3.url).start()
+    try:
+        env = {"AWS_ENDPOINT_URL": proxy.url}
+        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+        assert r.returncode == 0, r.stderr
+        puts = [p for m, p in proxy.log if m == "PUT"]
+        assert len(puts) == 5 and puts[-1].endswith("/p/lockfiles/tiny.lock")  # 4 objects, then the lockfile
+        assert all("/p/sha256/" in p for p in puts[:-1])
+        proxy.log.clear()
+        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+        assert r.returncode == 0 and "0 object(s) uploaded, 4 already present" in r.stdout, r.stderr
+        assert [p for m, p in proxy.log if m == "PUT"] == [puts[-1]]  # only the lockfile (idempotent)
+        # an object with the wrong size is sent again; --repair sends every one
+        s3.client().put_object(Bucket=bucket, Key=f"p/{_scale_key(tp, lock)}", Body=b"short")
+        proxy.log.clear()
+        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+        assert r.returncode == 0 and "1 object(s) uploaded, 3 already present" in r.stdout, r.stderr
+        proxy.log.clear()
+        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu", "--repair"], cwd=tp.root, env=env)
+        assert r.returncode == 0 and "4 object(s) uploaded" in r.stdout, r.stderr
+        assert proxy.count("PUT") == 5
+    finally:
+        proxy.stop()
+    assert _objects(s3, bucket)[f"p/{_scale_key(tp, lock)}"] == _locked_objects(tp, lock)[_scale_key(tp, lock)]
+
+
+def test_a_source_that_does_not_match_the_lock_is_not_uploaded_and_no_lockfile_goes_up(proj, s3, bucket):
+    tp, lock = proj
+    src = tp.root / lock.packages["t-org/scale"].path / "build/torch-cpu/scale/__init__.py"
+    src.write_text(src.read_text() + "\n# edited after locking\n")
+    r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 1, r.stderr
+    assert SCALE_FILE in r.stderr and "do not match the lock" in r.stderr and "lockfile was not published" in r.stderr
+    objs = _objects(s3, bucket)
+    assert not any("lockfiles" in k for k in objs)
+    assert hashlib.sha256(src.read_bytes()).hexdigest() not in " ".join(objs)  # the edited bytes never went up
+    assert len(objs) == 3  # the three good files did
+
+
+@pytest.mark.parametrize("fault", ["tampered", "missing", "truncated"])
+def test_a_damaged_or_missing_object_is_refused_naming_it_and_nothing_becomes_visible(proj, tmp_path, s3, bucket,
+                                                                                      fault):
+    tp, lock = proj
+    assert run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
+    key = f"p/{_scale_key(tp, lock)}"
+    good = _objects(s3, bucket)[key]
+    c = s3.client()
+    if fault == "missing":
+        c.delete_object(Bucket=bucket, Key=key)
+    else:
+        c.put_object(Bucket=bucket, Key=key, Body=good.replace(b"*", b"+") if fault == "tampered" else good[:-7])
+    mirror = tmp_path / "m"
+    r = run_frt(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert f"s3://{bucket}/{key}" in r.stderr and SCALE_FILE in r.stderr  # the object and the locked file
+    assert ("is not in the store" if fault == "missing" else "do not match the lock") in r.stderr
+    scale = mirror / "kernels--t-org--scale"
+    assert not (scale / "refs").exists()  # kernels sees no snapshot of the package
+    blobs = list((scale / "blobs").iterdir()) if (scale / "blobs").exists() else []
+    assert all(hashlib.sha256(p.read_bytes()).hexdigest() == p.name for p in blobs)  # only verified bytes
+    assert _scale_key(tp, lock).split("/")[1] not in {p.name for p in blobs}  # the damaged one is not there
+    assert (mirror / "kernels--t-org--norm" / "refs" / "v1").is_file()  # the intact package is usable
+    assert not (mirror / ".frt-tmp").exists()
+
+
+def test_a_server_error_that_persists_is_retried_a_bounded_number_of_times(proj, tmp_path, s3, bucket):
+    tp, lock = proj
+    assert run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
+    proxy = FaultProxy(s3.url, mode="500").start()
+    try:
+        env = {"AWS_ENDPOINT_URL": proxy.url, "FRT_STORE_ATTEMPTS": "3"}
+        t0 = time.monotonic()
+        r = run_frt(["mirror", str(tmp_path / "m"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu",
+                     "--model", "tiny"], cwd=tp.root, env=env)
+        took = time.monotonic() - t0
+        assert r.returncode == 1, r.stderr
+        assert "answered 500" in r.stderr and "through 3 attempt(s)" in r.stderr and "Traceback" not in r.stderr
+        per_object = {}
+        for m, p in proxy.log:
+            per_object[p] = per_object.get(p, 0) + 1
+        assert per_object and max(per_object.values()) == 3  # bounded: 3 attempts per request, no more
+        assert took < 30
+        # a fault that clears: the first two answers are 500, then it works
+        proxy.mode, proxy.fail_first = "pass", 2
+        r = run_frt(["mirror", str(tmp_path / "m2"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"],
+                    cwd=tp.root, env=env)
+        assert r.returncode == 0, r.stderr
+        assert verify_mirror(lock, tmp_path / "m2", variants=["torch-cpu"]) == []
+    finally:
+        proxy.stop()
+
+
+def test_a_stream_cut_mid_way_resumes_where_it_stopped(proj, tmp_path, s3, bucket):
+    tp, lock = proj
+    assert run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
+    proxy = FaultProxy(s3.url).start()
+    proxy.cut_first = 4  # every object's first GET drops after half its bytes
+    try:
+        r = run_frt(["mirror", str(tmp_path / "m"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"],
+                    cwd=tp.root, env={"AWS_ENDPOINT_URL": proxy.url})
+    finally:
+        proxy.stop()
+    assert r.returncode == 0, r.stderr
+    assert proxy.cut_first == 0 and sum(1 for m, p in proxy.log if m == "GET" and "/sha256/" in p) == 8
+    assert verify_mirror(lock, tmp_path / "m", variants=["torch-cpu"]) == []
+
+
+def test_a_stalled_server_times_out_in_bounded_time(proj, tmp_path, s3, bucket):
+    tp, _ = proj
+    proxy = FaultProxy(s3.url, mode="stall", stall_s=60).start()
+    try:
+        env = {"AWS_ENDPOINT_URL": proxy.url, "FRT_STORE_ATTEMPTS": "2", "FRT_STORE_TIMEOUT": "1"}
+        t0 = time.monotonic()
+        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env, timeout=40)
+        took = time.monotonic() - t0
+    finally:
+        proxy.server.shutdown()  # stalled handler threads are daemons
+    assert r.returncode == 1, r.stderr
+    assert "timed out through 2 attempt(s)" in r.stderr and "Traceback" not in r.stderr
+    assert took < 20
+
+
+def test_no_credentials_is_exit_2_with_a_hint(proj, tmp_path, s3, bucket, monkeypatch):
+    tp, _ = proj
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    for args in (["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"],
+                 ["mirror", str(tmp_path / "m"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"],
+                 ["receipts", "pull", f"s3://{bucket}/p"]):
+        r = run_frt(args, cwd=tp.root)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "no credentials for the object store" in r.stderr and "Traceback" not in r.stderr
+        assert "hint: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE" in r.stderr
+    r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu", "--json"], cwd=tp.root)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 2 and doc["exit"] == 2 and "no credentials" in doc["error"]
+
+
+def test_access_denied_and_no_such_bucket_are_exit_2(proj, tmp_path, s3, bucket):
+    tp, _ = proj
+    proxy = FaultProxy(s3.url, mode="403").start()
+    try:
+        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root,
+                    env={"AWS_ENDPOINT_URL": proxy.url})
+    finally:
+        proxy.stop()
+    assert r.returncode == 2 and ": access denied (" in r.stderr and "hint:" in r.stderr, r.stderr
+    r = run_frt(["mirror", str(tmp_path / "m"), "--from", "s3://frt-no-such-bucket/p", "--variant", "torch-cpu"],
+                cwd=tp.root)
+    assert r.returncode == 2 and "no such bucket 'frt-no-such-bucket'" in r.stderr, r.stderr
+    assert not (tmp_path / "m" / "kernels--t-org--scale" / "refs").exists()
+    # publishing starts with HEADs, whose 404 has no body: frt asks once whether the bucket exists
+    r = run_frt(["mirror", "s3://frt-no-such-bucket/p", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 2 and "no such bucket 'frt-no-such-bucket'" in r.stderr, r.stderr
+
+
+def test_a_profile_from_the_aws_config_files_is_used(proj, tmp_path, s3, bucket, monkeypatch):
+    tp, _ = proj
+    creds = tmp_path / "aws-credentials"
+    creds.write_text(f"[fleet]\naws_access_key_id = {FAKE_KEY_ID}\naws_secret_access_key = {FAKE_SECRET}\n")
+    config = tmp_path / "aws-config"
+    config.write_text(f"[profile fleet]\nregion = us-east-1\nendpoint_url = {s3.url}\n")
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(k)
+    env = {"AWS_PROFILE": "fleet", "AWS_SHARED_CREDENTIALS_FILE": str(creds), "AWS_CONFIG_FILE": str(config)}
+    r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+    assert r.returncode == 0, r.stderr
+    r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root,
+                env={**env, "AWS_PROFILE": "nope"})
+    assert r.returncode == 2 and "the AWS profile 'nope' is not in the AWS config files" in r.stderr, r.stderr
+
+
+def test_bad_locations_and_flag_mixes_are_usage_errors(proj, tmp_path):
+    tp, _ = proj
+    for args, says in ((["mirror", "gs://b/p", "--variant", "torch-cpu"], "does not know the scheme 'gs'"),
+                       (["mirror", "s3://B_/p", "--variant", "torch-cpu"], "is not a bucket name"),
+                       (["mirror", "s3://bucket/../x", "--variant", "torch-cpu"], "is not a plain name"),
+                       (["mirror", "file://relative/x", "--variant", "torch-cpu"], "needs an absolute path"),
+                       (["mirror", "s3://bucket/p", "--from", "s3://bucket/q"], "not both"),
+                       (["mirror", str(tmp_path / "m"), "--repair"], "--repair applies when publishing"),
+                       (["receipts", "push", str(tmp_path)], "not an object-store URL")):
+        r = run_frt(args, cwd=tp.root)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_a_link_inside_a_file_store_is_never_followed(proj, tmp_path):
+    tp, lock = proj
+    store, outside = tmp_path / "store", tmp_path / "outside"
+    store.mkdir()
+    outside.mkdir()
+    (store / "sha256").symlink_to(outside)
+    r = run_frt(["mirror", f"file://{store}", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 2 and "is a symbolic link" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert list(outside.iterdir()) == [] and not (store / "lockfiles").exists()
+    # reading: objects behind the link are absent, never read through it
+    for key, data in _locked_objects(tp, lock).items():
+        (outside / key.split("/")[1]).write_bytes(data)
+    (store / "lockfiles").mkdir()
+    (store / "lockfiles" / "tiny.lock").write_bytes(tp.lock_path.read_bytes())
+    r = run_frt(["mirror", str(tmp_path / "m"), "--from", f"file://{store}", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 1 and "is not in the store" in r.stderr and SCALE_FILE in r.stderr, r.stderr
+
+
+_AUDIT = r"""
+import json, sys
+seen = []
+def hook(event, args):
+    if event == "socket.connect":
+        addr = args[1]
+        seen.append(list(addr) if isinstance(addr, tuple) else str(addr))
+    elif event == "socket.getaddrinfo":
+        seen.append(["resolve", str(args[0]), args[1]])
+sys.addaudithook(hook)
+from frt_dist.cli import main
+try:
+    rc = main(sys.argv[2:])
+finally:
+    open(sys.argv[1], "w").write(json.dumps(seen))
+sys.exit(rc)
+"""
+
+
+def test_zero_connections_to_anything_but_the_configured_endpoint(proj, tmp_path, s3, bucket):
+    import subprocess
+
+    tp, lock = proj
+    log = tmp_path / "connects.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    for args in (["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"],
+                 ["mirror", str(tmp_path / "m"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"]):
+        r = subprocess.run([sys.executable, "-c", _AUDIT, str(log), *args], cwd=tp.root, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        seen = json.loads(log.read_text())
+        connects = [tuple(a) for a in seen if a[0] != "resolve"]
+        assert connects and set(connects) == {("127.0.0.1", s3.port)}, seen
+        assert all(a[1] in ("127.0.0.1", "localhost") for a in seen if a[0] == "resolve"), seen
+
+
+def test_credentials_never_appear_in_output_or_anything_written(proj, tmp_path, s3, bucket):
+    tp, lock = proj
+    outputs = []
+    mirror = tmp_path / "m"
+    proxy = FaultProxy(s3.url).start()
+    try:
+        runs = [(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], {}),
+                (["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu", "--json"], {}),
+                (["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"], {}),
+                (["receipts", "pull", f"s3://{bucket}/p", "--json"], {}),
+                (["mirror", str(tmp_path / "m2"), "--from", "s3://frt-no-such-bucket/p", "--variant", "torch-cpu"], {}),
+                (["mirror", str(tmp_path / "m3"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"],
+                 {"AWS_ENDPOINT_URL": proxy.url, "FRT_STORE_ATTEMPTS": "1", "_mode": "500"}),
+                (["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu", "--json"],
+                 {"AWS_ENDPOINT_URL": proxy.url, "_mode": "403"}),
+                (["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], {"AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+                                                                             "FRT_STORE_ATTEMPTS": "1"}),
+                # credentials someone put into the endpoint URL itself
+                (["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"],
+                 {"AWS_ENDPOINT_URL": f"http://{FAKE_KEY_ID}:{FAKE_SECRET.replace('/', '%2F')}@127.0.0.1:9",
+                  "FRT_STORE_ATTEMPTS": "1"})]
+        for args, env in runs:
+            proxy.mode = env.pop("_mode", "pass")
+            r = run_frt(args, cwd=tp.root, env=env)
+            outputs += [r.stdout, r.stderr]
+    finally:
+        proxy.stop()
+    written = [p.read_bytes() for p in [*tp.root.rglob("*"), *mirror.rglob("*")] if p.is_file()]
+    written += list(_objects(s3, bucket).values())
+    for secret in (FAKE_SECRET, FAKE_KEY_ID, FAKE_SECRET.replace("/", "%2F")):
+        assert not any(secret in o for o in outputs), secret
+        assert not any(secret.encode() in w for w in written), secret
+    assert any("answered 500" in o for o in outputs) and any("cannot connect" in o for o in outputs)
+
+
+def test_locking_and_resolving_never_import_the_s3_client(proj):
+    import subprocess
+
+    tp, _ = proj
+    code = ("import sys; from frt_dist.cli import main\n"
+            "assert main(['lock', '--quiet']) == 0\n"
+            "main(['resolve', '--arch', 'x86_64', '--device-class', 'test-cpu', '--software', 'torch=2.13', '--quiet'])\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore')\n"
+            "             or m in ('frt_dist.objstore', 'frt_dist.fleet')))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tp.root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("direction", ["publish", "sync"])
+def test_ctrl_c_ends_promptly_with_130_and_publishes_no_lockfile(proj, tmp_path, s3, bucket, direction):
+    import signal
+    import subprocess
+
+    tp, _ = proj
+    if direction == "sync":
+        assert run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
+    proxy = FaultProxy(s3.url, mode="stall", stall_s=30).start()
+    target = [f"s3://{bucket}/q"] if direction == "publish" else [str(tmp_path / "m"), "--from", f"s3://{bucket}/p"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
+    env.update(AWS_ENDPOINT_URL=proxy.url, FRT_STORE_TIMEOUT="1.5", FRT_STORE_ATTEMPTS="1")
+    p = subprocess.Popen([sys.executable, "-m", "frt_dist.cli", "mirror", *target, "--variant", "torch-cpu"],
+                         cwd=tp.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not proxy.log and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proxy.log, "frt never reached the store"
+        p.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        p.kill()
+        proxy.server.shutdown()
+    assert p.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert took < 10  # in-flight requests end within their timeout; nothing new starts
+    if direction == "publish":
+        assert "no lockfile was published" in err
+        keys = [o["Key"] for o in s3.client().list_objects_v2(Bucket=bucket).get("Contents", [])]
+        assert not any(k.startswith("q/") for k in keys)
+    else:
+        assert not (tmp_path / "m" / "kernels--t-org--scale" / "refs").exists()
