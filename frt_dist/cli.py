@@ -111,13 +111,52 @@ def _hardware_flags(p: argparse.ArgumentParser) -> None:
                    help="read the running system; the default when no hardware is declared")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unused:
+    """Stands for the flags of a subcommand that this run does not parse (``build_parser(only=)``):
+    the subcommand is listed in ``frt --help`` as ever, its flags are not built."""
+
+    def add_argument(self, *args, **kwargs):
+        return None
+
+    def add_argument_group(self, *args, **kwargs):
+        return self
+
+
+class _OnlySubparsers:
+    """``add_subparsers()``'s action, handing back ``_Unused`` for every subcommand but ``only``."""
+
+    def __init__(self, action, only: str | None):
+        self._action, self._only = action, only
+
+    def add_parser(self, name, **kwargs):
+        parser = self._action.add_parser(name, **kwargs)
+        return parser if self._only is None or name == self._only else _Unused()
+
+
+def _named_command(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` runs when that is certain from its head (only ``--project DIR``
+    before it), else ``None``: then every subcommand's flags are built, as for ``--help``."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--project":
+            i += 2
+        elif a.startswith("--project="):
+            i += 1
+        else:
+            return a if a in COMMANDS else None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``frt`` parser. ``only``: build the flags of that one subcommand (start-up: building
+    all eight costs more than `frt resolve`'s own work); the others are listed, with no flags."""
     p = _Parser(prog="frt", description="Distribution layer for qualified GPU kernel packages.")
     p.add_argument("--version", action="version", version=f"frt {__import__('frt_dist').__version__}")
     p.add_argument("--project", metavar="DIR", dest="global_project",
                    help="project root for the command that follows (`frt --project DIR lock`); the same as the "
                         "command's own --project")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = _OnlySubparsers(p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser), only)
 
     s = sub.add_parser("lock", help="lock every manifest (or one) into lockfiles/")
     _common(s)
@@ -474,7 +513,7 @@ def _the_model(project, args) -> str:
 def _stale_warning(lock) -> list[str]:
     """SPEC §23: resolve uses a stale lock (it is what was reviewed) but says so, once."""
     from .freshness import manifest_drift  # noqa: PLC0415
-    from .loader import lock_root  # noqa: PLC0415
+    from .project import lock_root  # noqa: PLC0415 - not the loader's: resolve imports no loader
 
     stale = manifest_drift(lock, lock_root(lock))
     return [stale] if stale else []
@@ -885,8 +924,8 @@ def _main(argv: list[str] | None) -> int:
 
     # torch warns once when numpy is absent; frt never hands tensors to numpy
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    parser = build_parser()
     _ARGV[:] = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=_named_command(_ARGV))
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help(sys.stderr)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -633,6 +632,8 @@ def write_atomic(path: Path, data: bytes) -> bool:
     Returns ``False`` (and writes nothing) when the file already holds exactly
     these bytes. The temp file never survives an error or an interrupt.
     """
+    import tempfile  # noqa: PLC0415 - only writers need it (reading a lockfile does not)
+
     path = Path(path)
     try:
         if path.read_bytes() == data:

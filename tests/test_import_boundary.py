@@ -136,3 +136,55 @@ def test_only_public_huggingface_hub_and_kernels_names_are_used():
             if isinstance(node, ast.Attribute) and node.attr in ("_build_hf_headers", "_http", "_get_session"):
                 private.append(f"{p.name}:{node.lineno} .{node.attr}")
     assert private == []
+
+
+# --- the import set of each read-only command, end to end in a fresh process (issue 20)
+
+# what no read-only command may import: the machinery that loads and runs kernels, the Hub
+# client, and the standard-library pieces only other commands need (each costs start-up time)
+NEVER = ("torch", "kernels", "huggingface_hub", "frt_dist.loader", "frt_dist.serve", "frt_dist.qualify",
+         "frt_dist.mirror", "frt_dist.kernelize", "frt_dist.detect", "frt_dist.demo", "numpy", "requests",
+         "httpx", "packaging", "platform", "tempfile", "threading", "subprocess")
+# and per command, what it does not use either
+NOT_FOR = {
+    "resolve": ("frt_dist.locker", "frt_dist.verify", "frt_dist.hub", "frt_dist.routes.matrix",
+                "frt_dist.routes.explain", "tomli_w"),
+    "verify": ("frt_dist.hub", "frt_dist.routes.matrix", "tomli_w"),
+    "lock": ("frt_dist.verify", "frt_dist.routes", "frt_dist.routes.matrix"),
+    "matrix": ("frt_dist.locker", "frt_dist.verify", "frt_dist.hub", "tomli_w"),
+}
+IMPORT_SET = """
+import atexit, sys
+atexit.register(lambda: sys.__stderr__.write("MODULES=" + " ".join(sorted(sys.modules)) + "\\n"))
+from frt_dist._entry import main
+sys.argv[0] = "frt"
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["resolve", "--model", "demo-decoder", "--arch", "x86_64", "--device-class", "amd-epyc",
+     "--software", "torch=2.13,kernels=0.17.2", "--json"],
+    ["verify", "--model", "demo-decoder", "--json"],
+    ["lock", "--model", "demo-decoder", "--check"],
+    ["matrix", "--model", "demo-decoder", "--json"],
+], ids=lambda a: a[0])
+def test_each_command_imports_only_what_it_uses(tmp_path, argv):
+    """`frt resolve|verify|lock --check|matrix` on the bundled demo, as the console script runs them:
+    the modules loaded when the process exits hold none of the forbidden ones (issue 20: start-up)."""
+    from pathlib import Path
+
+    import frt_dist
+    from frt_dist.project import bundled_root
+
+    env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(tmp_path),
+           "PYTHONPATH": str(Path(frt_dist.__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-c", IMPORT_SET, *argv, "--project", str(bundled_root())], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "MODULES=" in r.stderr, r.stderr
+    loaded = set(r.stderr.rsplit("MODULES=", 1)[1].split())
+    assert {"frt_dist.cli", "frt_dist.lockfile"} <= loaded  # the probe saw the command run
+    banned = NEVER + NOT_FOR[argv[0]]
+    bad = sorted(m for m in loaded if any(m == b or m.startswith(b + ".") for b in banned))
+    assert bad == [], f"frt {argv[0]} imported {bad}"
