@@ -264,13 +264,15 @@ class Lockfile:
              index_refs: bool = True) -> "Lockfile":
         label = label or str(path)
         raw = read_bytes(Path(path), LockfileError, label)
-        data = parse_toml(raw, LockfileError, label)
-        lf = cls.from_document(data, file=label, verify=verify, index_refs=index_refs)
+        fast = _read_fast(raw)  # frt's own layout: the large JSON texts not run through the TOML reader
+        data, computed = fast if fast is not None else (parse_toml(raw, LockfileError, label), None)
+        lf = cls.from_document(data, file=label, verify=verify, index_refs=index_refs, _computed_digest=computed)
         lf.path = str(path)
         return lf
 
     @classmethod
-    def from_document(cls, data: dict, *, file: str, verify: bool = True, index_refs: bool = True) -> "Lockfile":
+    def from_document(cls, data: dict, *, file: str, verify: bool = True, index_refs: bool = True,
+                      _computed_digest: str | None = None) -> "Lockfile":
         """The lockfile in ``data`` (a parsed TOML document). With ``verify`` the lock-digest and
         the manifest digest must hold. With ``index_refs`` (the default) an index candidate that
         names a receipt the lock does not embed is refused; ``frt verify`` reads without it and
@@ -282,7 +284,7 @@ class Lockfile:
         r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
         stated = r.get(data, "lock-digest", str, "")
         body = {k: v for k, v in data.items() if k != "lock-digest"}
-        computed = _lock_digest(body)
+        computed = _computed_digest or _lock_digest(body)  # (`read` may have hashed it while reading)
         if verify and stated != computed:
             raise LockfileError(
                 f"{file}: lock-digest does not verify (expected {stated}, computed {computed})",
@@ -422,9 +424,71 @@ class Lockfile:
 # reading fast: the lock-digest in one pass, the route index parsed cell by cell
 
 _CHUNK = 1 << 18  # characters of a large text escaped and hashed at a time (cache-sized: fastest)
+# what `_read_fast` leaves to the full TOML reader in a literal string: every control character
+# (U+0000-U+001F, U+007F) but the line feed, so the tab (allowed) and CR (CRLF) too
+_NOT_IN_LITERAL = bytes(c for c in range(0x20) if c != 0x0A) + b"\x7f"
+_LITERAL_KEYS = ("index", "receipts")
 
 
-def _lock_digest(body: dict) -> str:
+def _read_fast(raw: bytes) -> tuple[dict, str] | None:
+    """(document, its lock-digest computed) of a lockfile in the layout ``render`` writes, with
+    the index and the receipts (most of a large lock's bytes) not run through the TOML reader:
+    ``None`` for anything else, and the caller reads the file whole with ``parse_toml``.
+
+    Each of those is a top-level multi-line literal string (``key = '''`` + newline ...
+    ``'''``), whose text TOML takes as it stands. Its text is cut out and the rest of the file,
+    with ``key = '<random token>'`` in its place, is read by the TOML reader; the result holds
+    exactly that token at that top-level key, or the cut was not that key's value (text inside
+    another string, a table's key) and the file is read whole. What the TOML reader would check
+    in the text itself is checked while the digest hashes it (``_lock_digest``): UTF-8 (the
+    decode), no control character. So the document is
+    the one ``parse_toml`` returns, and the digest is ``canonical.digest`` of it."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    cuts = []
+    for key in _LITERAL_KEYS:
+        opener = f"\n{key} = '''\n"
+        at = text.find(opener)
+        if at < 0:
+            continue
+        start = at + len(opener)
+        end = text.find("'''", start)  # (a longer quote run there leaves a quote after the token: not TOML)
+        if end < 0:
+            return None
+        cuts.append((at + 1 + len(key) + 3, start, end, key))
+    if not cuts:
+        return None
+    cuts.sort()
+    token = "frt-cut-" + os.urandom(16).hex()
+    rest, pos = [], 0
+    for delim, start, end, key in cuts:
+        if delim < pos:
+            return None
+        rest += (text[pos:delim], f"'{token}'")
+        pos = end + 3
+    rest.append(text[pos:])
+    import rtoml  # noqa: PLC0415
+
+    try:
+        doc = rtoml.loads("".join(rest))
+    except ValueError:
+        return None
+    for _, start, end, key in cuts:
+        if doc.get(key) != token:
+            return None
+        doc[key] = text[start:end]
+    if "lock-digest" not in doc:
+        return None
+    try:
+        digest_ = _lock_digest({k: v for k, v in doc.items() if k != "lock-digest"}, literal={c[3] for c in cuts})
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
+        return None  # a value canonical JSON cannot hold (a TOML date...): the full path names it
+    return None if digest_ is None else (doc, digest_)
+
+
+def _lock_digest(body: dict, literal=()) -> str | None:
     """``canonical.digest(body)``, byte for byte, without building the canonical JSON of the
     whole lockfile as one string: each top-level value is written and hashed in turn, and
     the large JSON texts (index, receipts) are escaped and hashed a few MB at a time.
@@ -434,24 +498,34 @@ def _lock_digest(body: dict) -> str:
     ``,``, then ``}``; a string is escaped character by character, so escaping a text in
     slices and joining them (without the quotes each slice gets) is escaping it whole.
     Anything canonical JSON refuses (a lone surrogate, a value nested too deeply) raises here
-    as it would there."""
+    as it would there.
+
+    ``literal``: keys whose text ``_read_fast`` cut out of the file unparsed; on the same pass
+    each is checked for what a TOML literal string may not hold (a control character; a tab,
+    which it may, is sent to the full reader too), and ``None`` is the answer when one does."""
     import hashlib  # noqa: PLC0415
     from json.encoder import encode_basestring  # noqa: PLC0415 - what json.dumps(str, ensure_ascii=False) is
 
     from .canonical import canonical_json  # noqa: PLC0415
 
+    if not all(isinstance(k, str) for k in body):  # not a TOML document: leave it to the one definition
+        return digest(body)
     h = hashlib.sha256()
     update = h.update
     update(b"{")
     for n, key in enumerate(sorted(body)):
-        if not isinstance(key, str):  # not a TOML document: leave it to the one definition
-            return digest(body)
         value = body[key]
         update(((b"," if n else b"") + encode_basestring(key).encode("utf-8") + b":"))
-        if isinstance(value, str) and len(value) > _CHUNK:
+        checked = key in literal
+        if isinstance(value, str) and (checked or len(value) > _CHUNK):
             update(b'"')
             for i in range(0, len(value), _CHUNK):
-                update(memoryview(encode_basestring(value[i:i + _CHUNK]).encode("utf-8"))[1:-1])
+                part = value[i:i + _CHUNK]
+                if checked:
+                    raw = part.encode("utf-8")
+                    if len(raw.translate(None, _NOT_IN_LITERAL)) != len(raw):
+                        return None
+                update(memoryview(encode_basestring(part).encode("utf-8"))[1:-1])
             update(b'"')
         else:
             update(canonical_json(value))
@@ -499,16 +573,17 @@ def _read_index(r: Reader, value, manifest: Manifest, receipts, index_refs: bool
 
 _JSTR = r'"([^"\\\x00-\x1f]*)"'  # a JSON string without escapes: its text is its value
 _JSTR_ = r'"[^"\\\x00-\x1f]*"'
-_JNUM = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+# a JSON number whose integer part a float holds (a longer integer is read whole, and refused there)
+_JNUM = r"-?(?:0|[1-9][0-9]{0,300})(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _CAND = r'\{"route": ' + _JSTR_ + r', "state": ' + _JSTR_ + r', "receipt": ' + _JSTR_ + r'(?:, "speedup": ' + _JNUM + r")?\}"
 # one line of the index exactly as `index_text` writes it (json.dumps, ensure_ascii=False):
-# captured are the cell's five key fields, the first candidate's route and the further candidates' text
+# captured are the cell's five key fields, the first candidate's route and receipt, the further candidates' text
 _INDEX_LINE = re.compile(
     r'^\{"phase": ' + _JSTR + r', "precision": ' + _JSTR + r', "backend": ' + _JSTR + r', "arch": ' + _JSTR
     + r', "device-class": ' + _JSTR + r', "route": ' + _JSTR_ + r', "state": ' + _JSTR_ + r', "receipt": ' + _JSTR_
-    + r', "candidates": \[\{"route": ' + _JSTR + r', "state": ' + _JSTR_ + r', "receipt": ' + _JSTR_
+    + r', "candidates": \[\{"route": ' + _JSTR + r', "state": ' + _JSTR_ + r', "receipt": ' + _JSTR
     + r'(?:, "speedup": ' + _JNUM + r")?\}((?:, " + _CAND + r")*)\]\},?$", re.M)
-_CAND_ROUTE = re.compile(r'\{"route": "([^"\\\x00-\x1f]*)", ')
+_CAND_REFS = re.compile(r'\{"route": "([^"\\\x00-\x1f]*)", "state": "[^"\\\x00-\x1f]*", "receipt": "([^"\\\x00-\x1f]*)"')
 
 
 class _LazyIndex(Mapping):
@@ -547,6 +622,15 @@ class _LazyIndex(Mapping):
             return _index_entry(r, json_loads(line[:-1] if line.endswith(",") else line), f"index[{i}]",
                                 manifest, receipts, index_refs)
 
+        # what reading every entry refuses and the layout leaves open, checked for every cell now:
+        # a candidate route the manifest lacks, a receipt the lock does not embed. The first cell
+        # that fails is built, and raises what reading it whole raises there.
+        routes, findall = manifest.routes, _CAND_REFS.findall
+        embedded = getattr(receipts, "_raw", receipts)  # (the digests of the lazily parsed receipts)
+        for i, h in enumerate(heads):
+            if h[5] not in routes or (index_refs and h[6] not in embedded) or (h[7] and any(
+                    rt not in routes or (index_refs and rc not in embedded) for rt, rc in findall(h[7]))):
+                make(i)
         return cls(body, heads, make)
 
     def __getitem__(self, key) -> IndexEntry:
@@ -567,10 +651,10 @@ class _LazyIndex(Mapping):
     def cell_routes(self):
         """(cell key as a plain 5-tuple, the routes of its candidates) for every cell, from the
         scan alone: what the resolver's nearest-miss reasons group, without building every entry."""
-        heads, findall = self._heads, _CAND_ROUTE.findall
+        heads, findall = self._heads, _CAND_REFS.findall
         for k, i in self._at.items():
             h = heads[i]
-            yield k, ((h[5],) if not h[6] else {h[5], *findall(h[6])})
+            yield k, ((h[5],) if not h[7] else {h[5], *(rt for rt, _ in findall(h[7]))})
 
 
 def _json(text: str):
