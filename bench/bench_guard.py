@@ -92,6 +92,27 @@ def measure(inputs: int, rounds: int, n: int, tmp: Path) -> dict:
             "extra-ns": round(med["guard"] - med["floor"], 1), "counted": calls, "expected-count": (rounds * n + 2000)}
 
 
+def native_floor(rounds: int, n: int) -> dict:
+    """What a native check reached through ``torch.library`` would pay before checking anything:
+    the cheapest call into a C++ op through the dispatcher from Python (``aten.is_contiguous``
+    on one tensor), next to the same fact read as a tensor method and a bare Python call."""
+    import torch
+
+    x = torch.zeros(4, 8)
+    op = torch.ops.aten.is_contiguous.default
+
+    def py_call(t):
+        return t
+
+    fs = {"python call": py_call, "x.is_contiguous()": torch.Tensor.is_contiguous, "torch.ops.aten.is_contiguous": op}
+    loop = timer(1)
+    t: dict[str, list] = {k: [] for k in fs}
+    for _ in range(rounds):
+        for k, f in fs.items():
+            t[k].append(loop(f, n, x))
+    return {k: (round(statistics.median(v), 1), round(min(v), 1)) for k, v in t.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--inputs", type=int, nargs="+", default=[2, 3])
@@ -111,6 +132,9 @@ def main() -> int:
                   f"{r['min-direct-ns']:>6}/{r['min-floor-ns']}/{r['min-guard-ns']} {r['counted']}", flush=True)
         print("guard/floor = median over rounds of (guard ns / floor ns) in the same round; checks = floor - direct;"
               " guard extra = guard - floor (medians)")
+        print("a native check's entry fee, one tensor (median / fastest round, ns):")
+        for k, (med, low) in native_floor(args.rounds, args.n).items():
+            print(f"  {k:<30} {med:>8} / {low}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -89,7 +89,7 @@ def main() -> int:
             proj = ensure_lock(n, work)
             lock = proj / "lockfiles" / f"{MODEL}.lock"
             hw = cli_hardware(n)
-            cmd = [sys.executable, "-c", ENTRY, "resolve", "--project", str(proj), "--model", MODEL, "--arch", hw.arch,
+            cmd = [sys.executable, "-P", "-c", ENTRY, "resolve", "--project", str(proj), "--model", MODEL, "--arch", hw.arch,
                    "--device-class", hw.device_class, "--software", "torch=2.13,cuda=12.8", "--json"]
             outs = {}
             for name, env in sides.items():  # warm: page cache, bytecode
@@ -106,7 +106,7 @@ def main() -> int:
                 got = {}
                 for name in order:
                     if name == "rtoml":
-                        wall, out, _ = _run([sys.executable, "-c", RTOML, str(lock)], proj, sides["frt"])
+                        wall, out, _ = _run([sys.executable, "-P", "-c", RTOML, str(lock)], proj, sides["frt"])
                         got["proc"], got["parse"] = wall, float(out.strip())
                     else:
                         got[name], out, rc = _run(cmd, proj, sides[name])

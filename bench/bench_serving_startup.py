@@ -11,8 +11,10 @@ functions (``serve.find_lockfile``, ``resolve_all``, ``serve._supply``, ``serve.
 - **import frt**: ``frt_dist`` and the modules ``load`` uses (serve, loader, lockfile, resolver);
 - **lock read**: finding and reading the lockfile (TOML, lock-digest, manifest), the stale check;
 - **resolve**: the decision per phase band;
+- **import kernels**: the ``kernels`` library (and ``huggingface_hub``), which the loader imports
+  on first use to register the packages; third-party, timed apart;
 - **verify + import packages**: every locked file of the chosen variants hashed against the lock,
-  then the packages imported (``kernels`` imported here, on first use, counted in this step);
+  then the packages imported;
 - **smoke**: each bind's entry called once at its declared smoke shapes;
 - **plan**: guards compiled, counters made;
 - **first guarded call**: one call through ``plan.entry(seam, phase)`` at decode shapes.
@@ -67,6 +69,8 @@ if sys.argv[1] == "steps":
     assert refusal_error("demo-decoder", decisions) is None
     binds = serve._binds(lock, decisions)
     mark("resolve")
+    import kernels  # what the loader imports on first use (with huggingface_hub): timed apart
+    mark("import kernels")
     packages, reasons = serve._supply(lock, binds, mirror=mirror_dir(None, proj), hardware=hw, allow_pins=False,
                                       root=root, project=proj)
     assert not reasons, reasons
@@ -99,10 +103,11 @@ print(json.dumps({"start": T["start"], "steps": out}))
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--src", type=Path, default=ROOT, help="the checkout whose frt_dist runs (e.g. a worktree of the commit before)")
     args = ap.parse_args()
     cache = tempfile.mkdtemp(prefix="frt-bench-pyc-")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FRT_", "HF_", "KERNELS_", "PYTHONDONTWRITE"))}
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = str(args.src.resolve())
     env["PYTHONPYCACHEPREFIX"] = cache  # bytecode cached once, as an installed wheel has it
     env["HF_HUB_OFFLINE"] = "1"
     rows: dict[str, list] = {}
@@ -111,7 +116,7 @@ def main() -> int:
         for i in range(args.rounds + 1):  # the first round warms the caches and is not counted
             for mode in (("steps", "load") if i % 2 else ("load", "steps")):
                 t0 = time.time()
-                r = subprocess.run([sys.executable, "-c", CHILD, mode], cwd=ROOT, env=env, capture_output=True,
+                r = subprocess.run([sys.executable, "-c", CHILD, mode], cwd=args.src, env=env, capture_output=True,
                                    text=True, timeout=600)
                 t_end = time.time()
                 if r.returncode != 0:
@@ -134,17 +139,19 @@ def main() -> int:
 
         shutil.rmtree(cache, ignore_errors=True)
     print(f"bench_serving_startup: frt_dist.load('demo-decoder') on the bundled demo, {args.rounds} rounds, "
-          f"medians (ms); python {sys.version.split()[0]}")
-    order = ["interpreter", "python", "import torch", "import frt", "lock read", "resolve", "verify + import packages",
+          f"medians (ms); python {sys.version.split()[0]}; frt_dist from {args.src}")
+    order = ["interpreter", "python", "import torch", "import frt", "lock read", "resolve", "import kernels",
+             "verify + import packages",
              "smoke", "plan", "first guarded call", "process start to first call", "process wall (exit included)"]
     frt_part = sum(statistics.median(rows[k]) for k in ("import frt", "lock read", "resolve",
                                                          "verify + import packages", "smoke", "plan",
                                                          "first guarded call"))
     for k in order:
         v = statistics.median(rows[k]) * 1e3
-        note = {"python": " (warnings filter)", "import torch": " (torch's own; not frt's)"}.get(k, "")
+        note = {"python": " (warnings filter)", "import torch": " (torch's own; not frt's)",
+                "import kernels": " (third-party: kernels + huggingface_hub)"}.get(k, "")
         print(f"  {k:<32} {v:8.1f}{note}")
-    print(f"  {'frt (all but interpreter+torch)':<32} {frt_part * 1e3:8.1f}")
+    print(f"  {'frt (all but interpreter, torch, kernels)':<32} {frt_part * 1e3:8.1f}")
     print(f"  {'frt_dist.load itself, start to first call':<32} {statistics.median(whole) * 1e3:8.1f}  "
           f"(a separate process calling load(); the steps above should add up to about this)")
     return 0

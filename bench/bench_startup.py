@@ -40,15 +40,15 @@ COMMANDS = {
     "lock --check": ["lock", "--model", "demo-decoder", "--check"],
     "matrix": ["matrix", "--model", "demo-decoder", "--json"],
 }
-FLOOR = [sys.executable, "-c", "import tomllib, json, hashlib"]
+FLOOR = [sys.executable, "-P", "-c", "import tomllib, json, hashlib"]
 
 
-def _env(bytecode: bool, cache: str) -> dict:
+def _env(bytecode: bool, cache: str, src: Path = ROOT) -> dict:
     """The children's environment. With ``bytecode`` (the default) compiled modules are cached
     under ``cache`` (``PYTHONPYCACHEPREFIX``, nothing written into the checkout), as an installed
     wheel has them; without, every process compiles frt's sources (``PYTHONDONTWRITEBYTECODE``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FRT_", "HF_", "KERNELS_", "PYTHONDONTWRITE"))}
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(src)
     if bytecode:
         env["PYTHONPYCACHEPREFIX"] = cache
     else:
@@ -67,20 +67,27 @@ def timed(argv: list[str], cwd: Path, env: dict) -> tuple[float, float, int]:
     return wall, cpu, r.returncode
 
 
-def paired(cmd: list[str], rounds: int, cwd: Path, env: dict) -> dict:
-    fw, cw, fc, cc, ratios, cpu_ratios, codes = [], [], [], [], [], [], set()
+def paired(cmd: list[str], rounds: int, cwd: Path, env: dict, before_env: dict | None = None) -> dict:
+    """Rounds of (floor, frt[, frt from the before checkout]) in alternating order."""
+    fw, cw, fc, cc, ratios, cpu_ratios, codes, bw, bratios = [], [], [], [], [], [], set(), [], []
     for i in range(rounds):
-        order = (FLOOR, cmd) if i % 2 == 0 else (cmd, FLOOR)
+        runs = [("floor", FLOOR, env), ("frt", cmd, env)] + ([("before", cmd, before_env)] if before_env else [])
         res = {}
-        for argv in order:
-            res[id(argv)] = timed(argv, cwd, env)
-        (f_wall, f_cpu, _), (c_wall, c_cpu, code) = res[id(FLOOR)], res[id(cmd)]
+        for name, argv, e in (runs if i % 2 == 0 else runs[::-1]):
+            res[name] = timed(argv, cwd, e)
+        (f_wall, f_cpu, _), (c_wall, c_cpu, code) = res["floor"], res["frt"]
         codes.add(code)
         fw.append(f_wall); cw.append(c_wall); fc.append(f_cpu); cc.append(c_cpu)
         ratios.append(c_wall / f_wall)
         cpu_ratios.append(c_cpu / f_cpu if f_cpu else float("nan"))
-    return {"floor": statistics.median(fw), "cmd": statistics.median(cw), "ratio": statistics.median(ratios),
-            "cpu_ratio": statistics.median(cpu_ratios), "min_ratio": min(ratios), "codes": sorted(codes)}
+        if before_env:
+            bw.append(res["before"][0])
+            bratios.append(res["before"][0] / f_wall)
+    out = {"floor": statistics.median(fw), "cmd": statistics.median(cw), "ratio": statistics.median(ratios),
+           "cpu_ratio": statistics.median(cpu_ratios), "min_ratio": min(ratios), "codes": sorted(codes)}
+    if before_env:
+        out.update(before=statistics.median(bw), before_ratio=statistics.median(bratios))
+    return out
 
 
 def main() -> int:
@@ -91,28 +98,38 @@ def main() -> int:
     ap.add_argument("--no-bytecode", action="store_true",
                     help="compile frt's sources in every process (PYTHONDONTWRITEBYTECODE=1, as this dev "
                          "environment runs); default: bytecode cached once, as an installed wheel has it")
+    ap.add_argument("--before", type=Path, metavar="DIR",
+                    help="also run the commands from this checkout (e.g. a git worktree of the commit before)")
     ap.add_argument("--module", action="store_true", help="run `python -m frt_dist.cli` instead of the console script's code")
     args = ap.parse_args()
     cache = tempfile.mkdtemp(prefix="frt-bench-pyc-")
     env = _env(not args.no_bytecode, cache)
+    before_env = _env(not args.no_bytecode, cache + "-before", args.before.resolve()) if args.before else None
     # what the `frt` console script runs ([project.scripts] frt = frt_dist._entry:main), with this
     # checkout first on the path; `--module` runs `python -m frt_dist.cli` (as the tests do) instead
-    base = ([sys.executable, "-m", "frt_dist.cli"] if args.module else
-            [sys.executable, "-c", "import sys; from frt_dist._entry import main; sys.argv[0] = 'frt'; sys.exit(main())"])
+    # -P: the working folder is not put first on sys.path, so each side imports the frt_dist its
+    # PYTHONPATH names (the demo project is a checkout: its own frt_dist would win otherwise)
+    base = ([sys.executable, "-P", "-m", "frt_dist.cli"] if args.module else
+            [sys.executable, "-P", "-c", "import sys; from frt_dist._entry import main; sys.argv[0] = 'frt'; sys.exit(main())"])
     for argv in COMMANDS.values():  # warm: the bytecode cache, the page cache
         timed(base + argv, args.project, env)
+        if before_env:
+            timed(base + argv, args.project, before_env)
     print(f"bench_startup: {args.rounds} paired rounds per command, alternating order; floor = "
           f"`python -c \"import tomllib, json, hashlib\"`; cwd {args.project}; "
           f"{'no bytecode cache' if args.no_bytecode else 'bytecode cached'}")
-    print(f"{'command':<14} {'floor ms':>9} {'frt ms':>8} {'wall ratio':>11} {'best':>6} {'cpu ratio':>10}  exit")
+    print(f"{'command':<14} {'floor ms':>9} {'frt ms':>8} {'wall ratio':>11} {'best':>6} {'cpu ratio':>10}  exit"
+          + (f" {'before ms':>10} {'before ratio':>13}" if before_env else ""))
     for name, argv in COMMANDS.items():
         if args.only and name not in args.only:
             continue
-        r = paired(base + argv, args.rounds, args.project, env)
+        r = paired(base + argv, args.rounds, args.project, env, before_env)
         print(f"{name:<14} {r['floor'] * 1e3:>9.1f} {r['cmd'] * 1e3:>8.1f} {r['ratio']:>10.2f}x {r['min_ratio']:>5.2f}x "
-              f"{r['cpu_ratio']:>9.2f}x  {','.join(map(str, r['codes']))}", flush=True)
+              f"{r['cpu_ratio']:>9.2f}x  {','.join(map(str, r['codes'])):<4}"
+              + (f" {r['before'] * 1e3:>10.1f} {r['before_ratio']:>12.2f}x" if before_env else ""), flush=True)
     print("ratio = median over rounds of (frt wall / floor wall) in the same pair; best = the lowest pair")
     shutil.rmtree(cache, ignore_errors=True)
+    shutil.rmtree(cache + "-before", ignore_errors=True)
     return 0
 
 
