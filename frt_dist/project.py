@@ -169,9 +169,9 @@ def import_entry(spec: str, root: str | os.PathLike | None, *, field: str = "hos
                              f"installed ({elsewhere}); frt will not guess which one is meant",
                              hints=[f"rename the project's {top!r} (e.g. {top}_host) and the {field} with it"])
         if top not in sys.modules:
-            import importlib.util  # noqa: PLC0415 - only for a project-local host entry
+            from importlib.util import module_from_spec  # noqa: PLC0415 - only for a project-local host entry
 
-            module = importlib.util.module_from_spec(local)
+            module = module_from_spec(local)
             sys.modules[top] = module
             try:
                 local.loader.exec_module(module)
