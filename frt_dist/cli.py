@@ -112,8 +112,8 @@ def _hardware_flags(p: argparse.ArgumentParser) -> None:
 
 
 class _Unused:
-    """Stands for the flags of a subcommand that this run does not parse (``build_parser(only=)``):
-    the subcommand is listed in ``frt --help`` as ever, its flags are not built."""
+    """Stands for a subcommand that this run does not parse (``build_parser(only=)``): neither it
+    nor its flags are built. ``frt --help`` (no subcommand named) builds them all, as before."""
 
     def add_argument(self, *args, **kwargs):
         return None
@@ -123,14 +123,16 @@ class _Unused:
 
 
 class _OnlySubparsers:
-    """``add_subparsers()``'s action, handing back ``_Unused`` for every subcommand but ``only``."""
+    """``add_subparsers()``'s action, handing back ``_Unused`` for every subcommand but ``only``
+    (which is then the only one made: the top-level usage names ``COMMAND``, not the list)."""
 
     def __init__(self, action, only: str | None):
         self._action, self._only = action, only
 
     def add_parser(self, name, **kwargs):
-        parser = self._action.add_parser(name, **kwargs)
-        return parser if self._only is None or name == self._only else _Unused()
+        if self._only is not None and name != self._only:
+            return _Unused()
+        return self._action.add_parser(name, **kwargs)
 
 
 def _named_command(argv: list[str]) -> str | None:
@@ -149,8 +151,8 @@ def _named_command(argv: list[str]) -> str | None:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The ``frt`` parser. ``only``: build the flags of that one subcommand (start-up: building
-    all eight costs more than `frt resolve`'s own work); the others are listed, with no flags."""
+    """The ``frt`` parser. ``only``: build that one subcommand and its flags (start-up: building
+    all eight costs more than `frt resolve`'s own work); ``None``: all of them."""
     p = _Parser(prog="frt", description="Distribution layer for qualified GPU kernel packages.")
     p.add_argument("--version", action="version", version=f"frt {__import__('frt_dist').__version__}")
     p.add_argument("--project", metavar="DIR", dest="global_project",
