@@ -107,6 +107,18 @@ def test_what_the_fast_read_cannot_prove_goes_to_the_full_reader(edit, stepped_a
         assert fast[0] == parse_toml(raw, LockfileError, "x")
 
 
+def test_an_opener_formed_by_another_literals_closing_quotes_is_not_cut():
+    """The receipts text ending in ``index = `` makes its closing quotes look like an index
+    opener: the two cuts overlap, and the file is read whole (and reads as the TOML reader reads it)."""
+    doc = _doc()
+    doc.pop("index")
+    doc["receipts"] += "x\nindex = "
+    raw = L.render(doc, digest(doc))
+    assert "\nindex = '''\n" in raw.decode()
+    assert L._read_fast(raw) is None
+    assert "index" not in parse_toml(raw, LockfileError, "x")
+
+
 def test_the_fast_read_never_differs_from_the_toml_reader_on_damaged_files():
     """Damage near every line break and delimiter of the demo lock: the fast read either steps
     aside (None) or returns exactly the TOML reader's document and the canonical digest."""
@@ -301,3 +313,22 @@ def test_nearest_miss_reasons_match_the_full_grouping():
                     assert got.endswith(f"receipts cover precision {', '.join(precisions)}, not {key.precision}")
                 else:
                     assert got == "no receipt for this cell"
+
+
+@pytest.mark.parametrize("how", ["comma missing", "comma after the last", "no opening bracket", "no closing bracket"])
+def test_an_index_that_is_not_one_json_array_is_refused_at_read_as_before(tmp_path, how):
+    """Lines that each look like a cell but do not make one JSON array (a comma missing between
+    two, or one after the last) are refused at read, as reading the array whole refuses them."""
+    doc = _doc()
+    text = L.index_text(json.loads(doc["index"]))
+    text = {"comma missing": lambda t: t.replace("},\n{", "}\n{", 1),
+            "comma after the last": lambda t: t.replace("}\n]\n", "},\n]\n"),
+            "no opening bracket": lambda t: "(" + t[1:],
+            "no closing bracket": lambda t: t[:-2] + ")\n"}[how](text)
+    path = _write(tmp_path / "x.lock", {**doc, "index": text})
+    with pytest.raises(LockfileError) as lazy:
+        Lockfile.read(path)
+    with pytest.raises(LockfileError) as whole:
+        _whole(path)
+    assert str(lazy.value) == str(whole.value)
+    assert str(lazy.value).startswith(f"{path}: index: not valid JSON")
