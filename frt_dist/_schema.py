@@ -6,7 +6,6 @@ raises the document's own error class. Unknown keys are errors in frt files.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import re
@@ -72,6 +71,17 @@ def _kind(v: Any) -> str:
         if isinstance(v, t):
             return n
     return type(v).__name__
+
+
+_PLAIN = frozenset({str, int, float, bool})
+
+
+def _datetime_types() -> tuple:
+    """TOML's date/time types, imported on the first value that is not plain (a document
+    without one, every frt document, never imports ``datetime``)."""
+    import datetime as _dt  # noqa: PLC0415
+
+    return (_dt.date, _dt.time)
 
 
 class Reader:
@@ -155,7 +165,7 @@ class Reader:
                 stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in reversed(list(v.items())))
             elif isinstance(v, list):
                 stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
-            elif isinstance(v, (_dt.date, _dt.time)):
+            elif type(v) not in _PLAIN and isinstance(v, _datetime_types()):
                 raise self.fail(where, f"expected a string or a number, got a TOML date/time ({v.isoformat()}); "
                                        "frt documents hold none (quote it if it is text)")
 

@@ -111,13 +111,54 @@ def _hardware_flags(p: argparse.ArgumentParser) -> None:
                    help="read the running system; the default when no hardware is declared")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unused:
+    """Stands for a subcommand that this run does not parse (``build_parser(only=)``): neither it
+    nor its flags are built. ``frt --help`` (no subcommand named) builds them all, as before."""
+
+    def add_argument(self, *args, **kwargs):
+        return None
+
+    def add_argument_group(self, *args, **kwargs):
+        return self
+
+
+class _OnlySubparsers:
+    """``add_subparsers()``'s action, handing back ``_Unused`` for every subcommand but ``only``
+    (which is then the only one made: the top-level usage names ``COMMAND``, not the list)."""
+
+    def __init__(self, action, only: str | None):
+        self._action, self._only = action, only
+
+    def add_parser(self, name, **kwargs):
+        if self._only is not None and name != self._only:
+            return _Unused()
+        return self._action.add_parser(name, **kwargs)
+
+
+def _named_command(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` runs when that is certain from its head (only ``--project DIR``
+    before it), else ``None``: then every subcommand's flags are built, as for ``--help``."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--project":
+            i += 2
+        elif a.startswith("--project="):
+            i += 1
+        else:
+            return a if a in COMMANDS else None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``frt`` parser. ``only``: build that one subcommand and its flags (start-up: building
+    all eight costs more than `frt resolve`'s own work); ``None``: all of them."""
     p = _Parser(prog="frt", description="Distribution layer for qualified GPU kernel packages.")
     p.add_argument("--version", action="version", version=f"frt {__import__('frt_dist').__version__}")
     p.add_argument("--project", metavar="DIR", dest="global_project",
                    help="project root for the command that follows (`frt --project DIR lock`); the same as the "
                         "command's own --project")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = _OnlySubparsers(p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser), only)
 
     s = sub.add_parser("lock", help="lock every manifest (or one) into lockfiles/")
     _common(s)
@@ -547,7 +588,7 @@ def _the_model(project, args) -> str:
 def _stale_warning(lock) -> list[str]:
     """SPEC §23: resolve uses a stale lock (it is what was reviewed) but says so, once."""
     from .freshness import manifest_drift  # noqa: PLC0415
-    from .loader import lock_root  # noqa: PLC0415
+    from .project import lock_root  # noqa: PLC0415 - not the loader's: resolve imports no loader
 
     stale = manifest_drift(lock, lock_root(lock))
     return [stale] if stale else []
@@ -1075,8 +1116,8 @@ def _main(argv: list[str] | None) -> int:
 
     # torch warns once when numpy is absent; frt never hands tensors to numpy
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    parser = build_parser()
     _ARGV[:] = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=_named_command(_ARGV))
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help(sys.stderr)

@@ -182,6 +182,7 @@ def _check_arch(arch: str, backend: str, cpu: str) -> str:
 
 
 _CANONICAL_MM = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
+_NUMERIC = re.compile(r"^[0-9]+(?:\.[0-9]+)*$")
 
 
 def software_version(value: str | None) -> str | None:
@@ -193,6 +194,9 @@ def software_version(value: str | None) -> str | None:
         return None
     if _CANONICAL_MM.match(value):  # already what packaging would print
         return value
+    if _NUMERIC.match(value):  # plain release numbers (0.17.2, 012.8): what packaging reads, without importing it
+        parts = value.split(".")
+        return f"{int(parts[0])}.{int(parts[1]) if len(parts) > 1 else 0}"
     from packaging.version import InvalidVersion, Version  # noqa: PLC0415 - only for non-canonical input
 
     try:
@@ -310,16 +314,31 @@ class Hardware:
                    software=facts.software, cxx11_abi=facts.cxx11_abi, detected=True)
 
 
+def _uname():
+    """``os.uname()`` where the platform has it (what ``platform.system()`` and ``machine()``
+    read there), else ``None``: `frt resolve` need not import ``platform``."""
+    import os  # noqa: PLC0415
+
+    return os.uname() if hasattr(os, "uname") else None
+
+
 def _system() -> str:
+    u = _uname()
+    if u is not None:
+        return u.sysname.lower() or "linux"
     import platform  # noqa: PLC0415 - lazy: `import frt_dist` stays cheap
 
     return platform.system().lower() or "linux"
 
 
 def _machine() -> str:
-    import platform  # noqa: PLC0415
+    u = _uname()
+    if u is None:
+        import platform  # noqa: PLC0415
 
-    m = platform.machine()
+        m = platform.machine()
+    else:
+        m = u.machine
     return {"AMD64": "x86_64", "arm64": "aarch64"}.get(m, m)
 
 

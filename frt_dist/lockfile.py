@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,7 +146,8 @@ class _LazyReceipts(Mapping):
 
     def __init__(self, file: str, raw: dict[str, tuple], verify: bool):
         # digest -> (path, file label, body, kind): kind "line" is one line of the JSON array frt lock
-        # writes (parsed on use), "text" a [[receipts]] table's json string, "object" a parsed receipt
+        # writes (parsed on use), "span" the same line as (text, start, end), "text" a [[receipts]]
+        # table's json string, "object" a parsed receipt
         self._file, self._raw, self._verify = file, raw, verify
         self._parsed: dict[str, Receipt] = {}
 
@@ -156,6 +156,9 @@ class _LazyReceipts(Mapping):
         if rec is None:
             p, label, body, kind = self._raw[digest_]
             from .errors import ReceiptInvalid  # noqa: PLC0415
+
+            if kind == "span":  # (the receipts text, start, end) of its line
+                body, kind = body[0][body[1]:body[2]], "line"
 
             try:
                 if kind == "line":
@@ -210,7 +213,7 @@ class Lockfile:
     packages: dict[str, LockedPackage]
     receipts: Mapping[str, Receipt]  # digest -> receipt (lazily parsed when read from a file)
     rejected: list[dict]
-    index: dict[CellKey, IndexEntry]
+    index: Mapping[CellKey, IndexEntry]  # a dict; read from a file, parsed cell by cell on use
     lock_digest: str = ""
     path: str | None = None
     _doc: dict = field(default_factory=dict, repr=False)
@@ -277,13 +280,15 @@ class Lockfile:
              index_refs: bool = True) -> "Lockfile":
         label = label or str(path)
         raw = read_bytes(Path(path), LockfileError, label)
-        data = parse_toml(raw, LockfileError, label)
-        lf = cls.from_document(data, file=label, verify=verify, index_refs=index_refs)
+        fast = _read_fast(raw)  # frt's own layout: the large JSON texts not run through the TOML reader
+        data, computed = fast if fast is not None else (parse_toml(raw, LockfileError, label), None)
+        lf = cls.from_document(data, file=label, verify=verify, index_refs=index_refs, _computed_digest=computed)
         lf.path = str(path)
         return lf
 
     @classmethod
-    def from_document(cls, data: dict, *, file: str, verify: bool = True, index_refs: bool = True) -> "Lockfile":
+    def from_document(cls, data: dict, *, file: str, verify: bool = True, index_refs: bool = True,
+                      _computed_digest: str | None = None) -> "Lockfile":
         """The lockfile in ``data`` (a parsed TOML document). With ``verify`` the lock-digest and
         the manifest digest must hold. With ``index_refs`` (the default) an index candidate that
         names a receipt the lock does not embed is refused; ``frt verify`` reads without it and
@@ -296,7 +301,7 @@ class Lockfile:
         r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
         stated = r.get(data, "lock-digest", str, "")
         body = {k: v for k, v in data.items() if k != "lock-digest"}
-        computed = digest(body)
+        computed = _computed_digest or _lock_digest(body)  # (`read` may have hashed it while reading)
         if verify and stated != computed:
             raise LockfileError(
                 f"{file}: lock-digest does not verify (expected {stated}, computed {computed})",
@@ -361,12 +366,12 @@ class Lockfile:
                                            _rel_path(r, t, p, file), publisher_trusted)
         raw_receipts: dict[str, tuple] = {}
         embedded = data.get("receipts", [])
-        lines = _receipt_lines(embedded) if isinstance(embedded, str) else None
-        if lines is not None:  # the layout frt lock writes: each line parsed when first used
-            for i, (dig, line) in enumerate(lines):
+        spans = _receipt_spans(embedded) if isinstance(embedded, str) else None
+        if spans is not None:  # the layout frt lock writes: each line cut out and parsed when first used
+            for i, (dig, start, end) in enumerate(spans):
                 if dig in raw_receipts:
                     raise r.fail(f"receipts[{i}].digest", f"{dig} is embedded twice")
-                raw_receipts[dig] = (f"receipts[{i}]", None, line, "line")
+                raw_receipts[dig] = (f"receipts[{i}]", None, (embedded, start, end), "span")
             embedded = []
         embedded = r.json_value(embedded, "receipts", list, "a JSON array (string) or an array of tables")
         for i, rt in enumerate(embedded):
@@ -397,29 +402,7 @@ class Lockfile:
                 r.get(rj, k, str, rp)
             for k in ("route", "phase", "device-class"):
                 r.get(rj, k, str, rp, required=False)
-        index = {}
-        entries = r.json_value(data.get("index", []), "index", list, "a JSON array (string) or an array of tables")
-        for i, it in enumerate(entries):
-            p = f"index[{i}]"
-            if not isinstance(it, dict):
-                raise r.fail(p, f"expected an object, got {type(it).__name__}")
-            r.only(it, {"phase", "precision", "backend", "arch", "device-class", "route", "state", "receipt", "candidates"}, p)
-            key = CellKey(*(r.get(it, k, str, p) for k in ("phase", "precision", "backend", "arch", "device-class")))
-            cands = []
-            for j, c in enumerate(r.get(it, "candidates", list, p)):
-                cp = f"{p}.candidates[{j}]"
-                if not isinstance(c, dict):
-                    raise r.fail(cp, f"expected an object, got {type(c).__name__}")
-                sp = r.number(c, "speedup", cp, required=False)
-                route = r.get(c, "route", str, cp)
-                if route not in manifest.routes:
-                    raise r.fail(cp + ".route", f"{route!r} is not a route of the embedded manifest")
-                cands.append(Candidate(route, r.get(c, "state", str, cp), r.get(c, "receipt", str, cp), sp))
-                if index_refs and cands[-1].receipt not in receipts:
-                    raise r.fail(cp + ".receipt", "names a receipt the lockfile does not embed")
-            if not cands:
-                raise r.fail(p + ".candidates", "an index entry needs at least one candidate")
-            index[key] = IndexEntry(key, tuple(cands))
+        index = _read_index(r, data.get("index", []), manifest, receipts, index_refs)
         receipt_keys, signatures = _read_signing(r, data)
         lf = cls(model=model, manifest_file=manifest_file, manifest=manifest, packages=packages,
                  receipts=receipts, rejected=list(rejected), index=index, lock_digest=stated, _doc=data,
@@ -454,6 +437,240 @@ class Lockfile:
             if it["variant"] not in pkg.variants:
                 out.append(f"cell.impls.{seam}: variant {it['variant']!r} of {it['package']} is not locked")
         return out
+
+
+
+# ---------------------------------------------------------------------------
+# reading fast: the lock-digest in one pass, the route index parsed cell by cell
+
+_CHUNK = 1 << 18  # characters of a large text escaped and hashed at a time (cache-sized: fastest)
+# what `_read_fast` leaves to the full TOML reader in a literal string: every control character
+# (U+0000-U+001F, U+007F) but the line feed, so the tab (allowed) and CR (CRLF) too
+_NOT_IN_LITERAL = bytes(c for c in range(0x20) if c != 0x0A) + b"\x7f"
+_LITERAL_KEYS = ("index", "receipts")
+
+
+def _read_fast(raw: bytes) -> tuple[dict, str] | None:
+    """(document, its lock-digest computed) of a lockfile in the layout ``render`` writes, with
+    the index and the receipts (most of a large lock's bytes) not run through the TOML reader:
+    ``None`` for anything else, and the caller reads the file whole with ``parse_toml``.
+
+    Each of those is a top-level multi-line literal string (``key = '''`` + newline ...
+    ``'''``), whose text TOML takes as it stands. Its text is cut out and the rest of the file,
+    with ``key = '<random token>'`` in its place, is read by the TOML reader; the result holds
+    exactly that token at that top-level key, or the cut was not that key's value (text inside
+    another string, a table's key) and the file is read whole. What the TOML reader would check
+    in the text itself is checked while the digest hashes it (``_lock_digest``): UTF-8 (the
+    decode), no control character. So the document is
+    the one ``parse_toml`` returns, and the digest is ``canonical.digest`` of it."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    cuts = []
+    for key in _LITERAL_KEYS:
+        opener = f"\n{key} = '''\n"
+        at = text.find(opener)
+        if at < 0:
+            continue
+        start = at + len(opener)
+        end = text.find("'''", start)  # (a longer quote run there leaves a quote after the token: not TOML)
+        if end < 0:
+            return None
+        cuts.append((at + 1 + len(key) + 3, start, end, key))
+    if not cuts:
+        return None
+    cuts.sort()
+    token = "frt-cut-" + os.urandom(16).hex()
+    rest, pos = [], 0
+    for delim, start, end, key in cuts:  # (cuts that overlap leave two tokens side by side: not TOML)
+        rest += (text[pos:delim], f"'{token}'")
+        pos = end + 3
+    rest.append(text[pos:])
+    import rtoml  # noqa: PLC0415
+
+    try:
+        doc = rtoml.loads("".join(rest))
+    except ValueError:
+        return None
+    for _, start, end, key in cuts:
+        if doc.get(key) != token:
+            return None
+        doc[key] = text[start:end]
+    try:
+        digest_ = _lock_digest({k: v for k, v in doc.items() if k != "lock-digest"}, literal={c[3] for c in cuts})
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
+        return None  # a value canonical JSON cannot hold (a TOML date...): the full path names it
+    return None if digest_ is None else (doc, digest_)
+
+
+def _lock_digest(body: dict, literal=()) -> str | None:
+    """``canonical.digest(body)``, byte for byte, without building the canonical JSON of the
+    whole lockfile as one string: each top-level value is written and hashed in turn, and
+    the large JSON texts (index, receipts) are escaped and hashed a few MB at a time.
+
+    Canonical JSON is ``json.dumps(sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)``: ``{`` then ``"key":value`` per key in sorted order, joined by
+    ``,``, then ``}``; a string is escaped character by character, so escaping a text in
+    slices and joining them (without the quotes each slice gets) is escaping it whole.
+    Anything canonical JSON refuses (a lone surrogate, a value nested too deeply) raises here
+    as it would there.
+
+    ``literal``: keys whose text ``_read_fast`` cut out of the file unparsed; on the same pass
+    each is checked for what a TOML literal string may not hold (a control character; a tab,
+    which it may, is sent to the full reader too), and ``None`` is the answer when one does."""
+    import hashlib  # noqa: PLC0415
+    from json.encoder import encode_basestring  # noqa: PLC0415 - what json.dumps(str, ensure_ascii=False) is
+
+    from .canonical import canonical_json  # noqa: PLC0415
+
+    if not all(isinstance(k, str) for k in body):  # not a TOML document: leave it to the one definition
+        return digest(body)
+    h = hashlib.sha256()
+    update = h.update
+    update(b"{")
+    for n, key in enumerate(sorted(body)):
+        value = body[key]
+        update(((b"," if n else b"") + encode_basestring(key).encode("utf-8") + b":"))
+        checked = key in literal
+        if isinstance(value, str) and (checked or len(value) > _CHUNK):
+            update(b'"')
+            for i in range(0, len(value), _CHUNK):
+                part = value[i:i + _CHUNK]
+                if checked:
+                    raw = part.encode("utf-8")
+                    if len(raw.translate(None, _NOT_IN_LITERAL)) != len(raw):
+                        return None
+                update(memoryview(encode_basestring(part).encode("utf-8"))[1:-1])
+            update(b'"')
+        else:
+            update(canonical_json(value))
+    update(b"}")
+    return "sha256:" + h.hexdigest()
+
+
+def _index_entry(r: Reader, it, p: str, manifest: Manifest, receipts, index_refs: bool) -> IndexEntry:
+    """One cell of the route index, checked field by field (``p``: its path, ``index[i]``)."""
+    if not isinstance(it, dict):
+        raise r.fail(p, f"expected an object, got {type(it).__name__}")
+    r.only(it, {"phase", "precision", "backend", "arch", "device-class", "route", "state", "receipt", "candidates"}, p)
+    key = CellKey(*(r.get(it, k, str, p) for k in ("phase", "precision", "backend", "arch", "device-class")))
+    cands = []
+    for j, c in enumerate(r.get(it, "candidates", list, p)):
+        cp = f"{p}.candidates[{j}]"
+        if not isinstance(c, dict):
+            raise r.fail(cp, f"expected an object, got {type(c).__name__}")
+        sp = r.number(c, "speedup", cp, required=False)
+        route = r.get(c, "route", str, cp)
+        if route not in manifest.routes:
+            raise r.fail(cp + ".route", f"{route!r} is not a route of the embedded manifest")
+        cands.append(Candidate(route, r.get(c, "state", str, cp), r.get(c, "receipt", str, cp), sp))
+        if index_refs and cands[-1].receipt not in receipts:
+            raise r.fail(cp + ".receipt", "names a receipt the lockfile does not embed")
+    if not cands:
+        raise r.fail(p + ".candidates", "an index entry needs at least one candidate")
+    return IndexEntry(key, tuple(cands))
+
+
+def _read_index(r: Reader, value, manifest: Manifest, receipts, index_refs: bool):
+    """The route index: lazily, cell by cell, when it is the text ``index_text`` writes (see
+    ``_LazyIndex``); else every entry now, as a dict."""
+    if isinstance(value, str):
+        lazy = _LazyIndex.scan(value, r, manifest, receipts, index_refs)
+        if lazy is not None:
+            return lazy
+    entries = r.json_value(value, "index", list, "a JSON array (string) or an array of tables")
+    index = {}
+    for i, it in enumerate(entries):
+        e = _index_entry(r, it, f"index[{i}]", manifest, receipts, index_refs)
+        index[e.key] = e
+    return index
+
+
+_JSTR = r'"([^"\\\x00-\x1f]*)"'  # a JSON string without escapes: its text is its value
+_JSTR_ = r'"[^"\\\x00-\x1f]*"'
+# a JSON number whose integer part a float holds (a longer integer is read whole, and refused there)
+_JNUM = r"-?(?:0|[1-9][0-9]{0,300})(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_CAND = r'\{"route": ' + _JSTR_ + r', "state": ' + _JSTR_ + r', "receipt": ' + _JSTR_ + r'(?:, "speedup": ' + _JNUM + r")?\}"
+# one line of the index exactly as `index_text` writes it (json.dumps, ensure_ascii=False):
+# captured are the cell's five key fields, the first candidate's route and receipt, the further candidates' text
+_INDEX_LINE = re.compile(
+    r'^\{"phase": ' + _JSTR + r', "precision": ' + _JSTR + r', "backend": ' + _JSTR + r', "arch": ' + _JSTR
+    + r', "device-class": ' + _JSTR + r', "route": ' + _JSTR_ + r', "state": ' + _JSTR_ + r', "receipt": ' + _JSTR_
+    + r', "candidates": \[\{"route": ' + _JSTR + r', "state": ' + _JSTR_ + r', "receipt": ' + _JSTR
+    + r'(?:, "speedup": ' + _JNUM + r")?\}((?:, " + _CAND + r")*)\]\},?$", re.M)
+_CAND_REFS = re.compile(r'\{"route": "([^"\\\x00-\x1f]*)", "state": "[^"\\\x00-\x1f]*", "receipt": "([^"\\\x00-\x1f]*)"')
+
+
+class _LazyIndex(Mapping):
+    """The route index of a lockfile read from a file, parsed one cell at a time.
+
+    ``scan`` takes the index only when it is exactly the text ``index_text`` writes (``[``,
+    one JSON object per line with frt's keys in frt's order and strings without escapes,
+    ``]``): one regular-expression pass then yields every line's cell key without decoding
+    any JSON, and each line is the JSON of the cell it names. A cell's line is decoded and
+    checked (``_index_entry``, the same checks and messages as reading every entry) when the
+    cell is first looked up; resolving one cell builds no object for the others. Iterating
+    builds every entry (``frt verify``, the matrix). A duplicated cell keeps its last line,
+    as a dict of every entry would. Anything else (hand-written JSON, escapes, another key
+    order) is read whole, as before."""
+
+    def __init__(self, lines: list[str], heads: list[tuple], make):
+        self._lines, self._heads, self._make = lines, heads, make
+        self._at = {h[:5]: i for i, h in enumerate(heads)}  # cell key -> its (last) line
+        self._built: dict = {}
+
+    @classmethod
+    def scan(cls, text: str, r: Reader, manifest: Manifest, receipts, index_refs: bool) -> "_LazyIndex | None":
+        lines = text.split("\n")
+        if len(lines) < 4 or lines[0] != "[" or lines[-2:] != ["]", ""]:
+            return None
+        body = lines[1:-2]
+        heads = _INDEX_LINE.findall(text)
+        # every body line matched (a match is one whole line), the commas between lines and none after the last
+        if len(heads) != len(body) or text.count(",\n") != len(body) - 1 or body[-1].endswith(","):
+            return None
+
+        def make(i: int) -> IndexEntry:
+            from ._schema import json_loads  # noqa: PLC0415
+
+            line = body[i]
+            return _index_entry(r, json_loads(line[:-1] if line.endswith(",") else line), f"index[{i}]",
+                                manifest, receipts, index_refs)
+
+        # what reading every entry refuses and the layout leaves open, checked for every cell now:
+        # a candidate route the manifest lacks, a receipt the lock does not embed. The first cell
+        # that fails is built, and raises what reading it whole raises there.
+        routes, findall = manifest.routes, _CAND_REFS.findall
+        embedded = getattr(receipts, "_raw", receipts)  # (the digests of the lazily parsed receipts)
+        for i, h in enumerate(heads):
+            if h[5] not in routes or (index_refs and h[6] not in embedded) or (h[7] and any(
+                    rt not in routes or (index_refs and rc not in embedded) for rt, rc in findall(h[7]))):
+                make(i)
+        return cls(body, heads, make)
+
+    def __getitem__(self, key) -> IndexEntry:
+        e = self._built.get(key)
+        if e is None:
+            e = self._built[key] = self._make(self._at[key])
+        return e
+
+    def __contains__(self, key) -> bool:
+        return key in self._at
+
+    def __iter__(self):
+        return (CellKey(*k) for k in self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def cell_routes(self):
+        """(cell key as a plain 5-tuple, the routes of its candidates) for every cell, from the
+        scan alone: what the resolver's nearest-miss reasons group, without building every entry."""
+        heads, findall = self._heads, _CAND_REFS.findall
+        for k, i in self._at.items():
+            h = heads[i]
+            yield k, ((h[5],) if not h[7] else {h[5], *(rt for rt, _ in findall(h[7]))})
 
 
 def _json(text: str):
@@ -664,6 +881,36 @@ def _receipt_lines(text: str) -> list[tuple[str, str]] | None:
     return out
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _receipt_spans(text: str) -> list[tuple[str, int, int]] | None:
+    """``_receipt_lines`` without cutting the text into lines: (digest, start, end) of each
+    receipt line when ``text`` has exactly the layout ``receipts_text`` writes, else ``None``.
+    The same checks, line by line, over offsets: a large lock's receipts are most of its bytes,
+    and serving reads only the few it resolves with."""
+    if not text.startswith("[\n") or not text.endswith("\n]\n") or len(text) < 6:
+        return None
+    out = []
+    find, startswith, hexmatch = text.find, text.startswith, _HEX64.fullmatch
+    last = len(text) - 3  # the newline before the closing "]"
+    pos = 2
+    while True:
+        end = find("\n", pos)
+        final = end == last
+        stop = end if final else end - 1  # the line without its comma
+        if not final and text[stop] != ",":
+            return None
+        # the head `_RECEIPT_LINE` matches: {"digest": "sha256:<64 hex>", ; and the object's close
+        if (not startswith('{"digest": "sha256:', pos) or hexmatch(text, pos + 19, pos + 83) is None
+                or not startswith('", ', pos + 83) or stop - 1 < pos + 86 or text[stop - 1] != "}"):
+            return None
+        out.append((text[pos + 12:pos + 83], pos, stop))
+        if final:
+            return out
+        pos = end + 1
+
+
 def render(doc: dict, lock_digest: str) -> bytes:
     """TOML bytes with ``schema`` first and ``lock-digest`` second (SPEC §8.12).
 
@@ -721,6 +968,8 @@ def write_atomic(path: Path, data: bytes) -> bool:
     Returns ``False`` (and writes nothing) when the file already holds exactly
     these bytes. The temp file never survives an error or an interrupt.
     """
+    import tempfile  # noqa: PLC0415 - only writers need it (reading a lockfile does not)
+
     path = Path(path)
     try:
         if path.read_bytes() == data:

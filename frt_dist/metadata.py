@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -259,6 +258,8 @@ def _installed(dist: str) -> str | None:
 
 def _python_depends_problem(short: str, v: LockedVariant) -> str | None:
     """kernels' DependencyValidator, read as data (its python_depends.json), without importing kernels."""
+    import importlib.util  # noqa: PLC0415 - only for a variant that declares python-depends
+
     spec = importlib.util.find_spec("kernels")
     table = None
     if spec is not None and spec.submodule_search_locations:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.machinery
-import importlib.util
 import os
 import sys
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from . import names
 from ._schema import parse_toml
 from .errors import FrtError, UsageError
 
-__all__ = ["Project", "bundled_root", "import_entry"]
+__all__ = ["Project", "bundled_root", "import_entry", "lock_root"]
 
 
 @functools.cache
@@ -170,7 +169,9 @@ def import_entry(spec: str, root: str | os.PathLike | None, *, field: str = "hos
                              f"installed ({elsewhere}); frt will not guess which one is meant",
                              hints=[f"rename the project's {top!r} (e.g. {top}_host) and the {field} with it"])
         if top not in sys.modules:
-            module = importlib.util.module_from_spec(local)
+            from importlib.util import module_from_spec  # noqa: PLC0415 - only for a project-local host entry
+
+            module = module_from_spec(local)
             sys.modules[top] = module
             try:
                 local.loader.exec_module(module)
@@ -219,3 +220,28 @@ def _same_file(a: str, b: str | None) -> bool:
         return b is not None and os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def lock_root(lock) -> Path:
+    """The project root a lockfile's ``path`` packages are relative to: the
+    bundled root for the bundled lock, else the nearest folder above the
+    lockfile holding ``manifests/`` or a ``pyproject.toml`` with ``[tool.frt]``.
+    Found once per lockfile object (kept in its ``memo``). It lives here, not in
+    the loader (which re-exports it), so `frt resolve` finds the root without
+    importing the loader."""
+    key = ("lock-root", lock.path)
+    hit = lock.memo.get(key)
+    if hit is not None:
+        return hit
+    root = None
+    if lock.path:
+        p = Path(lock.path).resolve()
+        b = bundled_root()
+        if p.is_relative_to(b):
+            root = b
+        else:
+            root = next((d for d in p.parents if (d / "manifests").is_dir() or _has_tool_frt(d)), None)
+    if root is None:
+        root = Project.find().root
+    lock.memo[key] = root
+    return root

@@ -322,3 +322,20 @@ def test_missing_software_is_one_reason_and_one_hint(aarch64_project, capsys):
     # a mismatch keeps its own wording and gives no hint
     rc, out, err = _frt(aarch64_project, capsys, *thor, "--software", "torch=2.13,cuda=13.0,kernels=0.16", phase="prefill")
     assert rc == 1 and "    fast           receipt software kernels 0.17, declared 0.16\n" in out and "--software" not in err  # a mismatch: no software hint (the generic next step only)
+
+
+@pytest.mark.parametrize("value", ["0.17.2", "012.8", "12", "1.2.3.4", "00.00", "2.13", "7.10.0",
+                                   "2.13.0+cpu", "1.0a1", "v2.1", " 3.4 ", "6.3.42131-fa1d09cbd"])
+def test_software_version_without_packaging_reads_as_packaging_does(value):
+    """Plain release numbers are read without importing packaging (start-up, issue 20): the
+    result is packaging's major.minor for every input."""
+    from packaging.version import InvalidVersion, Version
+
+    from frt_dist.hardware import software_version
+
+    try:
+        rel = (*Version(value).release, 0)
+        want = f"{rel[0]}.{rel[1]}"
+    except InvalidVersion:
+        want = "6.3"  # the build-suffix fallback: major.minor read off the front
+    assert software_version(value) == want

@@ -17,9 +17,20 @@ print("HEAVY=" + ",".join(heavy))
 """
 
 
+def _env(home) -> dict:
+    """A bare environment whose frt_dist is the one under test (this checkout's, not whatever an
+    editable install of another checkout points at)."""
+    from pathlib import Path
+
+    import frt_dist
+
+    return {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(home),
+            "PYTHONPATH": str(Path(frt_dist.__file__).resolve().parents[1])}
+
+
 def _run(body: str, cwd) -> str:
     r = subprocess.run([sys.executable, "-c", PROBE.format(body=body)], cwd=cwd, capture_output=True, text=True,
-                       timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(cwd)})
+                       timeout=120, env=_env(cwd))
     assert "HEAVY=" in r.stdout, r.stderr
     return r.stdout.rsplit("HEAVY=", 1)[1].strip()
 
@@ -49,7 +60,7 @@ def test_lock_resolve_verify_matrix_are_light(tmp_path):
         "print('CODES=' + repr(codes))",
     ])
     r = subprocess.run([sys.executable, "-c", PROBE.format(body=body)], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(tmp_path)})
+                       timeout=120, env=_env(tmp_path))
     assert "CODES=[0, 0, 0, 1, 0]" in r.stdout, r.stdout + r.stderr  # resolve: refused (no receipts) is exit 1
     assert r.stdout.rsplit("HEAVY=", 1)[1].strip() == ""
 
@@ -136,3 +147,76 @@ def test_only_public_huggingface_hub_and_kernels_names_are_used():
             if isinstance(node, ast.Attribute) and node.attr in ("_build_hf_headers", "_http", "_get_session"):
                 private.append(f"{p.name}:{node.lineno} .{node.attr}")
     assert private == []
+
+
+# --- the import set of each read-only command, end to end in a fresh process (issue 20)
+
+# what no read-only command may import: the machinery that loads and runs kernels, the Hub
+# client, and the standard-library pieces only other commands need (each costs start-up time)
+NEVER = ("torch", "kernels", "huggingface_hub", "frt_dist.loader", "frt_dist.serve", "frt_dist.qualify",
+         "frt_dist.mirror", "frt_dist.kernelize", "frt_dist.detect", "frt_dist.demo", "numpy", "requests",
+         "httpx", "packaging", "platform", "tempfile", "threading", "subprocess")
+# and per command, what it does not use either
+NOT_FOR = {
+    "resolve": ("frt_dist.locker", "frt_dist.verify", "frt_dist.hub", "frt_dist.routes.matrix",
+                "frt_dist.routes.explain", "tomli_w", "datetime", "importlib.util"),
+    "verify": ("frt_dist.hub", "frt_dist.routes.matrix", "tomli_w", "datetime", "importlib.util"),
+    "lock": ("frt_dist.verify", "frt_dist.routes", "frt_dist.routes.matrix"),
+    "matrix": ("frt_dist.locker", "frt_dist.verify", "frt_dist.hub", "tomli_w", "datetime", "importlib.util"),
+}
+IMPORT_SET = """
+import atexit, sys
+atexit.register(lambda: sys.__stderr__.write("MODULES=" + " ".join(sorted(sys.modules)) + "\\n"))
+from frt_dist._entry import main
+sys.argv[0] = "frt"
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["resolve", "--model", "demo-decoder", "--arch", "x86_64", "--device-class", "amd-epyc",
+     "--software", "torch=2.13,kernels=0.17.2", "--json"],
+    ["verify", "--model", "demo-decoder", "--json"],
+    ["lock", "--model", "demo-decoder", "--check"],
+    ["matrix", "--model", "demo-decoder", "--json"],
+], ids=lambda a: a[0])
+def test_each_command_imports_only_what_it_uses(tmp_path, argv):
+    """`frt resolve|verify|lock --check|matrix` on the bundled demo, as the console script runs them:
+    the modules loaded when the process exits hold none of the forbidden ones (issue 20: start-up)."""
+    from frt_dist.project import bundled_root
+
+    r = subprocess.run([sys.executable, "-c", IMPORT_SET, *argv, "--project", str(bundled_root())], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, env=_env(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "MODULES=" in r.stderr, r.stderr
+    loaded = set(r.stderr.rsplit("MODULES=", 1)[1].split())
+    assert {"frt_dist.cli", "frt_dist.lockfile"} <= loaded  # the probe saw the command run
+    banned = NEVER + NOT_FOR[argv[0]]
+    bad = sorted(m for m in loaded if any(m == b or m.startswith(b + ".") for b in banned))
+    assert bad == [], f"frt {argv[0]} imported {bad}"
+
+
+def test_only_the_named_subcommands_flags_are_built_and_nothing_else_changes(capsys):
+    """Start-up builds the parser for the one subcommand being run (issue 20); `frt --help` and each
+    subcommand's flags, errors and suggestions are what the whole parser gives."""
+    from frt_dist import cli
+
+    assert cli._named_command(["resolve", "--json"]) == "resolve"
+    assert cli._named_command(["--project", "resolve", "lock"]) == "lock"  # a project folder named like a command
+    assert cli._named_command(["--project=x", "verify"]) == "verify"
+    assert cli._named_command(["--proj", "x", "verify"]) is None  # an abbreviation: build everything
+    assert cli._named_command(["resolv"]) is None and cli._named_command([]) is None
+    full = cli.build_parser()
+    for name in cli.COMMANDS:
+        only = cli.build_parser(only=name)
+        assert only.format_usage() == full.format_usage()  # what a top-level usage error prints
+        sub, whole = (p._subparsers._group_actions[0].choices for p in (only, full))
+        assert sub[name].format_help() == whole[name].format_help()
+        assert vars(only.parse_args([name] + (["DIR"] if name in ("mirror", "init") else [])
+                                    + (["--route", "r"] if name == "qualify" else [])
+                                    + (["p"] if name == "digest" else []))) == vars(
+            full.parse_args([name] + (["DIR"] if name in ("mirror", "init") else [])
+                            + (["--route", "r"] if name == "qualify" else []) + (["p"] if name == "digest" else [])))
+    with pytest.raises(SystemExit):
+        cli.main(["resolve", "--archh", "9.0"])
+    assert "--archh: did you mean --arch?" in capsys.readouterr().err

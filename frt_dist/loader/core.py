@@ -99,6 +99,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..errors import FrtError, KernelUnavailable
 from ..admissible import variant_problem
 from ..hardware import Hardware
+from ..project import lock_root  # noqa: F401 - lives with the project rules; re-exported here
 from ._kernels_adapter import forget as forget_registered, loading_context, read_metadata, register, validate
 from .importer import forget as forget_module, import_verified, package_dir
 from .integrity import Expected, format_problems, real_dir
@@ -231,31 +232,6 @@ def mirror_dir(mirror=None, project=None) -> Path | None:
 def repo_folder(repo: str) -> str:
     """The hub-cache folder of a kernel repo: ``kernels--<org>--<name>``."""
     return "kernels--" + "--".join(repo.split("/"))
-
-
-def lock_root(lock) -> Path:
-    """The project root a lockfile's ``path`` packages are relative to: the
-    bundled root for the bundled lock, else the nearest folder above the
-    lockfile holding ``manifests/`` or a ``pyproject.toml`` with ``[tool.frt]``.
-    Found once per lockfile object (kept in its ``memo``)."""
-    from ..project import Project, _has_tool_frt, bundled_root  # noqa: PLC0415
-
-    key = ("lock-root", lock.path)
-    hit = lock.memo.get(key)
-    if hit is not None:
-        return hit
-    root = None
-    if lock.path:
-        p = Path(lock.path).resolve()
-        b = bundled_root()
-        if p.is_relative_to(b):
-            root = b
-        else:
-            root = next((d for d in p.parents if (d / "manifests").is_dir() or _has_tool_frt(d)), None)
-    if root is None:
-        root = Project.find().root
-    lock.memo[key] = root
-    return root
 
 
 def _as_lock(lock):

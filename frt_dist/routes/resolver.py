@@ -175,19 +175,50 @@ def _fig(c) -> str:
 
 class _MissIndex:
     """What ``_nearest_miss`` needs, grouped once per lockfile from the index, so a
-    reason costs O(1) in the number of receipts."""
+    reason costs O(1) in the number of receipts.
+
+    A reason names the smallest (device class, arch) of a group that is not the cell's own,
+    so each group keeps its two smallest, not all of them; which cells a machine's
+    (backend, arch, device class) holds is found when a reason first asks, per machine."""
 
     def __init__(self, lock: Lockfile):
-        same: dict[tuple, set] = {}  # (route, phase, precision, backend) -> {(device_class, arch)}
-        band: dict[tuple, set] = {}  # (route, phase, precision) -> {(device_class, arch, backend)}
-        self.hw: dict[tuple, set] = {}  # (route, backend, arch, device_class) -> {(phase, precision)}
-        for k, entry in lock.index.items():
-            for route in {c.route for c in entry.candidates}:
-                same.setdefault((route, k.phase, k.precision, k.backend), set()).add((k.device_class, k.arch))
-                band.setdefault((route, k.phase, k.precision), set()).add((k.device_class, k.arch, k.backend))
-                self.hw.setdefault((route, k.backend, k.arch, k.device_class), set()).add((k.phase, k.precision))
-        self.same = {k: sorted(v) for k, v in same.items()}
-        self.band = {k: sorted(v) for k, v in band.items()}
+        # (route, phase, precision, backend) -> the two smallest (device_class, arch), ascending
+        low: dict[tuple, list] = {}
+        backends: dict[tuple, set] = {}  # (route, phase, precision) -> {backend}
+        cells = lock.index.cell_routes() if hasattr(lock.index, "cell_routes") else (
+            (k, {c.route for c in entry.candidates}) for k, entry in lock.index.items())
+        self._cells = []
+        for k, routes in cells:  # a lazily read index gives these without building every entry
+            phase, precision, backend, arch, dc = k
+            self._cells.append((k, routes))
+            v = (dc, arch)
+            for route in routes:
+                g = (route, phase, precision, backend)
+                two = low.get(g)
+                if two is None:  # (a cell key is unique, so v is never already there)
+                    low[g] = [v]
+                    backends.setdefault((route, phase, precision), set()).add(backend)
+                elif len(two) == 1:
+                    two.insert(0 if v < two[0] else 1, v)
+                elif v < two[1]:
+                    two[:] = [v, two[0]] if v < two[0] else [two[0], v]
+        self.low, self.backends = low, backends
+        self._hw: dict[tuple, dict] = {}
+
+    def hw(self, backend: str, arch: str, dc: str) -> dict[str, set]:
+        """route -> {(phase, precision)} of the cells on this machine."""
+        key = (backend, arch, dc)
+        hit = self._hw.get(key)
+        if hit is None:
+            hit = {}
+            for k, routes in self._cells:
+                if k[2] == backend and k[3] == arch and k[4] == dc:
+                    for route in routes:
+                        hit.setdefault(route, set()).add((k[0], k[1]))
+            if len(self._hw) >= 64:
+                self._hw.clear()
+            self._hw[key] = hit
+        return hit
 
 
 def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> str:
@@ -196,20 +227,21 @@ def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> str
     if ix is None:
         ix = lock.memo["miss"] = _MissIndex(lock)
     # the closest receipt of this band and precision: same backend first, then by device class, arch
-    for dc, arch in ix.same.get((route, key.phase, key.precision, key.backend), ()):
+    for dc, arch in ix.low.get((route, key.phase, key.precision, key.backend), ()):
         if dc != key.device_class:
             return f"no receipt for this cell: receipt measured on {dc}, device is {key.device_class}"
         if arch != key.arch:
             return f"no receipt for this cell: receipt measured on arch {arch}, device is {key.arch}"
-    for dc, arch, backend in ix.band.get((route, key.phase, key.precision), ()):
-        if backend == key.backend:
-            continue
+    others = [(*ix.low[(route, key.phase, key.precision, b)][0], b)
+              for b in ix.backends.get((route, key.phase, key.precision), ()) if b != key.backend]
+    if others:
+        dc, arch, backend = min(others)
         if dc != key.device_class:
             return f"no receipt for this cell: receipt measured on {dc}, device is {key.device_class}"
         if arch != key.arch:
             return f"no receipt for this cell: receipt measured on arch {arch}, device is {key.arch}"
         return f"no receipt for this cell: receipt measured on backend {backend}, device is {key.backend}"
-    cells = ix.hw.get((route, key.backend, key.arch, key.device_class), ())
+    cells = ix.hw(key.backend, key.arch, key.device_class).get(route, ())
     phases = sorted({ph for ph, prec in cells if prec == key.precision})
     if phases and key.phase not in phases:
         return f"no receipt for this cell: receipts cover phase {', '.join(phases)}, not {key.phase}"
