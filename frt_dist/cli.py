@@ -121,6 +121,18 @@ class _Unused:
     def add_argument_group(self, *args, **kwargs):
         return self
 
+    def add_mutually_exclusive_group(self, *args, **kwargs):
+        return self
+
+    def add_subparsers(self, *args, **kwargs):  # a subcommand with actions of its own (`frt receipts push`)
+        return self
+
+    def add_parser(self, *args, **kwargs):
+        return self
+
+    def set_defaults(self, **kwargs):
+        return None
+
 
 class _OnlySubparsers:
     """``add_subparsers()``'s action, handing back ``_Unused`` for every subcommand but ``only``
