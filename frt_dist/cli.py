@@ -1084,7 +1084,8 @@ def cmd_receipts(args) -> int:
             paths = args.paths or [project.receipts_dir]
             res = push_receipts(store, paths, label=lambda p: project.rel(Path(p)))
             _emit(args, {"ok": True, **res.to_dict()},
-                  f"{len(res.sent)} receipt(s) sent to {store.url}, {len(res.present)} already there")
+                  f"{len(res.sent)} receipt(s) sent to {store.url}, {len(res.present)} already there"
+                  + (f"; {len(res.signatures)} signature file(s) sent" if res.signatures else ""))
             return 0
         if args.model is not None:
             from . import names  # noqa: PLC0415
@@ -1096,6 +1097,7 @@ def cmd_receipts(args) -> int:
         res = pull_receipts(store, project.receipts_dir, model=args.model, label=lambda p: project.rel(Path(p)))
     lines = [f"{len(res.written)} receipt(s) written from {store.url}, {len(res.present)} already here"]
     lines += [f"  {w}" for w in res.written]
+    lines += [f"  {w} (signature)" for w in res.signatures]
     if res.refused:
         raise FrtError(f"{len(res.refused)} receipt(s) in {store.url} refused (not written):\n  "
                        + "\n  ".join(r["reason"] for r in res.refused),

@@ -179,10 +179,28 @@ class ReceiptTransfer:
     present: list[str] = field(default_factory=list)  # already there (push) or already in the folder (pull)
     written: list[str] = field(default_factory=list)  # pull: files written (project-relative)
     refused: list[dict] = field(default_factory=list)  # {"key" or "file", "reason"}
+    signatures: list[str] = field(default_factory=list)  # push: signature objects sent; pull: files written
 
     def to_dict(self) -> dict:
         return {"url": self.url, "sent": self.sent, "present": self.present, "written": self.written,
-                "refused": self.refused}
+                "refused": self.refused, "signatures": self.signatures}
+
+
+# A receipt's signature files travel with it (SPEC §26): `<receipt>.json.sig` (a DSSE envelope, `frt sign
+# --key`) and `<receipt>.json.sigstore` (a Sigstore bundle, `frt sign --sigstore`), stored beside the receipt's
+# object as `receipts/sha256/<hex>.json.sig|.sigstore`. They are evidence `frt lock` judges against the
+# manifest's [trust.receipts] policy, so nothing here trusts them: a store can only withhold or spoil one,
+# and the lock then rejects that receipt, naming the signature problem.
+SIGNATURE_SUFFIXES = (".sig", ".sigstore")
+_SIGNATURE_LIMIT = 4 << 20
+
+
+def _signature_doc(data: bytes) -> bool:
+    """Is this (at most) a JSON object: the shape both signature files have. Its contents are the lock's to judge."""
+    try:
+        return isinstance(json.loads(data.decode("utf-8")), dict)
+    except (UnicodeDecodeError, ValueError):
+        return False
 
 
 def receipt_files(paths) -> list[Path]:
@@ -206,18 +224,39 @@ def push_receipts(store: ObjectStore, paths, *, label: Callable[[Path], str] = s
     if not files:
         raise ReceiptInvalid(f"no receipts (*.json) in {', '.join(map(str, paths))}")
     recs = [(Receipt.read(p, label=label(p)), p) for p in files]  # all checked before anything is sent
+    sigs = {p: _signature_files(p, label(p)) for p in files}
     out = ReceiptTransfer(store.url)
     for rec, path in recs:
         hexd = rec.digest.split(":", 1)[1]
         if hexd in out.sent or hexd in out.present:
             continue  # the same receipt twice in what was given: one object
         key = receipt_key(hexd)
-        data = path.read_bytes()
         if _stored_receipt_digest(store, key) == rec.digest:
             out.present.append(hexd)  # content-addressed: the same receipt is there (a receipt is small: checked whole)
-            continue
-        store.put_bytes(key, data)
-        out.sent.append(hexd)
+        else:
+            store.put_bytes(key, path.read_bytes())
+            out.sent.append(hexd)
+        for suffix, data in sigs[path]:
+            if store.head(key + suffix) is None or store.get_bytes(key + suffix, limit=_SIGNATURE_LIMIT) != data:
+                store.put_bytes(key + suffix, data)
+                out.signatures.append(label(path) + suffix)
+    return out
+
+
+def _signature_files(path: Path, label: str) -> list[tuple[str, bytes]]:
+    """The signature files beside a receipt being pushed, read and shape-checked (bad input: exit 2)."""
+    out = []
+    for suffix in SIGNATURE_SUFFIXES:
+        sig = path.with_name(path.name + suffix)
+        if sig.is_symlink() or not sig.exists():
+            continue  # a link is not read (the lock does not read one either)
+        if not sig.is_file() or sig.stat().st_size > _SIGNATURE_LIMIT:
+            raise ReceiptInvalid(f"{label}{suffix}: not a signature file (a folder, or over {_SIGNATURE_LIMIT} bytes)")
+        data = sig.read_bytes()
+        if not _signature_doc(data):
+            raise ReceiptInvalid(f"{label}{suffix}: not a JSON object (a DSSE envelope or a Sigstore bundle)",
+                                 hints=["sign it again with `frt sign`"])
+        out.append((suffix, data))
     return out
 
 
@@ -249,6 +288,8 @@ def pull_receipts(store: ObjectStore, receipts_dir: Path, *, model: str | None =
 
     out = ReceiptTransfer(store.url)
     for key, size in store.list("receipts/sha256"):
+        if re.fullmatch(r"receipts/sha256/[0-9a-f]{64}\.json(?:\.sig|\.sigstore)", key):
+            continue  # a receipt's signature: fetched with its receipt, below
         m = re.fullmatch(r"receipts/sha256/([0-9a-f]{64})\.json", key)
         if not m:
             out.refused.append({"key": key, "reason": f"{store.where(key)}: not a receipt key frt writes "
@@ -287,6 +328,7 @@ def pull_receipts(store: ObjectStore, receipts_dir: Path, *, model: str | None =
                 same = False
             if same:
                 out.present.append(hexd)
+                _pull_signatures(store, key, dest, label, out)
                 continue
         if dest.parent.is_symlink() or dest.is_symlink():
             out.refused.append({"key": key, "reason": f"{dest.parent if dest.parent.is_symlink() else dest} is a "
@@ -295,4 +337,37 @@ def pull_receipts(store: ObjectStore, receipts_dir: Path, *, model: str | None =
         dest.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(dest, data)
         out.written.append(label(dest))
+        _pull_signatures(store, key, dest, label, out)
     return out
+
+
+def _pull_signatures(store: ObjectStore, key: str, dest: Path, label, out: ReceiptTransfer) -> None:
+    """Write the signature files the store holds for the receipt at ``key`` beside ``dest`` (the
+    receipt just written or found). Only the shape is checked here: which signer the project
+    accepts, and whether the signature holds over the receipt, is `frt lock`'s to judge."""
+    from .lockfile import write_atomic  # noqa: PLC0415
+
+    for suffix in SIGNATURE_SUFFIXES:
+        size = store.head(key + suffix)
+        if size is None:
+            continue
+        sig = dest.with_name(dest.name + suffix)
+        if size > _SIGNATURE_LIMIT:
+            out.refused.append({"key": key + suffix, "reason": f"{store.where(key + suffix)}: {size} bytes, larger "
+                                                               f"than a signature can be ({_SIGNATURE_LIMIT})"})
+            continue
+        data = store.get_bytes(key + suffix, limit=_SIGNATURE_LIMIT)
+        if data is None:
+            continue  # removed since the head
+        if not _signature_doc(data):
+            out.refused.append({"key": key + suffix, "reason": f"{store.where(key + suffix)}: not a JSON object "
+                                                               "(a DSSE envelope or a Sigstore bundle); not written"})
+            continue
+        if sig.is_symlink():
+            out.refused.append({"key": key + suffix, "reason": f"{sig} is a symbolic link; frt writes no "
+                                                               "signature through it"})
+            continue
+        if sig.is_file() and sig.read_bytes() == data:
+            continue
+        write_atomic(sig, data)
+        out.signatures.append(label(sig))

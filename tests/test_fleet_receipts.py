@@ -131,3 +131,68 @@ def test_file_url_carries_receipts_too(hosts, tmp_path):
 def test_pull_outside_a_project_refuses_to_write_into_the_bundled_demo(tmp_path, s3, bucket):
     r = run_frt(["receipts", "pull", f"s3://{bucket}/q"], cwd=tmp_path)
     assert r.returncode == 2 and "bundled demo project is read-only" in r.stderr, r.stderr
+
+
+def test_signatures_travel_with_their_receipts_and_the_lock_judges_them(tmp_path, s3, bucket):
+    """A qualification host signs (`frt sign`) and pushes; the lock job pulls and locks under a
+    [trust.receipts] policy: the signer is recorded. A signature the store spoiled is written (the
+    store is untrusted, the lock judges) and that receipt is rejected naming the signature problem."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    import tomli_w
+
+    tp = tiny_project(tmp_path)
+    tp.lock()
+    lf = Lockfile.read(tp.lock_path)
+    host = tmp_path / "host"
+    host.mkdir()
+    rec = host / "fast--decode.json"
+    rec.write_text(json.dumps(receipt_doc(lf, "fast", "decode", CPU), indent=1))
+    key = ed25519.Ed25519PrivateKey.generate()
+    priv = tmp_path / "qualify-ci.pem"
+    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    (tp.root / "keys").mkdir()
+    (tp.root / "keys" / "qualify-ci.pub").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    m = dict(tp.manifest)
+    m["trust"] = {"receipts": {"keys": ["keys/qualify-ci.pub"]}}
+    (tp.root / "manifests" / "tiny.toml").write_text(tomli_w.dumps(m), "utf-8")
+    assert run_frt(["sign", "--key", str(priv), str(rec)], cwd=tp.root).returncode == 0
+    url = f"s3://{bucket}/fleet"
+    r = run_frt(["receipts", "push", url, str(host), "--json"], cwd=tp.root)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["signatures"] == [str(rec) + ".sig"]
+    hexd = digest(json.loads(rec.read_text()))
+    assert hexd.startswith("sha256:")
+    sig_key = f"fleet/receipts/sha256/{hexd[7:]}.json.sig"
+    c = s3.client()
+    assert c.get_object(Bucket=bucket, Key=sig_key)["Body"].read() == Path(str(rec) + ".sig").read_bytes()
+
+    _lock_job(tp, tmp_path, "job", url)
+    job = tmp_path / "job"
+    pulled = job / "receipts" / "tiny" / f"{hexd[7:]}.json.sig"
+    assert pulled.read_bytes() == Path(str(rec) + ".sig").read_bytes()
+    lock = Lockfile.read(job / "lockfiles" / "tiny.lock")
+    assert not lock.rejected and lock.signatures, lock.rejected
+
+    # the store spoils the signature: pulled as it is, and the lock rejects the receipt for it
+    env = json.loads(Path(str(rec) + ".sig").read_text())
+    env["signatures"][0]["sig"] = env["signatures"][0]["sig"][::-1]
+    c.put_object(Bucket=bucket, Key=sig_key, Body=json.dumps(env).encode())
+    shutil.rmtree(tmp_path / "job")
+    _lock_job(tp, tmp_path, "job", url)
+    lock = Lockfile.read(job / "lockfiles" / "tiny.lock")
+    assert [r["reason"] for r in lock.rejected] and "signature" in lock.rejected[0]["reason"], lock.rejected
+    assert not lock.signatures
+
+    # not a signature at all: refused at pull (exit 1), the receipt itself still written
+    c.put_object(Bucket=bucket, Key=sig_key, Body=b"not json")
+    shutil.rmtree(tmp_path / "job")
+    j = tp.copy_to(tmp_path / "job")
+    shutil.rmtree(j.root / "receipts", ignore_errors=True)
+    r = run_frt(["receipts", "pull", url], cwd=j.root)
+    assert r.returncode == 1 and "not a JSON object" in r.stderr, r.stderr
+    assert (j.root / "receipts" / "tiny" / f"{hexd[7:]}.json").is_file()
+    assert not pulled.exists()
