@@ -14,6 +14,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,8 @@ class Project:
     @property
     def mirror(self) -> str | None:
         m = self.settings.get("mirror")
+        if m and re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", str(m)):
+            return str(m)  # an object-store URL (SPEC §25), taken as written
         return str((self.root / m).resolve()) if m else None
 
     def rel(self, path: Path) -> str:
