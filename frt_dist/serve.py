@@ -196,7 +196,9 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
         raise KernelUnavailable(
             f"model {model!r}: {len(reasons)} problem(s) supplying the chosen routes; nothing was bound:\n  "
             + "\n  ".join(r["reason"] for r in reasons[:40]), reasons=reasons,
-            hints=["`frt verify --mirror DIR` names damaged files; `frt mirror DIR` refills them"])
+            hints=[f"republish the objects named from a machine holding the verified files (`frt mirror {mdir} "
+                   "--repair`); nothing unverified was used"] if isinstance(mdir, str) else
+                  ["`frt verify --mirror DIR` names damaged files; `frt mirror DIR` refills them"])
     plan = Plan(lock, hw, decisions, fallback, packages, binds, fns, probes)
     if stale:
         plan.notes.append(stale)

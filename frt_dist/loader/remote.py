@@ -211,12 +211,13 @@ def _fetch_all(want, objects, vdir: Path) -> list[dict]:
     def one(item) -> dict | None:
         rel, algorithm, expected = item
         shown = prefix + rel
+        told = f"{want.repo} {shown}"  # the locked file, as `frt mirror` names it
         if not _plain_rel(rel):
-            return _problem("mismatched", shown, expected, None, f"{shown}: not a plain relative path in the lock")
+            return _problem("mismatched", shown, expected, None, f"{told}: not a plain relative path in the lock")
         try:
             key = _object_key(algorithm, expected)
         except (ValueError, TypeError):
-            return _problem("mismatched", shown, expected, None, f"{shown}: the lock's digest names no object")
+            return _problem("mismatched", shown, expected, None, f"{told}: the lock's digest names no object")
         where = objects.where(key)
         dest = vdir / rel
         h = hashlib.new(algorithm)
@@ -241,7 +242,7 @@ def _fetch_all(want, objects, vdir: Path) -> list[dict]:
         try:
             n = objects.get(key, _Into)
         except ObjectMissing:
-            return _problem("missing", shown, expected, None, f"{shown}: object {where} is not in the store") | \
+            return _problem("missing", shown, expected, None, f"{told}: object {where} is not in the store") | \
                 {"object": where}
         except StoreUnavailable as exc:
             return {"kind": "store", "path": shown, "object": where, "reason": str(exc), "hints": exc.hints}
@@ -254,7 +255,7 @@ def _fetch_all(want, objects, vdir: Path) -> list[dict]:
             _STATS["bytes"] += n
         if got != expected:
             return _problem("mismatched", shown, expected, got,
-                            f"{shown}: object {where} ({n} bytes) does not match the lock (expected {expected}, "
+                            f"{told}: object {where} ({n} bytes) does not match the lock (expected {expected}, "
                             f"computed {got})") | {"object": where}
         return None
 
