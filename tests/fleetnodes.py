@@ -4,7 +4,8 @@
     python tests/fleetnodes.py SPEC.json
 
 SPEC: ``{"nodes": [{"env": {...}, "cwd": DIR, "model": M, "lockfile": PATH|null, "mirror": URL|null,
-"hardware": {Hardware kwargs}, "check": [[seam, phase, rows, width], ...]}], "out": DIR}``.
+"hardware": {Hardware kwargs}, "check": [[seam, phase, rows, width], ...], "mode": "load"|"prepare"}],
+"out": DIR}``. ``prepare`` stops where ``load`` would import (the benchmark's fetch-and-verify part).
 
 The parent imports what every node imports anyway (torch, kernels, boto3, frt_dist), prints
 ``ready`` and waits for a line on stdin, then **forks one real process per node** at once: each
@@ -51,6 +52,36 @@ def _check_files(lock, plan) -> list[str]:
     return bad
 
 
+class _Done(Exception):
+    pass
+
+
+def _prepare(node: dict, hw) -> None:
+    """What ``frt_dist.load`` does before it imports: resolve, then every bound package's
+    variant fetched and verified into the store (``prepare_locked``), nothing imported."""
+    from frt_dist.loader import CheckBatch, prepare_locked  # noqa: PLC0415
+    from frt_dist.routes.resolver import refusal_error, resolve_all  # noqa: PLC0415
+    from frt_dist.serve import _binds, find_lockfile  # noqa: PLC0415
+
+    lock, root = find_lockfile(node["model"], node.get("lockfile"))
+    decisions = resolve_all(lock, hardware=hw, precision=None, fallback="refuse", accept=("certified_fast",))
+    refused = refusal_error(node["model"], decisions)
+    if refused is not None:
+        raise refused
+    batch = CheckBatch()
+    binds = sorted({(b.repo, b.variant) for b in _binds(lock, decisions)})
+    mirror = node.get("mirror")
+    if node.get("sync_dir"):  # the other design: fill a local mirror from the store, then load from it
+        from frt_dist.mirror import mirror_lock  # noqa: PLC0415
+        from frt_dist.objstore import open_store  # noqa: PLC0415
+
+        with open_store(mirror) as store:
+            mirror_lock(lock, node["sync_dir"], variants=sorted({v for _, v in binds}), source=store, root=root)
+        mirror = node["sync_dir"]
+    for repo, variant in binds:
+        prepare_locked(lock, repo, variant, mirror=mirror, hardware=hw, root=root, batch=batch)
+
+
 def _node(i: int, node: dict, out: str) -> int:
     t0 = time.perf_counter()
     doc = {"i": i, "ok": False, "start_epoch": time.time()}
@@ -63,6 +94,11 @@ def _node(i: int, node: dict, out: str) -> int:
         from frt_dist.serve import find_lockfile  # noqa: PLC0415
 
         hw = Hardware(**node["hardware"])
+        if node.get("mode") == "prepare":  # load's first half: resolve, fetch, verify into the store; no import
+            _prepare(node, hw)
+            doc["stats"] = remote.stats()
+            doc["ok"] = True
+            raise _Done
         plan = frt_dist.load(node["model"], hardware=hw, lockfile=node.get("lockfile"), mirror=node.get("mirror"))
         doc["load_s"] = time.perf_counter() - t0
         lock, _ = find_lockfile(node["model"], node.get("lockfile"))
@@ -79,6 +115,8 @@ def _node(i: int, node: dict, out: str) -> int:
         doc["sums"] = sums
         doc["stats"] = remote.stats()
         doc["ok"] = not doc["bad_files"]
+    except _Done:
+        pass
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         doc["error"] = f"{type(exc).__name__}: {exc}"
         doc["exit_code"] = getattr(exc, "exit_code", None)
