@@ -195,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "canonical digest, so order and duplicates do not change the lock.",
                        epilog="example: frt receipts push s3://bucket/frt (on each GPU host); frt receipts pull "
                               "s3://bucket/frt && frt lock (on the lock job)")
-    rsub = s.add_subparsers(dest="receipts_command", metavar="ACTION", parser_class=_Parser, required=True)
+    rsub = s.add_subparsers(dest="receipts_command", metavar="ACTION", parser_class=_Parser, required=True,
+                            help="push: send receipts to a store; pull: fetch them into receipts/")
     r = rsub.add_parser("push", help="send receipts to URL, each under its canonical digest")
     _common(r)
     r.add_argument("url", metavar="URL", help="s3://bucket/prefix or file:///path")

@@ -130,12 +130,16 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
             if staging:
                 shutil.rmtree(staging, ignore_errors=True)
 
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(work) or 1)))
     try:
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(work) or 1))) as pool:
-            futures = [pool.submit(one, pkg, item) for pkg, item in work]
-            for fu in futures:
-                fu.result()  # a store error (FrtError) ends the publish here, before any lockfile
+        futures = [pool.submit(one, pkg, item) for pkg, item in work]
+        for fu in futures:
+            fu.result()  # a store error (FrtError) ends the publish here, before any lockfile
+    except BaseException:  # Ctrl-C or a store error: start nothing more; what is in flight ends (bounded)
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
     finally:
+        pool.shutdown(wait=True)
         shutil.rmtree(staging_root, ignore_errors=True)
     if problems:
         problems.sort(key=lambda p: p["reason"])

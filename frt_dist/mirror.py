@@ -709,8 +709,14 @@ class _Mirror:
             except BaseException as exc:  # noqa: BLE001 - handed to package(), which sorts them
                 return exc
 
-        with ThreadPoolExecutor(max_workers=min(8, max(1, len(items)))) as pool:
-            results = list(pool.map(one, items))
+        pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(items))))
+        try:
+            results = [fu.result() for fu in [pool.submit(one, item) for item in items]]
+        except BaseException:  # Ctrl-C: start nothing more; what is in flight ends (bounded by the store's timeouts)
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        finally:
+            pool.shutdown(wait=True)
         for r in results:  # a store that refuses us (no credentials, no bucket) ends the run
             if isinstance(r, FrtError):
                 raise r

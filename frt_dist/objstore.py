@@ -300,7 +300,7 @@ class S3Store(ObjectStore):
         self._checked_bucket = False
         self._lock = threading.Lock()
         try:
-            session = boto3.session.Session()
+            session = _session(boto3)
             self.client = session.client(
                 "s3", config=Config(retries={"mode": "standard", "total_max_attempts": self.attempts},
                                     connect_timeout=cfg["timeout"], read_timeout=cfg["timeout"],
@@ -448,6 +448,22 @@ class S3Store(ObjectStore):
             self.client.close()
         except Exception:  # noqa: BLE001 - best effort
             pass
+
+
+_SESSIONS: dict[tuple, object] = {}
+_SESSIONS_LOCK = threading.Lock()
+
+
+def _session(boto3):
+    """One boto3 session per process and AWS environment: a session loads botocore's service models
+    (most of a client's start-up cost) and resolves credentials once (refreshable ones refresh
+    themselves). Keyed by every ``AWS_*`` variable, so a changed environment gets a new session."""
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    with _SESSIONS_LOCK:
+        got = _SESSIONS.get(key)
+        if got is None:
+            got = _SESSIONS[key] = boto3.session.Session()
+        return got
 
 
 def _scrub(text: str) -> str:

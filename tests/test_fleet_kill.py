@@ -35,7 +35,7 @@ _ZYGOTE = r"""
 import json, os, sys
 import boto3, botocore.session
 import frt_dist.cli, frt_dist.fleet, frt_dist.mirror, frt_dist.objstore
-boto3.session.Session().client("s3", region_name="us-east-1").close()  # warm the imports botocore does lazily
+frt_dist.objstore.open_store("s3://warm-up/p").close()  # a session for this environment, as a long-lived process has
 for line in sys.stdin:
     req = json.loads(line)
     r, w = os.pipe()
@@ -97,9 +97,9 @@ def test_a_publish_killed_at_30_random_points_never_leaves_a_partial_release(tmp
     lock = Lockfile.read(tp.lock_path)
     proxy = FaultProxy(s3.url).start()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
-    zyg = Zygote(env)
+    child_env = {"AWS_ENDPOINT_URL": proxy.url}
+    zyg = Zygote({**env, **child_env})
     try:
-        child_env = {"AWS_ENDPOINT_URL": proxy.url}
         argv = ["mirror", "", "--variant", "torch-cpu"]
         # one whole publish first: how many requests it makes
         s3.client().create_bucket(Bucket=f"{bucket}-full")

@@ -196,7 +196,7 @@ def test_a_stalled_server_times_out_in_bounded_time(proj, tmp_path, s3, bucket):
     try:
         env = {"AWS_ENDPOINT_URL": proxy.url, "FRT_STORE_ATTEMPTS": "2", "FRT_STORE_TIMEOUT": "1"}
         t0 = time.monotonic()
-        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env, timeout=40)
         took = time.monotonic() - t0
     finally:
         proxy.server.shutdown()  # stalled handler threads are daemons
@@ -234,6 +234,9 @@ def test_access_denied_and_no_such_bucket_are_exit_2(proj, tmp_path, s3, bucket)
                 cwd=tp.root)
     assert r.returncode == 2 and "no such bucket 'frt-no-such-bucket'" in r.stderr, r.stderr
     assert not (tmp_path / "m" / "kernels--t-org--scale" / "refs").exists()
+    # publishing starts with HEADs, whose 404 has no body: frt asks once whether the bucket exists
+    r = run_frt(["mirror", "s3://frt-no-such-bucket/p", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 2 and "no such bucket 'frt-no-such-bucket'" in r.stderr, r.stderr
 
 
 def test_a_profile_from_the_aws_config_files_is_used(proj, tmp_path, s3, bucket, monkeypatch):
@@ -349,3 +352,54 @@ def test_credentials_never_appear_in_output_or_anything_written(proj, tmp_path, 
         assert not any(secret in o for o in outputs), secret
         assert not any(secret.encode() in w for w in written), secret
     assert any("answered 500" in o for o in outputs) and any("cannot connect" in o for o in outputs)
+
+
+def test_locking_and_resolving_never_import_the_s3_client(proj):
+    import subprocess
+
+    tp, _ = proj
+    code = ("import sys; from frt_dist.cli import main\n"
+            "assert main(['lock', '--quiet']) == 0\n"
+            "main(['resolve', '--arch', 'x86_64', '--device-class', 'test-cpu', '--software', 'torch=2.13', '--quiet'])\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore')\n"
+            "             or m in ('frt_dist.objstore', 'frt_dist.fleet')))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tp.root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("direction", ["publish", "sync"])
+def test_ctrl_c_ends_promptly_with_130_and_publishes_no_lockfile(proj, tmp_path, s3, bucket, direction):
+    import signal
+    import subprocess
+
+    tp, _ = proj
+    if direction == "sync":
+        assert run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
+    proxy = FaultProxy(s3.url, mode="stall", stall_s=30).start()
+    target = [f"s3://{bucket}/q"] if direction == "publish" else [str(tmp_path / "m"), "--from", f"s3://{bucket}/p"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
+    env.update(AWS_ENDPOINT_URL=proxy.url, FRT_STORE_TIMEOUT="1.5", FRT_STORE_ATTEMPTS="1")
+    p = subprocess.Popen([sys.executable, "-m", "frt_dist.cli", "mirror", *target, "--variant", "torch-cpu"],
+                         cwd=tp.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not proxy.log and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proxy.log, "frt never reached the store"
+        p.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        p.kill()
+        proxy.server.shutdown()
+    assert p.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert took < 10  # in-flight requests end within their timeout; nothing new starts
+    if direction == "publish":
+        assert "no lockfile was published" in err
+        keys = [o["Key"] for o in s3.client().list_objects_v2(Bucket=bucket).get("Contents", [])]
+        assert not any(k.startswith("q/") for k in keys)
+    else:
+        assert not (tmp_path / "m" / "kernels--t-org--scale" / "refs").exists()
