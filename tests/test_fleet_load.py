@@ -308,3 +308,13 @@ def test_a_store_folder_open_to_others_is_refused_before_anything_is_fetched(sol
     assert "writable by group or others" in str(ei.value) and ei.value.reasons[0]["kind"] == "store"
     assert "chmod 700" in " ".join(one.value.hints)
     assert proxy.log == [] and list(shared.iterdir()) == []
+
+
+from test_serve import forbid_measurement  # noqa: E402,F401 (fixture: any clock read from frt code fails)
+
+
+def test_loading_through_the_store_never_measures(solo, bucket, forbid_measurement):  # noqa: F811
+    tp, _ = solo
+    plan = frt_dist.load("tiny", project=tp.root, hardware=CPU, mirror=f"s3://{bucket}/p")  # a cold fetch
+    assert plan.packages["t-org/scale"].location == f"s3://{bucket}/p"
+    assert forbid_measurement == []  # SPEC §6: no clock read by frt on the serving path, fetching included
