@@ -158,7 +158,8 @@ def run_nodes(n: int, w: dict, work: Path, env: dict, mode: str, *, sync: bool =
     for i in range(n):
         node_env = {**env, "FRT_STORE": str(stores[i]), "XDG_CACHE_HOME": str(work / f"xdg-{i}")}
         node = {"cwd": w["cwd"], "model": w["model"], "lockfile": w["lockfile"], "mirror": f"s3://{BUCKET}/{w['prefix']}",
-                "hardware": w["hardware"], "mode": mode if mode != "sync" else "prepare", "env": node_env}
+                "hardware": w["hardware"], "mode": mode if mode != "sync" else "prepare", "env": node_env,
+                "verify_files": False}
         if sync:
             node["sync_dir"] = str(work / f"sync-{i}")
         nodes.append(node)
