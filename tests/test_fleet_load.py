@@ -318,3 +318,34 @@ def test_loading_through_the_store_never_measures(solo, bucket, forbid_measureme
     plan = frt_dist.load("tiny", project=tp.root, hardware=CPU, mirror=f"s3://{bucket}/p")  # a cold fetch
     assert plan.packages["t-org/scale"].location == f"s3://{bucket}/p"
     assert forbid_measurement == []  # SPEC §6: no clock read by frt on the serving path, fetching included
+
+
+def test_no_such_bucket_is_exit_2_and_no_output_of_a_node_ever_shows_a_credential(solo, tmp_path, s3, bucket):
+    tp, _ = solo
+    with pytest.raises(StoreAccess) as nob:
+        frt_dist.load("tiny", project=tp.root, hardware=CPU, mirror="s3://frt-no-such-bucket/p")
+    assert nob.value.exit_code == 2 and "no such bucket 'frt-no-such-bucket'" in str(nob.value)
+    proxy = FaultProxy(s3.url).start()
+    outputs, caches = [], []
+    try:
+        for i, (mode, extra) in enumerate((("pass", {}), ("403", {}), ("500", {"FRT_STORE_ATTEMPTS": "1"}),
+                                           ("pass", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "FRT_STORE_ATTEMPTS": "1"}),
+                                           ("pass", {"FRT_MIRROR": "s3://frt-no-such-bucket/p"}))):
+            proxy.mode = mode
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("FRT_", "HF_"))}
+            env.update(HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1", XDG_CACHE_HOME=str(tmp_path / f"c{i}"),
+                       FRT_MIRROR=f"s3://{bucket}/p", AWS_ENDPOINT_URL=proxy.url)
+            env.update(extra)
+            caches.append(tmp_path / f"c{i}")
+            r = subprocess.run([sys.executable, "-c", _NODE], cwd=tp.root, env=env, capture_output=True, text=True,
+                               timeout=120)
+            assert (r.returncode == 0) == (i == 0), (mode, extra, r.stderr[-2000:])
+            outputs += [r.stdout, r.stderr]
+    finally:
+        proxy.stop()
+    assert any("access denied" in o for o in outputs) and any("answered 500" in o for o in outputs)
+    assert any("cannot connect" in o for o in outputs) and any("no such bucket" in o for o in outputs)
+    written = [p.read_bytes() for c in caches for p in c.rglob("*") if p.is_file()]
+    for secret in (FAKE_SECRET, FAKE_KEY_ID):
+        assert not any(secret in o for o in outputs), secret
+        assert not any(secret.encode() in w for w in written), secret
