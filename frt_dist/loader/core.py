@@ -232,8 +232,6 @@ def mirror_location(mirror=None, project=None) -> Path | str | None:
     """The mirror in force (``mirror=``, else ``FRT_MIRROR``, else the project's ``[tool.frt] mirror``):
     a ``Path`` for a folder, the normalised URL (``str``) for an object store (``s3://``,
     ``file://``; SPEC §25), ``None`` when there is none. A malformed URL is ``StoreAccess`` (exit 2)."""
-    from .remote import location_of  # noqa: PLC0415
-
     if mirror is not None:
         given = mirror
     elif os.environ.get("FRT_MIRROR"):
@@ -242,7 +240,11 @@ def mirror_location(mirror=None, project=None) -> Path | str | None:
         given = project.mirror
     else:
         return None
-    return location_of(given) or Path(given)
+    if "://" in os.fspath(given):  # only then: a folder's load imports nothing of the object-store code
+        from .remote import location_of  # noqa: PLC0415
+
+        return location_of(given) or Path(given)
+    return Path(given)
 
 
 def repo_folder(repo: str) -> str:
