@@ -55,6 +55,10 @@ _clients: dict[tuple, object] = {}  # (url, AWS_* / FRT_STORE_* environment) -> 
 _STATS = {"objects": 0, "bytes": 0, "entries": 0, "warm": 0}
 
 
+if hasattr(os, "register_at_fork"):  # a forked child must not share its parent's connections
+    os.register_at_fork(after_in_child=_clients.clear)
+
+
 def stats() -> dict:
     """What this process fetched through URL mirrors: objects and bytes fetched, entries built,
     warm hits (no fetch). Read by the fleet benchmark and the tests."""
