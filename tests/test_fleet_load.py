@@ -45,9 +45,12 @@ def _project(tmp_path, receipts):
 def solo(tmp_path, bucket):
     """Receipts for route ``solo`` only (it binds ``t-org/scale``, not ``t-org/norm``); every variant
     of both packages published to ``s3://<bucket>/p``."""
+    from frt_dist.fleet import publish_lock
+    from frt_dist.objstore import open_store
+
     tp, lock = _project(tmp_path, [("solo", "decode"), ("solo", "prefill")])
-    r = run_frt(["mirror", f"s3://{bucket}/p", "--all-variants"], cwd=tp.root)
-    assert r.returncode == 0 and "8 object(s) uploaded" in r.stdout, r.stderr
+    with open_store(f"s3://{bucket}/p") as store:  # what `frt mirror s3://… --all-variants` does, in process
+        assert publish_lock(lock, store, all_variants=True, root=tp.root).uploaded == 8
     return tp, lock
 
 
