@@ -961,6 +961,9 @@ def cmd_receipts(args) -> int:
             from . import names  # noqa: PLC0415
 
             names.check("name", args.model, "--model", UsageError)
+        if project.read_only:
+            raise UsageError("frt receipts pull: the bundled demo project is read-only; run it in a project folder "
+                             "(manifests/, receipts/, lockfiles/) or pass --project DIR")
         res = pull_receipts(store, project.receipts_dir, model=args.model, label=lambda p: project.rel(Path(p)))
     lines = [f"{len(res.written)} receipt(s) written from {store.url}, {len(res.present)} already here"]
     lines += [f"  {w}" for w in res.written]

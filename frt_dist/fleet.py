@@ -213,12 +213,25 @@ def push_receipts(store: ObjectStore, paths, *, label: Callable[[Path], str] = s
             continue  # the same receipt twice in what was given: one object
         key = receipt_key(hexd)
         data = path.read_bytes()
-        if store.head(key) is not None:
-            out.present.append(hexd)  # content-addressed: what is there has (been checked to have) this digest
+        if _stored_receipt_digest(store, key) == rec.digest:
+            out.present.append(hexd)  # content-addressed: the same receipt is there (a receipt is small: checked whole)
             continue
         store.put_bytes(key, data)
         out.sent.append(hexd)
     return out
+
+
+def _stored_receipt_digest(store: ObjectStore, key: str) -> str | None:
+    """The canonical digest of the receipt stored under ``key``, or None when absent or not a receipt."""
+    from .receipt import Receipt  # noqa: PLC0415
+
+    data = store.get_bytes(key, limit=4 << 20) if store.head(key) is not None else None
+    if data is None:
+        return None
+    try:
+        return Receipt.parse(json.loads(data.decode("utf-8")), file=store.where(key)).digest
+    except (ValueError, UnicodeDecodeError):  # FrtError is a ValueError; so is JSONDecodeError
+        return None
 
 
 def pull_receipts(store: ObjectStore, receipts_dir: Path, *, model: str | None = None,

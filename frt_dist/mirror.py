@@ -250,11 +250,9 @@ class _Item:
     def object_key(self) -> str:
         """The item's key in an object store (``frt_dist.objstore``): ``<algorithm>/<hex>``, from
         the lock's digest alone, so a node finds the bytes without trusting anything else."""
-        from .objstore import object_key  # noqa: PLC0415
+        from .objstore import locked_file_key  # noqa: PLC0415
 
-        if self.expected.startswith("sha256:"):
-            return object_key("sha256", self.expected.split(":", 1)[1])
-        return object_key(self.algorithm, base64.b64decode(self.expected).hex())
+        return locked_file_key(self.algorithm, self.expected)
 
     def computed(self, hashes: dict) -> str:
         if self.expected.startswith("sha256:"):

@@ -57,7 +57,7 @@ from typing import Callable
 from .errors import FrtError, UsageError
 
 __all__ = ["Location", "parse_location", "is_url", "open_store", "ObjectStore", "S3Store", "FileStore",
-           "StoreAccess", "StoreUnavailable", "ObjectMissing", "object_key", "lock_key", "receipt_key",
+           "StoreAccess", "StoreUnavailable", "ObjectMissing", "object_key", "locked_file_key", "lock_key", "receipt_key",
            "digest_from_object_key", "store_config"]
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$")
@@ -155,6 +155,21 @@ def object_key(algorithm: str, hexdigest: str) -> str:
     if not _ALGO.match(algorithm) or not _HEX.match(hexdigest):
         raise ValueError(f"not a digest: {algorithm}:{hexdigest}")
     return f"{algorithm}/{hexdigest}"
+
+
+def locked_file_key(algorithm: str, expected: str) -> str:
+    """The key of a locked file from the lock's own digest of it: ``expected`` as the lock writes it
+    (``"sha256:<hex>"`` for ``metadata.json``, else the base64 digest in ``digest-algorithm``)."""
+    import base64  # noqa: PLC0415
+    import binascii  # noqa: PLC0415
+
+    if expected.startswith("sha256:"):
+        return object_key("sha256", expected.split(":", 1)[1])
+    try:
+        raw = base64.b64decode(expected, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"not a base64 digest: {expected!r}") from None
+    return object_key(algorithm, raw.hex())
 
 
 def digest_from_object_key(key: str) -> tuple[str, str] | None:
@@ -394,9 +409,15 @@ class S3Store(ObjectStore):
         return int(r["ContentLength"])
 
     def get(self, key, out, *, limit=None, progress=None) -> int:
-        n = 0
+        """A stream cut mid-way resumes where it stopped (a ranged GET of the same ETag), within
+        the attempt cap: ``out`` only ever receives each byte once, in order."""
+        n, etag = 0, None
         for attempt in range(self.attempts):
-            r = self._call(self.client.get_object, key, Bucket=self.loc.bucket, Key=self._key(key))
+            kw = {"Range": f"bytes={n}-"} if n else {}
+            if etag:
+                kw["IfMatch"] = etag  # the same object, not one replaced meanwhile
+            r = self._call(self.client.get_object, key, Bucket=self.loc.bucket, Key=self._key(key), **kw)
+            etag = etag or r.get("ETag")
             body = r["Body"]
             try:
                 for chunk in body.iter_chunks(_CHUNK):
@@ -408,11 +429,11 @@ class S3Store(ObjectStore):
                     if progress:
                         progress(len(chunk))
                 return n
-            except Exception as exc:  # noqa: BLE001 - a stream cut mid-way: resume only into a fresh writer
+            except Exception as exc:  # noqa: BLE001 - a stream cut mid-way: resume from byte n
                 body.close()
                 err = self._error(exc, key)
-                if n or attempt + 1 >= self.attempts or not isinstance(err, StoreUnavailable):
-                    raise err from None  # bytes already went to out: the caller starts over
+                if attempt + 1 >= self.attempts or not isinstance(err, StoreUnavailable):
+                    raise err from None
         raise StoreUnavailable(f"{self.where(key)}: could not be read")  # pragma: no cover
 
     def put_file(self, key, path, *, progress=None) -> None:

@@ -102,6 +102,8 @@ class FaultProxy:
         # SIGKILL process ``kill_pid`` at the ``kill_at``-th request (1-based): before it reaches the
         # server, or (``kill_after``) once the server has acted on it but before the client hears back
         self.kill_pid: int | None = None
+        # cut the next ``cut_first`` object GETs (paths containing ``cut_match``) after half their body
+        self.cut_first, self.cut_match = 0, "/sha256/"
         self.kill_at, self.kill_after = 0, False
         proxy = self
 
@@ -150,6 +152,11 @@ class FaultProxy:
                 if kill:
                     proxy._kill()
                     return
+                with proxy._lock:
+                    cut = (self.command == "GET" and proxy.cut_first > 0 and proxy.cut_match in self.path
+                           and resp.status in (200, 206) and len(data) > 1)
+                    if cut:
+                        proxy.cut_first -= 1
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -158,6 +165,12 @@ class FaultProxy:
                 self.send_header("Content-Length", resp.getheader("Content-Length", "0") if self.command == "HEAD"
                                  else str(len(data)))
                 self.end_headers()
+                if cut:  # the promised length, half the bytes, then the connection drops
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    conn.close()
+                    return
                 if self.command != "HEAD":
                     self.wfile.write(data)
                 conn.close()

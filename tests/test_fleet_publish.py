@@ -190,6 +190,21 @@ def test_a_server_error_that_persists_is_retried_a_bounded_number_of_times(proj,
         proxy.stop()
 
 
+def test_a_stream_cut_mid_way_resumes_where_it_stopped(proj, tmp_path, s3, bucket):
+    tp, lock = proj
+    assert run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
+    proxy = FaultProxy(s3.url).start()
+    proxy.cut_first = 4  # every object's first GET drops after half its bytes
+    try:
+        r = run_frt(["mirror", str(tmp_path / "m"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"],
+                    cwd=tp.root, env={"AWS_ENDPOINT_URL": proxy.url})
+    finally:
+        proxy.stop()
+    assert r.returncode == 0, r.stderr
+    assert proxy.cut_first == 0 and sum(1 for m, p in proxy.log if m == "GET" and "/sha256/" in p) == 8
+    assert verify_mirror(lock, tmp_path / "m", variants=["torch-cpu"]) == []
+
+
 def test_a_stalled_server_times_out_in_bounded_time(proj, tmp_path, s3, bucket):
     tp, _ = proj
     proxy = FaultProxy(s3.url, mode="stall", stall_s=60).start()

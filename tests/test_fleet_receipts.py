@@ -113,6 +113,10 @@ def test_what_the_store_holds_is_checked_before_it_is_written(hosts, tmp_path, s
     written = sorted(str(p.relative_to(job.root / "receipts")) for p in (job.root / "receipts").rglob("*.json"))
     assert written == [f"tiny/{digest(docs['pre']).split(':')[1]}.json"]  # only the one intact receipt
     assert not (tmp_path / "outside").exists()
+    # pushing again repairs the damaged object (what is there is read and checked, not trusted by its key)
+    assert run_frt(["receipts", "push", f"s3://{bucket}/q", str(host_a)], cwd=tp.root).returncode == 0
+    stored = c.get_object(Bucket=bucket, Key=f"q/receipts/sha256/{good}.json")["Body"].read()
+    assert digest(json.loads(stored)) == f"sha256:{good}"
 
 
 def test_file_url_carries_receipts_too(hosts, tmp_path):
@@ -122,3 +126,8 @@ def test_file_url_carries_receipts_too(hosts, tmp_path):
         assert run_frt(["receipts", "push", url, str(host)], cwd=tp.root).returncode == 0
     assert len(list((tmp_path / "shared" / "receipts" / "sha256").iterdir())) == 3
     assert _lock_job(tp, tmp_path, "job", url) == _lock_job(tp, tmp_path, "job-b", url)
+
+
+def test_pull_outside_a_project_refuses_to_write_into_the_bundled_demo(tmp_path, s3, bucket):
+    r = run_frt(["receipts", "pull", f"s3://{bucket}/q"], cwd=tmp_path)
+    assert r.returncode == 2 and "bundled demo project is read-only" in r.stderr, r.stderr
