@@ -93,14 +93,6 @@ def _client(url: str):
         return got
 
 
-def _object_key(algorithm: str, expected: str) -> str:
-    from ..objstore import object_key  # noqa: PLC0415
-
-    if expected.startswith("sha256:"):
-        return object_key("sha256", expected.split(":", 1)[1])
-    return object_key(algorithm, base64.b64decode(expected).hex())
-
-
 def _plain_rel(rel: str) -> bool:
     parts = rel.split("/")
     return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts) and "\0" not in rel
@@ -206,7 +198,7 @@ def _fetch_all(want, objects, vdir: Path) -> list[dict]:
     """Fetch every file of the variant into ``vdir`` (a fresh temporary entry), hashing each as
     it arrives; the problems (``check_variant_dir``'s form plus ``object``), empty when all match.
     ``StoreAccess`` (no credentials, denied, no bucket) is raised: it is no fault of one file."""
-    from ..objstore import ObjectMissing, StoreAccess, StoreUnavailable  # noqa: PLC0415
+    from ..objstore import ObjectMissing, StoreAccess, StoreUnavailable, locked_file_key  # noqa: PLC0415
 
     exp = want.expected
     prefix = f"build/{want.variant}/"
@@ -219,7 +211,7 @@ def _fetch_all(want, objects, vdir: Path) -> list[dict]:
         if not _plain_rel(rel):
             return _problem("mismatched", shown, expected, None, f"{told}: not a plain relative path in the lock")
         try:
-            key = _object_key(algorithm, expected)
+            key = locked_file_key(algorithm, expected)
         except (ValueError, TypeError):
             return _problem("mismatched", shown, expected, None, f"{told}: the lock's digest names no object")
         where = objects.where(key)
