@@ -320,6 +320,9 @@ class S3Store(ObjectStore):
                 "s3", config=Config(retries={"mode": "standard", "total_max_attempts": self.attempts},
                                     connect_timeout=cfg["timeout"], read_timeout=cfg["timeout"],
                                     max_pool_connections=32, signature_version="s3v4",
+                                    # botocore >= 1.36 adds CRC checksums to every PUT by default, which
+                                    # several S3-API stores (older MinIO, Ceph, GCS interop) refuse; frt
+                                    # checks every byte against the lock's digest itself
                                     request_checksum_calculation="when_required",
                                     response_checksum_validation="when_required"))
         except Exception as exc:  # noqa: BLE001 - ProfileNotFound, a bad config file, a bad endpoint
@@ -361,7 +364,7 @@ class S3Store(ObjectStore):
                                     hints=["check the endpoint (AWS_ENDPOINT_URL) and the network; "
                                            "FRT_STORE_TIMEOUT sets the limit"])
         if isinstance(exc, bex.EndpointConnectionError):
-            return StoreUnavailable(f"{where}: cannot connect to the endpoint {self.client.meta.endpoint_url}",
+            return StoreUnavailable(f"{where}: cannot connect to the endpoint {_safe_url(self.client.meta.endpoint_url)}",
                                     hints=["check AWS_ENDPOINT_URL (and AWS_REGION)"])
         if isinstance(exc, (bex.ConnectionError, bex.HTTPClientError, bex.IncompleteReadError,
                             bex.ResponseStreamingError, ConnectionError)):
@@ -485,6 +488,11 @@ def _session(boto3):
         if got is None:
             got = _SESSIONS[key] = boto3.session.Session()
         return got
+
+
+def _safe_url(url: str) -> str:
+    """An endpoint URL without any ``user:password@`` part someone put in it."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.\-]*://)[^/@]*@", r"\1", str(url))
 
 
 def _scrub(text: str) -> str:

@@ -354,7 +354,11 @@ def test_credentials_never_appear_in_output_or_anything_written(proj, tmp_path, 
                 (["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu", "--json"],
                  {"AWS_ENDPOINT_URL": proxy.url, "_mode": "403"}),
                 (["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], {"AWS_ENDPOINT_URL": "http://127.0.0.1:9",
-                                                                             "FRT_STORE_ATTEMPTS": "1"})]
+                                                                             "FRT_STORE_ATTEMPTS": "1"}),
+                # credentials someone put into the endpoint URL itself
+                (["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"],
+                 {"AWS_ENDPOINT_URL": f"http://{FAKE_KEY_ID}:{FAKE_SECRET.replace('/', '%2F')}@127.0.0.1:9",
+                  "FRT_STORE_ATTEMPTS": "1"})]
         for args, env in runs:
             proxy.mode = env.pop("_mode", "pass")
             r = run_frt(args, cwd=tp.root, env=env)
@@ -363,7 +367,7 @@ def test_credentials_never_appear_in_output_or_anything_written(proj, tmp_path, 
         proxy.stop()
     written = [p.read_bytes() for p in [*tp.root.rglob("*"), *mirror.rglob("*")] if p.is_file()]
     written += list(_objects(s3, bucket).values())
-    for secret in (FAKE_SECRET, FAKE_KEY_ID):
+    for secret in (FAKE_SECRET, FAKE_KEY_ID, FAKE_SECRET.replace("/", "%2F")):
         assert not any(secret in o for o in outputs), secret
         assert not any(secret.encode() in w for w in written), secret
     assert any("answered 500" in o for o in outputs) and any("cannot connect" in o for o in outputs)
