@@ -13,6 +13,7 @@ import functools
 import importlib
 import importlib.machinery
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,8 @@ class Project:
     @property
     def mirror(self) -> str | None:
         m = self.settings.get("mirror")
+        if m and re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", str(m)):
+            return str(m)  # an object-store URL (SPEC §25), taken as written
         return str((self.root / m).resolve()) if m else None
 
     def rel(self, path: Path) -> str:

@@ -169,7 +169,7 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
          lockfile=None, mirror=None, hardware: Hardware | None = None, allow_pins: bool = False,
          project=None) -> "Plan":
     """Resolve, supply and bind ``model`` for this (or the declared) hardware (SPEC §5, §8.6)."""
-    from .loader import mirror_dir  # noqa: PLC0415
+    from .loader import mirror_location  # noqa: PLC0415
     from .routes.resolver import refusal_error, resolve_all  # noqa: PLC0415
 
     proj = _project(project)
@@ -187,7 +187,7 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
     if refused is not None:
         raise refused
     binds = _binds(lock, decisions)
-    mdir = mirror_dir(mirror, proj)
+    mdir = mirror_location(mirror, proj)
     packages, reasons = _supply(lock, binds, mirror=mdir, hardware=hw, allow_pins=allow_pins, root=root,
                                 project=proj)
     fns, probes, more = _check_binds(lock, binds, packages)
@@ -196,7 +196,9 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
         raise KernelUnavailable(
             f"model {model!r}: {len(reasons)} problem(s) supplying the chosen routes; nothing was bound:\n  "
             + "\n  ".join(r["reason"] for r in reasons[:40]), reasons=reasons,
-            hints=["`frt verify --mirror DIR` names damaged files; `frt mirror DIR` refills them"])
+            hints=[f"republish the objects named from a machine holding the verified files (`frt mirror {mdir} "
+                   "--repair`); nothing unverified was used"] if isinstance(mdir, str) else
+                  ["`frt verify --mirror DIR` names damaged files; `frt mirror DIR` refills them"])
     plan = Plan(lock, hw, decisions, fallback, packages, binds, fns, probes)
     if stale:
         plan.notes.append(stale)

@@ -55,6 +55,7 @@ from .core import (
     load_package,
     lock_root,
     mirror_dir,
+    mirror_location,
     pin_env_name,
     prepare_locked,
     record_unavailable,
@@ -64,4 +65,4 @@ from .core import (
 
 __all__ = ["hub_kernel", "load_package", "load_locked", "prepare_locked", "unavailable_report", "LoadedPackage",
            "Ready", "CheckBatch", "pin_env_name", "record_unavailable",
-           "mirror_dir", "cache_dirs", "is_offline", "repo_folder", "lock_root"]
+           "mirror_dir", "mirror_location", "cache_dirs", "is_offline", "repo_folder", "lock_root"]

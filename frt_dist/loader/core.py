@@ -112,7 +112,7 @@ if TYPE_CHECKING:
 
 __all__ = ["hub_kernel", "load_package", "load_locked", "prepare_locked", "unavailable_report", "LoadedPackage",
            "Ready", "CheckBatch", "pin_env_name", "record_unavailable",
-           "mirror_dir", "cache_dirs", "is_offline", "repo_folder", "lock_root"]
+           "mirror_dir", "mirror_location", "cache_dirs", "is_offline", "repo_folder", "lock_root"]
 
 _PIN_CHARS = re.compile(r"[^A-Z0-9]")
 
@@ -219,14 +219,33 @@ def cache_dirs() -> list[Path]:
 
 
 def mirror_dir(mirror=None, project=None) -> Path | None:
-    """The mirror in force: ``mirror=``, else ``FRT_MIRROR``, else the project's ``[tool.frt] mirror``."""
+    """The mirror folder in force: ``mirror=``, else ``FRT_MIRROR``, else the project's ``[tool.frt]
+    mirror``. An object-store URL is no folder: ``mirror_location`` gives it (a ``UsageError`` here)."""
+    got = mirror_location(mirror, project)
+    if isinstance(got, str):
+        from ..errors import UsageError  # noqa: PLC0415
+
+        raise UsageError(f"mirror {got} is an object-store URL, not a folder")
+    return got
+
+
+def mirror_location(mirror=None, project=None) -> Path | str | None:
+    """The mirror in force (``mirror=``, else ``FRT_MIRROR``, else the project's ``[tool.frt] mirror``):
+    a ``Path`` for a folder, the normalised URL (``str``) for an object store (``s3://``,
+    ``file://``; SPEC §25), ``None`` when there is none. A malformed URL is ``StoreAccess`` (exit 2)."""
     if mirror is not None:
-        return Path(mirror)
-    if os.environ.get("FRT_MIRROR"):
-        return Path(os.environ["FRT_MIRROR"])
-    if project is not None and project.mirror:
-        return Path(project.mirror)
-    return None
+        given = mirror
+    elif os.environ.get("FRT_MIRROR"):
+        given = os.environ["FRT_MIRROR"]
+    elif project is not None and project.mirror:
+        given = project.mirror
+    else:
+        return None
+    if "://" in os.fspath(given):  # only then: a folder's load imports nothing of the object-store code
+        from .remote import location_of  # noqa: PLC0415
+
+        return location_of(given) or Path(given)
+    return Path(given)
 
 
 def repo_folder(repo: str) -> str:
@@ -675,6 +694,7 @@ class Ready:
     entry: Entry | None = None  # the verified store entry the import reads
     meta: dict = field(default_factory=dict)  # the verified metadata, parsed
     meta_bytes: bytes = b""
+    location: str = ""  # where the bytes were verified from, when that is no folder (an object-store URL)
 
     @property
     def repo(self) -> str:
@@ -698,15 +718,18 @@ class Ready:
                                    variant=want.variant)
                 raise
             loaded = LoadedPackage(want.repo, want.version, want.revision, want.variant, module, self.module_id,
-                                   self.source, str(self.vdir), want.trust, want.pinned, self.notes,
+                                   self.source, self.location or str(self.vdir), want.trust, want.pinned, self.notes,
                                    want.request, str(self.entry.variant_dir))
             _LOADED[want.repo] = loaded
             _OWNED[self.module_id] = want.repo
             return loaded
 
 
-def _prepare(want: _Want, hw: Hardware, mirror: Path | None, batch: CheckBatch | None = None) -> LoadedPackage | Ready:
-    """Every check before import; the loaded package when this process already has it."""
+def _prepare(want: _Want, hw: Hardware, mirror: Path | str | None,
+             batch: CheckBatch | None = None) -> LoadedPackage | Ready:
+    """Every check before import; the loaded package when this process already has it. ``mirror``
+    is a folder, or an object-store URL (``frt_dist.loader.remote``: the variant's locked files
+    are fetched straight into the verified store)."""
     batch = batch or CheckBatch()
     have = _LOADED.get(want.repo)
     if have is not None:
@@ -717,12 +740,19 @@ def _prepare(want: _Want, hw: Hardware, mirror: Path | None, batch: CheckBatch |
     if not valid_variant_name(want.variant):
         raise _refuse(want.repo, [f"variant name {want.variant!r} is not a plain directory name"])
     notes = _arch_notes(want, hw) if want.expected is not None else []
-    offline = is_offline(mirror)
-    vdir, tree, source = _locate(want, mirror, offline)
-    if want.expected is None:
-        _self_declared(want, vdir)
-        notes = _arch_notes(want, hw)
-    vdir, tree, source, meta_bytes, entry = _integrity(want, vdir, tree, source, offline, batch)
+    location = ""
+    if isinstance(mirror, str):  # an object store: only what the lock names, fetched into the store
+        from .remote import fetch_variant  # noqa: PLC0415
+
+        entry, meta_bytes = fetch_variant(want, mirror)
+        vdir, source, location = entry.variant_dir, "mirror", mirror
+    else:
+        offline = is_offline(mirror)
+        vdir, tree, source = _locate(want, mirror, offline)
+        if want.expected is None:
+            _self_declared(want, vdir)
+            notes = _arch_notes(want, hw)
+        vdir, tree, source, meta_bytes, entry = _integrity(want, vdir, tree, source, offline, batch)
     meta = _read_metadata(want, vdir, meta_bytes)
     problems = _depends_problems(want, meta_bytes) + _module_problems(want, meta, vdir, batch)
     if problems:
@@ -731,7 +761,7 @@ def _prepare(want: _Want, hw: Hardware, mirror: Path | None, batch: CheckBatch |
                       hints=["the lockfile names dependencies the package does not: find out who edited it "
                              "(`frt verify --mirror DIR` compares it with the mirrored metadata.json), "
                              "then re-lock with `frt lock`"] if edited else None)
-    return Ready(want, vdir, source, meta["id"], tuple(notes), entry, meta, meta_bytes)
+    return Ready(want, vdir, source, meta["id"], tuple(notes), entry, meta, meta_bytes, location)
 
 
 def _load(want: _Want, hw: Hardware, mirror: Path | None) -> LoadedPackage:
@@ -784,7 +814,7 @@ def prepare_locked(lock, repo: str, variant: str | None = None, *, mirror=None, 
         # this variant first: its files and metadata.json verified, its declared kernel-depends
         # compared with the lock's (``_prepare``); only then is any dependency looked at, so a
         # package the lock alone names is never prepared, let alone loaded
-        got = _prepare(want, hw, mirror_dir(mirror, project), batch)
+        got = _prepare(want, hw, mirror_location(mirror, project), batch)
         if isinstance(got, Ready):
             want.deps = tuple(_prepare_dep(lock, repo, dep, _chain, mirror=mirror, hardware=hw,
                                            allow_pins=allow_pins, root=root, project=project, batch=batch)
@@ -835,7 +865,12 @@ def load_package(repo: str, version: int, *, trust: bool | None = None, lockfile
 
     def go():
         hw = hardware or Hardware.detect()
-        mdir = mirror_dir(mirror, project)
+        mdir = mirror_location(mirror, project)
+        if isinstance(mdir, str):
+            raise _refuse(repo, [{"kind": "store", "reason": f"mirror {mdir} is an object store, which frt reads only "
+                                                             "through a lockfile (the lock is what names the bytes "
+                                                             "to fetch and check); no lockfile is in force"}],
+                          hints=["pass lockfile= (or set FRT_LOCK) to the lockfile that locks this package"])
         have = _LOADED.get(repo)
         if have is not None and have.version == version and _pin_value(repo) in (None, have.revision):
             return have

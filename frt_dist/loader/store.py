@@ -226,6 +226,12 @@ def _make_writable(top: Path) -> None:
 
 
 def _rmtree(top: Path) -> None:
+    if os.path.islink(top):  # a link where an entry was: remove the link, never touch what it names
+        try:
+            os.unlink(top)
+        except OSError:
+            pass
+        return
     try:
         os.chmod(top, 0o700)
     except OSError:

@@ -1,0 +1,245 @@
+"""Fleet loading through an object store (issue 18 item 7): N node processes each load a model
+through a local moto S3 server, against a plain parallel copy of the same objects by ``s5cmd``
+run as the same N processes, in the same run, so the numbers are ratios of the same load.
+
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_fleet.py [--nodes 8,32] [--big-mb 256] [--rounds 1]
+                                                        [--workloads demo,big] [--design]
+
+Workloads: ``demo`` is this repository's demo model (``lockfiles/demo-decoder.lock``, the machine of
+its locked cell), ``big`` a tiny model whose ``t-org/scale`` variant carries a ``--big-mb`` file
+(random bytes, digested like any other). Each is published once (``frt mirror s3://…``).
+
+For each workload and N, in one run (order alternated between rounds):
+
+- ``s5cmd``: N ``s5cmd run`` processes at once, each copying exactly the objects its node needs
+  (``cp -c 1 -p 1024``: one GET per object, as frt does; s5cmd's default ranged parts make moto
+  read the whole object once per part), into a folder of its own; nothing is verified.
+- ``frt fetch+verify``: N node processes (tests/fleetnodes.py, forked after the shared imports)
+  each doing what ``frt_dist.load`` does before it imports: resolve, then fetch the bound variants'
+  locked files into a verified store of its own, hashing and checking every byte.
+- ``frt load``: the whole ``frt_dist.load`` (also import and the bind-time smoke launches).
+
+Wall time is from the moment the N processes are released to the last one's exit. Bytes per node
+are counted by frt's fetch code (``frt_dist.loader.remote.stats``) and compared with what the
+node's variants need (the sizes of the objects its lock names for them). ``--design`` adds one
+node of the ``big`` workload loaded two ways: straight into the verified store (what frt does)
+and through a local mirror first (``frt mirror DIR --from URL``, then a load from DIR).
+
+The moto server is one Python process on the same 2 cores as the nodes: for both sides it is
+likely the bottleneck, so only the ratio means anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.dont_write_bytecode = True
+
+from s3server import S3Server  # noqa: E402
+
+BUCKET = "frt-bench"
+S5CMD = str(Path(sys.executable).parent / "s5cmd")
+TINY_HW = {"arch": "x86_64", "device_class": "test-cpu", "backend": "cpu", "software": {"torch": "2.13"}}
+
+
+def _rm(path: Path) -> None:
+    """Remove a tree, store entries (read-only) included."""
+    if not path.exists():
+        return
+    for dirpath, dirs, _files in os.walk(path):
+        for d in dirs:
+            try:
+                os.chmod(os.path.join(dirpath, d), 0o700)
+            except OSError:
+                pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _frt(args, cwd, env):
+    r = subprocess.run([sys.executable, "-m", "frt_dist.cli", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"frt {' '.join(args)} failed:\n{r.stderr}")
+    return r.stdout
+
+
+def _needed(lock, hw_kwargs, prefix: str, sizes: dict) -> dict:
+    """{object key under the bucket: size} of what one node loads: the variants the resolved routes bind."""
+    from frt_dist.hardware import Hardware
+    from frt_dist.mirror import _items
+    from frt_dist.routes.resolver import resolve_all
+    from frt_dist.serve import _binds
+
+    decisions = resolve_all(lock, hardware=Hardware(**hw_kwargs), precision=None, fallback="refuse",
+                            accept=("certified_fast",))
+    out = {}
+    for repo, variant in sorted({(b.repo, b.variant) for b in _binds(lock, decisions)}):
+        for item in _items(lock.packages[repo], variant):
+            key = f"{prefix}/{item.object_key}"
+            out[key] = sizes[key]
+    return out
+
+
+def _workloads(names, work: Path, env: dict, big_mb: int) -> dict:
+    from factories import NORM_SRC, SCALE_SRC, tiny_project
+    from frt_dist.lockfile import Lockfile
+    from frt_dist.mirror import cell_machines
+
+    out = {}
+    if "demo" in names:
+        lock = Lockfile.read(ROOT / "lockfiles" / "demo-decoder.lock")
+        hw = cell_machines(lock)[0]
+        hw_kwargs = {"arch": hw.arch, "device_class": hw.device_class, "backend": hw.backend, "cpu": hw.cpu,
+                     "os": hw.os, "software": dict(hw.software)}
+        _frt(["mirror", f"s3://{BUCKET}/demo", "--cells"], ROOT, env)
+        out["demo"] = {"cwd": str(ROOT), "model": "demo-decoder", "lockfile": str(lock.path), "lock": lock,
+                       "prefix": "demo", "hardware": hw_kwargs, "label": "demo model (demo-decoder)"}
+    if "big" in names:
+        big = os.urandom(big_mb << 20)
+        tp = tiny_project(work, "big", packages={
+            "scale": {"name": "scale", "module": {"__init__.py": SCALE_SRC, "weights.bin": big}},
+            "norm": {"name": "norm", "source": NORM_SRC}})
+        del big
+        lock = tp.lock(receipts=[("fast", "decode"), ("fast", "prefill")])
+        _frt(["mirror", f"s3://{BUCKET}/big", "--variant", "torch-cpu"], tp.root, env)
+        out["big"] = {"cwd": str(tp.root), "model": "tiny", "lockfile": str(tp.lock_path), "lock": lock,
+                      "prefix": "big", "hardware": TINY_HW, "label": f"{big_mb} MB package"}
+    return out
+
+
+def _sizes(s3) -> dict:
+    c = s3.client()
+    out, token = {}, None
+    while True:
+        kw = {"Bucket": BUCKET, **({"ContinuationToken": token} if token else {})}
+        r = c.list_objects_v2(**kw)
+        out.update({o["Key"]: o["Size"] for o in r.get("Contents", [])})
+        if not r.get("IsTruncated"):
+            return out
+        token = r["NextContinuationToken"]
+
+
+def run_s5cmd(n: int, needed: dict, work: Path, env: dict, url: str) -> dict:
+    dirs, procs = [], []
+    cmds = []
+    for i in range(n):
+        d = work / f"s5-{i}"
+        d.mkdir(parents=True)
+        f = work / f"s5-{i}.txt"
+        f.write_text("".join(f"cp -c 1 -p 1024 s3://{BUCKET}/{k} {d}/{k.rsplit('/', 1)[1]}\n" for k in needed))
+        dirs.append(d)
+        cmds.append([S5CMD, "--endpoint-url", url, "--log", "error", "run", str(f)])
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for c in cmds]
+    errs = [p.communicate()[1] for p in procs]
+    wall = time.perf_counter() - t0
+    codes = [p.returncode for p in procs]
+    got = [sum(f.stat().st_size for f in d.iterdir()) for d in dirs]
+    for d in dirs:
+        _rm(d)
+    if any(codes):
+        raise SystemExit(f"s5cmd failed: {codes} {errs[0][:500]!r}")
+    return {"wall_s": wall, "bytes": got}
+
+
+def run_nodes(n: int, w: dict, work: Path, env: dict, mode: str, *, sync: bool = False) -> dict:
+    out = work / f"nodes-{mode}-{time.monotonic_ns()}"
+    stores = [work / f"store-{mode}-{i}" for i in range(n)]
+    nodes = []
+    for i in range(n):
+        node_env = {**env, "FRT_STORE": str(stores[i]), "XDG_CACHE_HOME": str(work / f"xdg-{i}")}
+        node = {"cwd": w["cwd"], "model": w["model"], "lockfile": w["lockfile"], "mirror": f"s3://{BUCKET}/{w['prefix']}",
+                "hardware": w["hardware"], "mode": mode if mode != "sync" else "prepare", "env": node_env,
+                "verify_files": False}
+        if sync:
+            node["sync_dir"] = str(work / f"sync-{i}")
+        nodes.append(node)
+    spec = work / "spec.json"
+    spec.write_text(json.dumps({"nodes": nodes, "out": str(out)}))
+    penv = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
+    penv.update(env, HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fleetnodes.py"), str(spec)], env=penv,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.stdout.readline().strip() != "ready":
+        raise SystemExit(proc.stderr.read())
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    stdout, stderr = proc.communicate()
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    docs = [json.loads((out / f"{i}.json").read_text()) for i in range(n)]
+    bad = [d for d in docs if not d.get("ok")]
+    for p in [out, *stores, *(work / f"xdg-{i}" for i in range(n)), *(work / f"sync-{i}" for i in range(n))]:
+        _rm(p)
+    if bad:
+        raise SystemExit(f"{len(bad)} node(s) failed: {bad[0]}\n{stderr[-2000:]}")
+    return {"wall_s": summary["wall_s"], "bytes": [d["stats"]["bytes"] for d in docs]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", default="8,32")
+    ap.add_argument("--big-mb", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--workloads", default="demo,big")
+    ap.add_argument("--design", action="store_true")
+    args = ap.parse_args()
+    ns = [int(x) for x in args.nodes.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="frt-bench-fleet-"))
+    s3 = S3Server().start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(s3.env(), PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+        s3.client().create_bucket(Bucket=BUCKET)
+        loads = _workloads(args.workloads.split(","), work, env, args.big_mb)
+        sizes = _sizes(s3)
+        rows = []
+        for name, w in loads.items():
+            needed = _needed(w["lock"], w["hardware"], w["prefix"], sizes)
+            need = sum(needed.values())
+            for n in ns:
+                best = {}
+                for r in range(args.rounds):
+                    order = ["s5cmd", "prepare", "load"]
+                    if r % 2:
+                        order.reverse()
+                    for what in order:
+                        if what == "s5cmd":
+                            got = run_s5cmd(n, needed, work, env, s3.url)
+                        else:
+                            got = run_nodes(n, w, work, env, what)
+                        print(f"{name} N={n} round {r + 1} {what}: {got['wall_s']:.2f} s", file=sys.stderr, flush=True)
+                        if what not in best or got["wall_s"] < best[what]["wall_s"]:
+                            best[what] = got
+                excess = max(b - need for b in best["prepare"]["bytes"])
+                rows.append((w["label"], n, need, len(needed), best["s5cmd"]["wall_s"], best["prepare"]["wall_s"],
+                             best["load"]["wall_s"], excess))
+        print("\n| workload | N | bytes a node needs (objects) | excess bytes fetched per node | s5cmd copy s | "
+              "frt fetch+verify s | ratio | frt whole load s | ratio |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for label, n, need, k, s5, prep, load, excess in rows:
+            print(f"| {label} | {n} | {need:,} ({k}) | {excess} | {s5:.2f} | {prep:.2f} | {prep / s5:.2f}x | "
+                  f"{load:.2f} | {load / s5:.2f}x |")
+        if args.design and "big" in loads:
+            w = loads["big"]
+            direct = run_nodes(1, w, work, env, "prepare")
+            synced = run_nodes(1, w, work, env, "sync", sync=True)
+            print(f"\ndesign, one node, {w['label']}: straight into the verified store {direct['wall_s']:.2f} s; "
+                  f"local mirror first, then load from it {synced['wall_s']:.2f} s "
+                  f"({synced['wall_s'] / direct['wall_s']:.2f}x)")
+    finally:
+        s3.stop()
+        _rm(work)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

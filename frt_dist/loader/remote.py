@@ -1,0 +1,276 @@
+"""Loading through an object-store mirror (SPEC §25, issue 18): ``mirror="s3://bucket/prefix"``,
+``FRT_MIRROR=s3://…`` or ``[tool.frt] mirror = "s3://…"`` (``file:///path`` too).
+
+The node's own lockfile is the root of trust; the store is untrusted. After resolve has chosen
+the routes, the loader asks this module for exactly one variant of one package at a time (the
+variant a winning route binds, then each kernel-depends once that variant's verified
+``metadata.json`` named it), and this module feeds the **verified store** straight from the
+object store:
+
+1. **Warm**: the store already holds a sound entry for the variant's whole identity (file
+   digests, metadata sha256, module id): nothing is fetched, nothing is hashed (the store is
+   private; the import hashes each file it runs again, as always).
+2. **Cold**: under a per-entry lock (``flock`` on ``<store>/.fetch-<key>.lock``, so processes
+   sharing one store fetch an entry once and the others wait, then use it), a temporary entry is
+   made and every locked file of the variant is fetched by the key its locked digest gives
+   (``<algorithm>/<hex>``, ``frt_dist.objstore``), several at once, each streamed into its file
+   in the temporary entry while it is hashed. Every digest is compared with the lock; one
+   missing, truncated or altered object discards the whole entry (nothing becomes visible,
+   nothing is imported) and the refusal names each object and the locked file it stands for.
+   Otherwise the entry is committed (read-only, record last, renamed into place), exactly as a
+   load from a local mirror commits one.
+
+So each byte is written once and hashed once on its way in, and only the files of the selected
+variants cross the network: no listing, no lockfile, no other variant, no Hub (a URL mirror makes
+the load offline). Why not fill a local mirror first (``frt mirror DIR --from URL``) and load from
+it: that writes and hashes every byte twice (the mirror's blob, then the store's copy) and needs a
+second folder kept safe; the numbers are in bench/RESULTS.md. The sync command stays the tool for
+init containers and for plain `kernels`.
+
+Errors: a store that refuses us (no credentials, access denied, no such bucket, a bad URL) is
+``objstore.StoreAccess`` (exit 2, with a hint) and stops the load; a store that fails (timeouts,
+server errors through the bounded retries) is a ``KernelUnavailable`` for the package (kind
+``store``), as is a missing or damaged object (kinds ``missing`` / ``mismatched``). Messages name
+the location and key, never a credential.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+from ..errors import KernelUnavailable
+from .integrity import METADATA, _problem, format_problems
+from .store import VARIANT, Entry, StoreUnusable, identity_of, open_store as open_verified_store
+
+__all__ = ["fetch_variant", "location_of", "stats", "reset_stats"]
+
+_WORKERS = 8
+_lock = threading.Lock()
+_clients: dict[tuple, object] = {}  # (url, AWS_* / FRT_STORE_* environment) -> ObjectStore, one per process
+_STATS = {"objects": 0, "bytes": 0, "entries": 0, "warm": 0}
+
+
+if hasattr(os, "register_at_fork"):  # a forked child must not share its parent's connections
+    os.register_at_fork(after_in_child=_clients.clear)
+
+
+def stats() -> dict:
+    """What this process fetched through URL mirrors: objects and bytes fetched, entries built,
+    warm hits (no fetch). Read by the fleet benchmark and the tests."""
+    with _lock:
+        return dict(_STATS)
+
+
+def reset_stats() -> None:
+    with _lock:
+        for k in _STATS:
+            _STATS[k] = 0
+
+
+def location_of(text) -> str | None:
+    """The normalised URL when ``text`` names an object store, else ``None`` (a folder).
+    A malformed URL is ``StoreAccess`` (exit 2) naming it."""
+    from ..objstore import is_url, parse_location  # noqa: PLC0415
+
+    if text is None or not is_url(os.fspath(text)):
+        return None
+    return parse_location(os.fspath(text)).url
+
+
+def _client(url: str):
+    from ..objstore import open_store  # noqa: PLC0415
+
+    key = (url, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "FRT_STORE_")))))
+    with _lock:
+        got = _clients.get(key)
+        if got is None:
+            got = _clients[key] = open_store(url)
+        return got
+
+
+def _plain_rel(rel: str) -> bool:
+    parts = rel.split("/")
+    return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts) and "\0" not in rel
+
+
+class _Flock:
+    """An exclusive ``flock`` on a file in the (private) store, made without following a link."""
+
+    def __init__(self, path: Path):
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        self.fd = os.open(path, flags, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        os.close(self.fd)  # drops the lock
+
+
+def _refuse(want, reasons, hints=None) -> KernelUnavailable:
+    text = "; ".join(r["reason"] for r in reasons) if len(reasons) <= 1 else "\n  " + format_problems(reasons)
+    return KernelUnavailable(f"package {want.repo!r} is unavailable: {text}",
+                             reasons=[{"package": want.repo, "revision": want.revision, **r} for r in reasons],
+                             hints=hints)
+
+
+def fetch_variant(want, url: str) -> tuple[Entry, bytes]:
+    """The verified store entry of ``want`` (a ``core._Want`` decided from the lock), fetched
+    from the object store at ``url`` when the store does not hold it yet, and its verified
+    ``metadata.json`` bytes. See the module docstring."""
+    from ..objstore import ObjectMissing, StoreUnavailable  # noqa: PLC0415
+
+    if want.expected is None or want.expected.metadata_sha256 is None or want.module_id is None:
+        raise _refuse(want, [{"kind": "store", "reason": f"{url} is an object-store mirror: it serves only what a "
+                                                         "lockfile names by digest, and this request has no locked "
+                                                         "digests (an author pin, or no lockfile)"}],
+                      hints=["load through the lockfile (lockfile= or FRT_LOCK) without a pin, or use a folder "
+                             "mirror (`frt mirror DIR --from URL`)"])
+    try:
+        store = open_verified_store()
+        identity = identity_of(want.expected, want.module_id)
+        key = identity_key(identity)
+        entry, _ = store.lookup(identity)
+        if entry is not None:
+            with _lock:
+                _STATS["warm"] += 1
+            return entry, entry.metadata_bytes()
+        try:
+            held = _Flock(store.root / f".fetch-{key[:32]}.lock")
+        except OSError as exc:
+            raise StoreUnusable(f"verified store {store.root}: cannot take the fetch lock: "
+                                f"{exc.strerror or exc}") from None
+        try:
+            entry, doubtful = store.lookup(identity)  # another process may have built it meanwhile
+            if entry is not None:
+                with _lock:
+                    _STATS["warm"] += 1
+                return entry, entry.metadata_bytes()
+            if doubtful:
+                store.evict(key)
+            objects = _client(url)
+            tmp = store.new_build(key)
+            try:
+                problems = _fetch_all(want, objects, tmp / VARIANT)
+            except BaseException:
+                store.discard(tmp)
+                raise
+            if problems:
+                store.discard(tmp)
+                if all(p["kind"] == "store" for p in problems):
+                    raise _refuse(want, problems[:1], hints=problems[0].pop("hints", None))
+                for p in problems:
+                    p.pop("hints", None)
+                raise KernelUnavailable(
+                    f"package {want.repo!r} revision {want.revision}: {len(problems)} file(s) of "
+                    f"build/{want.variant}/ could not be taken from {url}; nothing was imported:\n  "
+                    + format_problems(problems),
+                    reasons=[{"package": want.repo, "revision": want.revision, "source": url, **p} for p in problems],
+                    hints=[f"republish from a machine that holds the verified files: `frt mirror {url} "
+                           "--repair` (it sends every object again); whoever can write the store can delete or "
+                           "replace objects: check who can"])
+            entry = store.commit(tmp, identity)
+            with _lock:
+                _STATS["entries"] += 1
+            return entry, entry.metadata_bytes()
+        finally:
+            held.release()
+    except StoreUnusable as exc:
+        raise _refuse(want, [{"kind": "store", "reason": str(exc)}],
+                      hints=["fix the folder's owner and mode (chmod 700), or point FRT_STORE at a private "
+                             "folder"]) from None
+    except StoreUnavailable as exc:
+        raise _refuse(want, [{"kind": "store", "reason": str(exc)}], hints=exc.hints) from None
+    except ObjectMissing as exc:  # pragma: no cover - _fetch_all reports these per file
+        raise _refuse(want, [{"kind": "missing", "reason": str(exc)}]) from None
+
+
+def identity_key(identity: dict) -> str:
+    from .store import _key  # noqa: PLC0415
+
+    return _key(identity)
+
+
+def _fetch_all(want, objects, vdir: Path) -> list[dict]:
+    """Fetch every file of the variant into ``vdir`` (a fresh temporary entry), hashing each as
+    it arrives; the problems (``check_variant_dir``'s form plus ``object``), empty when all match.
+    ``StoreAccess`` (no credentials, denied, no bucket) is raised: it is no fault of one file."""
+    from ..objstore import ObjectMissing, StoreAccess, StoreUnavailable, locked_file_key  # noqa: PLC0415
+
+    exp = want.expected
+    prefix = f"build/{want.variant}/"
+    items = [(METADATA, "sha256", exp.metadata_sha256)] + [(rel, exp.algorithm, d) for rel, d in sorted(exp.files.items())]
+
+    def one(item) -> dict | None:
+        rel, algorithm, expected = item
+        shown = prefix + rel
+        told = f"{want.repo} {shown}"  # the locked file, as `frt mirror` names it
+        if not _plain_rel(rel):
+            return _problem("mismatched", shown, expected, None, f"{told}: not a plain relative path in the lock")
+        try:
+            key = locked_file_key(algorithm, expected)
+        except (ValueError, TypeError):
+            return _problem("mismatched", shown, expected, None, f"{told}: the lock's digest names no object")
+        where = objects.where(key)
+        dest = vdir / rel
+        h = hashlib.new(algorithm)
+        try:
+            dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError as exc:
+            raise StoreUnusable(f"cannot write the verified store: {exc.strerror or exc}") from None
+
+        class _Into:
+            @staticmethod
+            def write(chunk) -> None:
+                h.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    try:
+                        k = os.write(fd, view)
+                    except OSError as exc:
+                        raise StoreUnusable(f"cannot write the verified store: {exc.strerror or exc}") from None
+                    view = view[k:]
+
+        try:
+            n = objects.get(key, _Into)
+        except ObjectMissing:
+            return _problem("missing", shown, expected, None, f"{told}: object {where} is not in the store") | \
+                {"object": where}
+        except StoreUnavailable as exc:
+            return {"kind": "store", "path": shown, "object": where, "reason": str(exc), "hints": exc.hints}
+        finally:
+            os.close(fd)
+        got = ("sha256:" + h.hexdigest()) if expected.startswith("sha256:") else \
+            base64.b64encode(h.digest()).decode("ascii")
+        with _lock:
+            _STATS["objects"] += 1
+            _STATS["bytes"] += n
+        if got != expected:
+            return _problem("mismatched", shown, expected, got,
+                            f"{told}: object {where} ({n} bytes) does not match the lock (expected {expected}, "
+                            f"computed {got})") | {"object": where}
+        return None
+
+    if len(items) == 1:
+        results = [one(items[0])]
+    else:
+        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+        with ThreadPoolExecutor(max_workers=min(_WORKERS, len(items)), thread_name_prefix="frt-fetch") as pool:
+            futures = [pool.submit(one, item) for item in items]
+            results, errors = [], []
+            for f in futures:
+                try:
+                    results.append(f.result())
+                except (StoreAccess, StoreUnusable) as exc:
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
+    problems = [p for p in results if p is not None]
+    problems.sort(key=lambda p: (p["path"], p["kind"]))
+    return problems
+
