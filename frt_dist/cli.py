@@ -876,17 +876,19 @@ def _cmd_mirror(args, store, publish: bool) -> int:
     return 0
 
 
-def _publish_interrupted(args) -> int:
-    msg = (f"interrupted; the objects already sent stay in {args.dir}, and no lockfile was published for the model "
-           "being sent, so no reader takes it as a release")
-    hints = ["run the same `frt mirror` again: it skips what is already there"]
+def _interrupted(args, msg: str, hint: str) -> int:
+    """Ctrl-C in a mirror run: one error (JSON under --json) saying what stays, exit 130."""
     if getattr(args, "json", False):
-        _print_json({"error": msg, "hints": hints, "exit": 130, "reasons": []})
+        _print_json({"error": msg, "hints": [hint], "exit": 130, "reasons": []})
     else:
-        print(f"error: {msg}", file=sys.stderr)
-        for h in hints:
-            print(f"hint: {h}", file=sys.stderr)
+        print(f"error: {msg}\nhint: {hint}", file=sys.stderr)
     return 130
+
+
+def _publish_interrupted(args) -> int:
+    return _interrupted(args, f"interrupted; the objects already sent stay in {args.dir}, and no lockfile was published "
+                              "for the model being sent, so no reader takes it as a release",
+                        "run the same `frt mirror` again: it skips what is already there")
 
 
 def _import_holding_ctrl_c(*modules: str) -> None:
@@ -919,16 +921,9 @@ def _import_holding_ctrl_c(*modules: str) -> None:
 
 
 def _mirror_interrupted(args) -> int:
-    msg = (f"interrupted; the files already verified stay in {args.dir} (this run's temporary files are "
-           "removed, or by the next run if it was killed)")
-    hints = ["run the same `frt mirror` again: it resumes, fetching only what is missing"]
-    if getattr(args, "json", False):
-        _print_json({"error": msg, "hints": hints, "exit": 130, "reasons": []})
-    else:
-        print(f"error: {msg}", file=sys.stderr)
-        for h in hints:
-            print(f"hint: {h}", file=sys.stderr)
-    return 130
+    return _interrupted(args, f"interrupted; the files already verified stay in {args.dir} (this run's temporary files "
+                              "are removed, or by the next run if it was killed)",
+                        "run the same `frt mirror` again: it resumes, fetching only what is missing")
 
 
 def cmd_sign(args) -> int:
