@@ -14,10 +14,10 @@ import importlib
 import importlib.machinery
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import names
+from ._record import dataclass, field
 from ._schema import parse_toml
 from .errors import FrtError, UsageError
 
