@@ -137,3 +137,19 @@ def test_frt_value_classes_are_equal_and_hash_as_before():
         h.arch = "9.0"
     assert pickle.loads(pickle.dumps(h)) == h
     assert "LockedVariant" in dataclasses.fields(LockedVariant)[0].__class__.__module__ or dataclasses.is_dataclass(LockedVariant)
+
+
+def test_one_compared_field_compares_and_hashes_as_a_tuple():
+    """dataclasses compares and hashes ``(self.a,)``, not ``self.a``: the same hash, and the same
+    identity-first equality (a NaN field equals itself)."""
+    made = []
+    for deco, fld in ((dataclasses.dataclass, dataclasses.field), (_record.dataclass, _record.field)):
+        class One:
+            a: float
+            note: str = fld(default="", compare=False)
+        made.append(deco(frozen=True)(One))
+    dc, rec = made
+    nan = float("nan")
+    assert hash(rec(2.5)) == hash(dc(2.5)) == hash((2.5,))
+    assert rec(nan) == rec(nan, note="x") and dc(nan) == dc(nan)
+    assert rec(1.0) != rec(2.0)
