@@ -14,9 +14,10 @@ repr=, compare=)``) and generates the same methods with the same behaviour: ``__
 ``compare=True`` fields as a tuple), ``__hash__`` (frozen: the hash of that tuple; not frozen:
 unhashable), frozen ``__setattr__``/``__delattr__`` (``FrozenInstanceError``, an
 ``AttributeError``) and ``__match_args__``; a method the class body defines is kept, as
-``dataclasses`` keeps it. Only ``__init__`` is compiled (one
-``exec`` a class, for the speed and the argument errors of a real signature); the other methods
-are closures over the field names.
+``dataclasses`` keeps it. Only ``__init__`` is compiled when
+the class is made (for the speed and the argument errors of a real signature); ``__repr__``,
+``__eq__`` and ``__hash__`` are compiled the first time they are called (most processes never
+call them on most classes); the frozen ``__setattr__``/``__delattr__`` are closures.
 
 The standard library's functions still work on these classes: ``dataclasses.is_dataclass``,
 ``fields``, ``asdict``, ``replace`` and a ``@dataclass`` subclass all read
@@ -29,7 +30,6 @@ get different semantics: use ``dataclasses`` itself there.
 
 from __future__ import annotations
 
-import operator
 import reprlib
 
 __all__ = ["FrozenInstanceError", "dataclass", "field", "replace"]
@@ -134,34 +134,20 @@ def _collect(cls) -> tuple:
     return tuple(fields.values())
 
 
-def _getter(names: tuple):
-    """obj -> the tuple of ``names``' values (what dataclasses' ``__eq__``/``__hash__`` compare)."""
-    if len(names) > 1:
-        return operator.attrgetter(*names)
-    if names:
-        (name,) = names
-        return lambda obj: (getattr(obj, name),)
-    return lambda obj: ()
-
-
-def _repr_fn(names: tuple):
-    def __repr__(self):
-        return self.__class__.__qualname__ + "(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in names) + ")"
-    return __repr__
-
-
-def _eq_fn(get):
-    def __eq__(self, other):
-        if other.__class__ is self.__class__:
-            return get(self) == get(other)
-        return NotImplemented
-    return __eq__
-
-
-def _hash_fn(get):
-    def __hash__(self):
-        return hash(get(self))
-    return __hash__
+def _on_first_call(cls, name: str, src: str):
+    """``name``, compiled from ``src`` the first time it is called and then put on ``cls`` in this
+    stand-in's place: most processes never compare, hash or print most records, and the compiled
+    form is what dataclasses generates (as fast; closures over the field names took 2x as long)."""
+    def first_call(self, *args):
+        ns: dict = {}
+        exec(src, {}, ns)  # noqa: S102 - generated from the class's own field names, as dataclasses does
+        fn = ns[name]
+        fn.__qualname__ = f"{cls.__qualname__}.{name}"
+        if name == "__repr__":
+            fn = reprlib.recursive_repr()(fn)
+        setattr(cls, name, fn)
+        return fn(self, *args)
+    return first_call
 
 
 def _frozen_fns(cls, names: frozenset) -> dict:
@@ -220,12 +206,19 @@ def _process(cls, frozen: bool, eq: bool, init: bool, repr_: bool):
     methods: dict = {}
     if src:
         exec(src[0], env, methods)  # noqa: S102 - generated from the class's own field names, as dataclasses does
+        methods["__init__"].__annotations__ = {**{f.name: f.type for f in fields if f.init}, "return": None}
     # the other methods are closures over the field names: compiling them too cost ~0.25 ms a class
     if repr_ and "__repr__" not in own:
-        methods["__repr__"] = _repr_fn(tuple(f.name for f in fields if f.repr))
-    get = _getter(tuple(f.name for f in fields if f.compare))
+        parts = ", ".join(f"{f.name}={{self.{f.name}!r}}" for f in fields if f.repr)
+        methods["__repr__"] = _on_first_call(cls, "__repr__", f"def __repr__(self):\n"
+                                             f"  return self.__class__.__qualname__ + f\"({parts})\"")
+    compared = [f.name for f in fields if f.compare]
+    values = "(" + "".join(f"self.{n}," for n in compared) + ")"  # a tuple, as dataclasses compares and hashes
     if eq and "__eq__" not in own:
-        methods["__eq__"] = _eq_fn(get)
+        others = "(" + "".join(f"other.{n}," for n in compared) + ")"
+        methods["__eq__"] = _on_first_call(cls, "__eq__", f"def __eq__(self, other):\n"
+                                           f"  if other.__class__ is self.__class__:\n    return {values} == {others}\n"
+                                           f"  return NotImplemented")
     if frozen:
         for name in ("__setattr__", "__delattr__"):
             if name in own:
@@ -234,11 +227,9 @@ def _process(cls, frozen: bool, eq: bool, init: bool, repr_: bool):
     class_hash = own.get("__hash__", MISSING)  # dataclasses' rule: `__hash__ = None` set by an own __eq__ is not explicit
     explicit_hash = not (class_hash is MISSING or (class_hash is None and "__eq__" in own))
     if eq and frozen and not explicit_hash:
-        methods["__hash__"] = _hash_fn(get)
+        methods["__hash__"] = _on_first_call(cls, "__hash__", f"def __hash__(self):\n  return hash({values})")
     for name, fn in methods.items():
         fn.__qualname__ = f"{cls.__qualname__}.{name}"
-        if name == "__repr__":
-            fn = reprlib.recursive_repr()(fn)
         setattr(cls, name, fn)
     if eq and not frozen and not explicit_hash:
         cls.__hash__ = None  # mutable and compared by value: unhashable, as dataclasses makes it

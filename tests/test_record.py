@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import pickle
 
 import pytest
@@ -35,6 +36,7 @@ def test_generated_methods_match_dataclasses(frozen):
         assert y == rec(*args, **{**kw, "d": ("other",)})  # compare=False is not compared
         assert y != rec(5) and (y == x) is False  # another class is never equal
     assert rec.__match_args__ == dc.__match_args__
+    assert str(inspect.signature(rec)) == str(inspect.signature(dc))  # names, defaults, annotations
     assert _record.dataclass(type("F", (), {"__annotations__": {"m": "dict"}, "m": _record.field(default_factory=dict)}))().m is not \
         _record.dataclass(type("F", (), {"__annotations__": {"m": "dict"}, "m": _record.field(default_factory=dict)}))().m
     for bad in ((), (1, "y", {}, (), 9)):
@@ -153,3 +155,23 @@ def test_one_compared_field_compares_and_hashes_as_a_tuple():
     assert hash(rec(2.5)) == hash(dc(2.5)) == hash((2.5,))
     assert rec(nan) == rec(nan, note="x") and dc(nan) == dc(nan)
     assert rec(1.0) != rec(2.0)
+
+
+def test_methods_compiled_on_first_call_behave_from_the_first_call_on():
+    """`__repr__`/`__eq__`/`__hash__` are compiled when first called: the first call and the later ones
+    give the same answers, and a record that holds itself prints `...` (as dataclasses' repr)."""
+    made = []
+    for deco, fld in ((dataclasses.dataclass, dataclasses.field), (_record.dataclass, _record.field)):
+        class Node:
+            name: str
+            children: list = fld(default_factory=list)
+        made.append(deco(Node))
+    for cls in made:
+        n = cls("a")
+        n.children.append(n)
+        assert [repr(n), repr(n)] == ["test_methods_compiled_on_first_call_behave_from_the_first_call_on.<locals>.Node("
+                                      "name='a', children=[...])"] * 2
+        assert [n == cls("a", [n]), n == cls("a", [n])] == [True, True]
+    frozen = _record.dataclass(frozen=True)(type("K", (), {"__annotations__": {"a": "int"}}))
+    first, again = hash(frozen(3)), hash(frozen(3))
+    assert first == again == hash((3,))
