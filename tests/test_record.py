@@ -175,3 +175,13 @@ def test_methods_compiled_on_first_call_behave_from_the_first_call_on():
     frozen = _record.dataclass(frozen=True)(type("K", (), {"__annotations__": {"a": "int"}}))
     first, again = hash(frozen(3)), hash(frozen(3))
     assert first == again == hash((3,))
+
+
+def test_an_inherited_class_attribute_is_a_default_as_in_dataclasses():
+    made = []
+    for deco in (dataclasses.dataclass, _record.dataclass):
+        base = type("Base", (), {"b": 5})
+        made.append(deco(type("C", (base,), {"__annotations__": {"a": "int", "b": "int"}, "a": 1})))
+    dc, rec = made
+    assert str(inspect.signature(rec)) == str(inspect.signature(dc)) == "(a: 'int' = 1, b: 'int' = 5) -> None"
+    assert dataclasses.fields(rec) is not None and dataclasses.fields(rec(2)) == dataclasses.fields(rec(3))
