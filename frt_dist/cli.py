@@ -543,7 +543,7 @@ def _hardware(args):
                                    software=parse_software(args.software or ""), cpu=args.cpu, os=args.os)
     hw = Hardware.detect()
     if args.software:
-        from dataclasses import replace  # noqa: PLC0415
+        from ._record import replace  # noqa: PLC0415 - dataclasses.replace, without importing dataclasses
 
         hw = replace(hw, software={**hw.software, **parse_software(args.software)})
     return hw

@@ -8,9 +8,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from ._record import dataclass, field
 from .errors import UsageError
 
 __all__ = ["Hardware", "device_class", "arch_admits", "parse_cuda_arch", "backend_for_arch", "BACKENDS", "CPUS", "OSES"]

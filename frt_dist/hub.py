@@ -13,8 +13,8 @@ frt then reads its files to compute them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
+from ._record import dataclass
 from .errors import HubError
 
 __all__ = ["HubClient", "RemoteVariant", "configure_timeout"]

@@ -9,12 +9,11 @@ atomically and only when its bytes change.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._record import dataclass, field, replace
 from ._schema import JSONInvalid, json_loads, load_json, read_bytes
 from .admissible import admission_problems
 from .canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
@@ -153,7 +152,7 @@ class _Locker:
             # the trust decision is derived again, never copied: a decision edited into the old lock
             # must not survive a re-lock (or read as "up to date" under --check)
             trust, publisher = self.decide_trust(manifest, pkg, prev.publisher_trusted)
-            return dataclasses.replace(prev, trust=trust, publisher_trusted=publisher)
+            return replace(prev, trust=trust, publisher_trusted=publisher)
         trust, publisher = self.decide_trust(manifest, pkg, None)
         commit, variants = self.fetch(pkg)
         variants = self.signed(pkg.repo, commit, variants, manifest.publisher_policy(pkg.repo))
@@ -204,7 +203,7 @@ class _Locker:
                 and pkg.repo not in self.upgrade and pkg.repo not in (old.manifest.packages if old else {})
                 and old.manifest.publisher_policy(pkg.repo) == manifest.publisher_policy(pkg.repo)):
             trust, publisher = self.decide_trust(manifest, pkg, prev.publisher_trusted)
-            return dataclasses.replace(prev, trust=trust, publisher_trusted=publisher)
+            return replace(prev, trust=trust, publisher_trusted=publisher)
         trust, publisher = self.decide_trust(manifest, pkg, None)
         commit, variants = self.fetch(pkg)
         variants = self.signed(pkg.repo, commit, variants, manifest.publisher_policy(pkg.repo))
@@ -426,7 +425,7 @@ def judge_signature(repo: str, v: LockedVariant, metadata: bytes, bundle: bytes 
                        "`signature = \"optional\"` for it in the manifest"])
         return v
     facts = verify_bundle(metadata, bundle, policy.signer, repo=repo, variant=v.name)
-    return dataclasses.replace(v, signature=signature_record(bundle, facts, policy))
+    return replace(v, signature=signature_record(bundle, facts, policy))
 
 
 MAX_BUNDLE_BYTES = 1 << 20  # a Sigstore bundle is a few KB: a certificate, a log entry, a signature

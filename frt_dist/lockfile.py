@@ -15,9 +15,9 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._record import dataclass, field
 from ._schema import Reader, parse_toml, read_bytes
 from . import names
 from .canonical import digest

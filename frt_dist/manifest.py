@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
 from . import names
+from ._record import dataclass, field
 from ._schema import Reader, load_toml
 from .canonical import digest
 from .errors import ManifestError
@@ -405,6 +405,8 @@ def _q(key: str) -> str:
 
 def _signature_policy(r: Reader, t: dict, p: str, source: str) -> tuple:
     """A table's ``signature`` mode and ``signer`` policy (``frt_dist.publisher``), checked by field."""
+    if "signature" not in t and "signer" not in t:  # neither: `frt resolve` need not import frt_dist.publisher
+        return None, None
     from .publisher import GITHUB_ISSUER, SIGNATURE_MODES, SignerPolicy  # noqa: PLC0415
 
     signature = r.get(t, "signature", str, p, required=False)

@@ -10,7 +10,6 @@ Also where what a variant needs of the machine (``kernels-minver``,
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import json
 import os
@@ -19,6 +18,7 @@ import stat
 from pathlib import Path
 
 from . import names
+from ._record import replace
 from ._schema import JSONInvalid, json_loads
 from .canonical import IGNORED_PARTS, sha256_hex
 from .errors import KernelUnavailable
@@ -212,7 +212,7 @@ def with_computed_digests(v: LockedVariant, files: dict[str, bytes], *, repo: st
     if not out:
         raise KernelUnavailable(f"package {repo!r} variant {v.name!r}: no files besides metadata.json",
                                 reasons=[{"package": repo, "variant": v.name, "reason": "empty variant"}])
-    return dataclasses.replace(v, algorithm="sha256", files=dict(sorted(out.items())), digest_source="frt")
+    return replace(v, algorithm="sha256", files=dict(sorted(out.items())), digest_source="frt")
 
 
 # ---------------------------------------------------------------------------

@@ -15,10 +15,10 @@ import importlib.machinery
 import os
 import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import names
+from ._record import dataclass, field
 from ._schema import parse_toml
 from .errors import FrtError, UsageError
 

@@ -35,9 +35,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
+from ._record import dataclass
 from .errors import KernelUnavailable, UsageError
 
 __all__ = ["BUNDLE", "SIGNATURE_MODES", "GITHUB_ISSUER", "KERNELS_COMMUNITY", "SignerPolicy", "PublisherPolicy",

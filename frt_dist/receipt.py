@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from . import names
+from ._record import dataclass, field
 from ._schema import Reader, load_json
 from .canonical import digest
 from .errors import ReceiptInvalid

@@ -32,9 +32,9 @@ import base64
 import binascii
 import hashlib
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._record import dataclass, field
 from ._schema import JSONInvalid, json_loads, read_bytes
 from .canonical import canonical_json
 from .errors import FrtError, UsageError

@@ -18,9 +18,9 @@ from the interpreter it runs in; `kernels` checks that at load).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from . import names
+from ._record import dataclass
 from .hardware import Hardware, software_version
 
 __all__ = ["ParsedVariant", "parse_variant", "select_variants", "VariantChoice", "valid_variant_name",

@@ -50,10 +50,10 @@ A lockfile that does not parse, and a ``--mirror`` that is not a directory, are 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import names
+from ._record import dataclass, field, replace
 from .canonical import short_digest
 from .errors import FrtError, LockfileError, ReceiptInvalid, UsageError
 
@@ -322,8 +322,6 @@ def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict,
     ``.sig`` beside a receipt in the project must be the one locked. A receipt that fails is
     dropped from ``accepted`` (its cell is then derived without it) and reported as kind
     ``signature``. Returns the (signatures, keys) ``frt lock`` would record."""
-    from .signing import check_row, key_from_pin, sig_path  # noqa: PLC0415
-
     policy = lock.manifest.receipt_policy
     if policy is None:
         for dig, row in sorted(lock.signatures.items()):
@@ -333,6 +331,8 @@ def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict,
             f.add("signature", f'receipt-keys."{rel}"', "pinned", "no policy",
                   "the lock pins a receipt signer's key, but its manifest has no [trust.receipts] policy")
         return {}, {}
+    from .signing import check_row, key_from_pin, sig_path  # noqa: PLC0415 - only under a policy
+
     keys = {}
     for rel in policy.keys:
         where = f'receipt-keys."{rel}"'

@@ -155,14 +155,21 @@ def test_only_public_huggingface_hub_and_kernels_names_are_used():
 # client, and the standard-library pieces only other commands need (each costs start-up time)
 NEVER = ("torch", "kernels", "huggingface_hub", "frt_dist.loader", "frt_dist.serve", "frt_dist.qualify",
          "frt_dist.mirror", "frt_dist.kernelize", "frt_dist.detect", "frt_dist.demo", "numpy", "requests",
-         "httpx", "packaging", "platform", "tempfile", "threading", "subprocess")
+         "httpx", "packaging", "platform", "tempfile", "threading", "subprocess",
+         # the object-store, fleet, signing and SBOM layers and their clients (none of them reads a lock)
+         "boto3", "botocore", "obstore", "sigstore", "cryptography", "cyclonedx", "frt_dist.objstore",
+         "frt_dist.fleet", "frt_dist.signing", "frt_dist.sbom",
+         # value classes come from frt_dist._record: `dataclasses` would import `inspect` (~8 ms)
+         "dataclasses", "inspect")
 # and per command, what it does not use either
 NOT_FOR = {
     "resolve": ("frt_dist.locker", "frt_dist.verify", "frt_dist.hub", "frt_dist.routes.matrix",
-                "frt_dist.routes.explain", "tomli_w", "datetime", "importlib.util"),
+                "frt_dist.routes.explain", "tomli_w", "datetime", "importlib.util",
+                "frt_dist.publisher"),  # a manifest without signature/signer keys needs no policy classes
     "verify": ("frt_dist.hub", "frt_dist.routes.matrix", "tomli_w", "datetime", "importlib.util"),
     "lock": ("frt_dist.verify", "frt_dist.routes", "frt_dist.routes.matrix"),
-    "matrix": ("frt_dist.locker", "frt_dist.verify", "frt_dist.hub", "tomli_w", "datetime", "importlib.util"),
+    "matrix": ("frt_dist.locker", "frt_dist.verify", "frt_dist.hub", "tomli_w", "datetime", "importlib.util",
+               "frt_dist.publisher"),
 }
 IMPORT_SET = """
 import atexit, sys

@@ -34,8 +34,8 @@ from __future__ import annotations
 import html
 import json
 import re
-from dataclasses import dataclass, field
 
+from .._record import dataclass, field
 from ..admissible import admission_problems
 from ..errors import FrtError, UsageError
 from ..canonical import short_digest

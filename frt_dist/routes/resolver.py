@@ -11,10 +11,10 @@ route order, so a refusal reads like a table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
+from .._record import dataclass, field
 from ..errors import RouteRefused, UsageError
 from ..admissible import variant_problem
 from ..hardware import Hardware
