@@ -80,7 +80,7 @@ def test_bytes_that_are_not_utf8_inside_a_cut_text_go_to_the_full_reader(tmp_pat
     """A byte sequence UTF-8 refuses, anywhere (inside the index, the receipts, the rest): the
     fast read steps aside and the full reader refuses the file naming it."""
     raw = DEMO.read_bytes()
-    for anchor in (b"\nindex = '''\n[\n", b"\nreceipts = '''\n[\n", b"\nmodel = "):
+    for anchor in (b"\nindex = '''\n[\n", b"\nreceipts = '''\n[\n", b'\nmodel = "'):
         at = raw.index(anchor) + len(anchor)
         for bad in (b"\xc3", b"\xff", b"\xe4\xb8", b"\xed\xa0\x80"):  # a cut character, never UTF-8, a surrogate
             s = raw[:at] + bad + raw[at:]
