@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +117,44 @@ def test_damage_with_multibyte_characters_never_makes_the_fast_read_differ():
         assert fast[0] == full and list(fast[0]) == list(full)
         assert fast[1] == digest({k: v for k, v in full.items() if k != "lock-digest"})
     assert taken > 50
+
+
+# --- the receipts' table, built without a Python step per receipt
+
+
+def _with_receipt_lines(tmp_path, edit) -> Path:
+    doc = _demo_doc()
+    lines = doc["receipts"].split("\n")
+    body = [ln.rstrip(",") for ln in lines[1:-2]]
+    doc["receipts"] = "[\n" + ",\n".join(edit(body)) + "\n]\n"
+    path = tmp_path / "edited.lock"
+    path.write_bytes(L.render(doc, digest(doc)))
+    return path
+
+
+def test_a_receipt_embedded_twice_is_refused_naming_the_second_line(tmp_path):
+    path = _with_receipt_lines(tmp_path, lambda b: b[:2] + [b[0]] + b[2:])
+    assert L._receipt_spans(parse_toml(path.read_bytes(), LockfileError, "x")["receipts"]) is not None
+    with pytest.raises(LockfileError) as ei:
+        Lockfile.read(path)
+    dig = json.loads(_demo_doc()["receipts"].split("\n")[1].rstrip(","))["digest"]
+    assert str(ei.value) == f"{path}: receipts[2].digest: {dig} is embedded twice"
+
+
+def test_a_damaged_receipt_line_is_named_by_its_place_when_it_is_used(tmp_path):
+    """The path of a receipt (``receipts[i]``) is written only when the receipt is parsed: the
+    error names the same line as reading the file whole does."""
+    from frt_dist.errors import LockfileError as E
+
+    def damage(b):
+        head, _, _ = b[1].partition('"receipt": ')
+        return b[:1] + [head + '"receipt": {"oops"}'] + b[2:]
+
+    path = _with_receipt_lines(tmp_path, damage)
+    lock = Lockfile.read(path)
+    dig = list(lock.receipts)[1]
+    with pytest.raises(E) as ei:
+        lock.receipts[dig]
+    assert f"{path}: receipts[1]: not valid JSON" in str(ei.value)
+    assert [ln for ln in lock.receipts if ln != dig]  # the others still read
+    assert all(lock.receipts[d].digest == d for d in lock.receipts if d != dig)
