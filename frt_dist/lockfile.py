@@ -15,8 +15,6 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from itertools import count, repeat
-from operator import itemgetter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,8 +157,7 @@ class _LazyReceipts(Mapping):
             p, label, body, kind = self._raw[digest_]
             from .errors import ReceiptInvalid  # noqa: PLC0415
 
-            if kind == "span":  # (the receipts text, start, end[, i]) of its line (the i-th: its path)
-                p = p or f"receipts[{body[3]}]"
+            if kind == "span":  # (the receipts text, start, end) of its line
                 body, kind = body[0][body[1]:body[2]], "line"
 
             try:
@@ -371,16 +368,10 @@ class Lockfile:
         embedded = data.get("receipts", [])
         spans = _receipt_spans(embedded) if isinstance(embedded, str) else None
         if spans is not None:  # the layout frt lock writes: each line cut out and parsed when first used
-            # (built by zip, not a Python step per receipt; each path is written when its receipt is used)
-            digs, starts, ends = zip(*spans)
-            raw_receipts = dict(zip(digs, zip(repeat(None), repeat(None), zip(repeat(embedded), starts, ends, count()),
-                                              repeat("span"))))
-            if len(raw_receipts) != len(digs):
-                seen: set = set()
-                for i, dig in enumerate(digs):
-                    if dig in seen:
-                        raise r.fail(f"receipts[{i}].digest", f"{dig} is embedded twice")
-                    seen.add(dig)
+            for i, (dig, start, end) in enumerate(spans):
+                if dig in raw_receipts:
+                    raise r.fail(f"receipts[{i}].digest", f"{dig} is embedded twice")
+                raw_receipts[dig] = (f"receipts[{i}]", None, (embedded, start, end), "span")
             embedded = []
         embedded = r.json_value(embedded, "receipts", list, "a JSON array (string) or an array of tables")
         for i, rt in enumerate(embedded):
@@ -643,9 +634,6 @@ _INDEX_LINE = re.compile(
 _CAND_REFS = re.compile(r'\{"route": "([^"\\\x00-\x1f]*)", "state": "[^"\\\x00-\x1f]*", "receipt": "([^"\\\x00-\x1f]*)"')
 
 
-_KEY = itemgetter(0, 1, 2, 3, 4)  # a scanned line's cell key
-
-
 class _LazyIndex(Mapping):
     """The route index of a lockfile read from a file, parsed one cell at a time.
 
@@ -661,7 +649,7 @@ class _LazyIndex(Mapping):
 
     def __init__(self, lines: list[str], heads: list[tuple], make):
         self._lines, self._heads, self._make = lines, heads, make
-        self._at = dict(zip(map(_KEY, heads), count()))  # cell key -> its (last) line
+        self._at = {h[:5]: i for i, h in enumerate(heads)}  # cell key -> its (last) line
         self._built: dict = {}
 
     @classmethod
