@@ -119,7 +119,7 @@ def test_damage_with_multibyte_characters_never_makes_the_fast_read_differ():
     assert taken > 50
 
 
-# --- the receipts' table, built without a Python step per receipt
+# --- the receipts, read by offset: each refusal names its place
 
 
 def _with_receipt_lines(tmp_path, edit) -> Path:
