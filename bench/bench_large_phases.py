@@ -14,6 +14,12 @@ text; then what ``Lockfile.read`` + ``resolve_all`` do, each phase timed apart:
 - ``sha256(file)``: one sha256 pass over the file's bytes, what a digest over the file's bytes
   would cost instead (a lockfile format change, not made).
 
+Then (``--parts``) the lock-digest's own parts over the cut texts' bytes, 64K slices as
+``_lock_digest`` takes them, each timed alone: the control-character check (``translate``),
+each of the three byte replacements, sha256 of the escaped bytes; and the escapings evaluated
+instead: ``json.encoder.encode_basestring`` on the text plus its UTF-8 encode (what the digest
+did before), and ``codecs.escape_encode`` with quotes swapped around it (ASCII only).
+
 Reported: the median of each, and of each divided by ``rtoml.loads`` within its round.
 
     .venv/bin/python bench/bench_large_phases.py [--cells 100000] [--rounds 5] [--keep DIR]
@@ -40,6 +46,46 @@ from bench_large_lock import ensure_lock  # noqa: E402
 from bench_resolve import MODEL, cli_hardware  # noqa: E402
 
 
+PARTS = ("  check (translate)", "  replace backslash", "  replace quote", "  replace newline", "  sha256 of escaped",
+         "  alt: encode_basestring+encode", "  alt: escape_encode swap")
+
+
+def _parts(raw: bytes) -> dict:
+    """The digest's parts over the index and receipts texts' bytes, in 64K slices."""
+    import codecs
+    from json.encoder import encode_basestring
+
+    from frt_dist import lockfile as L
+
+    view, chunk = memoryview(raw), 1 << 16
+    spans = []
+    for key in L._LITERAL_KEYS:
+        opener = b"\n" + key.encode() + b" = '''\n"
+        start = raw.index(opener) + len(opener)
+        spans.append((start, raw.index(b"'''", start)))
+    slices = [bytes(view[i:min(i + chunk, e)]) for s, e in spans for i in range(s, e, chunk)]
+    texts = [b.decode("utf-8", "surrogateescape") for b in slices]  # (a slice may split a character)
+    swap = bytes.maketrans(b'"\'', b'\'"')
+    out = {}
+
+    def timed(name, fn):
+        t = time.perf_counter()
+        for b in fn():
+            pass
+        out[name] = time.perf_counter() - t
+
+    timed(PARTS[0], lambda: (b.translate(None, L._NOT_IN_LITERAL) for b in slices))
+    timed(PARTS[1], lambda: (b.replace(b"\\", b"\\\\") for b in slices))
+    timed(PARTS[2], lambda: (b.replace(b'"', b'\\"') for b in slices))
+    timed(PARTS[3], lambda: (b.replace(b"\n", b"\\n") for b in slices))
+    escaped = [L._escape_bytes(b) for b in slices]
+    h = hashlib.sha256()
+    timed(PARTS[4], lambda: (h.update(b) for b in escaped))
+    timed(PARTS[5], lambda: (encode_basestring(t).encode("utf-8", "surrogateescape") for t in texts))
+    timed(PARTS[6], lambda: (codecs.escape_encode(b.translate(swap))[0].translate(swap) for b in slices))
+    return out
+
+
 def main() -> int:
     import rtoml
 
@@ -52,6 +98,7 @@ def main() -> int:
     ap.add_argument("--cells", type=int, default=100000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--keep", metavar="DIR", help="keep (and reuse) the synthetic project here")
+    ap.add_argument("--parts", action="store_true", help="also time the lock-digest's parts and the escapings evaluated")
     args = ap.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="frt-bench-phases-"))
     path = ensure_lock(args.cells, work) / "lockfiles" / f"{MODEL}.lock"
@@ -96,6 +143,8 @@ def main() -> int:
         hashlib.sha256(raw).hexdigest()
         got["sha256(file)"] = time.perf_counter() - t0
         got["total (read..resolve)"] = sum(got[k] for k in ("read", "cut+decode", "digest", "from_document", "resolve"))
+        if args.parts:
+            got.update(_parts(raw))
         for k, v in got.items():
             res.setdefault(k, []).append(v)
             res.setdefault(k + "/", []).append(v / got["rtoml.loads"])
@@ -103,7 +152,7 @@ def main() -> int:
           f"python {sys.version.split()[0]}")
     print(f"{'phase':>24} {'median':>9} {'/ rtoml.loads':>14}")
     for k in ("rtoml.loads", "read", "cut+decode", "digest", "from_document", "resolve", "total (read..resolve)",
-              "sha256(file)"):
+              "sha256(file)", *(PARTS if args.parts else ())):
         print(f"{k:>24} {statistics.median(res[k]):>8.3f}s {statistics.median(res[k + '/']):>13.2f}x")
     return 0
 
