@@ -443,7 +443,7 @@ class Lockfile:
 # ---------------------------------------------------------------------------
 # reading fast: the lock-digest in one pass, the route index parsed cell by cell
 
-_CHUNK = 1 << 18  # characters of a large text escaped and hashed at a time (cache-sized: fastest)
+_CHUNK = 1 << 16  # characters (bytes) of a large text escaped and hashed at a time (cache-sized: fastest)
 # what `_read_fast` leaves to the full TOML reader in a literal string: every control character
 # (U+0000-U+001F, U+007F) but the line feed, so the tab (allowed) and CR (CRLF) too
 _NOT_IN_LITERAL = bytes(c for c in range(0x20) if c != 0x0A) + b"\x7f"
@@ -462,19 +462,22 @@ def _read_fast(raw: bytes) -> tuple[dict, str] | None:
     another string, a table's key) and the file is read whole. What the TOML reader would check
     in the text itself is checked while the digest hashes it (``_lock_digest``): UTF-8 (the
     decode), no control character. So the document is
-    the one ``parse_toml`` returns, and the digest is ``canonical.digest`` of it."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+    the one ``parse_toml`` returns, and the digest is ``canonical.digest`` of it.
+
+    The file's bytes are searched and decoded piece by piece where they lie (``memoryview``
+    slices: the bytes are not copied, the whole text is never one string): every delimiter
+    searched for is ASCII, which UTF-8 never uses inside a multi-byte character, so a byte
+    offset found is the same cut as the character offset in the decoded text, the pieces
+    decode exactly when the whole does, and the cut texts' canonical JSON is computed from
+    their bytes (``_escape_bytes``)."""
     cuts = []
     for key in _LITERAL_KEYS:
-        opener = f"\n{key} = '''\n"
-        at = text.find(opener)
+        opener = b"\n" + key.encode() + b" = '''\n"
+        at = raw.find(opener)
         if at < 0:
             continue
         start = at + len(opener)
-        end = text.find("'''", start)  # (a longer quote run there leaves a quote after the token: not TOML)
+        end = raw.find(b"'''", start)  # (a longer quote run there leaves a quote after the token: not TOML)
         if end < 0:
             return None
         cuts.append((at + 1 + len(key) + 3, start, end, key))
@@ -482,11 +485,16 @@ def _read_fast(raw: bytes) -> tuple[dict, str] | None:
         return None
     cuts.sort()
     token = "frt-cut-" + os.urandom(16).hex()
-    rest, pos = [], 0
-    for delim, start, end, key in cuts:  # (cuts that overlap leave two tokens side by side: not TOML)
-        rest += (text[pos:delim], f"'{token}'")
-        pos = end + 3
-    rest.append(text[pos:])
+    view = memoryview(raw)
+    rest, pos, texts = [], 0, {}
+    try:
+        for delim, start, end, key in cuts:  # (cuts that overlap leave two tokens side by side: not TOML)
+            rest += (str(view[pos:max(pos, delim)], "utf-8"), f"'{token}'")
+            texts[key] = str(view[start:end], "utf-8")
+            pos = end + 3
+        rest.append(str(view[pos:], "utf-8"))
+    except UnicodeDecodeError:
+        return None
     import rtoml  # noqa: PLC0415
 
     try:
@@ -496,15 +504,27 @@ def _read_fast(raw: bytes) -> tuple[dict, str] | None:
     for _, start, end, key in cuts:
         if doc.get(key) != token:
             return None
-        doc[key] = text[start:end]
+        doc[key] = texts[key]
     try:
-        digest_ = _lock_digest({k: v for k, v in doc.items() if k != "lock-digest"}, literal={c[3] for c in cuts})
+        digest_ = _lock_digest({k: v for k, v in doc.items() if k != "lock-digest"}, literal={c[3] for c in cuts},
+                               _raw={c[3]: view[c[1]:c[2]] for c in cuts})
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
         return None  # a value canonical JSON cannot hold (a TOML date...): the full path names it
     return None if digest_ is None else (doc, digest_)
 
 
-def _lock_digest(body: dict, literal=()) -> str | None:
+def _escape_bytes(b: bytes) -> bytes:
+    """The UTF-8 of ``json.dumps(text, ensure_ascii=False)[1:-1]`` for the text whose UTF-8 is
+    ``b``, when that text holds no control character but the line feed (which the caller has
+    checked): canonical JSON escapes only the quote, the backslash and the control characters,
+    and leaves every other character as it is; all three are ASCII bytes, which never occur
+    inside a multi-byte UTF-8 character, so replacing them byte for byte is escaping the text
+    (and escaping a slice of the bytes, even one that splits a character, is escaping that part).
+    ``tests/test_lock_large.py`` holds it to ``json.dumps``."""
+    return b.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
+
+
+def _lock_digest(body: dict, literal=(), _raw=None) -> str | None:
     """``canonical.digest(body)``, byte for byte, without building the canonical JSON of the
     whole lockfile as one string: each top-level value is written and hashed in turn, and
     the large JSON texts (index, receipts) are escaped and hashed a few MB at a time.
@@ -518,7 +538,9 @@ def _lock_digest(body: dict, literal=()) -> str | None:
 
     ``literal``: keys whose text ``_read_fast`` cut out of the file unparsed; on the same pass
     each is checked for what a TOML literal string may not hold (a control character; a tab,
-    which it may, is sent to the full reader too), and ``None`` is the answer when one does."""
+    which it may, is sent to the full reader too), and ``None`` is the answer when one does.
+    ``_raw``: for such a key, the text's UTF-8 bytes as they lie in the file (a buffer): those
+    are checked and escaped as bytes (``_escape_bytes``), not re-encoded from the text."""
     import hashlib  # noqa: PLC0415
     from json.encoder import encode_basestring  # noqa: PLC0415 - what json.dumps(str, ensure_ascii=False) is
 
@@ -526,6 +548,7 @@ def _lock_digest(body: dict, literal=()) -> str | None:
 
     if not all(isinstance(k, str) for k in body):  # not a TOML document: leave it to the one definition
         return digest(body)
+    _raw = _raw or {}
     h = hashlib.sha256()
     update = h.update
     update(b"{")
@@ -533,7 +556,16 @@ def _lock_digest(body: dict, literal=()) -> str | None:
         value = body[key]
         update(((b"," if n else b"") + encode_basestring(key).encode("utf-8") + b":"))
         checked = key in literal
-        if isinstance(value, str) and (checked or len(value) > _CHUNK):
+        if checked and key in _raw:
+            buf = _raw[key]
+            update(b'"')
+            for i in range(0, len(buf), _CHUNK):
+                part = bytes(buf[i:i + _CHUNK])  # (a cache-sized copy: each pass below stays in cache)
+                if len(part.translate(None, _NOT_IN_LITERAL)) != len(part):
+                    return None
+                update(_escape_bytes(part))
+            update(b'"')
+        elif isinstance(value, str) and (checked or len(value) > _CHUNK):
             update(b'"')
             for i in range(0, len(value), _CHUNK):
                 part = value[i:i + _CHUNK]
