@@ -41,6 +41,11 @@ Configuration is the standard AWS chain, read by botocore itself: ``AWS_ENDPOINT
 config and credentials files. ``FRT_STORE_ATTEMPTS`` (default 4) caps the attempts per request and
 ``FRT_STORE_TIMEOUT`` (seconds, default 20) the connect and read timeouts. boto3 is imported only
 when a URL is used (the ``fleet`` extra); locking and resolving never import it.
+
+Readers (``open_store(url, reading=True)``: a node's load, ``frt mirror DIR --from``) get
+``ObstoreS3Reader`` instead when the environment alone configures the store (``read_client_why``
+gives the rule): obstore is a tenth of boto3's start-up, which every fleet node pays. Writers, and
+readers under a profile, a role or config-file settings, keep boto3. Both map to the same errors.
 """
 
 from __future__ import annotations
@@ -702,41 +707,31 @@ class ObstoreS3Reader(ObjectStore):
         return int(meta["size"])
 
     def get(self, key, out, *, limit=None, progress=None) -> int:
-        """One streamed GET; a stream cut mid-way resumes from the next byte (a ranged GET of the same
-        ETag) within the attempt cap, so ``out`` receives each byte once, in order."""
-        full = self._key(key)
-        n, etag = 0, None
-        for attempt in range(self.attempts):
-            opts = {}
-            if n:
-                opts["range"] = {"offset": n}
-            if etag:
-                opts["if_match"] = etag  # the same object, not one replaced meanwhile
+        """One streamed GET. A stream cut mid-way is resumed by obstore itself (a ranged request from
+        the next byte, counted against the same ``max_retries``: FRT_STORE_ATTEMPTS bounds the
+        requests in all), so ``out`` receives each byte once, in order; past the attempts it is a
+        ``StoreUnavailable`` and the caller discards what it wrote."""
+        try:
+            r = self._ob.get(self.store, self._key(key))
+            it = iter(r.stream(min_chunk_size=_CHUNK))
+        except Exception as exc:  # noqa: BLE001 - mapped
+            self._raise(exc, key)
+        n = 0
+        while True:
             try:
-                r = self._ob.get(self.store, full, options=opts)
-                etag = etag or r.meta.get("e_tag")
-                it = iter(r.stream(min_chunk_size=_CHUNK))
-            except Exception as exc:  # noqa: BLE001 - mapped
-                self._raise(exc, key)
-            while True:
-                try:
-                    chunk = next(it)
-                except StopIteration:
-                    return n
-                except Exception as exc:  # noqa: BLE001 - a stream cut mid-way: resume from byte n
-                    err = self._error(exc, key)
-                    if attempt + 1 >= self.attempts or not isinstance(err, StoreUnavailable):
-                        raise err from None
-                    break
-                size = len(chunk)
-                if limit is not None and n + size > limit:
-                    out.write(memoryview(chunk)[: limit + 1 - n])
-                    return limit + 1
-                out.write(chunk)
-                n += size
-                if progress:
-                    progress(size)
-        raise StoreUnavailable(f"{self.where(key)}: could not be read")  # pragma: no cover
+                chunk = next(it)
+            except StopIteration:
+                return n
+            except Exception as exc:  # noqa: BLE001 - the stream failed past obstore's retries
+                raise self._error(exc, key) from None
+            size = len(chunk)
+            if limit is not None and n + size > limit:
+                out.write(memoryview(chunk)[: limit + 1 - n])
+                return limit + 1
+            out.write(chunk)  # outside the try: the caller's own errors (a full disk) are its own
+            n += size
+            if progress:
+                progress(size)
 
     def list(self, prefix: str) -> list[tuple[str, int]]:
         full = self._key(prefix.rstrip("/"))

@@ -166,7 +166,7 @@ def test_a_persisting_500_takes_exactly_the_attempts_then_is_unavailable(s3, buc
 
 
 def test_a_stall_times_out_in_bounded_time(s3, bucket, client, monkeypatch):
-    proxy = FaultProxy(s3.url, mode="stall", stall_s=30).start()
+    proxy = FaultProxy(s3.url, mode="stall", stall_s=12).start()  # longer than 2 attempts of 1 s, and than took's cap
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         monkeypatch.setenv("FRT_STORE_ATTEMPTS", "2")
@@ -206,7 +206,10 @@ def test_a_cut_stream_resumes_from_the_next_byte(s3, bucket, client, monkeypatch
         proxy.cut_first = 5  # cut every time: fails cleanly after the attempts
         monkeypatch.setenv("FRT_STORE_ATTEMPTS", "2")
         st = _reader(f"s3://{bucket}/p", client)
-        with pytest.raises(StoreUnavailable):
+        proxy.log.clear()
+        with pytest.raises(StoreUnavailable) as ei:
             st.get(KEY, io.BytesIO())
+        assert proxy.count("GET", KEY) == 2, proxy.log  # the attempts bound the resumes too
+        _no_secret(ei.value)
     finally:
         proxy.stop()
