@@ -530,6 +530,20 @@ _OBSTORE_ENV = frozenset({
     "AWS_PAGER", "AWS_DEFAULT_OUTPUT"})
 
 
+_OBSTORE = {"used": False, "forked": False}
+
+
+def _after_fork_in_child() -> None:
+    # obstore runs its requests on a Tokio runtime whose threads do not survive a fork: a child of a
+    # process that has used obstore hangs on its first request (tested). Such a child reads with boto3.
+    if _OBSTORE["used"]:
+        _OBSTORE["forked"] = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def read_client() -> str:
     """Which client reads an ``s3://`` store in this environment: ``"obstore"`` or ``"boto3"``
     (see ``read_client_why``)."""
@@ -550,6 +564,8 @@ def read_client_why() -> tuple[str, str]:
         raise UsageError(f"FRT_STORE_CLIENT={env.get('FRT_STORE_CLIENT')!r}: expected 'auto' or 'boto3'")
     if want == "boto3":
         return "boto3", "FRT_STORE_CLIENT=boto3"
+    if _OBSTORE["forked"]:
+        return "boto3", "this process was forked from one that had used obstore (its runtime does not survive a fork)"
     other = sorted(k for k in env if k.startswith("AWS_") and k not in _OBSTORE_ENV)
     if other:
         return "boto3", f"{other[0]} is set (boto3 reads it; obstore would not read it the same way)"
@@ -561,16 +577,20 @@ def read_client_why() -> tuple[str, str]:
     if not endpoint and not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
         return "boto3", "AWS without a region (boto3 follows the bucket's region redirect)"
     config = env.get("AWS_CONFIG_FILE") or os.path.join(os.path.expanduser("~"), ".aws", "config")
-    import configparser  # noqa: PLC0415
-
     try:
-        if os.path.isfile(config) and os.path.getsize(config):
+        present = os.path.isfile(config) and os.path.getsize(config) > 0
+    except OSError:
+        present = True
+    if present:  # only then is configparser imported (a node's start pays for what it uses)
+        import configparser  # noqa: PLC0415
+
+        try:
             cp = configparser.RawConfigParser()
             cp.read(config, encoding="utf-8")
             if cp.has_section("default") and cp.options("default"):
                 return "boto3", f"the AWS config file {config} has [default] settings"
-    except (OSError, ValueError, configparser.Error):
-        return "boto3", f"the AWS config file {config} is not plain (boto3 reads it)"
+        except (OSError, ValueError, configparser.Error):
+            return "boto3", f"the AWS config file {config} is not plain (boto3 reads it)"
     try:
         import obstore  # noqa: F401,PLC0415
     except ImportError:
@@ -601,6 +621,7 @@ class ObstoreS3Reader(ObjectStore):
         from obstore.store import S3Store as _ObS3  # noqa: PLC0415
 
         self.loc, self.url, self._ob = loc, loc.url, obstore
+        _OBSTORE["used"] = True  # from here a forked child reads with boto3 (_after_fork_in_child)
         cfg = store_config()
         self.attempts, self.timeout = cfg["attempts"], cfg["timeout"]
         self._checked_bucket = False

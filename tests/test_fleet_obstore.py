@@ -213,3 +213,27 @@ def test_a_cut_stream_resumes_from_the_next_byte(s3, bucket, client, monkeypatch
         _no_secret(ei.value)
     finally:
         proxy.stop()
+
+
+def test_a_child_forked_after_obstore_ran_reads_with_boto3_instead_of_hanging(s3, bucket):
+    """obstore's runtime does not survive a fork (a child's first request would hang): a server that
+    loaded through the store and then forks workers still loads in them, through boto3."""
+    import subprocess  # noqa: PLC0415
+
+    s3.client().put_object(Bucket=bucket, Key=f"p/{KEY}", Body=DATA)
+    code = f"""
+import io, os, sys
+from frt_dist.objstore import open_store, read_client_why
+st = open_store("s3://{bucket}/p", reading=True)
+assert type(st).__name__ == "ObstoreS3Reader" and st.get("{KEY}", io.BytesIO()) == {len(DATA)}
+pid = os.fork()
+if pid == 0:
+    st2 = open_store("s3://{bucket}/p", reading=True)
+    print(type(st2).__name__, read_client_why()[1], st2.get("{KEY}", io.BytesIO()), flush=True)
+    os._exit(0)
+os._exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == "S3Store" and "forked from one that had used obstore" in r.stdout
+    assert r.stdout.split()[-1] == str(len(DATA))
