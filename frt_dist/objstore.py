@@ -556,7 +556,8 @@ def read_client_why() -> tuple[str, str]:
     obstore is installed, ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` are set, ``AWS_PROFILE``
     is not, no other ``AWS_*`` variable but those in ``_OBSTORE_ENV`` is set, the AWS config file
     (``AWS_CONFIG_FILE`` or ``~/.aws/config``) has no ``[default]`` settings, ``AWS_ENDPOINT_URL``
-    (when set) carries no ``user@``, and a region is set when no endpoint is. Otherwise boto3
+    (when set) carries no ``user@``, a region is set when no endpoint is, and this process is not a
+    fork of one that has used obstore (``_after_fork_in_child``). Otherwise boto3
     (profiles, SSO, roles, instance credentials, config-file settings: boto3's own chain)."""
     env = os.environ
     want = (env.get("FRT_STORE_CLIENT") or "auto").strip().lower()
