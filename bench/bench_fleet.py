@@ -53,6 +53,7 @@ from s3server import S3Server  # noqa: E402
 
 BUCKET = "frt-bench"
 S5CMD = str(Path(sys.executable).parent / "s5cmd")
+FRESH_CLIENT = False  # --fresh-client: nodes import their S3 client after the fork, as separate processes would
 TINY_HW = {"arch": "x86_64", "device_class": "test-cpu", "backend": "cpu", "software": {"torch": "2.13"}}
 
 
@@ -169,7 +170,7 @@ def run_nodes(n: int, w: dict, work: Path, env: dict, mode: str, *, sync: bool =
             node["sync_dir"] = str(work / f"sync-{i}")
         nodes.append(node)
     spec = work / "spec.json"
-    spec.write_text(json.dumps({"nodes": nodes, "out": str(out)}))
+    spec.write_text(json.dumps({"nodes": nodes, "out": str(out), "preimport_client": not FRESH_CLIENT}))
     penv = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     penv.update(env, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     penv.pop("PYTHONDONTWRITEBYTECODE", None)  # the nodes read the compiled modules (env's PYTHONPYCACHEPREFIX)
@@ -199,7 +200,11 @@ def main() -> int:
     ap.add_argument("--design", action="store_true")
     ap.add_argument("--boto3", action="store_true",
                     help="also fetch+verify with the boto3 read client (FRT_STORE_CLIENT=boto3): the before column")
+    ap.add_argument("--fresh-client", action="store_true",
+                    help="nodes import their S3 client themselves (not before the fork), as separate processes do")
     args = ap.parse_args()
+    global FRESH_CLIENT
+    FRESH_CLIENT = args.fresh_client
     ns = [int(x) for x in args.nodes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="frt-bench-fleet-"))
     s3 = S3Server().start()

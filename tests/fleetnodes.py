@@ -136,11 +136,12 @@ def _node(i: int, node: dict, out: str) -> int:
 
 def main(argv: list[str]) -> int:
     spec = json.load(open(argv[0]))
-    import boto3  # noqa: F401,PLC0415 - what every node needs: imported once, before the fork
-    try:  # the read client when the environment allows it (frt_dist.objstore.read_client)
-        import obstore  # noqa: F401,PLC0415
-    except ImportError:  # pragma: no cover
-        pass
+    if spec.get("preimport_client", True):  # off: each node imports its S3 client itself, as a fresh process does
+        import boto3  # noqa: F401,PLC0415 - what every node needs: imported once, before the fork
+        try:  # the read client when the environment allows it (frt_dist.objstore.read_client)
+            import obstore  # noqa: F401,PLC0415
+        except ImportError:  # pragma: no cover
+            pass
     import torch  # noqa: F401,PLC0415
     import frt_dist  # noqa: F401,PLC0415
     import frt_dist.serve  # noqa: F401,PLC0415
