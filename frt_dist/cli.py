@@ -810,7 +810,8 @@ def cmd_mirror(args) -> int:
                          "from one; not both", hints=["frt mirror DIR --from URL fills DIR; frt mirror URL publishes"])
     if args.repair and not publish:
         raise UsageError("--repair applies when publishing to an object store (frt mirror s3://... --repair)")
-    store = open_store(args.dir if publish else args.from_url) if (publish or args.from_url) else None
+    store = (open_store(args.dir) if publish else open_store(args.from_url, reading=True)) if (publish or args.from_url) \
+        else None
     if store is not None:
         with store:
             return _cmd_mirror(args, store, publish)

@@ -41,6 +41,11 @@ Configuration is the standard AWS chain, read by botocore itself: ``AWS_ENDPOINT
 config and credentials files. ``FRT_STORE_ATTEMPTS`` (default 4) caps the attempts per request and
 ``FRT_STORE_TIMEOUT`` (seconds, default 20) the connect and read timeouts. boto3 is imported only
 when a URL is used (the ``fleet`` extra); locking and resolving never import it.
+
+Readers (``open_store(url, reading=True)``: a node's load, ``frt mirror DIR --from``) get
+``ObstoreS3Reader`` instead when the environment alone configures the store (``read_client_why``
+gives the rule): obstore is a tenth of boto3's start-up, which every fleet node pays. Writers, and
+readers under a profile, a role or config-file settings, keep boto3. Both map to the same errors.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from typing import Callable
 from .errors import FrtError, UsageError
 
 __all__ = ["Location", "parse_location", "is_url", "open_store", "ObjectStore", "S3Store", "FileStore",
+           "ObstoreS3Reader", "read_client", "read_client_why",
            "StoreAccess", "StoreUnavailable", "ObjectMissing", "object_key", "locked_file_key", "lock_key", "receipt_key",
            "digest_from_object_key", "store_config"]
 
@@ -273,11 +279,15 @@ class _Buffer:
         self.data += b
 
 
-def open_store(location) -> ObjectStore:
+def open_store(location, *, reading: bool = False) -> ObjectStore:
     """The store for a URL (``Location`` or text); a plain folder is a ``UsageError`` (callers
-    use ``frt_dist.mirror`` for those)."""
+    use ``frt_dist.mirror`` for those). ``reading=True``: the caller only reads (a node's load,
+    ``frt mirror DIR --from``); an ``s3://`` store is then read through obstore when the
+    environment alone configures it (``read_client``), else through boto3 as for writes."""
     loc = location if isinstance(location, Location) else parse_location(location)
     if loc.scheme == "s3":
+        if reading and read_client() == "obstore":
+            return ObstoreS3Reader(loc)
         return S3Store(loc)
     if loc.scheme == "file":
         return FileStore(loc)
@@ -317,7 +327,9 @@ class S3Store(ObjectStore):
         try:
             session = _session(boto3)
             self.client = session.client(
-                "s3", config=Config(retries={"mode": "standard", "total_max_attempts": self.attempts},
+                # botocore reads AWS_DEFAULT_REGION only; AWS_REGION (which the other AWS SDKs and obstore
+                # read first) is documented here too, so it wins when set, as it does in those
+                "s3", region_name=os.environ.get("AWS_REGION") or None, config=Config(retries={"mode": "standard", "total_max_attempts": self.attempts},
                                     connect_timeout=cfg["timeout"], read_timeout=cfg["timeout"],
                                     max_pool_connections=32, signature_version="s3v4",
                                     # botocore >= 1.36 adds CRC checksums to every PUT by default, which
@@ -502,6 +514,265 @@ def _scrub(text: str) -> str:
         if v and len(v) >= 4:
             text = text.replace(v, "***")
     return text
+
+
+# ---------------------------------------------------------------------------
+# S3 reads through obstore (a node's load, `frt mirror DIR --from`)
+
+# The AWS_* variables whose meaning the obstore reader reproduces exactly (or that neither client's
+# outcome depends on: the retry and checksum settings frt overrides on both paths, the CLI's own).
+# Any other AWS_* variable (AWS_PROFILE, AWS_ROLE_ARN, AWS_WEB_IDENTITY_TOKEN_FILE, AWS_CA_BUNDLE,
+# AWS_ENDPOINT_URL_S3, AWS_CONTAINER_CREDENTIALS_*, ...) means boto3 reads, as it writes.
+_OBSTORE_ENV = frozenset({
+    "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
+    "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_EC2_METADATA_DISABLED",
+    "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", "AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION",
+    "AWS_PAGER", "AWS_DEFAULT_OUTPUT"})
+
+
+_OBSTORE = {"used": False, "forked": False}
+
+
+def _after_fork_in_child() -> None:
+    # obstore runs its requests on a Tokio runtime whose threads do not survive a fork: a child of a
+    # process that has used obstore hangs on its first request (tested). Such a child reads with boto3.
+    if _OBSTORE["used"]:
+        _OBSTORE["forked"] = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def read_client() -> str:
+    """Which client reads an ``s3://`` store in this environment: ``"obstore"`` or ``"boto3"``
+    (see ``read_client_why``)."""
+    return read_client_why()[0]
+
+
+def read_client_why() -> tuple[str, str]:
+    """``(client, reason)``. obstore reads when the environment alone configures the store, so that
+    it means exactly what boto3 would make of it: ``FRT_STORE_CLIENT`` is unset or ``auto``,
+    obstore is installed, ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` are set, ``AWS_PROFILE``
+    is not, no other ``AWS_*`` variable but those in ``_OBSTORE_ENV`` is set, the AWS config file
+    (``AWS_CONFIG_FILE`` or ``~/.aws/config``) has no ``[default]`` settings, ``AWS_ENDPOINT_URL``
+    (when set) carries no ``user@``, a region is set when no endpoint is, and this process is not a
+    fork of one that has used obstore (``_after_fork_in_child``). Otherwise boto3
+    (profiles, SSO, roles, instance credentials, config-file settings: boto3's own chain)."""
+    env = os.environ
+    want = (env.get("FRT_STORE_CLIENT") or "auto").strip().lower()
+    if want not in ("auto", "boto3"):
+        raise UsageError(f"FRT_STORE_CLIENT={env.get('FRT_STORE_CLIENT')!r}: expected 'auto' or 'boto3'")
+    if want == "boto3":
+        return "boto3", "FRT_STORE_CLIENT=boto3"
+    if _OBSTORE["forked"]:
+        return "boto3", "this process was forked from one that had used obstore (its runtime does not survive a fork)"
+    other = sorted(k for k in env if k.startswith("AWS_") and k not in _OBSTORE_ENV)
+    if other:
+        return "boto3", f"{other[0]} is set (boto3 reads it; obstore would not read it the same way)"
+    if not (env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY")):
+        return "boto3", "no key pair in the environment (boto3's credential chain finds one)"
+    endpoint = env.get("AWS_ENDPOINT_URL") or ""
+    if endpoint and ("@" in endpoint.split("://", 1)[-1].split("/", 1)[0] or "://" not in endpoint):
+        return "boto3", "AWS_ENDPOINT_URL is not a plain scheme://host[:port] URL"
+    if not endpoint and not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
+        return "boto3", "AWS without a region (boto3 follows the bucket's region redirect)"
+    config = env.get("AWS_CONFIG_FILE") or os.path.join(os.path.expanduser("~"), ".aws", "config")
+    try:
+        present = os.path.isfile(config) and os.path.getsize(config) > 0
+    except OSError:
+        present = True
+    if present:  # only then is configparser imported (a node's start pays for what it uses)
+        import configparser  # noqa: PLC0415
+
+        try:
+            cp = configparser.RawConfigParser()
+            cp.read(config, encoding="utf-8")
+            if cp.has_section("default") and cp.options("default"):
+                return "boto3", f"the AWS config file {config} has [default] settings"
+        except (OSError, ValueError, configparser.Error):
+            return "boto3", f"the AWS config file {config} is not plain (boto3 reads it)"
+    try:
+        import obstore  # noqa: F401,PLC0415
+    except ImportError:
+        return "boto3", "obstore is not installed"
+    return "obstore", "the environment configures the store"
+
+
+_STATUS = re.compile(r"status code: (\d{3})")
+_CODE = re.compile(r"<Code>([A-Za-z0-9.]{1,64})</Code>")
+
+
+class ObstoreS3Reader(ObjectStore):
+    """Reads (``head``, ``get``, ``get_bytes``, ``list``) of an S3-API bucket through obstore (Rust:
+    about 0.05 s to import and construct against boto3's 0.5 s and more, and less CPU per byte;
+    bench/RESULTS.md). Configured only from our own reading of the environment (``read_client_why``
+    says when): endpoint (path-style, as botocore addresses a custom endpoint; virtual-hosted on AWS
+    for a bucket without dots, as botocore does), region (``AWS_REGION``, else ``AWS_DEFAULT_REGION``,
+    else us-east-1 with an endpoint), the key pair and session token, ``http://`` allowed when the
+    endpoint says so. ``FRT_STORE_ATTEMPTS`` caps the attempts (obstore retries 5xx, timeouts and
+    dropped connections itself, max_retries = attempts - 1), ``FRT_STORE_TIMEOUT`` is the connect
+    timeout and the timeout of every read (a stall). Errors are the same frt errors as ``S3Store``'s;
+    obstore's own messages (which name the endpoint) are never shown."""
+
+    def __init__(self, loc: Location):
+        from datetime import timedelta  # noqa: PLC0415
+
+        import obstore  # noqa: PLC0415
+        from obstore.store import S3Store as _ObS3  # noqa: PLC0415
+
+        self.loc, self.url, self._ob = loc, loc.url, obstore
+        _OBSTORE["used"] = True  # from here a forked child reads with boto3 (_after_fork_in_child)
+        cfg = store_config()
+        self.attempts, self.timeout = cfg["attempts"], cfg["timeout"]
+        self._checked_bucket = False
+        self._lock = threading.Lock()
+        env = os.environ
+        self.endpoint = (env.get("AWS_ENDPOINT_URL") or "").rstrip("/")
+        kw = {"access_key_id": env["AWS_ACCESS_KEY_ID"], "secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+              "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"}
+        if env.get("AWS_SESSION_TOKEN"):
+            kw["token"] = env["AWS_SESSION_TOKEN"]
+        if self.endpoint:
+            kw["endpoint"], kw["virtual_hosted_style_request"] = self.endpoint, False
+        else:
+            kw["virtual_hosted_style_request"] = "." not in loc.bucket
+        t = timedelta(seconds=self.timeout)
+        try:
+            self.store = _ObS3(
+                loc.bucket,
+                client_options={"allow_http": self.endpoint.lower().startswith("http://"), "connect_timeout": t,
+                                "read_timeout": t,
+                                # no cap on a whole transfer (a big object on a slow link); a stall is read_timeout
+                                "timeout": timedelta(days=1)},
+                retry_config={"max_retries": self.attempts - 1,
+                              "retry_timeout": timedelta(seconds=self.attempts * (2 * self.timeout + 10)),
+                              "backoff": {"init_backoff": timedelta(milliseconds=100),
+                                          "max_backoff": timedelta(seconds=5), "base": 2}},
+                **kw)
+        except Exception as exc:  # noqa: BLE001 - a bad endpoint URL, a bad region
+            raise StoreAccess(f"{self.url}: the object-store configuration is not usable ({type(exc).__name__})",
+                              hints=["check AWS_ENDPOINT_URL and AWS_REGION"]) from None
+
+    def _key(self, key: str) -> str:
+        _check_key(key)
+        return f"{self.loc.prefix}/{key}" if self.loc.prefix else key
+
+    # -- errors -----------------------------------------------------------------
+    def _error(self, exc: Exception, key: str) -> FrtError:
+        from obstore import exceptions as oex  # noqa: PLC0415
+
+        where = self.where(key) if key else self.url
+        text = str(exc)
+        m = _STATUS.search(text)
+        status = int(m.group(1)) if m else 0
+        m = _CODE.search(text)
+        code = m.group(1) if m else ""
+        if code == "NoSuchBucket":
+            return StoreAccess(f"{self.url}: no such bucket {self.loc.bucket!r}",
+                               hints=["check the bucket name and AWS_ENDPOINT_URL / AWS_REGION"])
+        if isinstance(exc, (oex.PermissionDeniedError, oex.UnauthenticatedError, PermissionError)) \
+                or status in (401, 403) or code in _ACCESS_CODES:
+            return StoreAccess(f"{where}: access denied ({code or status or 403})", hints=list(_CRED_HINTS))
+        if isinstance(exc, (oex.NotFoundError, FileNotFoundError)) or status == 404:
+            return ObjectMissing(f"{where}: no such object", key=key)
+        if isinstance(exc, (oex.PreconditionError, oex.NotModifiedError)) or status == 412:
+            return StoreUnavailable(f"{where}: the object was replaced while it was read; try again")
+        if status >= 500:
+            return StoreUnavailable(f"{where}: the server answered {status} {code} through {self.attempts} "
+                                    "attempt(s)", hints=["the store is failing; try again later (FRT_STORE_ATTEMPTS "
+                                                         "raises the retry cap)"])
+        if status:
+            return StoreUnavailable(f"{where}: the server refused the request ({code or status})")
+        if "kind: Timeout" in text or "timed out" in text.lower():
+            return StoreUnavailable(f"{where}: timed out through {self.attempts} attempt(s) "
+                                    f"(FRT_STORE_TIMEOUT={self.timeout:g}s each)",
+                                    hints=["check the endpoint (AWS_ENDPOINT_URL) and the network; "
+                                           "FRT_STORE_TIMEOUT sets the limit"])
+        if "kind: Connect" in text:
+            return StoreUnavailable(f"{where}: cannot connect to the endpoint "
+                                    f"{self.endpoint or 'of ' + self.loc.bucket + ' on AWS'}",
+                                    hints=["check AWS_ENDPOINT_URL (and AWS_REGION)"])
+        return StoreUnavailable(f"{where}: the connection failed through {self.attempts} attempt(s) "
+                                f"({type(exc).__name__})")
+
+    def _bucket_missing(self) -> bool:
+        """After a 404 with no body (HEAD): is it the bucket? One listing of one key says."""
+        try:
+            for _ in self._ob.list(self.store, prefix=self.loc.prefix or None, chunk_size=1):
+                break
+            return False
+        except Exception as exc:  # noqa: BLE001 - cannot tell: report the object
+            return "NoSuchBucket" in str(exc)
+
+    def _raise(self, exc: Exception, key: str):
+        err = self._error(exc, key)
+        if isinstance(err, ObjectMissing):
+            with self._lock:
+                if not self._checked_bucket:
+                    if self._bucket_missing():
+                        err = StoreAccess(f"{self.url}: no such bucket {self.loc.bucket!r}",
+                                          hints=["check the bucket name and AWS_ENDPOINT_URL / AWS_REGION"])
+                    else:
+                        self._checked_bucket = True
+        raise err from None
+
+    # -- verbs ------------------------------------------------------------------
+    def head(self, key: str) -> int | None:
+        try:
+            meta = self._ob.head(self.store, self._key(key))
+        except Exception as exc:  # noqa: BLE001 - mapped
+            try:
+                self._raise(exc, key)
+            except ObjectMissing:
+                return None
+        return int(meta["size"])
+
+    def get(self, key, out, *, limit=None, progress=None) -> int:
+        """One streamed GET. A stream cut mid-way is resumed by obstore itself (a ranged request from
+        the next byte, counted against the same ``max_retries``: FRT_STORE_ATTEMPTS bounds the
+        requests in all), so ``out`` receives each byte once, in order; past the attempts it is a
+        ``StoreUnavailable`` and the caller discards what it wrote."""
+        try:
+            r = self._ob.get(self.store, self._key(key))
+            it = iter(r.stream(min_chunk_size=_CHUNK))
+        except Exception as exc:  # noqa: BLE001 - mapped
+            self._raise(exc, key)
+        n = 0
+        while True:
+            try:
+                chunk = next(it)
+            except StopIteration:
+                return n
+            except Exception as exc:  # noqa: BLE001 - the stream failed past obstore's retries
+                raise self._error(exc, key) from None
+            size = len(chunk)
+            if limit is not None and n + size > limit:
+                out.write(memoryview(chunk)[: limit + 1 - n])
+                return limit + 1
+            out.write(chunk)  # outside the try: the caller's own errors (a full disk) are its own
+            n += size
+            if progress:
+                progress(size)
+
+    def list(self, prefix: str) -> list[tuple[str, int]]:
+        full = self._key(prefix.rstrip("/"))
+        out = []
+        try:
+            for batch in self._ob.list(self.store, prefix=full):
+                for meta in batch:
+                    path = str(meta["path"])
+                    rel = path[len(self.loc.prefix) + 1:] if self.loc.prefix else path
+                    out.append((rel, int(meta["size"])))
+        except Exception as exc:  # noqa: BLE001 - mapped
+            self._raise(exc, prefix)
+        return sorted(out)
+
+    def put_file(self, key, path, *, progress=None) -> None:
+        raise UsageError(f"{self.where(key)}: this store was opened for reading")
+
+    def put_bytes(self, key, data) -> None:
+        raise UsageError(f"{self.where(key)}: this store was opened for reading")
 
 
 # ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ SPEC: ``{"nodes": [{"env": {...}, "cwd": DIR, "model": M, "lockfile": PATH|null,
 "hardware": {Hardware kwargs}, "check": [[seam, phase, rows, width], ...], "mode": "load"|"prepare"}],
 "out": DIR}``. ``prepare`` stops where ``load`` would import (the benchmark's fetch-and-verify part).
 
-The parent imports what every node imports anyway (torch, kernels, boto3, frt_dist), prints
+The parent imports what every node imports anyway (torch, kernels, boto3, obstore, frt_dist), prints
 ``ready`` and waits for a line on stdin, then **forks one real process per node** at once: each
 child applies its environment, runs ``frt_dist.load`` (resolve, fetch the bound variants from the
 store into its verified store, verify, import, smoke), checks that every file of every package it
@@ -136,7 +136,12 @@ def _node(i: int, node: dict, out: str) -> int:
 
 def main(argv: list[str]) -> int:
     spec = json.load(open(argv[0]))
-    import boto3  # noqa: F401,PLC0415 - what every node needs: imported once, before the fork
+    if spec.get("preimport_client", True):  # off: each node imports its S3 client itself, as a fresh process does
+        import boto3  # noqa: F401,PLC0415 - what every node needs: imported once, before the fork
+        try:  # the read client when the environment allows it (frt_dist.objstore.read_client)
+            import obstore  # noqa: F401,PLC0415
+        except ImportError:  # pragma: no cover
+            pass
     import torch  # noqa: F401,PLC0415
     import frt_dist  # noqa: F401,PLC0415
     import frt_dist.serve  # noqa: F401,PLC0415

@@ -18,7 +18,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-__all__ = ["S3Server", "FaultProxy", "free_port", "FAKE_KEY_ID", "FAKE_SECRET"]
+__all__ = ["S3Server", "FaultProxy", "free_port", "FAKE_KEY_ID", "FAKE_SECRET", "run_traced"]
 
 # distinctive fake credentials: tests assert neither ever appears in any output or written file
 FAKE_KEY_ID = "AKIAFRTFLEETTESTKEY7"
@@ -29,6 +29,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def run_traced(cmd: list[str], log, **kw) -> tuple[subprocess.CompletedProcess, set[tuple[str, int]]]:
+    """Run ``cmd`` under ``strace -f -e trace=connect``: every ``connect()`` of every process and
+    thread, whatever language made it (a Python audit hook sees only Python's sockets, not those
+    of obstore's Rust client). The peers are ``(address, port)`` of the IPv4/IPv6 connects, UDP
+    (a DNS query) included. ``None`` in place of the set when strace is not installed."""
+    import re  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    strace = shutil.which("strace")
+    if strace is None:
+        return subprocess.run(cmd, **kw), None
+    r = subprocess.run([strace, "-f", "-qq", "-e", "trace=connect", "-e", "signal=none", "-o", str(log), *cmd], **kw)
+    peers = set()
+    for line in open(log).read().splitlines():
+        if "AF_INET" not in line:
+            continue
+        port = re.search(r"sin6?_port=htons\((\d+)\)", line)
+        addr = re.search(r'inet_addr\("([^"]+)"\)', line) or re.search(r'inet_pton\(AF_INET6, "([^"]+)"', line)
+        peers.add((addr.group(1) if addr else line, int(port.group(1)) if port else -1))
+    return r, peers
 
 
 class S3Server:

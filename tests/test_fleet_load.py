@@ -25,7 +25,7 @@ from frt_dist import loader  # noqa: E402
 from frt_dist.errors import KernelUnavailable  # noqa: E402
 from frt_dist.loader import remote  # noqa: E402
 from frt_dist.objstore import StoreAccess  # noqa: E402
-from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, s3  # noqa: E402,F401 (fixtures)
+from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, run_traced, s3  # noqa: E402,F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")
 
@@ -241,17 +241,28 @@ finally:
 """
 
 
-def test_a_url_mirror_connects_to_the_endpoint_and_nothing_else(solo, tmp_path, s3, bucket):
+@pytest.mark.parametrize("client", ["auto", "boto3"])
+def test_a_url_mirror_connects_to_the_endpoint_and_nothing_else(solo, tmp_path, s3, bucket, client):
+    """Every connect() of the node, seen by strace (the obstore reader's sockets are Rust's, which a
+    Python audit hook does not see), and by the audit hook for boto3's."""
     tp, _ = solo
     log = tmp_path / "connects.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"), FRT_MIRROR=f"s3://{bucket}/p",
-               XDG_CACHE_HOME=str(tmp_path / "node-cache"), PYTHONDONTWRITEBYTECODE="1")
-    r = subprocess.run([sys.executable, "-c", _AUDIT, str(log)], cwd=tp.root, env=env, capture_output=True,
-                       text=True, timeout=120)
+               XDG_CACHE_HOME=str(tmp_path / "node-cache"), PYTHONDONTWRITEBYTECODE="1", FRT_STORE_CLIENT=client)
+    code = _AUDIT + "print(sorted(m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('obstore', 'boto3')))\n"
+    r, traced = run_traced([sys.executable, "-c", code, str(log)], tmp_path / "strace.log", cwd=tp.root, env=env,
+                           capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     connects = {tuple(a) for a in json.loads(log.read_text())}
-    assert connects == {("127.0.0.1", s3.port)}, connects  # not the Hub (HF_ENDPOINT), nothing else
+    if client == "boto3":
+        assert connects == {("127.0.0.1", s3.port)}, connects  # not the Hub (HF_ENDPOINT), nothing else
+        assert "boto3" in r.stdout and "obstore" not in r.stdout
+    else:  # the node read through obstore and never imported boto3
+        assert connects == set() and "obstore" in r.stdout and "boto3" not in r.stdout, (connects, r.stdout)
+    if traced is None:
+        pytest.skip("strace is not installed: the obstore reader's connections were not observed")
+    assert traced == {("127.0.0.1", s3.port)}, traced
 
 
 def test_links_inside_the_verified_store_make_frt_write_nothing_outside_it(solo, tmp_path, bucket, monkeypatch):

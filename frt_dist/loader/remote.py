@@ -89,7 +89,7 @@ def _client(url: str):
     with _lock:
         got = _clients.get(key)
         if got is None:
-            got = _clients[key] = open_store(url)
+            got = _clients[key] = open_store(url, reading=True)  # obstore when the environment allows
         return got
 
 
