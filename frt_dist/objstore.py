@@ -271,6 +271,19 @@ class ObjectStore:
         self.close()
 
 
+def _no_such_bucket(store, err: FrtError) -> FrtError:
+    """An S3 store's "not found": the object's, or the whole bucket's? Asked once per store
+    (``_bucket_missing``, one listing), whichever thread gets here first; then it is the object's."""
+    if isinstance(err, ObjectMissing):
+        with store._lock:
+            if not store._checked_bucket:
+                if store._bucket_missing():
+                    return StoreAccess(f"{store.url}: no such bucket {store.loc.bucket!r}",
+                                       hints=["check the bucket name and AWS_ENDPOINT_URL / AWS_REGION"])
+                store._checked_bucket = True
+    return err
+
+
 class _Buffer:
     def __init__(self):
         self.data = bytearray()
@@ -404,16 +417,7 @@ class S3Store(ObjectStore):
         except FrtError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped; unknown ones re-raised by _error
-            err = self._error(exc, key)
-            if isinstance(err, ObjectMissing):
-                with self._lock:  # once per store, whichever thread gets here first
-                    if not self._checked_bucket:
-                        if self._bucket_missing():
-                            err = StoreAccess(f"{self.url}: no such bucket {self.loc.bucket!r}",
-                                              hints=["check the bucket name and AWS_ENDPOINT_URL / AWS_REGION"])
-                        else:
-                            self._checked_bucket = True
-            raise err from None
+            raise _no_such_bucket(self, self._error(exc, key)) from None
 
     # -- verbs ------------------------------------------------------------------
     def head(self, key: str) -> int | None:
@@ -706,16 +710,7 @@ class ObstoreS3Reader(ObjectStore):
             return "NoSuchBucket" in str(exc)
 
     def _raise(self, exc: Exception, key: str):
-        err = self._error(exc, key)
-        if isinstance(err, ObjectMissing):
-            with self._lock:
-                if not self._checked_bucket:
-                    if self._bucket_missing():
-                        err = StoreAccess(f"{self.url}: no such bucket {self.loc.bucket!r}",
-                                          hints=["check the bucket name and AWS_ENDPOINT_URL / AWS_REGION"])
-                    else:
-                        self._checked_bucket = True
-        raise err from None
+        raise _no_such_bucket(self, self._error(exc, key)) from None
 
     # -- verbs ------------------------------------------------------------------
     def head(self, key: str) -> int | None:
