@@ -28,7 +28,7 @@ from .receipt import CellKey, Receipt
 __all__ = ["Lockfile", "LockedPackage", "LockedVariant", "IndexEntry", "Candidate", "write_atomic", "render",
            "embedded_receipt_rows", "TRUST_DECISIONS"]
 
-SCHEMA = "frt.lock/1"
+SCHEMA = "frt.lock/1.1"  # 1.1: the `nearest` summary (SPEC §8.12)
 SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.lock", 1
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _MODULE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -134,6 +134,54 @@ class IndexEntry:
     candidates: tuple[Candidate, ...]  # ranked: [0] is the winner, the rest the runner-ups
 
 
+class _Cut:
+    """A text as it lies in a buffer, ``buf[start:end]`` (UTF-8): the index and the receipts of
+    a lockfile read from a file (``_read_fast`` cuts them out without decoding them), or a text
+    given as ``str``, encoded once. Searched as bytes; decoded where a part is used, or whole by
+    ``str()`` (``frt verify``, iterating every entry)."""
+
+    __slots__ = ("buf", "start", "end")
+
+    def __init__(self, buf: bytes, start: int = 0, end: int | None = None):
+        self.buf, self.start, self.end = buf, start, len(buf) if end is None else end
+
+    @classmethod
+    def of(cls, value) -> "_Cut | None":
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls(value.encode("utf-8"))
+            except UnicodeEncodeError:  # (a lone surrogate: not text; the JSON reader names it)
+                return None
+        return None
+
+    def __str__(self) -> str:
+        return str(memoryview(self.buf)[self.start:self.end], "utf-8")
+
+    def startswith(self, prefix: bytes) -> bool:
+        return self.buf.startswith(prefix, self.start, self.end)
+
+    def endswith(self, suffix: bytes) -> bool:
+        return self.buf.endswith(suffix, self.start, self.end)
+
+    def line_at(self, at: int) -> tuple[bytes, int]:
+        """(the line that starts after the newline at ``at``, without a trailing comma; its number
+        in the text, counting the opening ``[`` as line 0 - counted only when asked: ``place``)."""
+        eol = self.buf.find(b"\n", at + 1, self.end)
+        line = self.buf[at + 1:eol if eol >= 0 else self.end]
+        return (line[:-1] if line.endswith(b",") else line), eol
+
+    def place(self, at: int) -> int:
+        """The number of the line after the newline at ``at`` among the array's items (0: the first)."""
+        return self.buf.count(b"\n", self.start, at)
+
+    def __eq__(self, other) -> bool:  # (a document compared as values compares the texts)
+        return str(self) == (str(other) if isinstance(other, _Cut) else other)
+
+    __hash__ = None
+
+
 class _LazyReceipts(Mapping):
     """The embedded receipts, parsed on first use.
 
@@ -146,38 +194,36 @@ class _LazyReceipts(Mapping):
 
     def __init__(self, file: str, raw: dict[str, tuple], verify: bool):
         # digest -> (path, file label, body, kind): kind "line" is one line of the JSON array frt lock
-        # writes (parsed on use), "span" the same line as (text, start, end), "text" a [[receipts]]
-        # table's json string, "object" a parsed receipt
+        # writes (parsed on use), "text" a [[receipts]] table's json string, "object" a parsed receipt
         self._file, self._raw, self._verify = file, raw, verify
         self._parsed: dict[str, Receipt] = {}
 
     def __getitem__(self, digest_: str) -> Receipt:
         rec = self._parsed.get(digest_)
         if rec is None:
-            p, label, body, kind = self._raw[digest_]
-            from .errors import ReceiptInvalid  # noqa: PLC0415
+            rec = self._parsed[digest_] = self._parse(digest_, *self._raw[digest_])
+        return rec
 
-            if kind == "span":  # (the receipts text, start, end) of its line
-                body, kind = body[0][body[1]:body[2]], "line"
+    def _parse(self, digest_: str, p: str, label, body, kind: str) -> Receipt:
+        from .errors import ReceiptInvalid  # noqa: PLC0415
 
-            try:
-                if kind == "line":
-                    label, body = self._line(p, digest_, body)
-                rec = Receipt.parse(json.loads(body) if kind == "text" else body, file=label)
-            except json.JSONDecodeError as exc:
-                raise LockfileError(f"{self._file}: {p}: not valid JSON: {exc}", exit_code=1,
-                                    reasons=[{"kind": "receipt", "path": p, "expected": "JSON", "computed": str(exc)}]) from None
-            except ReceiptInvalid as exc:
-                raise LockfileError(f"{self._file}: {p}: {exc}", exit_code=1,
-                                    reasons=[{"kind": "receipt", "path": p, "expected": "a valid receipt",
-                                              "computed": str(exc)}]) from None
-            if self._verify and rec.digest != digest_:
-                raise LockfileError(f"{self._file}: {p}.digest does not match the embedded receipt "
-                                    f"(expected {digest_}, computed {rec.digest})", exit_code=1,
-                                    reasons=[{"kind": "receipt", "path": f"{p}.digest", "expected": digest_,
-                                              "computed": rec.digest}],
-                                    hints=["regenerate it with `frt lock`"])
-            self._parsed[digest_] = rec
+        try:
+            if kind == "line":
+                label, body = self._line(p, digest_, body)
+            rec = Receipt.parse(json.loads(body) if kind == "text" else body, file=label)
+        except json.JSONDecodeError as exc:
+            raise LockfileError(f"{self._file}: {p}: not valid JSON: {exc}", exit_code=1,
+                                reasons=[{"kind": "receipt", "path": p, "expected": "JSON", "computed": str(exc)}]) from None
+        except ReceiptInvalid as exc:
+            raise LockfileError(f"{self._file}: {p}: {exc}", exit_code=1,
+                                reasons=[{"kind": "receipt", "path": p, "expected": "a valid receipt",
+                                          "computed": str(exc)}]) from None
+        if self._verify and rec.digest != digest_:
+            raise LockfileError(f"{self._file}: {p}.digest does not match the embedded receipt "
+                                f"(expected {digest_}, computed {rec.digest})", exit_code=1,
+                                reasons=[{"kind": "receipt", "path": f"{p}.digest", "expected": digest_,
+                                          "computed": rec.digest}],
+                                hints=["regenerate it with `frt lock`"])
         return rec
 
     def _line(self, p: str, digest_: str, line: str) -> tuple[str, dict]:
@@ -203,6 +249,87 @@ class _LazyReceipts(Mapping):
         return len(self._raw)
 
 
+class _FoundReceipts(_LazyReceipts):
+    """The receipts text ``receipts_text`` writes (``[``, one receipt per line headed by
+    ``{"digest": "sha256:<hex>", ``, ``]``), looked up by searching for the head: a receipt's
+    line is found, parsed and checked (as ``_LazyReceipts`` does) only when it is used, so
+    reading a lock and resolving with it costs a few searches, not a pass per receipt.
+
+    A line can only start after a newline, and JSON holds no raw newline, so a head found is a
+    line's head. The same receipt embedded twice is refused when it is looked up (the search
+    goes on past the first) and when every receipt is listed; listing (``frt verify``, the
+    matrix, ``len``) reads every line's head, as reading the text whole does."""
+
+    def __init__(self, file: str, text: _Cut, verify: bool):
+        super().__init__(file, {}, verify)
+        self._text = text
+        self._at: dict[str, int] = {}  # digest -> the offset of the newline before its line
+        self._all: dict[str, tuple] | None = None
+
+    @staticmethod
+    def layout(text: _Cut) -> bool:
+        return text.startswith(b'[\n{"digest": "sha256:') and text.endswith(b"}\n]\n")
+
+    def _find(self, digest_) -> int:
+        at = self._at.get(digest_)
+        if at is None:
+            if not (isinstance(digest_, str) and _SHA.match(digest_)):
+                return -1
+            t = self._text
+            head = b'\n{"digest": "' + digest_.encode("ascii") + b'", '
+            at = t.buf.find(head, t.start, t.end)
+            if at >= 0:
+                again = t.buf.find(head, at + 1, t.end)
+                if again >= 0:
+                    raise Reader(self._file, LockfileError).fail(
+                        f"receipts[{t.place(again)}].digest", f"{digest_} is embedded twice")
+                self._at[digest_] = at
+        return at
+
+    def __getitem__(self, digest_: str) -> Receipt:
+        rec = self._parsed.get(digest_)
+        if rec is None:
+            at = self._find(digest_)
+            if at < 0:
+                raise KeyError(digest_)
+            line, _ = self._text.line_at(at)
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as exc:  # (the lock-digest was made over other bytes: an author's file)
+                raise Reader(self._file, LockfileError).fail(f"receipts[{self._text.place(at)}]",
+                                                             f"not UTF-8: {exc}") from None
+            try:
+                rec = self._parse(digest_, "receipts[?]", None, text, "line")
+            except LockfileError:  # name the line by its place, counted only now
+                rec = self._parse(digest_, f"receipts[{self._text.place(at)}]", None, text, "line")
+            self._parsed[digest_] = rec
+        return rec
+
+    def __contains__(self, digest_) -> bool:
+        return self._find(digest_) >= 0
+
+    def _every(self) -> dict[str, tuple]:
+        if self._all is None:
+            text = str(self._text)
+            spans = _receipt_spans(text)
+            if spans is None:
+                raise Reader(self._file, LockfileError).fail("receipts", "not the layout frt lock writes: "
+                                                             "one receipt per line, each headed by its digest")
+            out: dict[str, tuple] = {}
+            for i, (dig, start, end) in enumerate(spans):
+                if dig in out:
+                    raise Reader(self._file, LockfileError).fail(f"receipts[{i}].digest", f"{dig} is embedded twice")
+                out[dig] = (i, start, end)
+            self._all = out
+        return self._all
+
+    def __iter__(self):
+        return iter(self._every())
+
+    def __len__(self) -> int:
+        return len(self._every())
+
+
 @dataclass
 class Lockfile:
     """A lockfile: the embedded manifest, the package pins, the receipts and the route index."""
@@ -225,6 +352,10 @@ class Lockfile:
     # both empty, and absent from the file, without a policy
     receipt_keys: dict[str, dict] = field(default_factory=dict)
     signatures: dict[str, dict] = field(default_factory=dict)
+    # read from a file: the `nearest` summary as recorded, (route, phase, precision, backend) ->
+    # the one or two smallest (device class, arch) of its cells (``nearest_rows``); None when the
+    # lock has none (an older frt wrote it, or the lock was built in memory)
+    nearest: dict | None = field(default=None, repr=False, compare=False)
 
     # -- building the document ---------------------------------------------
     def document(self) -> dict:
@@ -251,6 +382,7 @@ class Lockfile:
                  "receipt": e.candidates[0].receipt, "candidates": [c.to_toml() for c in e.candidates]}
                 for e in sorted(self.index.values(), key=lambda e: e.key)
             ])
+            doc["nearest"] = nearest_text(nearest_rows(self.index.values()))
         if self.receipts:
             doc["receipts"] = receipts_text(sorted(self.receipts.values(), key=lambda r: (r.file, r.digest)))
         if self.receipt_keys:
@@ -294,9 +426,10 @@ class Lockfile:
         names a receipt the lock does not embed is refused; ``frt verify`` reads without it and
         reports the candidate as an ``index`` problem with everything else it re-derives."""
         r = Reader(file, LockfileError)
-        r.no_datetimes(data)  # before the digest: canonical JSON has no such type
+        # before the digest: canonical JSON has no such type (a text cut out of the file is text)
+        r.no_datetimes({k: v for k, v in data.items() if not isinstance(v, _Cut)})
         r.only(data, {"schema", "lock-digest", "model", "manifest-file", "manifest-digest", "manifest",
-                      "packages", "routes", "receipts", "rejected-receipts", "index", "receipt-keys",
+                      "packages", "routes", "receipts", "rejected-receipts", "index", "nearest", "receipt-keys",
                       "receipt-signatures"}, "")
         r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
         stated = r.get(data, "lock-digest", str, "")
@@ -366,13 +499,12 @@ class Lockfile:
                                            _rel_path(r, t, p, file), publisher_trusted)
         raw_receipts: dict[str, tuple] = {}
         embedded = data.get("receipts", [])
-        spans = _receipt_spans(embedded) if isinstance(embedded, str) else None
-        if spans is not None:  # the layout frt lock writes: each line cut out and parsed when first used
-            for i, (dig, start, end) in enumerate(spans):
-                if dig in raw_receipts:
-                    raise r.fail(f"receipts[{i}].digest", f"{dig} is embedded twice")
-                raw_receipts[dig] = (f"receipts[{i}]", None, (embedded, start, end), "span")
+        text = _Cut.of(embedded)
+        found = text is not None and _FoundReceipts.layout(text)
+        if found:  # the layout frt lock writes: a receipt's line is found and parsed when first used
             embedded = []
+        elif isinstance(embedded, _Cut):
+            embedded = str(embedded)
         embedded = r.json_value(embedded, "receipts", list, "a JSON array (string) or an array of tables")
         for i, rt in enumerate(embedded):
             p = f"receipts[{i}]"
@@ -386,7 +518,7 @@ class Lockfile:
                 body, kind = r.get(rt, "receipt", dict, p), "object"
             dig = r.get(rt, "digest", str, p)
             raw_receipts[dig] = (p, r.get(rt, "file", str, p), body, kind)
-        receipts = _LazyReceipts(file, raw_receipts, verify)
+        receipts = _FoundReceipts(file, text, verify) if found else _LazyReceipts(file, raw_receipts, verify)
         for rname, rt in r.get(data, "routes", dict, "", required=False, default={}).items():
             rp = f"routes.{rname}"  # what verify compares with the manifest: each field of its type
             r.only(rt, {"route-digest", "precision", "assembly", "packages"}, rp)
@@ -403,11 +535,16 @@ class Lockfile:
             for k in ("route", "phase", "device-class"):
                 r.get(rj, k, str, rp, required=False)
         index = _read_index(r, data.get("index", []), manifest, receipts, index_refs)
+        nearest = _read_nearest(r, data)
         receipt_keys, signatures = _read_signing(r, data)
         lf = cls(model=model, manifest_file=manifest_file, manifest=manifest, packages=packages,
                  receipts=receipts, rejected=list(rejected), index=index, lock_digest=stated, _doc=data,
-                 receipt_keys=receipt_keys, signatures=signatures)
+                 receipt_keys=receipt_keys, signatures=signatures, nearest=nearest)
         return lf
+
+    def read_document(self) -> dict:
+        """The document as read (every text as ``str``): what ``frt verify`` compares."""
+        return {k: str(v) if isinstance(v, _Cut) else v for k, v in self._doc.items()}
 
     # -- checks -------------------------------------------------------------
     def receipt_problems(self) -> list[tuple[str, str]]:
@@ -460,9 +597,11 @@ def _read_fast(raw: bytes) -> tuple[dict, str] | None:
     with ``key = '<random token>'`` in its place, is read by the TOML reader; the result holds
     exactly that token at that top-level key, or the cut was not that key's value (text inside
     another string, a table's key) and the file is read whole. What the TOML reader would check
-    in the text itself is checked while the digest hashes it (``_lock_digest``): UTF-8 (the
-    decode), no control character. So the document is
-    the one ``parse_toml`` returns, and the digest is ``canonical.digest`` of it.
+    in the text itself is checked here (UTF-8: one ``isascii`` pass over the file, else a
+    decode) and while the digest hashes it (``_lock_digest``: no control character). So the
+    document is the one ``parse_toml`` returns, but for the two texts, which it holds as
+    ``_Cut``s (the bytes where they lie, decoded where used), and the digest is
+    ``canonical.digest`` of it.
 
     The file's bytes are searched and decoded piece by piece where they lie (``memoryview``
     slices: the bytes are not copied, the whole text is never one string): every delimiter
@@ -487,10 +626,13 @@ def _read_fast(raw: bytes) -> tuple[dict, str] | None:
     token = "frt-cut-" + os.urandom(16).hex()
     view = memoryview(raw)
     rest, pos, texts = [], 0, {}
+    ascii_ = raw.isascii()  # (one fast pass: then every piece is UTF-8 without decoding it)
     try:
         for delim, start, end, key in cuts:  # (cuts that overlap leave two tokens side by side: not TOML)
             rest += (str(view[pos:max(pos, delim)], "utf-8"), f"'{token}'")
-            texts[key] = str(view[start:end], "utf-8")
+            if not ascii_:
+                str(view[start:end], "utf-8")  # UTF-8, as the TOML reader requires (the text is not kept)
+            texts[key] = _Cut(raw, start, end)
             pos = end + 3
         rest.append(str(view[pos:], "utf-8"))
     except UnicodeDecodeError:
@@ -605,12 +747,17 @@ def _index_entry(r: Reader, it, p: str, manifest: Manifest, receipts, index_refs
 
 
 def _read_index(r: Reader, value, manifest: Manifest, receipts, index_refs: bool):
-    """The route index: lazily, cell by cell, when it is the text ``index_text`` writes (see
-    ``_LazyIndex``); else every entry now, as a dict."""
-    if isinstance(value, str):
-        lazy = _LazyIndex.scan(value, r, manifest, receipts, index_refs)
-        if lazy is not None:
-            return lazy
+    """The route index: looked up cell by cell when it is the text ``index_text`` writes (see
+    ``_FoundIndex``); else every entry now, as a dict."""
+    text = _Cut.of(value)
+    if text is not None and _FoundIndex.layout(text):
+        return _FoundIndex(r, text, manifest, receipts, index_refs)
+    if isinstance(value, _Cut):
+        value = str(value)
+    return _whole_index(r, value, manifest, receipts, index_refs)
+
+
+def _whole_index(r: Reader, value, manifest: Manifest, receipts, index_refs: bool) -> dict:
     entries = r.json_value(value, "index", list, "a JSON array (string) or an array of tables")
     index = {}
     for i, it in enumerate(entries):
@@ -619,90 +766,105 @@ def _read_index(r: Reader, value, manifest: Manifest, receipts, index_refs: bool
     return index
 
 
-_JSTR = r'"([^"\\\x00-\x1f]*)"'  # a JSON string without escapes: its text is its value
-_JSTR_ = r'"[^"\\\x00-\x1f]*"'
-# a JSON number whose integer part a float holds (a longer integer is read whole, and refused there)
-_JNUM = r"-?(?:0|[1-9][0-9]{0,300})(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
-_CAND = r'\{"route": ' + _JSTR_ + r', "state": ' + _JSTR_ + r', "receipt": ' + _JSTR_ + r'(?:, "speedup": ' + _JNUM + r")?\}"
-# one line of the index exactly as `index_text` writes it (json.dumps, ensure_ascii=False):
-# captured are the cell's five key fields, the first candidate's route and receipt, the further candidates' text
-_INDEX_LINE = re.compile(
-    r'^\{"phase": ' + _JSTR + r', "precision": ' + _JSTR + r', "backend": ' + _JSTR + r', "arch": ' + _JSTR
-    + r', "device-class": ' + _JSTR + r', "route": ' + _JSTR_ + r', "state": ' + _JSTR_ + r', "receipt": ' + _JSTR_
-    + r', "candidates": \[\{"route": ' + _JSTR + r', "state": ' + _JSTR_ + r', "receipt": ' + _JSTR
-    + r'(?:, "speedup": ' + _JNUM + r")?\}((?:, " + _CAND + r")*)\]\},?$", re.M)
-_CAND_REFS = re.compile(r'\{"route": "([^"\\\x00-\x1f]*)", "state": "[^"\\\x00-\x1f]*", "receipt": "([^"\\\x00-\x1f]*)"')
+def _js(s: str) -> bytes:
+    return json.dumps(s, ensure_ascii=False).encode("utf-8")
 
 
-class _LazyIndex(Mapping):
-    """The route index of a lockfile read from a file, parsed one cell at a time.
+# the candidates' routes in one line of the index (a candidate object starts `{"route": `; the cell's
+# own `"route": ` follows a comma)
+_LINE_ROUTES = re.compile(rb'\{"route": "([^"\\\x00-\x1f]*)", ')
 
-    ``scan`` takes the index only when it is exactly the text ``index_text`` writes (``[``,
-    one JSON object per line with frt's keys in frt's order and strings without escapes,
-    ``]``): one regular-expression pass then yields every line's cell key without decoding
-    any JSON, and each line is the JSON of the cell it names. A cell's line is decoded and
-    checked (``_index_entry``, the same checks and messages as reading every entry) when the
-    cell is first looked up; resolving one cell builds no object for the others. Iterating
-    builds every entry (``frt verify``, the matrix). A duplicated cell keeps its last line,
-    as a dict of every entry would. Anything else (hand-written JSON, escapes, another key
-    order) is read whole, as before."""
 
-    def __init__(self, lines: list[str], heads: list[tuple], make):
-        self._lines, self._heads, self._make = lines, heads, make
-        self._at = {h[:5]: i for i, h in enumerate(heads)}  # cell key -> its (last) line
+class _FoundIndex(Mapping):
+    """The route index of a lockfile, looked up one cell at a time by searching its text.
+
+    ``index_text`` writes ``[``, then one JSON object per line whose first five keys are the
+    cell's (``{"phase": "...", "precision": "...", "backend": "...", "arch": "...",
+    "device-class": "...", "route": ``...), then ``]``. A cell is found by searching for that
+    head (the last line with it, as a dict of every entry keeps the last), and its line is
+    decoded and checked (``_index_entry``, the same checks and messages as reading every entry)
+    when the cell is first looked up: resolving one cell builds no object for the others and
+    reads no other line. ``layout`` takes the text only when that search finds what reading
+    the array whole finds: it is one JSON array whose every line starts with ``{"phase": ``
+    (lines joined by ``,`` and a newline, none after the last), and it holds no backslash, so
+    no string in it is escaped and a value's JSON is its text. A line whose keys are in
+    another order, or any other layout an author may write, is ``frt verify``'s to report (it
+    compares the text with what ``frt lock`` writes). Iterating builds every entry (``frt
+    verify``, the matrix)."""
+
+    def __init__(self, r: Reader, text: _Cut, manifest: Manifest, receipts, index_refs: bool):
+        self._r, self._text, self._args = r, text, (manifest, receipts, index_refs)
         self._built: dict = {}
+        self._all: dict | None = None
 
-    @classmethod
-    def scan(cls, text: str, r: Reader, manifest: Manifest, receipts, index_refs: bool) -> "_LazyIndex | None":
-        lines = text.split("\n")
-        if len(lines) < 4 or lines[0] != "[" or lines[-2:] != ["]", ""]:
-            return None
-        body = lines[1:-2]
-        heads = _INDEX_LINE.findall(text)
-        # every body line matched (a match is one whole line), the commas between lines and none after the last
-        if len(heads) != len(body) or text.count(",\n") != len(body) - 1 or body[-1].endswith(","):
-            return None
+    @staticmethod
+    def layout(text: _Cut) -> bool:
+        b, s, e = text.buf, text.start, text.end
+        if not (text.startswith(b'[\n{"phase": ') and text.endswith(b"}\n]\n")) or b.find(b"\\", s, e) >= 0:
+            return False
+        lines = b.count(b'\n{"phase": ', s, e)
+        return lines == b.count(b"\n", s, e) - 2 and b.count(b'},\n{"phase": ', s, e) == lines - 1
 
-        def make(i: int) -> IndexEntry:
-            from ._schema import json_loads  # noqa: PLC0415
-
-            line = body[i]
-            return _index_entry(r, json_loads(line[:-1] if line.endswith(",") else line), f"index[{i}]",
-                                manifest, receipts, index_refs)
-
-        # what reading every entry refuses and the layout leaves open, checked for every cell now:
-        # a candidate route the manifest lacks, a receipt the lock does not embed. The first cell
-        # that fails is built, and raises what reading it whole raises there.
-        routes, findall = manifest.routes, _CAND_REFS.findall
-        embedded = getattr(receipts, "_raw", receipts)  # (the digests of the lazily parsed receipts)
-        for i, h in enumerate(heads):
-            if h[5] not in routes or (index_refs and h[6] not in embedded) or (h[7] and any(
-                    rt not in routes or (index_refs and rc not in embedded) for rt, rc in findall(h[7]))):
-                make(i)
-        return cls(body, heads, make)
+    def _find(self, key) -> int:
+        try:
+            phase, precision, backend, arch, dc = key
+            head = (b'\n{"phase": ' + _js(phase) + b', "precision": ' + _js(precision) + b', "backend": '
+                    + _js(backend) + b', "arch": ' + _js(arch) + b', "device-class": ' + _js(dc) + b', "route": ')
+        except (TypeError, ValueError):  # (not a 5-tuple of text: no cell of this index)
+            return -1
+        t = self._text
+        return t.buf.rfind(head, t.start, t.end)
 
     def __getitem__(self, key) -> IndexEntry:
         e = self._built.get(key)
         if e is None:
-            e = self._built[key] = self._make(self._at[key])
+            if self._all is not None:
+                return self._all[key]
+            at = self._find(key)
+            if at < 0:
+                raise KeyError(key)
+            try:
+                e = self._entry(key, at, "index[?]")
+            except LockfileError:  # name the line by its place, counted only now
+                e = self._entry(key, at, f"index[{self._text.place(at)}]")
+            self._built[key] = e
+        return e
+
+    def _entry(self, key, at: int, p: str) -> IndexEntry:
+        from ._schema import JSONInvalid, json_loads  # noqa: PLC0415
+
+        line, _ = self._text.line_at(at)
+        try:
+            obj = json_loads(line)
+        except JSONInvalid as exc:
+            raise self._r.fail(p, f"not valid JSON: {exc}") from None
+        e = _index_entry(self._r, obj, p, *self._args)
+        if tuple(e.key) != tuple(key):  # (a key written twice in the line: JSON keeps the last)
+            raise self._r.fail(p, "the line does not hold the cell its head names")
         return e
 
     def __contains__(self, key) -> bool:
-        return key in self._at
+        return key in self._built or self._find(key) >= 0
+
+    def routes_of(self, key) -> set[str] | None:
+        """The routes of the cell's candidates, from its line alone (no entry built, no receipt
+        looked up: what the resolver's refusal reasons group), or ``None`` without the cell."""
+        at = self._find(key)
+        if at < 0:
+            return None
+        line, _ = self._text.line_at(at)
+        return {m.decode("utf-8") for m in _LINE_ROUTES.findall(line)}
+
+    def _every(self) -> dict:
+        if self._all is None:
+            self._all = _whole_index(self._r, str(self._text), *self._args)
+        return self._all
 
     def __iter__(self):
-        return (CellKey(*k) for k in self._at)
+        return iter(self._every())
 
     def __len__(self) -> int:
-        return len(self._at)
-
-    def cell_routes(self):
-        """(cell key as a plain 5-tuple, the routes of its candidates) for every cell, from the
-        scan alone: what the resolver's nearest-miss reasons group, without building every entry."""
-        heads, findall = self._heads, _CAND_REFS.findall
-        for k, i in self._at.items():
-            h = heads[i]
-            yield k, ((h[5],) if not h[7] else {h[5], *(rt for rt, _ in findall(h[7]))})
+        return len(self._every())
 
 
 def _json(text: str):
@@ -889,7 +1051,56 @@ def receipts_text(receipts) -> str:
     return "[\n" + ",\n".join(lines) + "\n]\n"
 
 
-_JSON_TEXT = ("manifest", "index", "receipts", "receipt-signatures")
+def nearest_rows(entries) -> list[dict]:
+    """The ``nearest`` summary of a route index: for each (route, phase, precision, backend) that
+    some cell has the route among its candidates, the one or two smallest (device class, arch)
+    of those cells, ascending. It is what a refusal reason names ("receipt measured on X"), kept
+    so that resolving reads no cell but its own (``routes.resolver._MissIndex``); derived from the
+    index alone, so ``frt verify`` re-derives it."""
+    low: dict[tuple, list] = {}
+    for e in entries:
+        k = e.key
+        v = [k.device_class, k.arch]
+        for route in {c.route for c in e.candidates}:
+            two = low.setdefault((route, k.phase, k.precision, k.backend), [])
+            two.append(v)
+            if len(two) > 2:
+                two.sort()
+                del two[2:]
+    return [{"route": g[0], "phase": g[1], "precision": g[2], "backend": g[3], "nearest": sorted(two)}
+            for g, two in sorted(low.items())]
+
+
+def nearest_text(rows: list[dict]) -> str:
+    """The ``nearest`` summary as a JSON array, one group per line (like the index)."""
+    return "[\n" + ",\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n]\n"
+
+
+def _read_nearest(r: Reader, data: dict) -> dict | None:
+    """The ``nearest`` summary as recorded (``nearest_rows``), checked by field; ``None`` when
+    the lock has none. Whether it is right is ``frt verify``'s to re-derive: it only ever
+    words a refusal reason."""
+    if "nearest" not in data:
+        return None
+    rows = r.json_value(data["nearest"], "nearest", list, "a JSON array (string) of groups")
+    out: dict[tuple, list] = {}
+    for i, row in enumerate(rows):
+        p = f"nearest[{i}]"
+        if not isinstance(row, dict):
+            raise r.fail(p, f"expected an object, got {type(row).__name__}")
+        r.only(row, {"route", "phase", "precision", "backend", "nearest"}, p)
+        g = tuple(r.get(row, k, str, p) for k in ("route", "phase", "precision", "backend"))
+        near = r.get(row, "nearest", list, p)
+        if not (1 <= len(near) <= 2 and all(isinstance(x, list) and len(x) == 2 and all(isinstance(y, str) for y in x)
+                                            for x in near)):
+            raise r.fail(p + ".nearest", "expected one or two [device class, arch] pairs")
+        if g in out:
+            raise r.fail(p, f"group {', '.join(g)} is recorded twice")
+        out[g] = sorted(tuple(x) for x in near)
+    return out
+
+
+_JSON_TEXT = ("manifest", "index", "nearest", "receipts", "receipt-signatures")
 _RECEIPT_LINE = re.compile(r'\{"digest": "(sha256:[0-9a-f]{64})", ')
 
 

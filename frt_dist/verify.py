@@ -189,7 +189,7 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
     from .receipt import CellKey, Receipt  # noqa: PLC0415
 
     f = _Findings(label)
-    doc, m = lock._doc, lock.manifest
+    doc, m = lock.read_document(), lock.manifest
 
     # -- the lock's own fields --------------------------------------------------
     if lock.model != m.model:
@@ -308,8 +308,24 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
         derived = Lockfile(model=m.model, manifest_file=lock.manifest_file, manifest=m, packages=packages,
                            receipts=accepted, rejected=list(lock.rejected), index=derived_index,
                            receipt_keys=receipt_keys, signatures=signatures)
-        for key, a, b in _document_diff(doc, derived.document()):
+        written = derived.document()
+        if "nearest" not in doc and doc.get("schema") == "frt.lock/1":
+            # an older frt wrote it (frt.lock/1.1 added the summary): resolve groups the index itself
+            written.pop("nearest", None)
+            written["schema"] = doc["schema"]
+            f.note("no `nearest` summary (written by an older frt): a refusal reason reads every cell; "
+                   "`frt lock` adds it")
+        diff = list(_document_diff(doc, written))
+        for key, a, b in diff:
             f.add("field", key, a, b, f"{key} differs from what frt lock writes from the same inputs")
+        # the same values in another layout: resolve finds a cell or a receipt by its line's head, so
+        # the texts must be the ones frt lock writes, byte for byte (a reader that does not find a
+        # head refuses; it never finds another cell's line)
+        for key in ("index", "nearest", "receipts") if not diff else ():
+            if isinstance(doc.get(key), str) and doc[key] != written.get(key):
+                f.add("field", key, "another layout", "the layout frt lock writes",
+                      f"{key} holds what frt lock derives, written in another layout: resolve looks cells and "
+                      "receipts up by the line heads frt lock writes, and may not find them")
     return f.problems, f.notes
 
 
@@ -768,7 +784,7 @@ def _document_diff(recorded: dict, derived: dict):
     def norm(key, value):
         if value is None:
             return None
-        if key in ("manifest", "index") and isinstance(value, str):
+        if key in ("manifest", "index", "nearest") and isinstance(value, str):
             return json.loads(value)
         if key == "receipts":
             rows = embedded_receipt_rows({"receipts": value})

@@ -71,7 +71,7 @@ def test_lock_pins_commit_records_variants_and_is_deterministic(project, hub):
         assert lock(project, hub, env={"PYTHONHASHSEED": seed}).returncode == 0
         assert lf.read_bytes() == first
     text = first.decode()
-    assert text.splitlines()[1] == 'schema = "frt.lock/1"' and text.splitlines()[2].startswith("lock-digest = ")
+    assert text.splitlines()[1] == 'schema = "frt.lock/1.1"' and text.splitlines()[2].startswith("lock-digest = ")
     assert str(project) not in text and "127.0.0.1" not in text  # no absolute paths, no hosts
 
 

@@ -135,10 +135,13 @@ def _with_receipt_lines(tmp_path, edit) -> Path:
 def test_a_receipt_embedded_twice_is_refused_naming_the_second_line(tmp_path):
     path = _with_receipt_lines(tmp_path, lambda b: b[:2] + [b[0]] + b[2:])
     assert L._receipt_spans(parse_toml(path.read_bytes(), LockfileError, "x")["receipts"]) is not None
-    with pytest.raises(LockfileError) as ei:
-        Lockfile.read(path)
     dig = json.loads(_demo_doc()["receipts"].split("\n")[1].rstrip(","))["digest"]
-    assert str(ei.value) == f"{path}: receipts[2].digest: {dig} is embedded twice"
+    want = f"{path}: receipts[2].digest: {dig} is embedded twice"
+    for use in (lambda lk: lk.receipts[dig], lambda lk: dig in lk.receipts, lambda lk: list(lk.receipts)):
+        lock = Lockfile.read(path)  # read: looked up, or listed, it is refused
+        with pytest.raises(LockfileError) as ei:
+            use(lock)
+        assert str(ei.value) == want
 
 
 def test_a_damaged_receipt_line_is_named_by_its_place_when_it_is_used(tmp_path):

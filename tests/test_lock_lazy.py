@@ -48,9 +48,10 @@ def _whole(path: Path, **kw) -> Lockfile:
     from unittest import mock
 
     data = parse_toml(path.read_bytes(), LockfileError, str(path))
-    with mock.patch.object(L._LazyIndex, "scan", classmethod(lambda cls, *a: None)):
+    with mock.patch.object(L._FoundIndex, "layout", staticmethod(lambda text: False)), \
+            mock.patch.object(L._FoundReceipts, "layout", staticmethod(lambda text: False)):
         lock = Lockfile.from_document(data, file=str(path), **kw)
-    assert isinstance(lock.index, dict)
+    assert isinstance(lock.index, dict) and type(lock.receipts) is L._LazyReceipts
     return lock
 
 
@@ -191,22 +192,34 @@ def _big_index(doc: dict, n: int) -> dict:
 def test_resolving_one_cell_builds_only_that_cells_entries(tmp_path):
     path = _write(tmp_path / "big.lock", _big_index(_doc(), 500))
     lock = Lockfile.read(path)
-    assert isinstance(lock.index, L._LazyIndex) and len(lock.index) == 1002
+    assert isinstance(lock.index, L._FoundIndex) and isinstance(lock.receipts, L._FoundReceipts)
     decisions = resolve_all(lock, hardware=DEMO_HW, precision="fp32")
     assert [d.route for d in decisions.values()] == ["fused", "fused"]
-    assert len(lock.index._built) == 2  # the two phase bands' cells, out of 1,002
+    # the two phase bands' cells, out of 1,002, and the receipts their candidates name: nothing
+    # else was decoded (no listing of every cell or receipt was made)
+    assert len(lock.index._built) == 2 and lock.index._all is None
+    assert lock.receipts._all is None
+    assert set(lock.receipts._parsed) == {c.receipt for e in lock.index._built.values() for c in e.candidates}
+    assert len(lock.index) == 1002  # (listing reads every line)
     assert decisions == resolve_all(_whole(path), hardware=DEMO_HW, precision="fp32")
 
 
 def test_the_lazy_index_holds_what_reading_every_entry_holds(tmp_path):
     path = _write(tmp_path / "big.lock", _big_index(_doc(), 40))
     lazy, whole = Lockfile.read(path).index, _whole(path).index
-    assert isinstance(lazy, L._LazyIndex) and isinstance(whole, dict)
+    assert isinstance(lazy, L._FoundIndex) and isinstance(whole, dict)
+    for key, entry in whole.items():  # each cell found by its head is the cell reading every entry holds
+        assert key in lazy and lazy[key] == entry
+    assert lazy._all is None and len(lazy._built) == len(whole)
     assert list(lazy) == list(whole) and dict(lazy.items()) == whole
     assert all(isinstance(k, CellKey) for k in lazy)
-    assert CellKey("decode", "fp32", "cpu", "x86_64", "nope") not in lazy
-    with pytest.raises(KeyError):
-        lazy[CellKey("decode", "fp32", "cpu", "x86_64", "nope")]
+    fresh = Lockfile.read(path).index
+    for missing in (CellKey("decode", "fp32", "cpu", "x86_64", "nope"), CellKey("decode", "fp32", "cpu", "x86_6", "amd-epyc"),
+                    ("decode", "fp32", "cpu"), CellKey("decode", "fp32", "cpu", "x86_64", 'amd-epyc", "route": ')):
+        assert missing not in fresh
+        with pytest.raises(KeyError):
+            fresh[missing]
+        assert fresh.routes_of(missing) is None
 
 
 @pytest.mark.parametrize("how", ["escaped", "key-order", "indented", "duplicate"])
@@ -225,20 +238,22 @@ def test_an_index_not_in_frts_layout_is_read_whole_and_the_same(tmp_path, how):
         text = L.index_text(entries + [dup])
     path = _write(tmp_path / "x.lock", {**doc, "index": text})
     lock = Lockfile.read(path)
-    assert dict(lock.index.items()) == _whole(path).index
     assert isinstance(lock.index, dict) == (how != "duplicate")
-    if how == "duplicate":
+    if how == "duplicate":  # looked up by its head: the last line, as a dict of every entry keeps
         assert [c.route for c in lock.index[CellKey(*(entries[0][k] for k in (
             "phase", "precision", "backend", "arch", "device-class")))].candidates] == ["split"]
+    assert dict(lock.index.items()) == _whole(path).index
 
 
 @pytest.mark.parametrize("damage, path_, why", [
     ("route", "index[1].candidates[1].route", "'nope' is not a route of the embedded manifest"),
     ("receipt", "index[1].candidates[0].receipt", "names a receipt the lockfile does not embed"),
 ])
-def test_a_damaged_cell_is_refused_at_read_as_before(tmp_path, damage, path_, why):
-    """A cell the resolver never looks at still makes the read fail, with the message reading
-    every entry gives (a lock whose digest holds but whose index names what it lacks)."""
+def test_a_damaged_cell_is_refused_when_it_is_used(tmp_path, damage, path_, why):
+    """A cell is checked when a decision reads it, with the message reading every entry gives
+    (a lock whose digest holds but whose index names what it lacks: an author's edit). A cell
+    no decision reads is not read: resolving another band still answers, and ``frt verify``
+    (which reads every cell) reports it (tests/test_verify.py)."""
     doc = _doc()
     entries = json.loads(doc["index"])
     if damage == "route":
@@ -246,15 +261,23 @@ def test_a_damaged_cell_is_refused_at_read_as_before(tmp_path, damage, path_, wh
     else:
         entries[1]["candidates"][0]["receipt"] = "sha256:" + "0" * 64
     path = _write(tmp_path / "x.lock", {**doc, "index": L.index_text(entries)})
+    lock = Lockfile.read(path)
+    key = CellKey(*(entries[1][k] for k in ("phase", "precision", "backend", "arch", "device-class")))
     with pytest.raises(LockfileError) as lazy:
-        Lockfile.read(path)
+        lock.index[key]
     with pytest.raises(LockfileError) as whole:
         _whole(path)
-    assert str(lazy.value) == str(whole.value) == f"{path}: {path_}: {why}"
-    r = subprocess.run([sys.executable, "-m", "frt_dist.cli", "resolve", "--lockfile", str(path), "--arch", "x86_64",
-                        "--device-class", "amd-epyc", "--json"], capture_output=True, text=True, timeout=60)
+    with pytest.raises(LockfileError) as listed:
+        list(Lockfile.read(path).index.items())
+    assert str(lazy.value) == str(whole.value) == str(listed.value) == f"{path}: {path_}: {why}"
+    cli = [sys.executable, "-m", "frt_dist.cli", "resolve", "--lockfile", str(path), "--arch", "x86_64",
+           "--device-class", "amd-epyc", "--software", "torch=2.13,kernels=0.17.2", "--json"]
+    r = subprocess.run(cli, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert json.loads(r.stdout)["error"] == f"{path}: {path_}: {why}"
+    r = subprocess.run(cli + ["--phase", entries[0]["phase"]], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [d["route"] for d in json.loads(r.stdout)["decisions"]] == [entries[0]["route"]]
 
 
 # --- nearest-miss reasons from two per group
@@ -332,3 +355,110 @@ def test_an_index_that_is_not_one_json_array_is_refused_at_read_as_before(tmp_pa
         _whole(path)
     assert str(lazy.value) == str(whole.value)
     assert str(lazy.value).startswith(f"{path}: index: not valid JSON")
+
+
+# --- the `nearest` summary: what a refusal reason names, without reading the other cells
+
+
+def test_the_nearest_summary_is_the_two_smallest_of_every_group():
+    """``nearest_rows`` against the grouping recomputed here: every (route, phase, precision,
+    backend) that a cell's candidates hold, with all of its (device class, arch) sorted."""
+    rnd = random.Random(11)
+    for _ in range(150):
+        entries, seen = [], set()
+        for _ in range(rnd.randint(1, 30)):
+            key = CellKey(rnd.choice("ab"), rnd.choice("pq"), rnd.choice(["cpu", "cuda"]), rnd.choice("123"),
+                          rnd.choice(["d1", "d2", "d3", "d4", "d5"]))
+            if key in seen:
+                continue
+            seen.add(key)
+            routes = rnd.sample("RSTU", rnd.randint(1, 3))
+            entries.append(L.IndexEntry(key, tuple(L.Candidate(r, "certified_fast", "sha256:" + "0" * 64, None)
+                                                   for r in routes + routes[:1])))
+        groups: dict = {}
+        for e in entries:
+            for c in e.candidates:
+                groups.setdefault((c.route, e.key.phase, e.key.precision, e.key.backend), set()).add(
+                    (e.key.device_class, e.key.arch))
+        want = [{"route": g[0], "phase": g[1], "precision": g[2], "backend": g[3],
+                 "nearest": [list(v) for v in sorted(vs)[:2]]} for g, vs in sorted(groups.items())]
+        assert L.nearest_rows(entries) == want
+        assert json.loads(L.nearest_text(want)) == want
+
+
+ARCHS = {"cpu": ["x86_64"], "cuda": ["9.0", "8.0"]}
+
+
+def _varied_lock(doc: dict, rnd: random.Random, n: int) -> dict:
+    """The demo lock with ``n`` cells spread over phases, backends, archs and device classes,
+    each holding one or both routes (the demo's receipts)."""
+    base = json.loads(doc["index"])
+    by_route = {c["route"]: c for e in base for c in e["candidates"]}
+    cells = {}
+    for _ in range(n):
+        backend = rnd.choice(["cpu", "cuda"])
+        cell = {"phase": rnd.choice(["decode", "prefill"]), "precision": "fp32", "backend": backend,
+                "arch": rnd.choice(ARCHS[backend]), "device-class": rnd.choice(["amd-epyc", "d1", "d2", "d3"])}
+        routes = rnd.sample(sorted(by_route), rnd.randint(1, 2))
+        cands = [dict(by_route[r]) for r in routes]
+        cells[tuple(cell.values())] = {**cell, "route": cands[0]["route"], "state": cands[0]["state"],
+                                        "receipt": cands[0]["receipt"], "candidates": cands}
+    doc = {**doc, "index": L.index_text([cells[k] for k in sorted(cells)])}
+    lock = Lockfile.from_document({**doc, "lock-digest": "x"}, file="x", verify=False)
+    doc["nearest"] = L.nearest_text(L.nearest_rows(lock.index.values()))
+    return doc
+
+
+def test_decisions_read_by_head_with_the_summary_are_the_decisions_reading_every_cell(tmp_path):
+    """On varied locks, every decision (routes and every refusal reason) from the lock as read
+    (cells found by their heads, reasons from the summary) is the decision from the same lock
+    with every entry built and the reasons grouped from every cell."""
+    rnd = random.Random(5)
+    hws = [Hardware(arch=a, device_class=d, backend=b, software={"torch": "2.13", "kernels": "0.17.2"})
+           for b in ("cpu", "cuda") for a in ARCHS[b] + ["aarch64" if b == "cpu" else "7.5"]
+           for d in ("amd-epyc", "d1", "d3", "d9")]
+    for i in range(30):  # (small locks too: a machine with cells of one phase only, a lone backend)
+        path = _write(tmp_path / f"v{i}.lock", _varied_lock(_doc(), rnd, rnd.choice([1, 2, 3, 5, 10, 40])))
+        fast, whole = Lockfile.read(path), _whole(path)
+        assert fast.nearest is not None and isinstance(fast.index, L._FoundIndex)
+        whole.nearest = None  # (the reasons grouped from every cell, as a lock without the summary)
+        for hw in hws:
+            for fallback in ("refuse", "host"):
+                got = resolve_all(fast, hardware=hw, precision="fp32", fallback=fallback,
+                                  accept=("certified_fast", "supported_correct"))
+                assert got == resolve_all(whole, hardware=hw, precision="fp32", fallback=fallback,
+                                          accept=("certified_fast", "supported_correct"))
+        assert fast.index._all is None  # (no decision listed every cell)
+
+
+def test_a_line_holding_another_cell_than_its_head_names_is_refused(tmp_path):
+    """A line whose head names one cell and whose JSON holds another (a key written twice: JSON
+    keeps the last) is refused when that cell is looked up, naming the line."""
+    doc = _doc()
+    text = doc["index"]
+    line = text.split("\n")[1]
+    other = line.replace(', "candidates": ', ', "phase": "elsewhere", "candidates": ', 1)
+    path = _write(tmp_path / "x.lock", {**doc, "index": text.replace(line, other, 1)})
+    lock = Lockfile.read(path)
+    head = json.loads(line.rstrip(","))
+    with pytest.raises(LockfileError) as ei:
+        lock.index[CellKey(*(head[k] for k in ("phase", "precision", "backend", "arch", "device-class")))]
+    assert str(ei.value) == f"{path}: index[0]: the line does not hold the cell its head names"
+
+
+@pytest.mark.parametrize("edit, where, why", [
+    (lambda rows: rows[0].pop("nearest"), "nearest[0].nearest", "missing"),
+    (lambda rows: rows[0].update(nearest=[["a", "b"]] * 3), "nearest[0].nearest", "one or two [device class, arch] pairs"),
+    (lambda rows: rows[0].update(nearest=[["a", 1]]), "nearest[0].nearest", "one or two [device class, arch] pairs"),
+    (lambda rows: rows.append(dict(rows[0])), "nearest[4]", "recorded twice"),
+    (lambda rows: rows[1].update(extra=1), "nearest[1]", "extra"),
+    (lambda rows: rows.__setitem__(2, "x"), "nearest[2]", "expected an object"),
+])
+def test_a_malformed_nearest_summary_is_refused_naming_the_field(tmp_path, edit, where, why):
+    doc = _doc()
+    rows = json.loads(doc["nearest"])
+    edit(rows)
+    path = _write(tmp_path / "x.lock", {**doc, "nearest": L.nearest_text(rows)})
+    with pytest.raises(LockfileError) as ei:
+        Lockfile.read(path)
+    assert ei.value.exit_code == 2 and str(ei.value).startswith(f"{path}: {where}") and why in str(ei.value)

@@ -19,7 +19,9 @@ from factories import CPU as CPU_HW, NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, 
 from frt_dist._schema import parse_toml
 from frt_dist.canonical import digest
 from frt_dist.errors import LockfileError
+from frt_dist.hardware import Hardware
 from frt_dist.hub import HubClient
+from frt_dist.receipt import CellKey
 from frt_dist.lockfile import Lockfile, index_text, manifest_text, render
 from frt_dist.locker import lock_model
 from frt_dist.project import Project
@@ -220,8 +222,9 @@ def test_a_receipt_removed_but_left_in_the_index(demo):
     gone = e.receipt("split", "decode")
     e.receipts.remove(gone)
     e.save(readable=False)
-    with pytest.raises(LockfileError, match=r"names a receipt the lockfile does not embed"):
-        Lockfile.read(e.path)  # serving refuses it outright
+    lock = Lockfile.read(e.path)  # serving refuses the cell when it reads it
+    with pytest.raises(LockfileError, match=r"index\[\d\]\.candidates\[1\]\.receipt: names a receipt the lockfile does not embed"):
+        lock.index[CellKey("decode", "fp32", "cpu", "x86_64", "amd-epyc")]
     rc, out, err = run_verify(demo)
     assert rc == 1, err
     p = problem(out, "index", "index[decode/fp32/cpu/x86_64/amd-epyc]")
@@ -798,3 +801,60 @@ def test_fallbacks_in_an_embedded_certified_receipt_with_its_digest_recomputed(d
     p = problem(doc, "receipt", "(receipts/demo-decoder/fused--decode--fp32--amd-epyc.json)")
     assert p["recorded"] == "accepted as certified_fast"
     assert p["derived"] == "rejected: fallbacks is 2; a qualified route has none"
+
+
+# ---------------------------------------------------------------------------
+# the `nearest` summary and the texts' layout (what resolve looks cells and receipts up by)
+
+
+def test_a_lock_without_the_nearest_summary_reads_resolves_and_verifies(demo):
+    """A lock an older frt wrote (no `nearest`, schema frt.lock/1) still reads, decides as the
+    current lock does (its refusal reasons group every cell instead), and verifies, with a note."""
+    from frt_dist.routes.resolver import resolve_all
+
+    hw = Hardware(arch="x86_64", device_class="amd-epyc", backend="cpu", software={"torch": "2.13", "kernels": "0.17.2"})
+    other = Hardware(arch="aarch64", device_class="graviton", backend="cpu", software=hw.software)
+    before = [resolve_all(Lockfile.read(lockpath(demo)), hardware=h, precision="fp32") for h in (hw, other)]
+    e = Edit(lockpath(demo))
+    assert e.doc.pop("nearest")
+    e.doc["schema"] = "frt.lock/1"
+    e.save()
+    old = Lockfile.read(e.path)
+    assert old.nearest is None
+    assert [resolve_all(old, hardware=h, precision="fp32") for h in (hw, other)] == before
+    assert "receipt measured on amd-epyc" in str(before[1])  # (a refusal reason that reads the grouping)
+    rc, out, err = run_verify(demo)
+    assert rc == 0, json.dumps(out, indent=1) + err
+    assert any("no `nearest` summary" in n for n in out["notes"])
+
+
+def test_an_edited_nearest_summary_is_named_by_verify(demo):
+    e = Edit(lockpath(demo))
+    rows = json.loads(e.doc["nearest"])
+    rows[0]["nearest"] = [["a-closer-gpu", "x86_64"]]
+    e.doc["nearest"] = "[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]\n"
+    e.save()
+    rc, out, _ = run_verify(demo)
+    assert rc == 1
+    p = problem(out, "field", "nearest")
+    assert "a-closer-gpu" in p["recorded"] and "a-closer-gpu" not in p["derived"]
+
+
+def test_an_index_line_in_another_key_order_is_named_by_verify(demo):
+    """The same cells, one line written with its keys in another order: every value is what frt
+    lock derives, but resolve finds a cell by the head frt lock writes, so it cannot find this
+    one (it refuses; it never takes another line). Verify names the layout."""
+    e = Edit(lockpath(demo))
+    text = index_text(e.index)
+    first = json.loads(text.split("\n")[1].rstrip(","))
+    moved = {"phase": first["phase"], "backend": first["backend"], **first}  # "backend" now second
+    doc = e.doc
+    doc["index"] = text.replace(text.split("\n")[1].rstrip(","), json.dumps(moved), 1)
+    lockpath(demo).write_bytes(render(doc, digest(doc)))  # (the rest as read: only the index changed)
+    lock = Lockfile.read(lockpath(demo))
+    key = CellKey(*(first[k] for k in ("phase", "precision", "backend", "arch", "device-class")))
+    assert key not in lock.index
+    rc, out, _ = run_verify(demo)
+    assert rc == 1
+    p = problem(out, "field", "index")
+    assert (p["recorded"], p["derived"]) == ("another layout", "the layout frt lock writes")

@@ -179,9 +179,23 @@ class _MissIndex:
 
     A reason names the smallest (device class, arch) of a group that is not the cell's own,
     so each group keeps its two smallest, not all of them; which cells a machine's
-    (backend, arch, device class) holds is found when a reason first asks, per machine."""
+    (backend, arch, device class) holds is found when a reason first asks, per machine.
+
+    A lock read from a file that records the ``nearest`` summary (``lockfile.nearest_rows``:
+    exactly those two smallest per group) gives them without reading any cell, and a machine's
+    cells are looked up one (phase, precision) at a time: a decision then reads no cell but
+    the ones it asks about. Without it (an older lock, a lock built in memory) every cell's
+    routes are grouped here once."""
 
     def __init__(self, lock: Lockfile):
+        self._hw: dict[tuple, dict] = {}
+        near, routes_of = getattr(lock, "nearest", None), getattr(lock.index, "routes_of", None)
+        if near is not None and routes_of is not None:
+            self.low, self.backends, self._cells, self._routes_of = near, {}, None, routes_of
+            for route, phase, precision, backend in near:
+                self.backends.setdefault((route, phase, precision), set()).add(backend)
+            self._pairs = sorted({(g[1], g[2]) for g in near})
+            return
         # (route, phase, precision, backend) -> the two smallest (device_class, arch), ascending
         low: dict[tuple, list] = {}
         backends: dict[tuple, set] = {}  # (route, phase, precision) -> {backend}
@@ -203,7 +217,6 @@ class _MissIndex:
                 elif v < two[1]:
                     two[:] = [v, two[0]] if v < two[0] else [two[0], v]
         self.low, self.backends = low, backends
-        self._hw: dict[tuple, dict] = {}
 
     def hw(self, backend: str, arch: str, dc: str) -> dict[str, set]:
         """route -> {(phase, precision)} of the cells on this machine."""
@@ -211,7 +224,11 @@ class _MissIndex:
         hit = self._hw.get(key)
         if hit is None:
             hit = {}
-            for k, routes in self._cells:
+            if self._cells is None:  # (from the summary: the machine's cells looked up one by one)
+                for phase, precision in self._pairs:
+                    for route in self._routes_of(CellKey(phase, precision, backend, arch, dc)) or ():
+                        hit.setdefault(route, set()).add((phase, precision))
+            for k, routes in self._cells or ():
                 if k[2] == backend and k[3] == arch and k[4] == dc:
                     for route in routes:
                         hit.setdefault(route, set()).add((k[0], k[1]))
