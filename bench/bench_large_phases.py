@@ -6,11 +6,14 @@ Per round (fresh objects each time, the file in the page cache): ``rtoml.loads``
 text; then what ``Lockfile.read`` + ``resolve_all`` do, each phase timed apart:
 
 - ``read``: the file's bytes (``read_bytes``);
-- ``cut+decode``: finding the index and receipts literals, decoding every piece, ``rtoml`` on
-  the rest (``_read_fast`` minus its digest);
+- ``cut+decode``: finding the index and receipts literals, decoding the rest and checking the
+  texts are UTF-8 (one ``isascii`` pass; since the third pass the texts themselves are not decoded),
+  ``rtoml`` on the rest (``_read_fast`` minus its digest);
 - ``digest``: the lock-digest (canonical JSON of the document, hashed from the bytes);
-- ``from_document``: the checks, the receipt offsets, the index scan;
-- ``resolve``: every phase band's decision with its nearest-miss reasons;
+- ``from_document``: the checks (before the third pass also the receipt offsets and the index
+  scan; now the index's layout counts, cells and receipts are found on use);
+- ``resolve``: every phase band's decision with its nearest-miss reasons (now: the cells' and
+  receipts' searches, the reasons from the ``nearest`` summary);
 - ``sha256(file)``: one sha256 pass over the file's bytes, what a digest over the file's bytes
   would cost instead (a lockfile format change, not made).
 

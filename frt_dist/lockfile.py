@@ -288,6 +288,9 @@ class _FoundReceipts(_LazyReceipts):
 
     def __getitem__(self, digest_: str) -> Receipt:
         rec = self._parsed.get(digest_)
+        if rec is None and self._all is not None:  # listed: its line is known (no search)
+            i, start, end = self._all[digest_]
+            rec = self._parsed[digest_] = self._parse(digest_, f"receipts[{i}]", None, self._all_text[start:end], "line")
         if rec is None:
             at = self._find(digest_)
             if at < 0:
@@ -306,9 +309,14 @@ class _FoundReceipts(_LazyReceipts):
         return rec
 
     def __contains__(self, digest_) -> bool:
+        if self._all is not None:
+            return digest_ in self._all
         return self._find(digest_) >= 0
 
     def _every(self) -> dict[str, tuple]:
+        """digest -> (its place, start, end in the decoded text) of every line, read once:
+        after it, a lookup is a dict lookup (listing every cell checks every candidate's
+        receipt: one search each would read the text once per cell)."""
         if self._all is None:
             text = str(self._text)
             spans = _receipt_spans(text)
@@ -320,7 +328,7 @@ class _FoundReceipts(_LazyReceipts):
                 if dig in out:
                     raise Reader(self._file, LockfileError).fail(f"receipts[{i}].digest", f"{dig} is embedded twice")
                 out[dig] = (i, start, end)
-            self._all = out
+            self._all, self._all_text = out, text
         return self._all
 
     def __iter__(self):
@@ -759,6 +767,8 @@ def _read_index(r: Reader, value, manifest: Manifest, receipts, index_refs: bool
 
 def _whole_index(r: Reader, value, manifest: Manifest, receipts, index_refs: bool) -> dict:
     entries = r.json_value(value, "index", list, "a JSON array (string) or an array of tables")
+    if index_refs and isinstance(receipts, _FoundReceipts) and len(entries) > 8:
+        receipts._every()  # every candidate's receipt is checked: list them once, not one search per cell
     index = {}
     for i, it in enumerate(entries):
         e = _index_entry(r, it, f"index[{i}]", manifest, receipts, index_refs)
@@ -773,6 +783,8 @@ def _js(s: str) -> bytes:
 # the candidates' routes in one line of the index (a candidate object starts `{"route": `; the cell's
 # own `"route": ` follows a comma)
 _LINE_ROUTES = re.compile(rb'\{"route": "([^"\\\x00-\x1f]*)", ')
+_LINE_HEAD = re.compile(rb'\{"phase": "([^"]*)", "precision": "([^"]*)", "backend": "([^"]*)", "arch": "([^"]*)", '
+                        rb'"device-class": "([^"]*)", "route": ')
 
 
 class _FoundIndex(Mapping):
@@ -844,7 +856,27 @@ class _FoundIndex(Mapping):
         return e
 
     def __contains__(self, key) -> bool:
+        if self._all is not None:
+            return key in self._all
         return key in self._built or self._find(key) >= 0
+
+    def cell_routes(self):
+        """(cell key as a plain 5-tuple, the routes of its candidates) for every cell, from the
+        lines' heads and candidates' routes alone: what the resolver groups for its refusal
+        reasons when the lock has no ``nearest`` summary (a ``frt.lock/1`` lock), without building
+        every entry. A line whose head is not frt's lists every entry instead."""
+        t = self._text
+        if self._all is None:
+            body = t.buf[t.start:t.end].split(b"\n")[1:-2]
+            out = {}
+            for line in body:
+                m = _LINE_HEAD.match(line)
+                if m is None:
+                    break
+                out[tuple(g.decode("utf-8") for g in m.groups())] = {r.decode("utf-8") for r in _LINE_ROUTES.findall(line)}
+            else:
+                return iter(out.items())
+        return ((tuple(k), {c.route for c in e.candidates}) for k, e in self._every().items())
 
     def routes_of(self, key) -> set[str] | None:
         """The routes of the cell's candidates, from its line alone (no entry built, no receipt

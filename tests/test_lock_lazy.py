@@ -462,3 +462,37 @@ def test_a_malformed_nearest_summary_is_refused_naming_the_field(tmp_path, edit,
     with pytest.raises(LockfileError) as ei:
         Lockfile.read(path)
     assert ei.value.exit_code == 2 and str(ei.value).startswith(f"{path}: {where}") and why in str(ei.value)
+
+
+def test_listing_every_cell_and_receipt_searches_for_none(tmp_path):
+    """Listing (verify, the matrix, a mirror's selection) reads every line once: it does not
+    search the receipts text once per cell to check each candidate's receipt (which made listing
+    a 100,000-cell lock quadratic), nor search for a cell or a receipt it has listed."""
+    from unittest import mock
+
+    path = _write(tmp_path / "big.lock", _big_index(_doc(), 50))
+    lock = Lockfile.read(path)
+    with mock.patch.object(L._FoundReceipts, "_find", side_effect=AssertionError("searched")), \
+            mock.patch.object(L._FoundIndex, "_find", side_effect=AssertionError("searched")):
+        entries = dict(lock.index.items())
+        assert len(entries) == 102 and all(k in lock.index for k in entries)
+        receipts = dict(lock.receipts.items())
+        assert all(c.receipt in receipts for e in entries.values() for c in e.candidates)
+        assert all(lock.receipts[d] is r for d, r in receipts.items())
+    assert entries == _whole(path).index and receipts == dict(_whole(path).receipts.items())
+
+
+def test_reasons_without_the_summary_group_the_cells_from_their_heads(tmp_path):
+    """A ``frt.lock/1`` lock (no ``nearest``) groups its refusal reasons from every line's head
+    and candidates' routes, building no entry, and decides as with the summary."""
+    doc = _varied_lock(_doc(), random.Random(8), 40)
+    with_summary = Lockfile.read(_write(tmp_path / "new.lock", doc))
+    old = {k: v for k, v in doc.items() if k != "nearest"}
+    lock = Lockfile.read(_write(tmp_path / "old.lock", {**old, "schema": "frt.lock/1"}))
+    assert lock.nearest is None and isinstance(lock.index, L._FoundIndex)
+    assert dict(lock.index.cell_routes()) == {tuple(k): {c.route for c in e.candidates}
+                                              for k, e in _whole(tmp_path / "old.lock").index.items()}
+    for dc in ("amd-epyc", "d1", "d9"):
+        hw = Hardware(arch="x86_64", device_class=dc, backend="cpu", software={"torch": "2.13", "kernels": "0.17.2"})
+        assert resolve_all(lock, hardware=hw, precision="fp32") == resolve_all(with_summary, hardware=hw, precision="fp32")
+    assert lock.index._all is None
