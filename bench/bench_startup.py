@@ -67,14 +67,16 @@ def timed(argv: list[str], cwd: Path, env: dict) -> tuple[float, float, int]:
     return wall, cpu, r.returncode
 
 
-def paired(cmd: list[str], rounds: int, cwd: Path, env: dict, before_env: dict | None = None) -> dict:
+def paired(cmd: list[str], rounds: int, cwd: Path, env: dict, before_env: dict | None = None,
+           before_cwd: Path | None = None) -> dict:
     """Rounds of (floor, frt[, frt from the before checkout]) in alternating order."""
-    fw, cw, fc, cc, ratios, cpu_ratios, codes, bw, bratios = [], [], [], [], [], [], set(), [], []
+    fw, cw, fc, cc, ratios, cpu_ratios, codes, bw, bratios, bcodes = [], [], [], [], [], [], set(), [], [], set()
     for i in range(rounds):
-        runs = [("floor", FLOOR, env), ("frt", cmd, env)] + ([("before", cmd, before_env)] if before_env else [])
+        runs = [("floor", FLOOR, env, cwd), ("frt", cmd, env, cwd)] + (
+            [("before", cmd, before_env, before_cwd or cwd)] if before_env else [])
         res = {}
-        for name, argv, e in (runs if i % 2 == 0 else runs[::-1]):
-            res[name] = timed(argv, cwd, e)
+        for name, argv, e, where in (runs if i % 2 == 0 else runs[::-1]):
+            res[name] = timed(argv, where, e)
         (f_wall, f_cpu, _), (c_wall, c_cpu, code) = res["floor"], res["frt"]
         codes.add(code)
         fw.append(f_wall); cw.append(c_wall); fc.append(f_cpu); cc.append(c_cpu)
@@ -83,10 +85,11 @@ def paired(cmd: list[str], rounds: int, cwd: Path, env: dict, before_env: dict |
         if before_env:
             bw.append(res["before"][0])
             bratios.append(res["before"][0] / f_wall)
+            bcodes.add(res["before"][2])
     out = {"floor": statistics.median(fw), "cmd": statistics.median(cw), "ratio": statistics.median(ratios),
            "cpu_ratio": statistics.median(cpu_ratios), "min_ratio": min(ratios), "codes": sorted(codes)}
     if before_env:
-        out.update(before=statistics.median(bw), before_ratio=statistics.median(bratios))
+        out.update(before=statistics.median(bw), before_ratio=statistics.median(bratios), before_codes=sorted(bcodes))
     return out
 
 
@@ -100,6 +103,9 @@ def main() -> int:
                          "environment runs); default: bytecode cached once, as an installed wheel has it")
     ap.add_argument("--before", type=Path, metavar="DIR",
                     help="also run the commands from this checkout (e.g. a git worktree of the commit before)")
+    ap.add_argument("--before-project", type=Path, metavar="DIR",
+                    help="run the before commands in this project (default: --project); the before checkout's own "
+                         "demo project when the lockfile format changed, so each side reads a lock it can read")
     ap.add_argument("--module", action="store_true", help="run `python -m frt_dist.cli` instead of the console script's code")
     args = ap.parse_args()
     cache = tempfile.mkdtemp(prefix="frt-bench-pyc-")
@@ -111,22 +117,25 @@ def main() -> int:
     # PYTHONPATH names (the demo project is a checkout: its own frt_dist would win otherwise)
     base = ([sys.executable, "-P", "-m", "frt_dist.cli"] if args.module else
             [sys.executable, "-P", "-c", "import sys; from frt_dist._entry import main; sys.argv[0] = 'frt'; sys.exit(main())"])
+    before_cwd = args.before_project or args.project
     for argv in COMMANDS.values():  # warm: the bytecode cache, the page cache
         timed(base + argv, args.project, env)
         if before_env:
-            timed(base + argv, args.project, before_env)
+            timed(base + argv, before_cwd, before_env)
     print(f"bench_startup: {args.rounds} paired rounds per command, alternating order; floor = "
-          f"`python -c \"import tomllib, json, hashlib\"`; cwd {args.project}; "
+          f"`python -c \"import tomllib, json, hashlib\"`; cwd {args.project}"
+          f"{f' (before: {before_cwd})' if before_env else ''}; "
           f"{'no bytecode cache' if args.no_bytecode else 'bytecode cached'}")
     print(f"{'command':<14} {'floor ms':>9} {'frt ms':>8} {'wall ratio':>11} {'best':>6} {'cpu ratio':>10}  exit"
-          + (f" {'before ms':>10} {'before ratio':>13}" if before_env else ""))
+          + (f" {'before ms':>10} {'before ratio':>13}  exit" if before_env else ""))
     for name, argv in COMMANDS.items():
         if args.only and name not in args.only:
             continue
-        r = paired(base + argv, args.rounds, args.project, env, before_env)
+        r = paired(base + argv, args.rounds, args.project, env, before_env, before_cwd)
         print(f"{name:<14} {r['floor'] * 1e3:>9.1f} {r['cmd'] * 1e3:>8.1f} {r['ratio']:>10.2f}x {r['min_ratio']:>5.2f}x "
               f"{r['cpu_ratio']:>9.2f}x  {','.join(map(str, r['codes'])):<4}"
-              + (f" {r['before'] * 1e3:>10.1f} {r['before_ratio']:>12.2f}x" if before_env else ""), flush=True)
+              + (f" {r['before'] * 1e3:>10.1f} {r['before_ratio']:>12.2f}x  {','.join(map(str, r['before_codes']))}"
+                 if before_env else ""), flush=True)
     print("ratio = median over rounds of (frt wall / floor wall) in the same pair; best = the lowest pair")
     shutil.rmtree(cache, ignore_errors=True)
     shutil.rmtree(cache + "-before", ignore_errors=True)
