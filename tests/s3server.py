@@ -42,7 +42,7 @@ def run_traced(cmd: list[str], log, **kw) -> tuple[subprocess.CompletedProcess, 
     strace = shutil.which("strace")
     if strace is None:
         return subprocess.run(cmd, **kw), None
-    r = subprocess.run([strace, "-f", "-qq", "-e", "trace=connect", "-e", "signal=none", "-o", str(log), *cmd], **kw)
+    r = subprocess.run([strace, "-f", "--seccomp-bpf", "-qq", "-e", "trace=connect", "-e", "signal=none", "-o", str(log), *cmd], **kw)
     peers = set()
     for line in open(log).read().splitlines():
         if "AF_INET" not in line:

@@ -209,7 +209,7 @@ def test_a_stalled_server_times_out_in_bounded_time(proj, tmp_path, s3, bucket):
     tp, _ = proj
     proxy = FaultProxy(s3.url, mode="stall", stall_s=60).start()
     try:
-        env = {"AWS_ENDPOINT_URL": proxy.url, "FRT_STORE_ATTEMPTS": "2", "FRT_STORE_TIMEOUT": "1"}
+        env = {"AWS_ENDPOINT_URL": proxy.url, "FRT_STORE_ATTEMPTS": "2", "FRT_STORE_TIMEOUT": "0.5"}
         t0 = time.monotonic()
         r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env, timeout=40)
         took = time.monotonic() - t0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -90,10 +91,23 @@ def test_correct_but_slower_route_is_supported_correct(qproject):
     assert res.receipt["evidence"]["timing"]["speedup-median"] < 1.05
 
 
+def _frt_in_process(argv, cwd, monkeypatch, capsys) -> subprocess.CompletedProcess:
+    """``frt argv`` through ``frt_dist.cli.main`` in this process, in ``cwd``: what ``run_frt`` checks
+    (exit code, stdout, stderr) without a new interpreter importing torch again (~2 s). ``toyhost``
+    is found on this process's path (tests/), as ``PYTHONPATH=tests`` finds it for ``run_frt``; the
+    console command's own process is tested by ``test_cli_writes_receipts_that_lock_embeds``."""
+    from frt_dist import cli
+
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    rc = cli.main(argv)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["frt", *argv], rc, out, err)
+
+
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
-def test_failed_parity_writes_no_receipt(qproject):
-    r = run_frt(["qualify", "--model", "toyq", "--route", "badscale"], cwd=qproject,
-                env={"PYTHONPATH": str(TESTS)})
+def test_failed_parity_writes_no_receipt(qproject, monkeypatch, capsys):
+    r = _frt_in_process(["qualify", "--model", "toyq", "--route", "badscale"], qproject, monkeypatch, capsys)
     assert r.returncode == 1
     assert "decode   FAIL (no receipt written)" in r.stdout and "parity failed: max-abs 0.1" in r.stdout
     assert not (qproject / "receipts" / "toyq").exists()
@@ -114,6 +128,6 @@ def test_cli_writes_receipts_that_lock_embeds(qproject):
     assert r.returncode == 0 and "route fastscale  [certified_fast]" in r.stdout
 
 
-def test_unknown_route_is_usage_error(qproject):
-    r = run_frt(["qualify", "--model", "toyq", "--route", "nope"], cwd=qproject, env={"PYTHONPATH": str(TESTS)})
+def test_unknown_route_is_usage_error(qproject, monkeypatch, capsys):
+    r = _frt_in_process(["qualify", "--model", "toyq", "--route", "nope"], qproject, monkeypatch, capsys)
     assert r.returncode == 2 and "unknown route 'nope' for model 'toyq' (valid: fastscale, slowscale, badscale)" in r.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -29,6 +30,28 @@ def qualify(project, *extra, env=None):
                    env=env or {"PYTHONPATH": str(TESTS)})
 
 
+@pytest.fixture
+def qualify_in_process(monkeypatch, capsys):
+    """``frt qualify`` through ``frt_dist.cli.main`` in this process (torch is already imported here:
+    a subprocess spends ~2 s importing it again), with ``env["PYTHONPATH"]``'s first folder put
+    first on ``sys.path`` and any ``toyhost`` already imported set aside, as a fresh process with
+    that PYTHONPATH would see it. The real-process path (exit code of the console command) is
+    covered by ``test_a_factory_with_the_wrong_signature_is_named``, which still uses ``qualify``."""
+    from frt_dist import cli
+
+    def run(project, *extra, env):
+        monkeypatch.chdir(project)
+        monkeypatch.syspath_prepend(env["PYTHONPATH"].split(os.pathsep)[0])
+        monkeypatch.delitem(sys.modules, "toyhost", raising=False)
+        capsys.readouterr()
+        rc = cli.main(["qualify", "--model", "toyq", "--route", "fastscale", *extra])
+        out, err = capsys.readouterr()
+        sys.modules.pop("toyhost", None)  # the broken one; monkeypatch puts any earlier one back
+        return subprocess.CompletedProcess(["frt", "qualify"], rc, out, err)
+
+    return run
+
+
 @pytest.mark.parametrize("patch, missing", [
     ("del ToyBlock.__init__\n"
      "def _init(self, seed=0):\n"
@@ -42,8 +65,9 @@ def qualify(project, *extra, env=None):
      "__call__ (it is not callable), seams (a mapping), host_seams (a mapping), bind() (a method), "
      "detach() (a method), make_inputs() (a method)"),
 ])
-def test_a_host_object_missing_part_of_its_interface_is_named(qproject, tmp_path, patch, missing):  # noqa: F811
-    r = qualify(qproject, env=broken_host(tmp_path, patch))
+def test_a_host_object_missing_part_of_its_interface_is_named(qproject, tmp_path, patch, missing,  # noqa: F811
+                                                             qualify_in_process):
+    r = qualify_in_process(qproject, env=broken_host(tmp_path, patch))
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and "AttributeError" not in r.stderr
     kind = "object" if "object()" in patch else "ToyBlock"
@@ -54,13 +78,13 @@ def test_a_host_object_missing_part_of_its_interface_is_named(qproject, tmp_path
     assert not (qproject / "receipts" / "toyq").exists()
 
 
-def test_host_seams_without_the_routes_seam_is_named(qproject, tmp_path):  # noqa: F811
+def test_host_seams_without_the_routes_seam_is_named(qproject, tmp_path, qualify_in_process):  # noqa: F811
     patch = ("_orig = ToyBlock.__init__\n"
              "def _init(self, seed=0):\n"
              "    _orig(self, seed)\n"
              "    self.host_seams = {'other': host_scale}\n"
              "ToyBlock.__init__ = _init\n")
-    r = qualify(qproject, env=broken_host(tmp_path, patch))
+    r = qualify_in_process(qproject, env=broken_host(tmp_path, patch))
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert ("error: host-entry 'toyhost:build_host': the host object's host_seams (ToyBlock) has no seam 'norm' "
             "that the route binds (it has: other)") in r.stderr
@@ -73,8 +97,8 @@ def test_a_factory_with_the_wrong_signature_is_named(qproject, tmp_path):  # noq
             in r.stderr)
 
 
-def test_make_inputs_returning_no_tensor_is_named(qproject, tmp_path):  # noqa: F811
-    r = qualify(qproject, env=broken_host(tmp_path, "ToyBlock.make_inputs = lambda self, rows, seed=0: [rows]\n"))
+def test_make_inputs_returning_no_tensor_is_named(qproject, tmp_path, qualify_in_process):  # noqa: F811
+    r = qualify_in_process(qproject, env=broken_host(tmp_path, "ToyBlock.make_inputs = lambda self, rows, seed=0: [rows]\n"))
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "error: host-entry 'toyhost:build_host': make_inputs(1, seed=1) returned a list, not a tensor" in r.stderr
 

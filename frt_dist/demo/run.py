@@ -104,6 +104,10 @@ def _demo(work: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FRT_", "KERNELS_"))}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     rounds = os.environ.get("FRT_DEMO_ROUNDS", "20")
+    # the cap of qualify's adaptive timing (`frt qualify --max-rounds`); unset: qualify's own default.
+    # The test of the demo sets it to the rounds: it checks the lifecycle, not how decided a speedup is
+    max_rounds = os.environ.get("FRT_DEMO_MAX_ROUNDS")
+    cap = ["--max-rounds", max_rounds] if max_rounds else []
     print(f"frt demo: a temporary project in {work}")
     print("The bundled binding is one Qwen2.5-0.5B-shaped decoder block (hidden 896, intermediate 4864, fp32, CPU)")
     print("with two routes over three real CPU kernel packages. Qualification measures each route against the")
@@ -111,7 +115,7 @@ def _demo(work: Path) -> None:
 
     _run(["frt", "lock"], cwd=work, env=env)
     for route in ("fused", "split"):
-        _run(["frt", "qualify", "--model", MODEL, "--route", route, "--rounds", rounds], cwd=work, env=env)
+        _run(["frt", "qualify", "--model", MODEL, "--route", route, "--rounds", rounds, *cap], cwd=work, env=env)
     _run(["frt", "lock"], cwd=work, env=env)
     _run(["frt", "mirror", "mirror"], cwd=work, env=env)
     _run(["frt", "verify", "--mirror", "mirror"], cwd=work, env=env)
