@@ -949,7 +949,7 @@ def cmd_sign(args) -> int:
 
 
 def cmd_qualify(args) -> int:
-    from .qualify import check_receipt_folder, qualify, write_receipt  # noqa: PLC0415
+    from .qualify import check_receipt_folder, check_route, qualify, write_receipt  # noqa: PLC0415
 
     key = None
     if args.sign:  # a bad key is refused before minutes of measuring, not after
@@ -964,6 +964,7 @@ def cmd_qualify(args) -> int:
                        hints=["or run in a project folder (manifests/, receipts/, lockfiles/)"])
     out = Path(args.out) if args.out else project.receipts_dir / args.model
     check_receipt_folder(out, show=project.rel)  # before minutes of measuring, not after
+    check_route(lock.manifest, args.route, args.phase)  # before seconds of importing torch
     talk = not (args.quiet or args.json)
     if talk:
         print(f"qualifying {args.model} route {args.route} on this machine", file=sys.stderr)

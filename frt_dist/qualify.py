@@ -378,6 +378,19 @@ def _device_timing(torch, host, block, inputs, *, clock: str, l2_flush: bool, **
     return {**timing, "clock": clock, "l2-flush": bool(l2_flush), "device": device}
 
 
+def check_route(m, route_name: str, phases=None) -> list[str]:
+    """The phases to qualify (default: all of the manifest's), or the ``UsageError`` naming an
+    unknown route or phase and the valid ones. ``frt qualify`` calls it before importing torch
+    and kernels (seconds), so a mistyped name is refused at once."""
+    if route_name not in m.routes:
+        raise UsageError(f"unknown route {route_name!r} for model {m.model!r} (valid: {', '.join(m.routes)})")
+    phases = list(phases or m.phases)
+    for ph in phases:
+        if ph not in m.phases:
+            raise UsageError(f"unknown phase {ph!r} for model {m.model!r} (valid: {', '.join(m.phases)})")
+    return phases
+
+
 def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None = None, seed: int = 0,
             hardware: Hardware | None = None, root=None, progress=None, l2_flush: bool = False,
             max_rounds: int | None = None) -> list[QualifyResult]:
@@ -402,12 +415,7 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
 
     def say(text: str) -> None:
         emit({"event": "message", "text": text})
-    if route_name not in m.routes:
-        raise UsageError(f"unknown route {route_name!r} for model {m.model!r} (valid: {', '.join(m.routes)})")
-    phases = list(phases or m.phases)
-    for ph in phases:
-        if ph not in m.phases:
-            raise UsageError(f"unknown phase {ph!r} for model {m.model!r} (valid: {', '.join(m.phases)})")
+    phases = check_route(m, route_name, phases)
     route = m.routes[route_name]
     hw = hardware or Hardware.detect()
     factory = load_host_factory(m.host_entry, m.model, root if root is not None else lock_root(lock))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 
 import pytest
 
@@ -131,3 +133,17 @@ def test_cli_writes_receipts_that_lock_embeds(qproject):
 def test_unknown_route_is_usage_error(qproject, monkeypatch, capsys):
     r = _frt_in_process(["qualify", "--model", "toyq", "--route", "nope"], qproject, monkeypatch, capsys)
     assert r.returncode == 2 and "unknown route 'nope' for model 'toyq' (valid: fastscale, slowscale, badscale)" in r.stderr
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--route", "nope"], "unknown route 'nope' for model 'toyq' (valid: fastscale, slowscale, badscale)"),
+    (["--route", "fastscale", "--phase", "nope"], "unknown phase 'nope' for model 'toyq'"),
+])
+def test_a_mistyped_route_or_phase_is_refused_before_torch_is_imported(qproject, argv, why):
+    """The names are checked before ``frt qualify`` imports torch and kernels (seconds): here torch
+    cannot be imported at all, and the refusal still comes, naming the valid names (exit 2)."""
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['kernels'] = None\n"
+            "from frt_dist.cli import main; sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "qualify", "--model", "toyq", *argv], cwd=qproject,
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(TESTS)})
+    assert r.returncode == 2 and why in r.stderr, r.stderr
