@@ -858,3 +858,29 @@ def test_an_index_line_in_another_key_order_is_named_by_verify(demo):
     assert rc == 1
     p = problem(out, "field", "index")
     assert (p["recorded"], p["derived"]) == ("another layout", "the layout frt lock writes")
+
+
+@pytest.mark.parametrize("damage, why", [
+    ("index line", "index: not valid JSON"),
+    ("receipt twice", "is embedded twice"),
+])
+def test_a_line_no_decision_reads_is_still_refused_by_verify(demo, damage, why):
+    """Resolve reads only the lines it decides with; verify reads every line, so a broken line
+    elsewhere (digest recomputed: an author's file) is refused there naming the file, exit 2, as
+    reading the whole lock refused it, never a traceback."""
+    e = Edit(lockpath(demo))
+    if damage == "index line":
+        e.save()
+        text = lockpath(demo).read_text("utf-8")
+        doc = parse_toml(text.encode(), LockfileError, "x")
+        doc.pop("lock-digest")
+        lines = doc["index"].split("\n")
+        lines[2] = lines[2][:-20] + "garbage}"
+        doc["index"] = "\n".join(lines)
+        lockpath(demo).write_bytes(render(doc, digest(doc)))
+    else:
+        e.receipts.append(e.receipts[0])
+        e.save(readable=False)
+    r = run_frt(["verify"], cwd=demo)
+    assert r.returncode == 2 and why in r.stderr and "lockfiles/demo-decoder.lock" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
