@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._record import dataclass, field
-from ._schema import Reader, parse_toml, read_bytes
+from ._schema import Reader, json_loads, parse_toml, read_bytes
 from . import names
 from .canonical import digest
 from .errors import LockfileError
 from .manifest import Manifest
-from .receipt import CellKey, Receipt
+from .receipt import STATES, CellKey, Receipt
 
 __all__ = ["Lockfile", "LockedPackage", "LockedVariant", "IndexEntry", "Candidate", "write_atomic", "render",
            "embedded_receipt_rows", "TRUST_DECISIONS"]
@@ -207,11 +207,13 @@ class _LazyReceipts(Mapping):
     def _parse(self, digest_: str, p: str, label, body, kind: str) -> Receipt:
         from .errors import ReceiptInvalid  # noqa: PLC0415
 
+        from ._schema import JSONInvalid  # noqa: PLC0415
+
         try:
             if kind == "line":
                 label, body = self._line(p, digest_, body)
-            rec = Receipt.parse(json.loads(body) if kind == "text" else body, file=label)
-        except json.JSONDecodeError as exc:
+            rec = Receipt.parse(json_loads(body) if kind == "text" else body, file=label)
+        except JSONInvalid as exc:  # (not JSON, nested too deeply, a lone surrogate, NaN...: _schema.json_loads)
             raise LockfileError(f"{self._file}: {p}: not valid JSON: {exc}", exit_code=1,
                                 reasons=[{"kind": "receipt", "path": p, "expected": "JSON", "computed": str(exc)}]) from None
         except ReceiptInvalid as exc:
@@ -228,7 +230,7 @@ class _LazyReceipts(Mapping):
 
     def _line(self, p: str, digest_: str, line: str) -> tuple[str, dict]:
         """(file label, receipt object) of one line of the receipts array, checked like a table."""
-        obj = json.loads(line)
+        obj = json_loads(line)
         r = Reader(self._file, LockfileError)
         if not isinstance(obj, dict):
             raise r.fail(p, f"expected an object, got {type(obj).__name__}")
@@ -744,6 +746,8 @@ def _index_entry(r: Reader, it, p: str, manifest: Manifest, receipts, index_refs
             raise r.fail(cp, f"expected an object, got {type(c).__name__}")
         sp = r.number(c, "speedup", cp, required=False)
         route = r.get(c, "route", str, cp)
+        if r.get(c, "state", str, cp) not in STATES:
+            raise r.fail(cp + ".state", f"expected one of {', '.join(STATES)}, got {c['state']!r}")
         if route not in manifest.routes:
             raise r.fail(cp + ".route", f"{route!r} is not a route of the embedded manifest")
         cands.append(Candidate(route, r.get(c, "state", str, cp), r.get(c, "receipt", str, cp), sp))
@@ -900,11 +904,9 @@ class _FoundIndex(Mapping):
 
 
 def _json(text: str):
-    """``json.loads`` with every failure a ``ValueError`` (too deep included)."""
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
+    """``_schema.json_loads``: every failure a ``ValueError`` (``JSONInvalid``): not JSON, too deep,
+    NaN, an integer too long, a lone surrogate escape (not text: no digest can be made of it)."""
+    return json_loads(text)
 
 
 def embedded_receipt_rows(data: dict) -> list[tuple[str, dict | str]]:

@@ -244,3 +244,67 @@ def test_damaged_metadata_json_gives_documented_errors_only():
             crashed.append(_crash("parse_variant_metadata", i, exc))
     assert crashed == [], f"{len(crashed)} tracebacks:\n" + "\n".join(crashed[:15])
     assert refused > N["metadata"] // 2
+
+
+def test_damaged_lines_in_frts_own_layout_give_documented_errors_only(demo, monkeypatch):
+    """The same damage, inside one line of the index, of ``nearest`` or of the receipts, written
+    back in the layout ``frt lock`` writes (one JSON object per line in TOML literal strings, the
+    lock-digest recomputed): the reader then finds cells and receipts by their line heads and
+    decodes only the lines a decision reads, so the damage reaches that path, and listing
+    (verify, the matrix) reads the rest. Only documented errors may come out."""
+    from frt_dist import lockfile as L
+
+    rng = random.Random(23)
+    lock_path = demo / "lockfiles" / f"{MODEL}.lock"
+    base = tomllib.loads(lock_path.read_text("utf-8"))
+    base.pop("lock-digest")
+    parts = {k: [json.loads(ln.rstrip(",")) for ln in base[k].split("\n")[1:-2]] for k in ("index", "nearest", "receipts")}
+    crashed, outcomes, lazy = [], {}, 0
+    for i in range(300):
+        rows = copy.deepcopy(parts)
+        raw_slots: list = []
+        key = rng.choice(["index", "index", "nearest", "receipts"])
+        for _ in range(rng.randint(1, 2)):
+            _mutate(rng.choice(rows[key]), rng, raw_slots)
+        doc = dict(base)
+        try:
+            for k, items in rows.items():
+                if k == "receipts":  # the receipts' layout: the head's fields, then the receipt
+                    lines = []
+                    for r in items:
+                        head = {f: r[f] for f in ("digest", "file", "route", "state") if f in r}
+                        text = json.dumps(head)[:-1] + ', "receipt": ' + json.dumps(r.get("receipt"), sort_keys=True,
+                                                                                 separators=(",", ":")) + "}"
+                        lines.append(text)
+                else:
+                    lines = [json.dumps(r) for r in items]
+                text = "[\n" + ",\n".join(lines) + "\n]\n"
+                for j, raw in enumerate(raw_slots):
+                    text = text.replace(json.dumps(f"@@RAW{j}@@"), raw)
+                doc[k] = text
+            data = L.render(doc, digest(doc))
+        except (ValueError, TypeError, RecursionError, UnicodeEncodeError):
+            continue
+        lock_path.write_bytes(data)
+        before = _files(demo)
+        try:
+            lock = Lockfile.read(lock_path)
+            lazy += isinstance(lock.index, L._FoundIndex) and isinstance(lock.receipts, L._FoundReceipts)
+        except FrtError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - the point of the test
+            crashed.append(_crash("Lockfile.read", i, exc))
+        for argv in (["resolve", "--model", MODEL, "--arch", "x86_64", "--device-class", "amd-epyc",
+                      "--software", "torch=2.13,kernels=0.17.2"],
+                     ["resolve", "--model", MODEL, "--arch", "aarch64", "--device-class", "graviton",
+                      "--software", "torch=2.13,kernels=0.17.2"], ["verify"], ["matrix"]):
+            try:
+                rc = _run(argv, demo, monkeypatch)
+                outcomes[rc] = outcomes.get(rc, 0) + 1
+                assert rc in (0, 1, 2), (argv, rc)
+            except Exception as exc:  # noqa: BLE001
+                crashed.append(_crash(f"frt {argv[0]}", i, exc))
+        assert _files(demo) == before, f"lockfile #{i}: a command wrote something"
+    print(f"\ndamaged lines: exit codes {outcomes}, {lazy} read by their heads, {len(crashed)} tracebacks")
+    assert crashed == [], f"{len(crashed)} tracebacks:\n" + "\n".join(crashed[:15])
+    assert lazy > 100 and outcomes.get(2, 0) > 50 and outcomes.get(1, 0) > 50 and outcomes.get(0, 0) > 50
