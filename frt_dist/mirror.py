@@ -315,9 +315,15 @@ def _blob_ok(blobs: SafeDir, name: str, item: _Item) -> bool:
 
 def _lock_in(root: SafeDir, folders: tuple[str, ...], name: str, *, blocking: bool = True):
     """The lock ``folders/name`` under ``root`` (folders made); made again if a concurrent
-    cleanup removed a folder (left empty) between its open and the lock file's creation."""
+    cleanup removed a folder (left empty) between its open and the making of the folder or the
+    lock file in it."""
     for _ in range(50):
-        folder = root.walk(*folders, create=True)
+        try:
+            folder = root.walk(*folders, create=True)
+        except WriteError as exc:  # a sweep removed a folder we had opened before we made the next one in it
+            if exc.errno == errno.ENOENT:
+                continue
+            raise
         try:
             lock = folder.lock(name, blocking=blocking, own=True)
         except WriteError as exc:
@@ -343,8 +349,16 @@ class _Run:
         self.id = f"run-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.lock = _lock_in(root, (LOCKS, RUNS), f"{self.id}.lock")
         try:
-            with root.child(TMP, create=True) as tmp_root:
-                self.tmp = tmp_root.child(self.id, create=True)
+            for _ in range(50):
+                try:
+                    with root.child(TMP, create=True) as tmp_root:
+                        self.tmp = tmp_root.child(self.id, create=True)
+                    break
+                except WriteError as exc:  # a run ending removed TMP (empty) between its open and our mkdir
+                    if exc.errno != errno.ENOENT:
+                        raise
+            else:
+                raise WriteError(errno.EAGAIN, "its folder keeps disappearing", f"{root.path}/{TMP}/{self.id}")
         except BaseException:
             self.lock.release(delete=True)
             raise
