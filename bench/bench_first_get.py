@@ -3,7 +3,7 @@ against a local moto server, alternating, 3 each; the child's CPU from getrusage
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_first_get.py
 """
-import os, sys, subprocess, time, resource, statistics
+import os, sys, subprocess, resource
 sys.path.insert(0, "tests")
 from s3server import S3Server
 srv = S3Server().start()

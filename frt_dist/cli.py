@@ -461,14 +461,7 @@ def _lock_export(args) -> int:
     models = [args.model] if args.model is not None else project.models()
     locks = [Lockfile.read(project.existing_lockfile(m)) for m in models]
     text = kernels_lock_json(locks)
-    if args.output:
-        out = Path(args.output)
-        _write_output(out, text.encode("utf-8"))
-        if not args.quiet:
-            print(f"wrote {out} ({len(json.loads(text))} kernels, from {', '.join(project.rel(l.path) for l in locks)})",
-                  file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    _export_output(args, text, f"{len(json.loads(text))} kernels, from {', '.join(project.rel(l.path) for l in locks)}")
     if not args.quiet:  # after the export exists: a write that failed gets its error alone
         print("note: kernels checks no file digest when it loads through this kernels.lock: run "
               "`frt verify --mirror DIR` on the mirror before such a load", file=sys.stderr)
@@ -485,17 +478,23 @@ def _lock_export_sbom(args) -> int:
     if len(models) != 1:
         raise UsageError(f"frt lock --export cyclonedx describes one model; this project has {len(models)} "
                          f"({', '.join(models) or 'none'})", hints=["name one: --model MODEL"])
-    lock = Lockfile.read(project.existing_lockfile(models[0]), label=project.rel(project.existing_lockfile(models[0])))
-    text = cyclonedx_json(lock)
+    path = project.existing_lockfile(models[0])
+    lock = Lockfile.read(path, label=project.rel(path))
+    _export_output(args, cyclonedx_json(lock),
+                   f"CycloneDX 1.6, {len(lock.packages)} package(s), from {project.rel(lock.path)}")
+    return 0
+
+
+def _export_output(args, text: str, what: str) -> None:
+    """An export to ``-o FILE`` (whole or not at all, then ``wrote FILE (what)`` unless quiet),
+    else to standard output."""
     if args.output:
         out = Path(args.output)
         _write_output(out, text.encode("utf-8"))
         if not args.quiet:
-            print(f"wrote {out} (CycloneDX 1.6, {len(lock.packages)} package(s), from {project.rel(lock.path)})",
-                  file=sys.stderr)
+            print(f"wrote {out} ({what})", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    return 0
 
 
 def _write_output(out: Path, data: bytes) -> None:
@@ -801,7 +800,6 @@ def _mirror_machines(args) -> list | None:
 
 
 def cmd_mirror(args) -> int:
-    from .mirror import mirror_lock, select_for_mirror  # noqa: PLC0415
     from .objstore import is_url, open_store  # noqa: PLC0415
 
     publish = is_url(args.dir)

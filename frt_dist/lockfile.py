@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._record import dataclass, field
-from ._schema import Reader, json_loads, parse_toml, read_bytes
+from ._schema import JSONInvalid, Reader, json_loads, parse_toml, read_bytes
 from . import names
 from .canonical import digest
 from .errors import LockfileError
@@ -165,12 +165,12 @@ class _Cut:
     def endswith(self, suffix: bytes) -> bool:
         return self.buf.endswith(suffix, self.start, self.end)
 
-    def line_at(self, at: int) -> tuple[bytes, int]:
-        """(the line that starts after the newline at ``at``, without a trailing comma; its number
-        in the text, counting the opening ``[`` as line 0 - counted only when asked: ``place``)."""
+    def line_at(self, at: int) -> bytes:
+        """The line that starts after the newline at ``at``, without a trailing comma (its number
+        among the array's items is ``place(at)``, counted only when a message needs it)."""
         eol = self.buf.find(b"\n", at + 1, self.end)
         line = self.buf[at + 1:eol if eol >= 0 else self.end]
-        return (line[:-1] if line.endswith(b",") else line), eol
+        return line[:-1] if line.endswith(b",") else line
 
     def place(self, at: int) -> int:
         """The number of the line after the newline at ``at`` among the array's items (0: the first)."""
@@ -206,8 +206,6 @@ class _LazyReceipts(Mapping):
 
     def _parse(self, digest_: str, p: str, label, body, kind: str) -> Receipt:
         from .errors import ReceiptInvalid  # noqa: PLC0415
-
-        from ._schema import JSONInvalid  # noqa: PLC0415
 
         try:
             if kind == "line":
@@ -297,7 +295,7 @@ class _FoundReceipts(_LazyReceipts):
             at = self._find(digest_)
             if at < 0:
                 raise KeyError(digest_)
-            line, _ = self._text.line_at(at)
+            line = self._text.line_at(at)
             try:
                 text = line.decode("utf-8")
             except UnicodeDecodeError as exc:  # (the lock-digest was made over other bytes: an author's file)
@@ -847,9 +845,7 @@ class _FoundIndex(Mapping):
         return e
 
     def _entry(self, key, at: int, p: str) -> IndexEntry:
-        from ._schema import JSONInvalid, json_loads  # noqa: PLC0415
-
-        line, _ = self._text.line_at(at)
+        line = self._text.line_at(at)
         try:
             obj = json_loads(line)
         except JSONInvalid as exc:
@@ -888,7 +884,7 @@ class _FoundIndex(Mapping):
         at = self._find(key)
         if at < 0:
             return None
-        line, _ = self._text.line_at(at)
+        line = self._text.line_at(at)
         return {m.decode("utf-8") for m in _LINE_ROUTES.findall(line)}
 
     def _every(self) -> dict:

@@ -350,7 +350,7 @@ def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict,
             f.add("signature", f'receipt-keys."{rel}"', "pinned", "no policy",
                   "the lock pins a receipt signer's key, but its manifest has no [trust.receipts] policy")
         return {}, {}
-    from .signing import check_row, key_from_pin, sig_path  # noqa: PLC0415 - only under a policy
+    from .signing import check_row, key_from_pin  # noqa: PLC0415 - only under a policy
 
     keys = {}
     for rel in policy.keys:
@@ -437,16 +437,15 @@ def _compare_on_disk(f: _Findings, rec, row: dict, dig: str, policy, keys: dict,
     if not on_disk.is_file():
         return
     body = "envelope" if key_kind else "bundle"
+    suffix = on_disk.name[len(Path(rec.file).name):]
     try:  # at most MAX_SIGNATURE_BYTES are read: a file that is too large is not the one locked
-        found = json_loads(read_bytes(on_disk, FrtError, rec.file + on_disk.name[len(Path(rec.file).name):],
-                                      limit=MAX_SIGNATURE_BYTES))
+        found = json_loads(read_bytes(on_disk, FrtError, rec.file + suffix, limit=MAX_SIGNATURE_BYTES))
     except (FrtError, JSONInvalid) as exc:
         found = f"unreadable: {exc}"
     if found == row.get(body):
         return
     held = check_row({"kind": row.get("kind"), body: found}, dig, policy, keys)[0] if isinstance(found, dict) else None
     shown = getattr(held, "identity", held)
-    suffix = on_disk.name[len(Path(rec.file).name):]
     f.add("signature", rec.file + suffix, f"the {body} locked (signer {row.get('signer')})",
           f"another {body}" + (f" (signer {shown})" if held else ", which does not verify for this receipt"),
           f"{rec.file}{suffix} in the project is not the signature the lock embeds: it was replaced after `frt lock`; "
