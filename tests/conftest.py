@@ -174,6 +174,24 @@ def project(tmp_path):
     return tmp_path
 
 
+def run_main(argv) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``frt argv`` through ``frt_dist.cli.main`` in this process,
+    with no traceback on stderr."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from frt_dist.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:
+            rc = exc.code
+    assert "Traceback" not in err.getvalue()
+    return rc, out.getvalue(), err.getvalue()
+
+
 def run_frt(args, *, cwd, env=None, timeout=120, input=None):
     """`frt` in a real subprocess (the console script's module)."""
     e = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}

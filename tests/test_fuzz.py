@@ -106,6 +106,17 @@ def _crash(kind, i, exc) -> str:
     return f"{kind} #{i}: {type(exc).__name__}: {str(exc)[:160]} (at {Path(frame.filename).name}:{frame.lineno})"
 
 
+def _commands(i: int, argvs, demo: Path, monkeypatch, outcomes: dict, crashed: list) -> None:
+    """Each command on damaged lockfile #i: its exit code counted (0, 1 or 2), a traceback recorded."""
+    for argv in argvs:
+        try:
+            rc = _run(argv, demo, monkeypatch)
+            outcomes[rc] = outcomes.get(rc, 0) + 1
+            assert rc in (0, 1, 2), (argv, rc)
+        except Exception as exc:  # noqa: BLE001 - the point of the tests
+            crashed.append(_crash(f"frt {argv[0]}", i, exc))
+
+
 def test_damaged_lockfiles_give_documented_errors_only(demo, monkeypatch):
     rng = random.Random(11)
     lock_path = demo / "lockfiles" / f"{MODEL}.lock"
@@ -148,14 +159,8 @@ def test_damaged_lockfiles_give_documented_errors_only(demo, monkeypatch):
             pass
         except Exception as exc:  # noqa: BLE001 - the point of the test
             crashed.append(_crash("Lockfile.read", i, exc))
-        for argv in (["verify"], ["resolve", "--model", MODEL, "--arch", "x86_64", "--device-class", "amd-epyc",
-                                  "--software", "torch=2.13,kernels=0.17"], ["matrix"]):
-            try:
-                rc = _run(argv, demo, monkeypatch)
-                outcomes[rc] = outcomes.get(rc, 0) + 1
-                assert rc in (0, 1, 2), (argv, rc)
-            except Exception as exc:  # noqa: BLE001
-                crashed.append(_crash(f"frt {argv[0]}", i, exc))
+        _commands(i, (["verify"], ["resolve", "--model", MODEL, "--arch", "x86_64", "--device-class", "amd-epyc",
+                                   "--software", "torch=2.13,kernels=0.17"], ["matrix"]), demo, monkeypatch, outcomes, crashed)
         assert _files(demo) == before, f"lockfile #{i}: a command wrote something"
     print(f"\ndamaged lockfiles: {N['lockfile']} documents, command exit codes {outcomes}, {len(crashed)} tracebacks")
     assert crashed == [], f"{len(crashed)} tracebacks:\n" + "\n".join(crashed[:15])
@@ -294,16 +299,11 @@ def test_damaged_lines_in_frts_own_layout_give_documented_errors_only(demo, monk
             pass
         except Exception as exc:  # noqa: BLE001 - the point of the test
             crashed.append(_crash("Lockfile.read", i, exc))
-        for argv in (["resolve", "--model", MODEL, "--arch", "x86_64", "--device-class", "amd-epyc",
-                      "--software", "torch=2.13,kernels=0.17.2"],
-                     ["resolve", "--model", MODEL, "--arch", "aarch64", "--device-class", "graviton",
-                      "--software", "torch=2.13,kernels=0.17.2"], ["verify"], ["matrix"]):
-            try:
-                rc = _run(argv, demo, monkeypatch)
-                outcomes[rc] = outcomes.get(rc, 0) + 1
-                assert rc in (0, 1, 2), (argv, rc)
-            except Exception as exc:  # noqa: BLE001
-                crashed.append(_crash(f"frt {argv[0]}", i, exc))
+        _commands(i, (["resolve", "--model", MODEL, "--arch", "x86_64", "--device-class", "amd-epyc",
+                       "--software", "torch=2.13,kernels=0.17.2"],
+                      ["resolve", "--model", MODEL, "--arch", "aarch64", "--device-class", "graviton",
+                       "--software", "torch=2.13,kernels=0.17.2"], ["verify"], ["matrix"]),
+                  demo, monkeypatch, outcomes, crashed)
         assert _files(demo) == before, f"lockfile #{i}: a command wrote something"
     print(f"\ndamaged lines: exit codes {outcomes}, {lazy} read by their heads, {len(crashed)} tracebacks")
     assert crashed == [], f"{len(crashed)} tracebacks:\n" + "\n".join(crashed[:15])

@@ -297,52 +297,34 @@ def test_an_in_process_run_cleans_up_after_itself(tmp_path):
     assert verify_mirror(lock, mirror, variants=["torch-cpu"]) == []
 
 
-def test_a_run_lock_is_taken_even_when_a_sweep_removes_its_folder_mid_walk(monkeypatch, tmp_path):
-    """Another run's sweep removes ``.locks`` (left empty) after this run opened it and before it
-    made ``frt-runs`` in it: the mkdir in the removed folder fails (ENOENT) and the run walks
-    again from the mirror's root, instead of failing (seen once in four concurrent runs under
-    load, test_mirror.py::test_concurrent_runs_fetch_each_blob_once)."""
+@pytest.mark.parametrize("removed, made", [
+    (LOCKS, lambda name: name == RUNS),  # another run's lock sweep, before we make frt-runs in .locks
+    (TMP, lambda name: name.startswith("run-")),  # a run ending, before we make our folder in .frt-tmp
+])
+def test_a_run_starts_even_when_another_run_removes_a_folder_it_is_making_a_folder_in(monkeypatch, tmp_path,
+                                                                                       removed, made):
+    """Another run removes ``.locks`` or ``.frt-tmp`` (left empty) after this run opened it and
+    before it made ``frt-runs`` or its own folder in it: the mkdir in the removed folder fails
+    (ENOENT) and the run walks again from the mirror's root, instead of failing (seen once in four
+    concurrent runs under load, test_mirror.py::test_concurrent_runs_fetch_each_blob_once)."""
     from frt_dist import mirror as M
     from frt_dist.safedir import SafeDir
 
     real_child, raced = SafeDir.child, []
 
     def child(self, name, *, create=False):
-        if name == RUNS and create and not raced:  # the sweep, between our open of .locks and this mkdir
+        if create and made(name) and not raced:  # the other run, exactly between our open and this mkdir
             raced.append(name)
-            os.rmdir(tmp_path / "m" / LOCKS)
+            os.rmdir(tmp_path / "m" / removed)
         return real_child(self, name, create=create)
 
     monkeypatch.setattr(SafeDir, "child", child)
     root = SafeDir.root(tmp_path / "m", create=True)
     run = M._Run(root)
     try:
-        assert raced == [RUNS]
+        assert raced == [RUNS if removed == LOCKS else run.id]
         assert (tmp_path / "m" / LOCKS / RUNS / f"{run.id}.lock").is_file()
-    finally:
-        run.close()
-        root.close()
-
-
-def test_a_run_folder_is_made_even_when_a_run_ending_removes_the_temp_folder_mid_walk(monkeypatch, tmp_path):
-    """The same race one level over: a run that ends removes ``.frt-tmp`` (left empty) after this
-    run opened it and before it made its own folder in it; this run makes both again."""
-    from frt_dist import mirror as M
-    from frt_dist.safedir import SafeDir
-
-    real_child, raced = SafeDir.child, []
-
-    def child(self, name, *, create=False):
-        if name.startswith("run-") and create and not raced:
-            raced.append(name)
-            os.rmdir(tmp_path / "m" / TMP)
-        return real_child(self, name, create=create)
-
-    monkeypatch.setattr(SafeDir, "child", child)
-    root = SafeDir.root(tmp_path / "m", create=True)
-    run = M._Run(root)
-    try:
-        assert raced == [run.id] and (tmp_path / "m" / TMP / run.id).is_dir()
+        assert (tmp_path / "m" / TMP / run.id).is_dir()
     finally:
         run.close()
         root.close()

@@ -27,11 +27,9 @@ as in production.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import shutil
 import tomllib
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -40,7 +38,7 @@ import tomli_w
 from factories import NORM_SRC, SCALE_SRC, NetworkTripwire, manifest_doc, tiny_project
 from frt_dist import publisher
 from frt_dist.canonical import digest
-from frt_dist.cli import main
+from conftest import run_main as _run
 from frt_dist.errors import UsageError
 from frt_dist.lockfile import Lockfile
 from frt_dist.publisher import KERNELS_COMMUNITY, SignatureRefused, SignerPolicy, verify_bundle
@@ -125,17 +123,6 @@ def test_the_kernels_community_default_is_kernels_own_default_policy():
 
 
 # --- frt lock on packages carrying the real bundle ------------------------------------------
-
-
-def _run(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as exc:
-            rc = exc.code
-    assert "Traceback" not in err.getvalue()
-    return rc, out.getvalue(), err.getvalue()
 
 
 def _project(tmp_path, *, org="t-org", scale: dict | None = None, trust: dict | None = None, bundle: bytes | None = None):

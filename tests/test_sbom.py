@@ -9,34 +9,21 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
 import sys
 import tomllib
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from factories import NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, tiny_project
+from factories import NORM_SRC, hub_manifest, tiny_project
 from frt_dist import publisher
-from frt_dist.cli import main
+from conftest import run_main as _run
 
 DATA = Path(__file__).parent / "data" / "sigstore"  # real Sigstore test vectors (see its README)
 BUNDLE = DATA / "rfc8785-0.1.2-py3-none-any.whl.sigstore"
 REPO = "https://github.com/trailofbits/rfc8785.py"
 SAN = f"{REPO}/.github/workflows/release.yml@refs/tags/v0.1.2"
-
-
-def _run(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as exc:
-            rc = exc.code
-    assert "Traceback" not in err.getvalue()
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
