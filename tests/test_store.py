@@ -352,6 +352,13 @@ def _damage(entry: Path, fn) -> None:
     fn(entry)
 
 
+def _close_again(entry: Path) -> None:
+    """Give a damaged entry back the modes frt gave it (folders 0555, record 0444): a forger's last step."""
+    os.chmod(entry / "record.json", 0o444)
+    for d in [entry, *(p for p in entry.rglob("*") if p.is_dir())]:
+        os.chmod(d, 0o555)
+
+
 @pytest.mark.parametrize("damage", ["record-missing", "file-edited", "file-edited-same-size-and-mtime",
                                     "pyc-planted-in-entry", "record-of-another-key"])
 def test_a_damaged_entry_is_a_miss_and_is_rebuilt(proj, tmp_path, monkeypatch, damage):
@@ -413,8 +420,7 @@ def test_a_damaged_source_file_whose_fingerprint_was_forged_is_refused_at_compil
         (e / "record.json").write_text(json.dumps(rec))
 
     _damage(entry, edit)
-    for d in [entry, *(p for p in entry.rglob("*") if p.is_dir())]:
-        os.chmod(d, 0o555)
+    _close_again(entry)
     loader._forget_all()
     exc = _refusal(loader.load_locked, lock, SCALE, hardware=CPU)
     (reason,) = [r["reason"] for r in exc.reasons]
@@ -746,8 +752,7 @@ def _swap_in_entry(entry: Path, rel: str, data: bytes) -> None:
         (e / "record.json").write_text(json.dumps(rec))
 
     _damage(entry, edit)
-    for d in [entry, *(p for p in entry.rglob("*") if p.is_dir())]:
-        os.chmod(d, 0o555)
+    _close_again(entry)
 
 
 _LOAD_IN_A_FRESH_PROCESS = r'''
@@ -763,14 +768,25 @@ except KernelUnavailable as exc:
 '''
 
 
-@pytest.mark.parametrize("kind", [".py", ".so"])
+def _maps_of_the_store() -> list[str]:
+    """The file-backed mappings of this process that come from the verified store, and its memfd copies."""
+    store_root = str(Path(os.environ["FRT_STORE"]).resolve())
+    return sorted({line.split(None, 5)[5] for line in Path("/proc/self/maps").read_text().splitlines()
+                   if len(line.split(None, 5)) == 6 and (store_root in line or "memfd:frt-verified" in line)})
+
+
+@pytest.mark.parametrize("kind, rehash", [(".py", None), (".py", "1"), (".so", "1")])
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a real extension module")
-def test_a_file_swapped_in_a_store_entry_with_its_record_rewritten_is_refused_alike(tmp_path, kind):
-    """The store's owner is not trusted to have left an entry alone: whether the swapped file is a
-    source or an extension module, its bytes are hashed against the lock as they are compiled or
-    mapped, and the load is refused with the same words; the evil code never runs. The load after
-    the swap is a fresh process, as the next run of a program would be (a process that mapped the
-    good extension once would not map the file again)."""
+def test_a_file_swapped_in_a_store_entry_with_its_record_rewritten_is_refused_alike(tmp_path, monkeypatch, kind,
+                                                                                   rehash):
+    """With ``FRT_STORE_REHASH=1`` the store's owner is not trusted to have left an entry alone: whether
+    the swapped file is a source or an extension module, its bytes are hashed against the lock as they
+    are compiled or mapped, and the load is refused with the same words; the evil code never runs.
+    A source is hashed so always (sealed or not). The load after the swap is a fresh process, as the
+    next run of a program would be. (Without the option, a sealed extension module is trusted by its
+    record: someone who rewrites the record is the store's owner, see the "sealed" tests below.)"""
+    if rehash is not None:
+        monkeypatch.setenv("FRT_STORE_REHASH", rehash)
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     mark = tmp_path / "evil-ran"
     good_so = _build_ext(tmp_path, "good", _EXT_C)
@@ -780,8 +796,8 @@ def test_a_file_swapped_in_a_store_entry_with_its_record_rewritten_is_refused_al
     lock = tp.lock()
     first = loader.load_locked(lock, SCALE, hardware=CPU)
     assert first.module.add_one(41) == 42
-    if hasattr(os, "memfd_create") and Path("/proc/self/maps").exists():  # mapped from a sealed copy
-        assert "memfd:frt-verified-extension" in Path("/proc/self/maps").read_text()
+    if hasattr(os, "memfd_create") and Path("/proc/self/maps").exists():  # mapped from a sealed copy, or the entry
+        assert any(("memfd:frt-verified-extension" in m) == (rehash is not None) for m in _maps_of_the_store())
     rel, evil = (("scale/helpers.py", evil_source(mark).encode()) if kind == ".py"
                  else (f"scale/_ops{suffix}", evil_so))
     _swap_in_entry(Path(first.store_path).parent, rel, evil)
@@ -796,3 +812,173 @@ def test_a_file_swapped_in_a_store_entry_with_its_record_rewritten_is_refused_al
         f"import of build/torch-cpu/ failed: ImportError: {path}: bytes in the verified store do not "
         f"match the lock (expected {want}, computed {sha256_b64(evil)}); not {'compiled' if kind == '.py' else 'loaded'}"]}
     assert not mark.exists()
+
+
+# ---------------------------------------------------------------------------
+# sealed entries (issue 27 item 10): a warm load maps a sealed extension module without reading it,
+# after checking that the file it opened is the one its record sealed and that only the user wrote it
+
+
+@pytest.fixture(scope="module")
+def exts(tmp_path_factory):
+    """(good, evil, the evil one's mark file): two real extension modules, built once for the module."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build a real extension module")
+    d = tmp_path_factory.mktemp("exts")
+    mark = d / "evil-ran"
+    return _build_ext(d, "good", _EXT_C), _build_ext(d, "evil", _EVIL_EXT_C, f'-DMARK="{mark}"'), mark
+
+
+def _ext_project(tmp_path, good: bytes):
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    tp = _project(tmp_path, module={"__init__.py": "from ._ops import add_one\n" + GOOD_INIT,
+                                    "helpers.py": GOOD_HELPERS, f"_ops{suffix}": good})
+    return tp.lock(), f"scale/_ops{suffix}"
+
+
+def _loaded_verbs(monkeypatch) -> list[str]:
+    """The verb of every hash check the importer makes ("compiled" for a source, "loaded" for an extension)."""
+    verbs: list[str] = []
+    real = importer._check
+    monkeypatch.setattr(importer, "_check", lambda *a: verbs.append(a[-1]) or real(*a))
+    return verbs
+
+
+@pytest.mark.parametrize("rehash", [None, "0", "1", "yes"])
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps")
+def test_a_sealed_extension_is_mapped_from_its_entry_unread_unless_rehash_is_asked(tmp_path, monkeypatch, exts,
+                                                                                   rehash):
+    """Sealed (the default, or ``FRT_STORE_REHASH=0``): the extension module is mapped from the entry's
+    own file through the descriptor checked, and is never read or hashed. ``FRT_STORE_REHASH=1``: it is
+    read, hashed against the lock and mapped from a sealed copy, as on every load before."""
+    if rehash is not None:
+        monkeypatch.setenv("FRT_STORE_REHASH", rehash)
+    lock, rel = _ext_project(tmp_path, exts[0])
+    loader.load_locked(lock, SCALE, hardware=CPU)  # cold: the entry is built and committed
+    loader._forget_all()
+    verbs = _loaded_verbs(monkeypatch)
+    got = loader.load_locked(lock, SCALE, hardware=CPU)  # warm
+    assert got.module.add_one(41) == 42
+    entry_file = str(Path(got.store_path).resolve() / rel)
+    maps = _maps_of_the_store()
+    if rehash in (None, "0"):
+        assert verbs == ["compiled", "compiled"] and entry_file in maps  # __init__.py and helpers.py only
+        assert Path(sys.modules[f"{MID}._ops"].__file__) == Path(got.store_path) / rel
+    else:
+        assert sorted(verbs) == ["compiled", "compiled", "loaded"] and entry_file not in maps
+        assert any("memfd:frt-verified-extension" in m for m in maps)
+
+
+def _forge(entry: Path, rel: str, data: bytes | None, *, then=None, record_mode: int = 0o444) -> None:
+    """Put ``data`` in place of ``rel`` in a committed entry (None: keep the file), run ``then(path)``,
+    and rewrite the record so every fingerprint matches what is there now: a forger who can write the
+    store's folders, leaving exactly one trace (``then``'s) that frt's seal must notice."""
+    target = entry / "variant" / rel
+
+    def edit(e):
+        if data is not None:
+            target.unlink()
+            target.write_bytes(data)
+            os.chmod(target, 0o444)
+        if then is not None:
+            then(target)
+        rec = json.loads((e / "record.json").read_text())
+        st = target.stat()
+        rec["files"][rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        (e / "record.json").write_text(json.dumps(rec))
+
+    _damage(entry, edit)
+    _close_again(entry)
+    os.chmod(entry / "record.json", record_mode)
+
+
+@pytest.mark.parametrize("trace", ["swapped-record-not-rewritten", "edited-in-place-same-size-and-mtime",
+                                   "hard-link", "writable-file", "record-writable", "owned-by-another-user"])
+def test_a_sealed_entry_with_a_trace_of_another_writer_is_rebuilt_and_its_bytes_never_run(tmp_path, monkeypatch,
+                                                                                         exts, trace):
+    """A sealed extension module is mapped unread only while everything says the user alone wrote it
+    since it was hashed: the same inode, size, mtime and ctime as the record, one name, mode 0444, owned
+    by the user, under a record that is itself 0444, owned by the user, with one name. Any one trace
+    otherwise (the record rewritten to match all the rest) makes the entry doubtful: it is moved away
+    and rebuilt from the source, and the swapped bytes never run."""
+    good, evil, mark = exts
+    mark.unlink(missing_ok=True)
+    lock, rel = _ext_project(tmp_path, good)
+    # this process maps a copy: a sealed load maps the entry's file itself, and an edit in place of a
+    # file a process has mapped changes that process's code (see the store's threat model)
+    monkeypatch.setenv("FRT_STORE_REHASH", "1")
+    first = loader.load_locked(lock, SCALE, hardware=CPU)
+    monkeypatch.delenv("FRT_STORE_REHASH")
+    entry = Path(first.store_path).parent
+    target = entry / "variant" / rel
+    if trace == "swapped-record-not-rewritten":
+        _damage(entry, lambda e: (target.unlink(), target.write_bytes(evil), os.chmod(target, 0o444)))
+        _close_again(entry)
+    elif trace == "edited-in-place-same-size-and-mtime":
+        st = target.stat()
+
+        def edit(e):
+            os.chmod(target, 0o644)
+            target.write_bytes(evil[:st.st_size].ljust(st.st_size, b"\0"))
+            os.chmod(target, 0o444)
+            os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+        _damage(entry, edit)
+        _close_again(entry)
+        assert (target.stat().st_ino, target.stat().st_mtime_ns) == (st.st_ino, st.st_mtime_ns)
+    elif trace == "hard-link":
+        _forge(entry, rel, evil, then=lambda p: os.link(p, tmp_path / "elsewhere.so"))
+    elif trace == "writable-file":
+        _forge(entry, rel, evil, then=lambda p: os.chmod(p, 0o644))
+    elif trace == "record-writable":
+        _forge(entry, rel, evil, record_mode=0o644)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("only a privileged process can give a file away")
+        _forge(entry, rel, evil, then=lambda p: os.chown(p, 65534, 65534))
+    calls = []
+    for name in ("evict", "commit"):
+        real = getattr(store.Store, name)
+        monkeypatch.setattr(store.Store, name, lambda self, *a, _n=name, _r=real: calls.append(_n) or _r(self, *a))
+    loader._forget_all()
+    again = loader.load_locked(lock, SCALE, hardware=CPU)
+    assert again.module.add_one(41) == 42 and not mark.exists()
+    assert calls == ["evict", "commit"]  # moved away and rebuilt from the source
+    assert target.read_bytes() == good and target.stat().st_nlink == 1
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="maps through /proc/self/fd")
+def test_the_seal_is_checked_on_the_descriptor_mapped_not_on_the_path_looked_up(tmp_path, exts):
+    """Between the store's lookup (which checked the entry by path) and the import, the extension module
+    is replaced (a new inode) or edited in place: the importer compares the seal with an ``fstat`` of the
+    descriptor it then maps, finds it broken, hashes what it opened and refuses it."""
+    good, evil, mark = exts
+    mark.unlink(missing_ok=True)
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    rel = f"scale/_ops{suffix}"
+    init = b"from ._ops import add_one\n"
+    base = tmp_path / "entry"
+    (base / "scale").mkdir(parents=True)
+    (base / "scale" / "__init__.py").write_bytes(init)
+    so = base / rel
+    files = {"scale/__init__.py": sha256_b64(init), rel: sha256_b64(good)}
+    for how in ("replaced", "edited-in-place"):
+        so.unlink(missing_ok=True)
+        so.write_bytes(good)
+        os.chmod(so, 0o444)
+        seal = store._fingerprint(so.stat())
+        assert store.seal_holds(so.stat(), seal)
+        if how == "replaced":
+            so.unlink()
+            so.write_bytes(evil)
+            os.chmod(so, 0o444)
+        else:
+            os.chmod(so, 0o644)
+            with open(so, "r+b") as fh:
+                fh.write(evil[:len(good)].ljust(len(good), b"\0"))
+            os.chmod(so, 0o444)
+        mid = f"_frt_test_sealbind_{how.replace('-', '_')}"
+        with pytest.raises(ImportError) as ei:
+            importer.import_verified(mid, base, "scale", files, "sha256", seals={rel: seal})
+        assert str(ei.value) == (f"{so}: bytes in the verified store do not match the lock (expected {files[rel]}, "
+                                 f"computed {sha256_b64(so.read_bytes())}); not loaded")
+        assert not mark.exists() and mid not in sys.modules

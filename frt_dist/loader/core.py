@@ -103,7 +103,7 @@ from ..project import lock_root  # noqa: F401 - lives with the project rules; re
 from ._kernels_adapter import forget as forget_registered, loading_context, read_metadata, register, validate
 from .importer import forget as forget_module, import_verified, package_dir
 from .integrity import Expected, format_problems, real_dir
-from .store import StoreUnusable, admit, open_store
+from .store import StoreUnusable, admit, open_store, rehash_requested
 from ..variants import select_variants, valid_variant_name
 
 if TYPE_CHECKING:
@@ -655,7 +655,8 @@ def _import(want: _Want, entry: Entry, mid: str, meta: dict, meta_bytes: bytes, 
         files = entry.files
         package = package_dir(files, str(meta.get("name", "")).replace("-", "_"))
         module = import_verified(mid, entry.variant_dir, package, files, entry.algorithm,
-                                 context=lambda: loading_context(deps or {}))
+                                 context=lambda: loading_context(deps or {}),
+                                 seals=None if rehash_requested() else entry.seals)
         register(entry.variant_dir, metadata, module)
         return module
     except Exception as exc:  # noqa: BLE001 - an import that raises is a refusal, with its text

@@ -43,6 +43,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from .store import seal_holds
+
 __all__ = ["VerifiedSourceLoader", "VerifiedFinder", "import_verified", "forget", "package_dir", "FINDER"]
 
 
@@ -74,6 +76,7 @@ class VerifiedSourceLoader(importlib.machinery.SourceFileLoader):
         return None
 
 
+_PROC_FD = os.path.isdir("/proc/self/fd")  # a descriptor can be mapped by a path naming it (Linux)
 _KEPT_FDS: list[int] = []  # the files extension modules were mapped from, open for the process's life:
 # a path /proc/self/fd/<n> is never reused for another module (CPython caches extensions by path and name)
 _MFD_EXEC = 0x0010  # Linux >= 6.3: ask for an executable memfd where vm.memfd_noexec would seal it otherwise
@@ -83,7 +86,7 @@ _SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
 def _sealed_copy(data: bytes) -> int | None:
     """A memfd holding ``data``, sealed so nobody can change it, that can be mapped executable; None where not."""
     create = getattr(os, "memfd_create", None)
-    if create is None or not os.path.isdir("/proc/self/fd"):
+    if create is None or not _PROC_FD:
         return None
     import fcntl  # noqa: PLC0415 - POSIX only, like memfd_create
     import mmap  # noqa: PLC0415
@@ -125,13 +128,15 @@ class _MappedSpec:
 
 
 class VerifiedExtensionLoader(importlib.machinery.ExtensionFileLoader):
-    """Maps the verified bytes of the extension module ``path``: read once, checked against the lock's
-    digest, and the dynamic loader opens a sealed copy of exactly those bytes (see the module docstring)."""
+    """Maps the verified bytes of the extension module ``path`` (see the module docstring): the file
+    opened, when ``seal`` (its entry record's fingerprint) still holds for that descriptor; otherwise
+    its bytes, read once, checked against the lock's digest and copied into a sealed anonymous file."""
 
-    def __init__(self, fullname: str, path: str, digest: str, algorithm: str):
+    def __init__(self, fullname: str, path: str, digest: str, algorithm: str, seal=None):
         super().__init__(fullname, path)
         self.digest = digest
         self.algorithm = algorithm
+        self.seal = seal
 
     def create_module(self, spec):
         import _imp  # noqa: PLC0415
@@ -139,12 +144,15 @@ class VerifiedExtensionLoader(importlib.machinery.ExtensionFileLoader):
         flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         src = os.open(self.path, flags)
         try:
-            with open(src, "rb", closefd=False) as fh:
-                data = fh.read()
-            _check(data, self.digest, self.algorithm, spec.name, self.path, "loaded")
-            fd = _sealed_copy(data)
-            if fd is None and os.path.isdir("/proc/self/fd"):  # the descriptor whose bytes were hashed
-                fd, src = src, None
+            if self.seal is not None and _PROC_FD and seal_holds(os.fstat(src), self.seal):
+                fd, src = src, None  # the sealed file itself, bound by its descriptor: nothing read
+            else:
+                with open(src, "rb", closefd=False) as fh:
+                    data = fh.read()
+                _check(data, self.digest, self.algorithm, spec.name, self.path, "loaded")
+                fd = _sealed_copy(data)
+                if fd is None and _PROC_FD:  # the descriptor whose bytes were hashed
+                    fd, src = src, None
         finally:
             if src is not None:
                 os.close(src)
@@ -177,18 +185,23 @@ class _Root:
     package's folder inside it (``""`` when ``__init__.py`` is at the top), ``files`` the
     lock's ``{relpath: digest}``."""
 
-    __slots__ = ("module_id", "base", "package", "files", "algorithm")
+    __slots__ = ("module_id", "base", "package", "files", "algorithm", "seals")
 
-    def __init__(self, module_id: str, base: Path, package: str, files: dict, algorithm: str):
+    def __init__(self, module_id: str, base: Path, package: str, files: dict, algorithm: str,
+                 seals: dict | None = None):
         self.module_id, self.base, self.package, self.files, self.algorithm = module_id, base, package, files, algorithm
+        self.seals = seals
 
     def _rel(self, parts: list[str]) -> str:
         return "/".join([self.package, *parts] if self.package else parts)
 
     def _file_spec(self, fullname: str, rel: str, package_dir: str | None):
         path = str(self.base / rel)
-        cls = VerifiedSourceLoader if rel.endswith(".py") else VerifiedExtensionLoader
-        loader = cls(fullname, path, self.files[rel], self.algorithm)
+        if rel.endswith(".py"):  # sources are hashed as they are compiled, always (they are small)
+            loader = VerifiedSourceLoader(fullname, path, self.files[rel], self.algorithm)
+        else:
+            seal = self.seals.get(rel) if self.seals is not None else None
+            loader = VerifiedExtensionLoader(fullname, path, self.files[rel], self.algorithm, seal)
         locations = [str(self.base / package_dir)] if package_dir is not None else None
         return importlib.util.spec_from_file_location(fullname, path, loader=loader,
                                                        submodule_search_locations=locations)
@@ -271,10 +284,13 @@ def package_dir(files, name: str) -> str:
 
 
 def import_verified(module_id: str, base: str | Path, package: str, files: dict, algorithm: str,
-                    context: Callable[[], contextlib.AbstractContextManager] | None = None):
+                    context: Callable[[], contextlib.AbstractContextManager] | None = None,
+                    seals: dict | None = None):
     """Import ``module_id`` from the entry folder ``base``; the module, or the exception its code raised
-    (then nothing under ``module_id`` is left in ``sys.modules`` and the id is unregistered)."""
-    root = _Root(module_id, Path(base), package, dict(files), algorithm)
+    (then nothing under ``module_id`` is left in ``sys.modules`` and the id is unregistered). ``seals``
+    (the entry record's fingerprints): an extension module whose open file still carries its seal is
+    mapped without being read; None hashes every one (``FRT_STORE_REHASH``)."""
+    root = _Root(module_id, Path(base), package, dict(files), algorithm, seals)
     FINDER.add(root)
     try:
         spec = root.spec(module_id)

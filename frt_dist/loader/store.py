@@ -86,10 +86,11 @@ from ..errors import FrtError
 from .integrity import (METADATA, Expected, _IGNORED_TOP, _inside, _link_target, _open_checked, _problem,
                         _real_dir, missing_problems)
 
-__all__ = ["STORE_ENV", "FORMAT", "StoreUnusable", "Entry", "Admitted", "Store", "store_path", "open_store",
-           "identity_of", "admit"]
+__all__ = ["STORE_ENV", "REHASH_ENV", "FORMAT", "StoreUnusable", "Entry", "Admitted", "Store", "store_path",
+           "open_store", "identity_of", "admit", "seal_holds", "rehash_requested"]
 
 STORE_ENV = "FRT_STORE"
+REHASH_ENV = "FRT_STORE_REHASH"
 FORMAT = "frt.store/1"
 RECORD = "record.json"
 VARIANT = "variant"
@@ -172,13 +173,15 @@ def _key(identity: dict) -> str:
 
 
 class Entry:
-    """One committed entry: ``variant_dir`` holds the verified files. (Plain classes here, not
-    dataclasses: this module is imported by the first load, and every millisecond of it counts.)"""
+    """One committed entry: ``variant_dir`` holds the verified files; ``seals`` the record's
+    fingerprint of each (``seal_holds``), which the importer compares with the file it opens.
+    (Plain classes here, not dataclasses: this module is imported by the first load, and every
+    millisecond of it counts.)"""
 
-    __slots__ = ("key", "path", "identity")
+    __slots__ = ("key", "path", "identity", "seals")
 
-    def __init__(self, key: str, path: Path, identity: dict):
-        self.key, self.path, self.identity = key, path, identity
+    def __init__(self, key: str, path: Path, identity: dict, seals: dict | None = None):
+        self.key, self.path, self.identity, self.seals = key, path, identity, seals
 
     def __repr__(self) -> str:
         return f"Entry({self.key!r}, {str(self.path)!r})"
@@ -209,6 +212,30 @@ class Entry:
 
 def _fingerprint(st: os.stat_result) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _euid() -> int | None:
+    return os.geteuid() if hasattr(os, "geteuid") else None  # no owner ids to compare off POSIX
+
+
+def _sealed_kind(st: os.stat_result) -> bool:
+    """A regular file owned by this user, writable by nobody (mode 0444 in an entry), with one name."""
+    uid = _euid()
+    return (stat.S_ISREG(st.st_mode) and (uid is None or st.st_uid == uid) and not st.st_mode & 0o222
+            and st.st_nlink == 1)
+
+
+def seal_holds(st: os.stat_result, seal) -> bool:
+    """Whether the file ``st`` describes (an ``fstat`` of the descriptor about to be mapped) is still
+    the one sealed in its entry's record: the same inode, size, mtime and ctime, and still a regular
+    file owned by this user, writable by nobody, with no other name (see "Sealed entries")."""
+    return _sealed_kind(st) and _fingerprint(st) == seal
+
+
+def rehash_requested() -> bool:
+    """``FRT_STORE_REHASH`` set (to anything but ``""``/``0``/``false``/``no``/``off``): every
+    extension module is hashed against the lock at each load, whatever its seal says."""
+    return os.environ.get(REHASH_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def _source_fingerprint(st: os.stat_result) -> list[int]:
@@ -259,6 +286,8 @@ class Store:
         path = self.entry_path(key)
         try:
             with open(path / RECORD, "rb") as fh:
+                if not _sealed_kind(os.fstat(fh.fileno())):  # the record vouches for the seals: only the user wrote it
+                    return None, True
                 record = json.loads(fh.read())
         except FileNotFoundError:
             return None, os.path.lexists(path)
@@ -269,7 +298,7 @@ class Store:
             return None, True
         if not self._sound(path / VARIANT, identity, record["files"]):
             return None, True
-        return Entry(key, path, identity), False
+        return Entry(key, path, identity, record["files"]), False
 
     @staticmethod
     def _sound(vdir: Path, identity: dict, fingerprints: dict) -> bool:
@@ -283,7 +312,7 @@ class Store:
                 st = os.lstat(vdir / rel)
             except OSError:
                 return False
-            if not stat.S_ISREG(st.st_mode) or _fingerprint(st) != fingerprints[rel]:
+            if not seal_holds(st, fingerprints[rel]):
                 return False
             parts = rel.split("/")[:-1]
             dirs.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
@@ -407,7 +436,7 @@ class Store:
                 raise StoreUnusable(f"verified store {self.root}: entry {key} was committed by another process "
                                     "but is not sound") from None
             return winner
-        return Entry(key, self.entry_path(key), identity)
+        return Entry(key, self.entry_path(key), identity, fingerprints)
 
     def _sweep(self, now_ns: int, keep: str) -> None:
         """Remove folders left by builders that crashed (older than an hour by the file system's clock)."""
