@@ -23,17 +23,20 @@ others is refused. An entry holds exactly a variant's locked files and its
   declared file once, hashing and copying the same bytes into a new entry
   (large files in parallel threads); any mismatch stores nothing and imports
   nothing, and the report names each file with expected and computed digests.
-- A **warm** load (a sound entry for the same identity) hashes nothing in the
-  store; it lists the source again and hashes only the files whose stat
+- A **warm** load (a sound entry for the same identity) hashes no extension
+  module; it lists the source again and hashes only the files whose stat
   fingerprint changed since their bytes last matched: a source that drifted is
   still refused.
-- Either way the import reads only the entry, and hashes each file it runs
-  against the lock again: ``.py`` files compiled from those bytes, extension
-  modules mapped from a sealed copy of them (the entry's record vouches for none).
+- Either way the import reads only the entry: ``.py`` files are hashed against
+  the lock again and compiled from those bytes; an extension module is mapped
+  from the descriptor whose seal (recorded fingerprint, owner, mode 0444, one
+  link) was checked, unread, or, under ``FRT_STORE_REHASH=1`` or a broken seal,
+  hashed and mapped from a sealed copy of the bytes hashed.
 
 **Threat model**: an attacker who can write the mirror, the hub cache, a path
 package or the lockfile (at any moment, also between check and import), but not
-the user's own private store. They can make a load refuse; they cannot make it
+the user's own private store (``store`` says what a writer of the store can do,
+and what ``FRT_STORE_REHASH=1`` takes away from them). They can make a load refuse; they cannot make it
 run bytes whose digests do not match the lockfile in force.
 
 Importing this package imports neither torch, `kernels` nor ``huggingface_hub``.

@@ -55,7 +55,7 @@ id), keyed by its hash; object first, record last, renamed into place.
   and size, unread), then reads each declared file once: the bytes read are
   hashed and written to a new entry; any mismatch stores nothing.
 - A **warm** load (an entry whose record embeds its key and whose files still
-  carry their recorded fingerprints) hashes nothing in the store; it lists the
+  carry their recorded fingerprints, owner and mode) hashes no extension module; it lists the
   source again and ``stat``-s each file: only a file changed since its bytes
   last matched is hashed again, and a mismatch refuses the load as a cold one
   would. A tampered source is refused either way; the store only guarantees
@@ -67,9 +67,11 @@ who cannot write the user's own private store (nor run code as the user). Such
 an attacker can make a load refuse; they cannot make it run bytes other than
 those whose digests match the lockfile in force (bytecode beside the sources,
 a swap after the check, a swapped ``metadata.json`` with another id), nor make a
-store entry serve another identity (the key is the whole identity). Even a file
-swapped inside the store, its record rewritten, is refused at import (``.py`` and
-extension modules alike). Whoever
+store entry serve another identity (the key is the whole identity). A ``.py``
+swapped inside the store, its record rewritten, is refused at import; an extension
+module is mapped unread while its seal holds (the user alone wrote it since it was
+hashed), and refused alike under ``FRT_STORE_REHASH=1`` (``frt_dist.loader.store``
+has the threat model of the store itself). Whoever
 edits the lockfile itself chooses what is trusted: that is what ``frt verify``
 and review are for (SPEC §20).
 

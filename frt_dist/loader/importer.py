@@ -12,16 +12,21 @@ finders, so nothing outside the entry is ever looked at.
   entry, hashes them against the locked digest, and compiles those bytes. It
   never reads a bytecode cache (there is none in an entry, and it never asks
   for one) and never writes one.
-- extension modules: ``VerifiedExtensionLoader`` reads the entry's file once,
-  hashes those bytes against the locked digest, copies them into a sealed
-  anonymous file (``memfd_create``, sealed against writes, on Linux) and has the
-  dynamic loader map that file (``/proc/self/fd/<n>``). So a ``.so`` is held to
-  the lock at import exactly as a ``.py`` is: the store's record (its stat
-  fingerprints) vouches for neither; a file swapped in an entry, with the record
-  rewritten to match, is refused with the same error. ``__file__`` is still the
-  entry's path. Where no sealed copy can be made (no ``memfd_create``, or a
+- extension modules: ``VerifiedExtensionLoader`` opens the entry's file once.
+  While its seal holds on an ``fstat`` of that descriptor (the entry record's
+  fingerprint, a regular file owned by the user, writable by nobody, one link:
+  ``frt_dist.loader.store.seal_holds``), the dynamic loader maps that very
+  descriptor (``/proc/self/fd/<n>``) and no byte is read: a warm load of a
+  256 MB library costs what `kernels`' does. Otherwise, and for every extension
+  module under ``FRT_STORE_REHASH=1``, it reads the file once, hashes those bytes
+  against the locked digest, copies them into a sealed anonymous file
+  (``memfd_create``, sealed against writes, on Linux) and has the dynamic loader
+  map that file; a file swapped in an entry, with the record rewritten to match,
+  is then refused with the same error as a ``.py``. ``__file__`` is the entry's
+  path either way. Where no sealed copy can be made (no ``memfd_create``, or a
   system that refuses to execute one), the open file that was hashed is what is
-  mapped (``/proc/self/fd/<n>`` of that descriptor; off Linux, its path).
+  mapped (``/proc/self/fd/<n>`` of that descriptor; off Linux, its path, and
+  there is no sealed path: every extension module is hashed).
 
 The top-level module is created and registered the way `kernels`
 (``kernels.importer._import_from_path``) does it: named by the metadata ``id``,
