@@ -55,8 +55,8 @@ id), keyed by its hash; object first, record last, renamed into place.
   and size, unread), then reads each declared file once: the bytes read are
   hashed and written to a new entry; any mismatch stores nothing.
 - A **warm** load (an entry whose record embeds its key and whose files still
-  carry their recorded fingerprints, owner and mode) hashes no extension module; it lists the
-  source again and ``stat``-s each file: only a file changed since its bytes
+  carry their recorded fingerprints, owner and mode) hashes no extension module;
+  it lists the source again and ``stat``-s each file: only a file changed since its bytes
   last matched is hashed again, and a mismatch refuses the load as a cold one
   would. A tampered source is refused either way; the store only guarantees
   that what runs is what matched.
