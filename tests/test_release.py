@@ -452,3 +452,97 @@ def test_sbom_names_the_release_as_the_evidence_supplier(published, trusted):
     assert props["frt:release"] == f"hf://{REL}@{commit}"
     assert bom["metadata"]["supplier"]["name"] == REL or any(
         c.get("supplier", {}).get("name") == REL for c in bom.get("components", []))
+
+
+# ---------------------------------------------------------------------------
+# refusals and edges
+
+
+def test_a_policy_scoped_to_other_device_classes_does_not_exempt_release_receipts(published, tmp_path):
+    """``device-classes`` scopes the policy over the project's own receipts; a release's receipt is
+    always judged: an h200 release receipt signed by a key the policy does not list stays rejected."""
+    dest = consumer(tmp_path)
+    _, other = make_key(dest / "keys", "ours")
+    mpath = dest / "manifests" / "tiny.toml"
+    mpath.write_text(mpath.read_text() + '\n[trust.receipts]\nkeys = ["keys/ours.pub"]\ndevice-classes = ["rtx-5090"]\n')
+    assert frt("lock", cwd=dest)[0] == 0
+    lf = lock_of(dest)
+    assert not lf.receipts and len(lf.rejected) == 2
+    assert all("which the policy does not list" in r["reason"] for r in lf.rejected)
+
+
+def test_trust_facts_are_the_consumers_own_not_the_release_locks(env, tmp_path):
+    """The release's lockfile records the Hub's trusted-publisher fact it read; the consumer asks the
+    Hub itself (a release cannot vouch for a publisher)."""
+    env.set_trusted("remote-org", True)
+    doc = hub_manifest_doc()
+    for t in doc["packages"].values():
+        del t["trust"]
+    pub = Publisher(tmp_path / "pub")
+    doc["trust"] = {"receipts": {"keys": ["keys/qualify-a.pub"]}}
+    pub.write_manifest(doc)
+    pub.receipt("fast-decode", "fast", "decode")
+    pub.publish()
+    assert all(p.publisher_trusted for p in pub.lock.packages.values())
+    dest = consumer(tmp_path, "--trust")
+    env.set_trusted("remote-org", False)
+    rc, out, err = frt("lock", cwd=dest)
+    assert rc == 1
+    assert "publisher 'remote-org' is not a trusted kernel publisher" in err
+
+
+def test_init_from_refusals(env, tmp_path):
+    rc, out, err = frt("init", "--from", f"hf://{REL}", str(tmp_path / "a"))
+    assert rc == 2 and f"error: --from 'hf://{REL}': name the version: hf://{REL}@v<N>" in err
+    rc, out, err = frt("init", "--from", "https://example/x", str(tmp_path / "a"))
+    assert rc == 2 and "expected hf://ORG/NAME@vN" in err
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(tmp_path / "a"))
+    assert rc == 1 and f"release '{REL}': no such model repo on the Hub" in err
+    rc, out, err = frt("init", "--trust", str(tmp_path / "b"))
+    assert rc == 2 and "it needs --from" in err
+
+
+def test_init_from_an_unpublished_version_and_an_unknown_model(published, tmp_path):
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v7", str(tmp_path / "a"))
+    assert rc == 1 and f"release '{REL}': no branch v7" in err
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(tmp_path / "a"), "--model", "other")
+    assert rc == 2 and "--model other: release acme/tiny-release v1 publishes tiny" in err
+    assert not (tmp_path / "a").exists()
+
+
+def test_manifest_release_table_is_checked_by_field(env, tmp_path):
+    tp = TinyProject(tmp_path / "p", manifest=hub_manifest_doc(), packages={})
+    doc = hub_manifest_doc()
+    doc["release"] = {"repo": "acme/x", "version": "1"}
+    (tp.root / "manifests" / "tiny.toml").write_text(tomli_w.dumps(doc))
+    rc, out, err = frt("lock", cwd=tp.root)
+    assert rc == 2 and "release.version" in err
+    doc["release"] = {"repo": "acme/x", "version": 1, "commit": "abc"}
+    (tp.root / "manifests" / "tiny.toml").write_text(tomli_w.dumps(doc))
+    rc, out, err = frt("lock", cwd=tp.root)
+    assert rc == 2 and "release" in err and "commit" in err
+
+
+def test_trust_needs_a_release_and_signed_receipts(published, env, tmp_path):
+    rc, out, err = frt("release", "trust", cwd=published.root)
+    assert rc == 2 and "names no [release] to trust" in err
+    # a release whose receipts are unsigned: nothing to trust, said so
+    pub2 = Publisher(tmp_path / "pub2")
+    pub2.write_manifest(hub_manifest_doc())
+    pub2.receipt("u", "fast", "decode", sign=False)
+    pub2.publish("--version", "2")
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v2", str(tmp_path / "c"), "--trust")
+    assert rc == 1 and "records no receipt signature: there is no signer to trust" in err
+
+
+def test_lock_offline_without_a_mirror_says_where_the_release_must_come_from(published, tmp_path, monkeypatch):
+    dest = consumer(tmp_path, "--trust")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
+    rc, out, err = frt("lock", cwd=dest)
+    assert rc == 1
+    assert f"release '{REL}': no branch v1 in the mirror or the hub cache (offline)" in err
+    assert "frt mirror DIR" in err
