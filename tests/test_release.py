@@ -546,3 +546,27 @@ def test_lock_offline_without_a_mirror_says_where_the_release_must_come_from(pub
     assert rc == 1
     assert f"release '{REL}': no branch v1 in the mirror or the hub cache (offline)" in err
     assert "frt mirror DIR" in err
+
+
+def test_a_damaged_mirror_is_refused(published, trusted, env, monkeypatch, tmp_path):
+    mirror = tmp_path / "mirror"
+    assert frt("mirror", str(mirror), "--all-variants", cwd=trusted)[0] == 0
+    commit = lock_of(trusted).release["commit"]
+    link = mirror / "models--acme--tiny-release" / "snapshots" / commit / "receipts" / "tiny" / "fast-decode.json"
+    blob = link.resolve()
+    blob.write_bytes(blob.read_bytes().replace(b"1.25", b"1.35"))
+    rc, out, err = frt("verify", "--mirror", str(mirror), "--all-variants", "--json", cwd=trusted)
+    doc = json.loads(out)
+    assert rc == 1 and [p["kind"] for p in doc["problems"]] == ["mismatched"]
+    assert doc["problems"][0]["path"].endswith("receipts/tiny/fast-decode.json")
+    env.stop()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
+    monkeypatch.setenv("FRT_MIRROR", str(mirror))
+    before = (trusted / "lockfiles" / "tiny.lock").read_bytes()
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 1 and "receipts/tiny/fast-decode.json differ from the sha256 the lock records" in err
+    assert (trusted / "lockfiles" / "tiny.lock").read_bytes() == before
