@@ -300,7 +300,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                                                  "--from, the release's model (needed when it publishes several)")
     s.add_argument("--from", dest="from_release", metavar="hf://ORG/NAME@vN",
                    help="make the project from a release on the Hub: its manifest plus a [release] table; "
-                        "`frt lock` then reads the release's receipts (docs/releases.md)")
+                        "`frt lock` then reads the release's receipts (docs/releases-consume.md)")
     s.add_argument("--trust", action="store_true",
                    help="with --from: trust the release's signers now (as `frt release trust` does, printing each)")
     s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -310,7 +310,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        description="push: upload the model's manifest, the receipts its lock accepted (with their "
                                    "signature files) and the lockfile as one commit on branch vN of a Hub model repo "
                                    "(HF_ENDPOINT, HF_TOKEN). trust: add the signers the consumed release's lockfile "
-                                   "names to the manifest's [trust.receipts], printing each (docs/releases.md).",
+                                   "names to the manifest's [trust.receipts], printing each (docs/releases-publish.md, docs/releases-consume.md).",
                        epilog="example: frt release push hf://acme/qwen-kernels --version 1; "
                               "frt release trust --model qwen")
     rsub = s.add_subparsers(dest="release_command", metavar="ACTION", parser_class=_Parser, required=True,
