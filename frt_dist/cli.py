@@ -631,7 +631,9 @@ def cmd_release(args) -> int:
         version = args.version if args.version is not None else (at if at is not None else 1)
         if version < 0:
             raise UsageError(f"--version {version}: must be a non-negative integer")
-        res = release.push(project, model, repo, version)
+        from .release_push import push  # noqa: PLC0415
+
+        res = push(project, model, repo, version)
         what = ("nothing changed: the branch already holds this release" if res["unchanged"] else
                 f"commit {res['commit'][:12]} on {res['branch']} (parent {res['parent'][:12]})")
         _emit(args, {"ok": True, **res}, f"release {repo} v{version}: {what}; {res['receipts']} receipt(s), "

@@ -22,7 +22,7 @@ from .errors import ManifestError
 from .hardware import device_class
 
 __all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES", "ReceiptPolicy",
-           "Identity"]
+           "Identity", "ReleaseRef"]
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -148,6 +148,15 @@ class ReceiptPolicy:
 
 
 @dataclass(frozen=True)
+class ReleaseRef:
+    """The manifest's ``[release]``: a Hub model repo whose receipts the project consumes, at a
+    version (its branch ``v<version>``; ``frt_dist.release``)."""
+
+    repo: str
+    version: int
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A model binding's manifest, validated (``Manifest.read``, ``Manifest.from_dict``)."""
 
@@ -170,7 +179,7 @@ class Manifest:
     # [trust.receipts] (SPEC §26): the receipt signers the project accepts; None: no policy
     receipt_policy: ReceiptPolicy | None = None
     # [release]: the Hub release whose receipts this project consumes (frt_dist.release); None: none
-    release: Any = None
+    release: ReleaseRef | None = None
 
     # -- reading ------------------------------------------------------------
     @classmethod
@@ -408,8 +417,6 @@ def _read_release(r: Reader, data: dict):
     t = r.get(data, "release", dict, "", required=False)
     if t is None:
         return None
-    from .release import ReleaseRef  # noqa: PLC0415
-
     r.only(t, {"repo", "version"}, "release")
     repo = names.check("repo", r.get(t, "repo", str, "release"), "release.repo", ManifestError, file=r.file)
     version = r.get(t, "version", int, "release")

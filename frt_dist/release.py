@@ -2,7 +2,7 @@
 lockfile, published as one commit on branch ``v<N>`` of a Hub *model* repo, and consumed by other
 projects (``frt release push``, ``frt init --from``, a manifest's ``[release]`` table).
 
-Publishing (``push``): the project's lock must be up to date (``frt lock --check``), no accepted receipt
+Publishing (``frt_dist.release_push``): the project's lock must be up to date (``frt lock --check``), no accepted receipt
 may rest on a path package (a folder only the publisher has), and the upload is one
 ``huggingface_hub`` commit whose ``parent_commit`` is the branch head read before it: a branch that
 moved meanwhile refuses the commit, nothing is half-published. Files of this model no longer in the
@@ -33,31 +33,23 @@ from pathlib import Path
 
 from . import names
 from ._record import dataclass, field
-from .errors import FrtError, HubError, UsageError
+from .errors import FrtError, UsageError
+from .release_record import NO_POLICY, is_release_label, label_prefix, release_receipts  # noqa: F401 (re-exported)
 
-__all__ = ["Fetched", "LockRelease", "ReleaseRef", "parse_ref", "push", "fetch", "for_lock", "trust", "signers",
-           "document_table", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",
-           "mirror_files", "mirror_problems", "stale_reasons"]
+__all__ = ["Fetched", "LockRelease", "ReleaseError", "parse_ref", "fetch", "for_lock", "trust", "signers",
+           "change", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",
+           "mirror_files", "mirror_problems", "stale_reasons", "release_manifest", "models_of", "api", "hub_call",
+           "branch_commit", "SIG_SUFFIXES"]
 
 REPO_TYPE = "model"
-NO_POLICY = ("a release's receipts need a policy naming their signers: the manifest has no [trust.receipts] "
-             "(review the release's signers, then `frt release trust`)")
 MAX_FILE_BYTES = 16 << 20  # a release file (manifest, receipt, signature, lockfile) is read whole, at most this
 _REF = re.compile(r"^hf://([^@/]+/[^@/]+)(?:@v(\d+))?$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
-_SIG_SUFFIXES = (".sig", ".sigstore")
+SIG_SUFFIXES = (".sig", ".sigstore")
 
 
 class ReleaseError(FrtError):
     """A release that cannot be read or published (exit 1: a "no"; the Hub said no, or moved)."""
-
-
-@dataclass(frozen=True)
-class ReleaseRef:
-    """A manifest's ``[release]``: the Hub model repo and the version (branch ``v<version>``)."""
-
-    repo: str
-    version: int
 
 
 def parse_ref(url: str, *, flag: str = "URL", need_version: bool = False) -> tuple[str, int | None]:
@@ -72,16 +64,6 @@ def parse_ref(url: str, *, flag: str = "URL", need_version: bool = False) -> tup
     return m.group(1), None if m.group(2) is None else int(m.group(2))
 
 
-def label_prefix(repo: str) -> str:
-    """The receipt label prefix of a release's files in a lock (``release/<org>/<name>/``)."""
-    return f"release/{repo}/"
-
-
-def is_release_label(lock, label: str) -> bool:
-    rel = getattr(lock, "release", None)
-    return bool(rel) and isinstance(label, str) and label.startswith(label_prefix(rel["repo"]))
-
-
 def _sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -90,21 +72,21 @@ def _sha256(data: bytes) -> str:
 # the Hub, through huggingface_hub's own client
 
 
-def _api(token: bool = False):
+def api(token: bool = False):
     from huggingface_hub import HfApi, get_token  # noqa: PLC0415
 
     return HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, library_name="frt-dist",
                  token=get_token() if token else None)
 
 
-def _hub(repo: str, what: str, fn, *, writing: bool = False):
+def hub_call(repo: str, what: str, fn, *, writing: bool = False):
     """``fn()`` with huggingface_hub's errors as frt errors naming the release repo."""
     import httpx2  # noqa: PLC0415
     from huggingface_hub import errors as hf_errors  # noqa: PLC0415
 
-    from .hub import _apply_timeout  # noqa: PLC0415 - the CLI's FRT_HUB_TIMEOUT on the shared client
+    from .hub import apply_timeout  # noqa: PLC0415 - the CLI's FRT_HUB_TIMEOUT on the shared client
 
-    _apply_timeout()
+    apply_timeout()
     try:
         return fn()
     except hf_errors.OfflineModeIsEnabled:
@@ -121,7 +103,7 @@ def _hub(repo: str, what: str, fn, *, writing: bool = False):
     except hf_errors.HfHubHTTPError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if writing and status in (401, 403):
-            raise UsageError(f"release {repo!r}: no write access on {_api().endpoint} (HTTP {status}, {what}); "
+            raise UsageError(f"release {repo!r}: no write access on {api().endpoint} (HTTP {status}, {what}); "
                              "nothing was committed",
                              reasons=[{"repo": repo, "reason": f"HTTP {status}"}],
                              hints=["use a token that may write to the repo's organisation: set HF_TOKEN, or "
@@ -139,8 +121,8 @@ def _hub(repo: str, what: str, fn, *, writing: bool = False):
                            hints=["check the network or HF_ENDPOINT; nothing was written"]) from None
 
 
-def _branch_commit(api, repo: str, version: int) -> str | None:
-    refs = _hub(repo, "refs", lambda: api.list_repo_refs(repo, repo_type=REPO_TYPE))
+def branch_commit(api, repo: str, version: int) -> str | None:
+    refs = hub_call(repo, "refs", lambda: api.list_repo_refs(repo, repo_type=REPO_TYPE))
     return next((b.target_commit for b in refs.branches if b.name == f"v{version}"), None)
 
 
@@ -240,7 +222,7 @@ def fetch(repo: str, version: int, model: str, *, commit: str | None = None, rec
     dirs = _dirs(mirror)
     offline = is_offline()
     if commit is None:
-        commit = _local_ref(repo, version, dirs) if offline else _branch_commit(_api(), repo, version)
+        commit = _local_ref(repo, version, dirs) if offline else branch_commit(api(), repo, version)
         if commit is None:
             raise ReleaseError(f"release {repo!r}: no branch v{version}" + (" in the mirror or the hub cache "
                                                                              "(offline)" if offline else ""),
@@ -257,7 +239,7 @@ def fetch(repo: str, version: int, model: str, *, commit: str | None = None, rec
     if root is None:
         from huggingface_hub import snapshot_download  # noqa: PLC0415
 
-        root = Path(_hub(repo, f"files at {commit[:12]}", lambda: snapshot_download(
+        root = Path(hub_call(repo, f"files at {commit[:12]}", lambda: snapshot_download(
             repo, repo_type=REPO_TYPE, revision=commit, allow_patterns=_patterns(model),
             endpoint=os.environ.get("HF_ENDPOINT") or None)))
     got = Fetched(repo, version, commit, model, root, _scan(root, model))
@@ -345,56 +327,6 @@ def for_lock(project, manifest, old, *, upgrade: bool = False) -> LockRelease | 
     return LockRelease(fetched, previous=prev)
 
 
-def document_table(lock) -> dict:
-    """The lock's ``[release]`` table: the record, and for each cell of the index whose evidence
-    serves it (its winning receipt's: ``release`` or ``project``)."""
-    rel = lock.release
-    prefix = label_prefix(rel["repo"])
-    cells = {}
-    for key, entry in sorted(lock.index.items()):
-        rec = lock.receipts.get(entry.candidates[0].receipt) if entry.candidates else None
-        cells["/".join(key)] = "release" if rec is not None and rec.file.startswith(prefix) else "project"
-    out = {k: rel[k] for k in ("repo", "version", "commit")}
-    out["files"] = dict(sorted(rel.get("files", {}).items()))
-    if cells:
-        out["cells"] = cells
-    return out
-
-
-def read_table(r, data: dict) -> dict | None:
-    """The ``[release]`` table of a lockfile document, checked by field (``r``: the lock's Reader)."""
-    from .errors import LockfileError  # noqa: PLC0415
-
-    t = r.get(data, "release", dict, "", required=False)
-    if t is None:
-        return None
-    p = "release"
-    r.only(t, {"repo", "version", "commit", "files", "cells"}, p)
-    repo = names.check("repo", r.get(t, "repo", str, p), p + ".repo", LockfileError, file=r.file)
-    version = r.get(t, "version", int, p)
-    commit = r.get(t, "commit", str, p)
-    if not _HEX40.match(commit):
-        raise r.fail(p + ".commit", f"not a 40-hex commit: {commit!r}")
-    files = r.get(t, "files", dict, p, required=False, default={})
-    for rel, sha in files.items():
-        names.check("path", rel, f"{p}.files", LockfileError, file=r.file)
-        if not isinstance(sha, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", sha):
-            raise r.fail(f"{p}.files.{rel!r}", f"not a sha256: digest: {sha!r}")
-    cells = r.get(t, "cells", dict, p, required=False, default={})
-    for cell, who in cells.items():
-        if who not in ("release", "project"):
-            raise r.fail(f"{p}.cells.{cell!r}", f"expected release or project, got {who!r}")
-    return {"repo": repo, "version": version, "commit": commit, "files": dict(files), "cells": dict(cells)}
-
-
-def release_receipts(lock) -> set[str]:
-    """Digests of the accepted receipts a lock took from its release."""
-    if not getattr(lock, "release", None):
-        return set()
-    prefix = label_prefix(lock.release["repo"])
-    return {d for d, rec in lock.receipts.items() if rec.file.startswith(prefix)}
-
-
 def change(old, new) -> dict | None:
     """What a re-lock changed in the release (None when it pins the same commit): the commit from ->
     to, and each receipt added, removed or edited (by its release path; file sha256 before and after),
@@ -405,8 +337,8 @@ def change(old, new) -> dict | None:
         return None
     before = {k: v for k, v in (a or {}).get("files", {}).items() if k.endswith(".json")} if a and a.get("repo") == b["repo"] else {}
     after = {k: v for k, v in b["files"].items() if k.endswith(".json")}
-    sigs_a = {k: v for k, v in (a or {}).get("files", {}).items() if k.endswith(_SIG_SUFFIXES)}
-    sigs_b = {k: v for k, v in b["files"].items() if k.endswith(_SIG_SUFFIXES)}
+    sigs_a = {k: v for k, v in (a or {}).get("files", {}).items() if k.endswith(SIG_SUFFIXES)}
+    sigs_b = {k: v for k, v in b["files"].items() if k.endswith(SIG_SUFFIXES)}
     prefix = label_prefix(b["repo"])
     accepted = {rec.file: rec.digest for rec in new.receipts.values()}
     rejected = {r["file"]: r["reason"] for r in new.rejected}
@@ -421,7 +353,7 @@ def change(old, new) -> dict | None:
            "added": [], "removed": [], "edited": []}
     for rel in sorted(set(before) | set(after)):
         x, y = before.get(rel), after.get(rel)
-        resigned = any(sigs_a.get(rel + s) != sigs_b.get(rel + s) for s in _SIG_SUFFIXES)
+        resigned = any(sigs_a.get(rel + s) != sigs_b.get(rel + s) for s in SIG_SUFFIXES)
         if x is None:
             out["added"].append({"file": rel, "sha256": y, "verdict": verdict(rel)})
         elif y is None:
@@ -461,102 +393,6 @@ def stale_reasons(old, new) -> list[str]:
     if a.get("commit") != b["commit"]:
         return [f"release {b['repo']}: commit {a.get('commit')} in the lock, {b['commit']} now"]
     return [f"release {b['repo']}: its files differ from those the lock records"]
-
-
-# ---------------------------------------------------------------------------
-# frt release push
-
-
-def _local_path_problems(lock, model: str) -> list[dict]:
-    """Every accepted receipt measured on a path package (a folder only this project has), and every
-    path package of the manifest: a consumer could fetch neither."""
-    out = []
-    path_pkgs = {repo: p.path for repo, p in lock.packages.items() if p.source == "path"}
-    for rec in sorted(lock.receipts.values(), key=lambda r: r.file):
-        for seam, it in sorted(rec.cell["impls"].items()):
-            if it["package"] in path_pkgs:
-                out.append({"file": rec.file, "field": f"cell.impls.{seam}",
-                            "reason": f"{rec.file}: cell.impls.{seam} was measured on path package "
-                                      f"{it['package']!r} (path {path_pkgs[it['package']]!r}, revision "
-                                      f"{it['revision']}): a local path no consumer has"})
-    if not out:
-        for repo, path in sorted(path_pkgs.items()):
-            out.append({"file": lock.manifest_file, "field": f'packages."{repo}".path',
-                        "reason": f"{lock.manifest_file}: package {repo!r} is a local path ({path!r}) no consumer has"})
-    return out
-
-
-def push(project, model: str, repo: str, version: int) -> dict:
-    """Publish ``model``'s manifest, accepted receipts (with their signature files) and lockfile as
-    one commit on branch ``v<version>`` of the model repo ``repo`` (created if missing). Raises
-    ``ReleaseError`` (stale lock, branch moved: exit 1) or ``UsageError`` (local path, no write
-    access: exit 2); nothing is committed then."""
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete  # noqa: PLC0415
-    from huggingface_hub.hf_api import RepoFile  # noqa: PLC0415
-
-    from .canonical import digest  # noqa: PLC0415
-    from ._schema import json_loads  # noqa: PLC0415
-    from .locker import lock_model  # noqa: PLC0415
-    from .lockfile import Lockfile  # noqa: PLC0415
-
-    lpath = project.existing_lockfile(model)
-    check = lock_model(project, model, check=True, warn=lambda m: None)
-    if check.stale:
-        raise ReleaseError(f"{project.rel(lpath)} is stale; a release publishes what was locked:\n  "
-                           + "\n  ".join(check.stale),
-                           reasons=[{"file": project.rel(lpath), "reason": s} for s in check.stale],
-                           hints=[f"frt lock --model {model}, review the change, then push again"])
-    lock = Lockfile.read(lpath, label=project.rel(lpath))
-    bad = _local_path_problems(lock, model)
-    if bad:
-        raise UsageError(f"release {repo!r}: {len(bad)} local path(s) cannot be published:\n  "
-                         + "\n  ".join(b["reason"] for b in bad), reasons=bad,
-                         hints=["publish the package on the Hub (a `v<N>` branch), point the manifest at it, "
-                                "qualify again, then `frt lock` and push"])
-    files = {f"manifests/{model}.toml": project.manifest_path(model).read_bytes(),
-             f"lockfiles/{model}.lock": lpath.read_bytes()}
-    for rec in sorted(lock.receipts.values(), key=lambda r: r.file):
-        src = project.root / rec.file
-        data = src.read_bytes() if src.is_file() else None
-        if data is None or digest(json_loads(data)) != rec.digest:
-            raise ReleaseError(f"{rec.file}: not the receipt the lock embeds ({rec.digest})",
-                               hints=[f"frt lock --model {model}"])
-        inner = Path(rec.file).relative_to(project.rel(project.receipts_dir)) if rec.file.startswith(
-            project.rel(project.receipts_dir) + "/") else Path(Path(rec.file).name)
-        parts = inner.parts
-        dest = "receipts/" + "/".join(parts if parts[0] == model else (model, *parts))
-        files[dest] = data
-        for suffix in _SIG_SUFFIXES:
-            sig = src.with_name(src.name + suffix)
-            if sig.is_file():
-                files[dest + suffix] = sig.read_bytes()
-    api = _api(token=True)
-    branch = f"v{version}"
-    _hub(repo, "create repo", lambda: api.create_repo(repo, repo_type=REPO_TYPE, exist_ok=True), writing=True)
-    head = _branch_commit(api, repo, version)
-    if head is None:
-        _hub(repo, f"create branch {branch}",
-             lambda: api.create_branch(repo, branch=branch, repo_type=REPO_TYPE, exist_ok=True), writing=True)
-        head = _branch_commit(api, repo, version)
-
-    def listing():
-        from huggingface_hub.errors import EntryNotFoundError  # noqa: PLC0415
-
-        try:
-            return [e.path for e in api.list_repo_tree(repo, path_in_repo=f"receipts/{model}", revision=head,
-                                                        repo_type=REPO_TYPE, recursive=True) if isinstance(e, RepoFile)]
-        except EntryNotFoundError:
-            return []
-
-    there = _hub(repo, "list receipts", listing)
-    gone = sorted(p for p in there if p not in files)
-    ops = [CommitOperationAdd(p, data) for p, data in sorted(files.items())] + [CommitOperationDelete(p) for p in gone]
-    info = _hub(repo, f"commit to {branch}", lambda: api.create_commit(
-        repo, operations=ops, commit_message=f"frt release push: {model} ({len(lock.receipts)} receipts)",
-        revision=branch, parent_commit=head, repo_type=REPO_TYPE), writing=True)
-    return {"repo": repo, "version": version, "branch": branch, "parent": head, "commit": info.oid,
-            "unchanged": info.oid == head, "files": sorted(files), "deleted": gone,
-            "receipts": len(lock.receipts)}
 
 
 # ---------------------------------------------------------------------------
@@ -813,12 +649,12 @@ def models_of(repo: str, version: int) -> tuple[str, list[str]]:
     """(the branch's head commit, the models the release publishes there)."""
     from huggingface_hub.hf_api import RepoFile  # noqa: PLC0415
 
-    api = _api()
-    commit = _branch_commit(api, repo, version)
+    client = api()
+    commit = branch_commit(client, repo, version)
     if commit is None:
         raise ReleaseError(f"release {repo!r}: no branch v{version}",
                            hints=[f"the publisher pushes it with `frt release push hf://{repo} --version {version}`"])
-    entries = _hub(repo, "list manifests", lambda: list(api.list_repo_tree(
+    entries = hub_call(repo, "list manifests", lambda: list(client.list_repo_tree(
         repo, path_in_repo="manifests", revision=commit, repo_type=REPO_TYPE)))
     models = sorted(e.path[len("manifests/"):-len(".toml")] for e in entries
                     if isinstance(e, RepoFile) and e.path.endswith(".toml"))

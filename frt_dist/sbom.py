@@ -155,7 +155,7 @@ def release_supplier(lock):
         return None, []
     from cyclonedx.model.contact import OrganizationalEntity  # noqa: PLC0415
 
-    from .release import release_receipts  # noqa: PLC0415
+    from .release_record import release_receipts  # noqa: PLC0415
 
     props = [("frt:release", f"hf://{rel['repo']}@{rel['commit']}"), ("frt:release-version", str(rel["version"]))]
     props += [("frt:release-receipt", d) for d in sorted(release_receipts(lock))]

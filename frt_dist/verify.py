@@ -348,7 +348,7 @@ def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict,
     policy = lock.manifest.receipt_policy
     released = set()
     if getattr(lock, "release", None):  # a Hub release's receipts: always judged, never without a policy
-        from .release import NO_POLICY, is_release_label  # noqa: PLC0415
+        from .release_record import NO_POLICY, is_release_label  # noqa: PLC0415
 
         released = {dig for dig, rec in accepted.items() if is_release_label(lock, rec.file)}
         for dig in sorted(released) if policy is None else ():
