@@ -570,3 +570,15 @@ def test_a_damaged_mirror_is_refused(published, trusted, env, monkeypatch, tmp_p
     rc, out, err = frt("lock", cwd=trusted)
     assert rc == 1 and "receipts/tiny/fast-decode.json differ from the sha256 the lock records" in err
     assert (trusted / "lockfiles" / "tiny.lock").read_bytes() == before
+
+
+def test_a_pinned_relock_asks_the_hub_nothing_for_the_release(published, trusted, env):
+    """The pinned commit's files, each checked against the sha256 the lock records, come from the
+    hub cache: a re-lock (a policy change, own receipts) costs no release request."""
+    env.reset_counts()
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0, err
+    assert env.request_count(REL) == 0
+    env.reset_counts()
+    assert frt("lock", "--upgrade-release", cwd=trusted)[0] == 0
+    assert env.request_count(REL) >= 1  # the branch's head is read again
