@@ -179,6 +179,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--strict", action="store_true", help="exit 1 when any receipt is rejected")
     s.add_argument("--upgrade-package", action="append", default=[], metavar="REPO",
                    help="re-resolve REPO's branch on the Hub (otherwise a locked commit is kept)")
+    s.add_argument("--upgrade-release", action="store_true",
+                   help="move the manifest's [release] to its branch's head (otherwise the locked release commit "
+                        "is kept) and report each receipt added, removed or edited")
     s.add_argument("--export", choices=["kernels", "cyclonedx"],
                    help="write nothing to lockfiles/: print the locked pins in another tool's lock format "
                         "(kernels: a kernels.lock for kernels.load_kernel / LockedLayerRepository). kernels checks "
@@ -293,9 +296,33 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     s = sub.add_parser("init", help="create a project (pyproject.toml, a commented manifest, a kernel package)")
     s.add_argument("dir", metavar="DIR", nargs="?", default=".", help="the project folder (default: here)")
-    s.add_argument("--model", default="my-model", help="the model name of the first manifest (default: my-model)")
+    s.add_argument("--model", default=None, help="the model name of the first manifest (default: my-model); with "
+                                                 "--from, the release's model (needed when it publishes several)")
+    s.add_argument("--from", dest="from_release", metavar="hf://ORG/NAME@vN",
+                   help="make the project from a release on the Hub: its manifest plus a [release] table; "
+                        "`frt lock` then reads the release's receipts (docs/releases-consume.md)")
+    s.add_argument("--trust", action="store_true",
+                   help="with --from: trust the release's signers now (as `frt release trust` does, printing each)")
     s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     s.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+
+    s = sub.add_parser("release", help="publish a model's receipts and lock as a Hub release; trust a release's signers",
+                       description="push: upload the model's manifest, the receipts its lock accepted (with their "
+                                   "signature files) and the lockfile as one commit on branch vN of a Hub model repo "
+                                   "(HF_ENDPOINT, HF_TOKEN). trust: add the signers the consumed release's lockfile "
+                                   "names to the manifest's [trust.receipts], printing each (docs/releases-publish.md, docs/releases-consume.md).",
+                       epilog="example: frt release push hf://acme/qwen-kernels --version 1; "
+                              "frt release trust --model qwen")
+    rsub = s.add_subparsers(dest="release_command", metavar="ACTION", parser_class=_Parser, required=True,
+                            help="push: publish; trust: accept the release's signers")
+    r = rsub.add_parser("push", help="publish as one commit on branch vN of hf://ORG/NAME (created if missing)")
+    _common(r)
+    r.add_argument("url", metavar="hf://ORG/NAME", help="the Hub model repo")
+    r.add_argument("--model", help="the model to publish; may be left out when the project has one")
+    r.add_argument("--version", type=int, default=None, help="the release version: branch vN (default: 1)")
+    r = rsub.add_parser("trust", help="trust the signers of the release the manifest names (keys and identities)")
+    _common(r)
+    r.add_argument("--model", help="the consuming model; may be left out when the project has one")
 
     s = sub.add_parser("digest", help="rewrite a package's metadata.json file digests after editing it",
                        description="Recompute the `digest` of each build/<variant>/metadata.json of a package you "
@@ -410,7 +437,8 @@ def cmd_lock(args) -> int:
 
         try:
             res = lock_model(project, model, check=args.check, strict=args.strict,
-                             upgrade=set(args.upgrade_package), warn=warn, progress=progress, session=session)
+                             upgrade=set(args.upgrade_package), warn=warn, progress=progress, session=session,
+                             upgrade_release=args.upgrade_release)
         except FrtError as exc:
             if len(models) == 1 and not isinstance(exc, LockFailed):
                 raise  # one model, and not its packages (a bad manifest): the plain error
@@ -431,13 +459,17 @@ def cmd_lock(args) -> int:
             lines.append(f"{rel}: {'written' if r.written else 'unchanged'} "
                          f"({len(r.lockfile.packages)} packages, {len(r.lockfile.receipts)} receipts, "
                          f"{len(r.lockfile.rejected)} rejected, {len(r.lockfile.index)} cells)")
+        if r.release:
+            from .release import change_lines  # noqa: PLC0415
+
+            lines += change_lines(r.release)
     failures = [{"model": model, "package": r.get("package"), "reason": r["reason"]}
                 for model, exc in failed for r in (exc.reasons if isinstance(exc, LockFailed) else [{"reason": str(exc)}])]
     hints = list(dict.fromkeys(h for _, exc in failed for h in exc.hints))
     doc = {"ok": not stale_any and not failed, "lockfiles": [
         {"model": r.model, "path": project.rel(r.path), "written": r.written, "stale": r.stale,
          "lock-digest": r.lockfile.lock_digest, "receipts": len(r.lockfile.receipts),
-         "rejected": r.lockfile.rejected} for r in results], "failures": failures, "hints": hints}
+         "rejected": r.lockfile.rejected, **({"release": r.release} if r.release else {})} for r in results], "failures": failures, "hints": hints}
     _emit(args, doc, "\n".join(lines))
     if stale_any:
         print("error: lockfile is stale", file=sys.stderr)
@@ -514,12 +546,118 @@ def _write_output(out: Path, data: bytes) -> None:
 def cmd_init(args) -> int:
     from .init import init_project  # noqa: PLC0415
 
+    if args.from_release:
+        return _init_from(args)
+    if args.trust:
+        raise UsageError("frt init --trust: trusts a release's signers; it needs --from hf://ORG/NAME@vN")
+    args.model = args.model or "my-model"
     written = init_project(args.dir, model=args.model)
     root = Path(args.dir).resolve()
     doc = {"project": str(root), "model": args.model, "written": [p.name for p in written]}
     _emit(args, doc, f"created project {root} (model {args.model}): {', '.join(p.name for p in written)}\n"
                      f"next: cd {args.dir} && frt lock && frt qualify --model {args.model} --route fast-norm "
                      "(see docs/first-project.md)")
+    return 0
+
+
+def _init_from(args) -> int:
+    """``frt init --from hf://ORG/NAME@vN [DIR] [--model M] [--trust]``."""
+    from . import release  # noqa: PLC0415
+    from .init import init_from_release  # noqa: PLC0415
+
+    repo, version = release.parse_ref(args.from_release, flag="--from", need_version=True)
+    commit, models = release.models_of(repo, version)
+    if args.model is not None:
+        if args.model not in models:
+            raise UsageError(f"--model {args.model}: release {repo} v{version} publishes {', '.join(models) or 'no model'}")
+        model = args.model
+    elif len(models) == 1:
+        model = models[0]
+    else:
+        raise UsageError(f"release {repo} v{version} publishes {len(models)} models ({', '.join(models) or 'none'})",
+                         hints=["name one: --model MODEL"])
+    fetched = release.fetch(repo, version, model, commit=commit)
+    written = init_from_release(args.dir, model, release.release_manifest(fetched))
+    root = Path(args.dir).resolve()
+    from .project import Project  # noqa: PLC0415
+
+    found = release.signers(fetched) if f"lockfiles/{model}.lock" in fetched.files else []
+    rows = release.trust(Project(root, "project", {}), model, fetched) if args.trust else []
+    doc = {"project": str(root), "model": model, "written": [p.name for p in written],
+           "release": {"repo": repo, "version": version, "commit": commit},
+           "signers": [{k: v for k, v in s.items() if k != "pem"} for s in found], "trusted": rows}
+    lines = [f"created project {root} from release {repo} v{version} (commit {commit[:12]}, model {model}): "
+             f"{', '.join(p.name for p in written)}"]
+    lines += _trust_lines(rows, repo, commit) if args.trust else _signer_lines(found, repo, commit)
+    lines.append(f"next: cd {args.dir} && frt lock" + ("" if args.trust else "   (after `frt release trust`)"))
+    _emit(args, doc, "\n".join(lines))
+    return 0
+
+
+def _signer_lines(found, repo, commit) -> list[str]:
+    if not found:
+        return [f"note: the receipts of {repo}@{commit[:12]} carry no signature its lockfile records: with no "
+                "signer to trust, `frt lock` rejects every one"]
+    out = [f"the receipts of {repo}@{commit[:12]} are signed by (its lockfile says; none is trusted yet):"]
+    out += [f"  {_signer(s)} ({s['receipts']} receipt(s))" for s in found]
+    out.append("review them, then `frt release trust` (or `frt init --from ... --trust`); until then `frt lock` "
+               "rejects every release receipt")
+    return out
+
+
+def _signer(s: dict) -> str:
+    return f"key {s['keyid']}" if s["kind"] == "key" else f"identity {s['identity']} (issuer {s['issuer']})"
+
+
+def _trust_lines(rows, repo, commit) -> list[str]:
+    out = []
+    for r in rows:
+        where = f" -> {r['file']}" if r.get("file") else ""
+        out.append(f"{'trusted' if r['added'] else 'already trusted'}: {_signer(r)}{where} "
+                   f"(signs {r['receipts']} receipt(s) of {repo}@{commit[:12]})")
+    return out
+
+
+def cmd_release(args) -> int:
+    """``frt release push hf://ORG/NAME [--model M] [--version N]`` / ``frt release trust [--model M]``."""
+    from . import release  # noqa: PLC0415
+
+    project = _project(args)
+    model = _the_model(project, args)
+    if args.release_command == "push":
+        repo, at = release.parse_ref(args.url, flag="frt release push")
+        if at is not None and args.version is not None and at != args.version:
+            raise UsageError(f"{args.url} names v{at}, --version {args.version}: give one")
+        version = args.version if args.version is not None else (at if at is not None else 1)
+        if version < 0:
+            raise UsageError(f"--version {version}: must be a non-negative integer")
+        from .release_push import push  # noqa: PLC0415
+
+        res = push(project, model, repo, version)
+        what = ("nothing changed: the branch already holds this release" if res["unchanged"] else
+                f"commit {res['commit'][:12]} on {res['branch']} (parent {res['parent'][:12]})")
+        _emit(args, {"ok": True, **res}, f"release {repo} v{version}: {what}; {res['receipts']} receipt(s), "
+                                         f"{len(res['files'])} file(s)" + (f", {len(res['deleted'])} removed" if res["deleted"] else ""))
+        return 0
+    from .lockfile import Lockfile  # noqa: PLC0415
+    from .manifest import Manifest  # noqa: PLC0415
+
+    m = Manifest.read(project.manifest_path(model), label=project.rel(project.manifest_path(model)))
+    if m.release is None:
+        raise UsageError(f"{m.file}: names no [release] to trust", hints=["frt init --from hf://ORG/NAME@vN"])
+    lpath = project.lockfile_path(model)
+    pinned = None
+    if lpath.is_file():
+        old = Lockfile.read(lpath, label=project.rel(lpath))
+        if old.release and old.release["repo"] == m.release.repo and old.release["version"] == m.release.version:
+            pinned = old.release
+    fetched = release.fetch(m.release.repo, m.release.version, model, commit=pinned and pinned["commit"],
+                            recorded=pinned and pinned.get("files"), mirror=os.environ.get("FRT_MIRROR") or project.mirror)
+    rows = release.trust(project, model, fetched)
+    _emit(args, {"ok": True, "release": {"repo": fetched.repo, "commit": fetched.commit}, "trusted": rows},
+          "\n".join(_trust_lines(rows, fetched.repo, fetched.commit)))
+    if any(r["added"] for r in rows) and not (args.quiet or args.json):
+        print("hint: run `frt lock` to judge the release's receipts under the policy", file=sys.stderr)
     return 0
 
 
@@ -1104,7 +1242,7 @@ def cmd_receipts(args) -> int:
 
 
 COMMANDS = {"lock": cmd_lock, "resolve": cmd_resolve, "verify": cmd_verify, "mirror": cmd_mirror,
-            "receipts": cmd_receipts,
+            "receipts": cmd_receipts, "release": cmd_release,
             "qualify": cmd_qualify, "matrix": cmd_matrix, "init": cmd_init, "digest": cmd_digest, "sign": cmd_sign}
 
 
@@ -1133,7 +1271,7 @@ def _main(argv: list[str] | None) -> int:
         return 2
     try:
         _global_project(args)
-        if args.command in ("lock", "mirror"):
+        if args.command in ("lock", "mirror", "release", "init"):
             try:
                 from .hub import configure_timeout  # noqa: PLC0415
 

@@ -17,7 +17,7 @@ import os
 from ._record import dataclass
 from .errors import HubError
 
-__all__ = ["HubClient", "RemoteVariant", "configure_timeout"]
+__all__ = ["HubClient", "RemoteVariant", "configure_timeout", "apply_timeout"]
 
 REPO_TYPE = "kernel"
 DEFAULT_TIMEOUT_S = 30.0
@@ -42,6 +42,12 @@ def _apply_timeout() -> None:
         from huggingface_hub import get_session  # noqa: PLC0415
 
         get_session().timeout = _TIMEOUT_S
+
+
+def apply_timeout() -> None:
+    """``configure_timeout``'s timeout on the shared client, for another module that asks the Hub
+    through huggingface_hub (``frt_dist.release``)."""
+    _apply_timeout()
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from . import names
 from .errors import FrtError, UsageError
 from .project import bundled_root
 
-__all__ = ["init_project"]
+__all__ = ["init_project", "init_from_release"]
 
 _PYPROJECT = """\
 # Created by `frt init`. `frt` finds this project from any folder below it.
@@ -237,6 +237,65 @@ def init_project(dest: str | os.PathLike, *, model: str = "my-model", org: str =
             shutil.rmtree(staging, ignore_errors=True)
         if not done:
             for d in made:  # folders init created for a project it did not write
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
+
+
+def init_from_release(dest: str | os.PathLike, model: str, manifest_text: str) -> list[Path]:
+    """A project made from a Hub release (``frt init --from``): ``pyproject.toml`` (unless one is
+    there), ``manifests/<model>.toml`` = ``manifest_text`` (the release's manifest plus its
+    ``[release]`` table, built by ``frt_dist.release.release_manifest``), empty ``receipts/<model>/``
+    (the project's own evidence goes there) and ``lockfiles/``. The same refusals as ``init_project``;
+    nothing is left half-written."""
+    names.check("name", model, "--model", UsageError)
+    dest = Path(dest).resolve()
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"frt init: {dest} exists and is not a folder")
+    if os.path.lexists(dest / "manifests"):
+        raise UsageError(f"frt init: {dest} is already a project (it has manifests/)", hints=[f"frt lock --project {dest}"])
+    for name in ("lockfiles", "receipts", "pyproject.toml"):
+        p = dest / name
+        if p.is_symlink() or (p.exists() and name != "pyproject.toml" and not p.is_dir()):
+            raise UsageError(f"frt init: {p} is a symlink or not a folder; frt init writes real folders",
+                             hints=["move it away or pick another folder"])
+    if os.path.lexists(dest / "receipts" / model):
+        raise UsageError(f"frt init: {dest / 'receipts' / model} already exists; frt init would write its own there",
+                         hints=["move it away or pick another folder"])
+    made = [d for d in (dest, *dest.parents) if not d.exists()]
+    staging, written, done = None, [], False
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".frt-init-", dir=dest))
+        (staging / "manifests").mkdir()
+        (staging / "manifests" / f"{model}.toml").write_text(manifest_text, "utf-8")
+        (staging / "receipts" / model).mkdir(parents=True)
+        (staging / "lockfiles").mkdir()
+        if not (dest / "pyproject.toml").exists():
+            (staging / "pyproject.toml").write_text(_PYPROJECT, "utf-8")
+        for item in sorted(staging.iterdir()):
+            target = dest / item.name
+            if target.is_dir() and item.is_dir():
+                for child in sorted(item.iterdir()):
+                    os.replace(child, target / child.name)
+                    written.append(target / child.name)
+                continue
+            if os.path.lexists(target):
+                continue
+            os.replace(item, target)
+            written.append(target)
+        done = True
+        return written
+    except OSError as exc:
+        for p in reversed(written):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        raise _not_written(exc, dest) from None
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if not done:
+            for d in made:
                 try:
                     d.rmdir()
                 except OSError:

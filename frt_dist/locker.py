@@ -39,6 +39,8 @@ class LockResult:
     written: bool = False
     stale: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # what a re-lock changed in the Hub release it consumes (frt_dist.release.change); None: no change
+    release: dict | None = None
 
 
 def rank_candidates(receipts: list[Receipt]) -> tuple[Candidate, ...]:
@@ -451,7 +453,7 @@ def _read_bundle(vdir: Path, pkg: Package, policy) -> bytes | None:
 
 def lock_model(project: Project, model: str, *, check: bool = False, strict: bool = False, hub=None,
                upgrade: set[str] | None = None, warn=None, progress=None,
-               session: LockSession | None = None) -> LockResult:
+               session: LockSession | None = None, upgrade_release: bool = False) -> LockResult:
     """Lock one model. With ``check``, nothing is written and ``stale`` says why. Every package is
     tried; when any fails, ``LockFailed`` names each (and nothing is written). ``session`` shares
     Hub fetches across the models of one run (``LockSession``).
@@ -475,10 +477,16 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
         except LockfileError as exc:
             old_problem = str(exc)
     locker = _Locker(project, hub=hub, upgrade=upgrade, session=session)
+    rel = None
+    if manifest.release is not None:  # a Hub release's receipts and the package pins they were measured on
+        from . import release as _release  # noqa: PLC0415
+
+        rel = _release.for_lock(project, manifest, old, upgrade=upgrade_release)
+    base = rel.package_base(old) if rel is not None else old
     packages, failures = {}, []
     for repo, pkg in sorted(manifest.packages.items()):
         try:
-            packages[repo] = locker.lock_package(manifest, pkg, old)
+            packages[repo] = locker.lock_package(manifest, pkg, base)
         except FrtError as exc:
             failures.append((repo, exc))
         if progress:
@@ -486,7 +494,7 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
                       "total": len(manifest.packages)})
     if failures:
         raise LockFailed(model, failures)
-    locker.lock_depends(manifest, packages, old)
+    locker.lock_depends(manifest, packages, base)
 
     lf = Lockfile(model=model, manifest_file=mlabel, manifest=manifest, packages=packages, receipts={},
                   rejected=[], index={})
@@ -499,13 +507,17 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
         lf.receipt_keys = {rel: k.to_toml() for rel, k in keys.items()}
     accepted: dict[str, Receipt] = {}
     warnings = []
-    for label, rec, path in locker.receipts_for(manifest):
+    for label, rec, path in locker.receipts_for(manifest) + (rel.receipts() if rel is not None else []):
+        ours = rel is None or not rel.owns(label)  # a release's receipt always needs a signer the policy names
         if isinstance(rec, ReceiptInvalid):
             reason = str(rec).removeprefix(f"{label}: ")
             dig = rejected_digest(path)
         else:
             problems = receipt_verdict(lf, rec)
-            if not problems and policy is not None and policy.covers(rec.device_class) and rec.digest not in lf.signatures:
+            if not problems and not ours and policy is None:
+                problems = [_release.NO_POLICY]
+            if (not problems and policy is not None and (policy.covers(rec.device_class) or not ours)
+                    and rec.digest not in lf.signatures):
                 from .signing import check_receipt  # noqa: PLC0415
 
                 signed, why = check_receipt(rec, path, label, policy, keys)
@@ -524,10 +536,12 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
         warnings.append(f"{label}: {reason}")
     lf.receipts = accepted
     lf.index = derive_index(accepted.values())
+    lf.release = rel.record() if rel is not None else None
     data = lf.render()
     for w in warnings:
         warn(w)
-    result = LockResult(model, lpath, lf, data, warnings=warnings)
+    result = LockResult(model, lpath, lf, data, warnings=warnings,
+                        release=_release.change(old, lf) if rel is not None else None)
     if strict and warnings:
         raise LockfileError(f"{len(warnings)} receipt(s) rejected under --strict", exit_code=1,
                             reasons=[{"file": r["file"], "reason": r["reason"]} for r in lf.rejected])
@@ -602,6 +616,10 @@ def _stale_reasons(old: Lockfile | None, old_problem: str | None, new: Lockfile,
         a, b = old.index.get(key), new.index.get(key)
         if (a.candidates if a else None) != (b.candidates if b else None):
             out.append(f"route index cell {_cell(key)}: {_ranking(a)} in the lock, {_ranking(b)} derived")
+    if old.release or new.release:
+        from .release import stale_reasons  # noqa: PLC0415
+
+        out += stale_reasons(old, new)
     if not out:
         out.append(f"{label} differs from what `frt lock` would write now")
     return out

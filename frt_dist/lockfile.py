@@ -29,6 +29,7 @@ __all__ = ["Lockfile", "LockedPackage", "LockedVariant", "IndexEntry", "Candidat
            "embedded_receipt_rows", "TRUST_DECISIONS"]
 
 SCHEMA = "frt.lock/1.1"  # 1.1: the `nearest` summary (SPEC §8.12)
+SCHEMA_RELEASE = "frt.lock/1.2"  # 1.2: the `[release]` table, written only by a lock that consumes a Hub release
 SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.lock", 1
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _MODULE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -364,6 +365,9 @@ class Lockfile:
     # the one or two smallest (device class, arch) of its cells (``nearest_rows``); None when the
     # lock has none (an older frt wrote it, or the lock was built in memory)
     nearest: dict | None = field(default=None, repr=False, compare=False)
+    # the Hub release the receipts come from (frt_dist.release): {"repo", "version", "commit", "files"[, "cells"]};
+    # None (and no [release] table) when the manifest names none
+    release: dict | None = None
 
     # -- building the document ---------------------------------------------
     def document(self) -> dict:
@@ -397,6 +401,11 @@ class Lockfile:
             doc["receipt-keys"] = {k: dict(v) for k, v in sorted(self.receipt_keys.items())}
         if self.signatures:
             doc["receipt-signatures"] = signatures_text(sorted(self.signatures.values(), key=lambda x: (x["file"], x["receipt"])))
+        if self.release:
+            from .release_record import document_table  # noqa: PLC0415
+
+            doc["schema"] = SCHEMA_RELEASE
+            doc["release"] = document_table(self)
         return doc
 
     def render(self) -> bytes:
@@ -438,7 +447,7 @@ class Lockfile:
         r.no_datetimes({k: v for k, v in data.items() if not isinstance(v, _Cut)})
         r.only(data, {"schema", "lock-digest", "model", "manifest-file", "manifest-digest", "manifest",
                       "packages", "routes", "receipts", "rejected-receipts", "index", "nearest", "receipt-keys",
-                      "receipt-signatures"}, "")
+                      "receipt-signatures", "release"}, "")
         r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
         stated = r.get(data, "lock-digest", str, "")
         body = {k: v for k, v in data.items() if k != "lock-digest"}
@@ -545,9 +554,14 @@ class Lockfile:
         index = _read_index(r, data.get("index", []), manifest, receipts, index_refs)
         nearest = _read_nearest(r, data)
         receipt_keys, signatures = _read_signing(r, data)
+        release = None
+        if "release" in data:
+            from .release_record import read_table  # noqa: PLC0415
+
+            release = read_table(r, data)
         lf = cls(model=model, manifest_file=manifest_file, manifest=manifest, packages=packages,
                  receipts=receipts, rejected=list(rejected), index=index, lock_digest=stated, _doc=data,
-                 receipt_keys=receipt_keys, signatures=signatures, nearest=nearest)
+                 receipt_keys=receipt_keys, signatures=signatures, nearest=nearest, release=release)
         return lf
 
     def read_document(self) -> dict:

@@ -22,7 +22,7 @@ from .errors import ManifestError
 from .hardware import device_class
 
 __all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES", "ReceiptPolicy",
-           "Identity"]
+           "Identity", "ReleaseRef"]
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -148,6 +148,15 @@ class ReceiptPolicy:
 
 
 @dataclass(frozen=True)
+class ReleaseRef:
+    """The manifest's ``[release]``: a Hub model repo whose receipts the project consumes, at a
+    version (its branch ``v<version>``; ``frt_dist.release``)."""
+
+    repo: str
+    version: int
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A model binding's manifest, validated (``Manifest.read``, ``Manifest.from_dict``)."""
 
@@ -169,6 +178,8 @@ class Manifest:
     publishers: dict = field(default_factory=dict, compare=False)
     # [trust.receipts] (SPEC §26): the receipt signers the project accepts; None: no policy
     receipt_policy: ReceiptPolicy | None = None
+    # [release]: the Hub release whose receipts this project consumes (frt_dist.release); None: none
+    release: ReleaseRef | None = None
 
     # -- reading ------------------------------------------------------------
     @classmethod
@@ -181,7 +192,7 @@ class Manifest:
     def from_dict(cls, data: dict, *, file: str) -> "Manifest":
         r = Reader(file, ManifestError)
         r.only(data, {"schema", "model", "binding", "host", "family", "default-precision", "host-entry",
-                      "description", "packages", "phases", "seams", "routes", "qualify", "trust"}, "")
+                      "description", "packages", "phases", "seams", "routes", "qualify", "trust", "release"}, "")
         r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
         model = names.check("name", r.get(data, "model", str, ""), "model", ManifestError, file=file)
         binding = r.get(data, "binding", str, "")
@@ -313,13 +324,15 @@ class Manifest:
             publishers[org] = _signature_policy(r, t, p, "organisation")
         receipt_policy = _read_trust(r, trust_t)
 
+        release = _read_release(r, data)
+
         precs = {pr for s in seams.values() for impl in s.impls.values() for pr in impl.precisions}
         if default_precision is not None and default_precision not in precs:
             raise r.fail("default-precision", f"no impl has precision {default_precision!r} (impls: {', '.join(sorted(precs))})")
         return cls(file=file, model=model, binding=binding, host=host, family=family,
                    default_precision=default_precision, host_entry=host_entry, packages=packages,
                    phases=phases, seams=seams, routes=routes, qualify=qualify, raw=data,
-                   digest=r.digest(data), publishers=publishers, receipt_policy=receipt_policy)
+                   digest=r.digest(data), publishers=publishers, receipt_policy=receipt_policy, release=release)
 
     # -- derived ------------------------------------------------------------
     def publisher_policy(self, repo: str):
@@ -397,6 +410,19 @@ def _read_trust(r: Reader, trust: dict) -> ReceiptPolicy | None:
             classes.append(norm)
         classes = tuple(dict.fromkeys(classes))
     return ReceiptPolicy(tuple(keys), tuple(identities), classes)
+
+
+def _read_release(r: Reader, data: dict):
+    """``[release]``: ``repo = "ORG/NAME"`` (a Hub model repo) and ``version = N`` (its branch ``vN``)."""
+    t = r.get(data, "release", dict, "", required=False)
+    if t is None:
+        return None
+    r.only(t, {"repo", "version"}, "release")
+    repo = names.check("repo", r.get(t, "repo", str, "release"), "release.repo", ManifestError, file=r.file)
+    version = r.get(t, "version", int, "release")
+    if version < 0:
+        raise r.fail("release.version", "must be a non-negative integer")
+    return ReleaseRef(repo, version)
 
 
 def _q(key: str) -> str:

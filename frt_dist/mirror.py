@@ -835,6 +835,10 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
             run.report.cleaned["temp"] += sweep_temp(top, keep=owner.id)  # space first: what killed runs left
             for repo, vs in chosen.items():
                 run.package(lock.packages[repo], vs)
+            if lock.release and source is None:  # a Hub release's files (frt_dist.release), carried as packages are
+                from .release import mirror_files  # noqa: PLC0415
+
+                run.problems += mirror_files(lock, top, owner.tmp, progress=progress)
         finally:
             if owner is not None:
                 owner.close()

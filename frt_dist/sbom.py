@@ -95,6 +95,8 @@ def cyclonedx_json(lock) -> str:
         if sig.get("kind"):
             row["signature"] = sig["kind"]
         root_props.append(("frt:receipt", json.dumps(row, sort_keys=True, separators=(",", ":"))))
+    supplier, release_props = release_supplier(lock)
+    root_props += release_props
     root = Component(name=m.model, type=ComponentType.APPLICATION, version=lock.lock_digest,
                      bom_ref=f"frt-model:{m.model}", properties=props(root_props))
 
@@ -132,7 +134,8 @@ def cyclonedx_json(lock) -> str:
                               ("frt:version", str(pkg.version)), ("frt:trust", pkg.trust), ("frt:path", pkg.path)]))
 
     serial = uuid.uuid5(uuid.NAMESPACE_URL, f"frt-lock:{lock.lock_digest}")
-    bom = Bom(components=list(packages.values()), serial_number=serial, metadata=BomMetaData(component=root))
+    bom = Bom(components=list(packages.values()), serial_number=serial,
+              metadata=BomMetaData(component=root, supplier=supplier))
     bom.register_dependency(root, list(packages.values()))
     for repo, pkg in sorted(lock.packages.items()):
         deps = sorted({d for v in pkg.variants.values() for d, _ in v.kernel_depends} & set(packages))
@@ -140,3 +143,20 @@ def cyclonedx_json(lock) -> str:
     doc = json.loads(JsonV1Dot6(bom).output_as_string())
     doc.get("metadata", {}).pop("timestamp", None)  # the lock has none: the same lock, the same bytes
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def release_supplier(lock):
+    """(the BOM's supplier, root properties) for a lock whose receipts come from a Hub release
+    (``frt_dist.release``): the release repo supplies the evidence, at the commit the lock pins
+    (``frt:release`` = ``hf://ORG/NAME@<commit>``), with the receipts it supplied
+    (``frt:release-receipt``, one per digest). ``(None, [])`` for a lock that names no release."""
+    rel = getattr(lock, "release", None)
+    if not rel:
+        return None, []
+    from cyclonedx.model.contact import OrganizationalEntity  # noqa: PLC0415
+
+    from .release_record import release_receipts  # noqa: PLC0415
+
+    props = [("frt:release", f"hf://{rel['repo']}@{rel['commit']}"), ("frt:release-version", str(rel["version"]))]
+    props += [("frt:release-receipt", d) for d in sorted(release_receipts(lock))]
+    return OrganizationalEntity(name=rel["repo"]), props

@@ -115,6 +115,10 @@ def verify(project, models: list[str] | None = None, *, mirror: str | Path | Non
             from .mirror import verify_mirror  # noqa: PLC0415
 
             report.problems += verify_mirror(lock, Path(mirror), variants=variants, all_variants=all_variants)
+            if lock.release:  # the Hub release's files, beside the packages'
+                from .release import mirror_problems  # noqa: PLC0415
+
+                report.problems += mirror_problems(lock, Path(mirror))
     return report
 
 
@@ -310,7 +314,7 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
     if not f.problems:
         derived = Lockfile(model=m.model, manifest_file=lock.manifest_file, manifest=m, packages=packages,
                            receipts=accepted, rejected=list(lock.rejected), index=derived_index,
-                           receipt_keys=receipt_keys, signatures=signatures)
+                           receipt_keys=receipt_keys, signatures=signatures, release=lock.release)
         written = derived.document()
         if "nearest" not in doc and doc.get("schema") == "frt.lock/1":
             # an older frt wrote it (frt.lock/1.1 added the summary): resolve groups the index itself
@@ -342,6 +346,16 @@ def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict,
     dropped from ``accepted`` (its cell is then derived without it) and reported as kind
     ``signature``. Returns the (signatures, keys) ``frt lock`` would record."""
     policy = lock.manifest.receipt_policy
+    released = set()
+    if getattr(lock, "release", None):  # a Hub release's receipts: always judged, never without a policy
+        from .release_record import NO_POLICY, is_release_label  # noqa: PLC0415
+
+        released = {dig for dig, rec in accepted.items() if is_release_label(lock, rec.file)}
+        for dig in sorted(released) if policy is None else ():
+            rec = accepted.pop(dig)
+            invalid[dig] = NO_POLICY
+            f.add("receipt", f"receipts ({rec.file})", f"accepted as {rec.state}", "rejected: " + NO_POLICY,
+                  f"frt lock would reject {rec.file}: {NO_POLICY}")
     if policy is None:
         for dig, row in sorted(lock.signatures.items()):
             f.add("signature", f"receipt-signatures ({row.get('file')})", f"signed by {row.get('signer')}", "no policy",
@@ -386,7 +400,7 @@ def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict,
     signatures = {}
     for dig, rec in sorted(accepted.items()):
         row = lock.signatures.get(dig)
-        if not policy.covers(rec.device_class):
+        if not policy.covers(rec.device_class) and dig not in released:
             continue
         where = f"receipt-signatures ({rec.file})"
         if row is None:

@@ -23,6 +23,26 @@ API prefix ``api/kernels/`` (``f"api/{repo_type}s/"``). Endpoints served:
                                                       ``trustedKernelPublisher`` from it.
 ``GET  /api/agent-harnesses``                          telemetry side request of huggingface_hub (see below).
 
+*Model* repos (``repo_type="model"``: a release, ``frt release push``) are served under ``api/models/`` and
+files under ``/<ns>/<name>/resolve/...`` (no prefix), with the same GET endpoints, and these writes, each
+answered the way ``huggingface_hub`` 2.4 reads them (``HfApi.create_repo``, ``create_branch``, ``create_commit``):
+
+``POST /api/repos/create``                             ``{"name", "organization", "type"}``: a repo with one
+                                                      commit (``.gitattributes``) on ``main``; 409 if it exists.
+``POST /api/<type>s/<ns>/<name>/branch/<branch>``      ``{"startingPoint"?}`` (default: ``main``); 409 if it exists.
+``POST /api/<type>s/<ns>/<name>/preupload/<rev>``      ``{"files": [{"path", "sample", "size"}]}`` ->
+                                                      ``{"files": [{"path", "uploadMode": "regular",
+                                                      "shouldIgnore": false, "oid": <git blob sha at rev | null>}]}``
+                                                      (the client skips a file whose oid is its own).
+``POST /api/<type>s/<ns>/<name>/commit/<branch>``      NDJSON: a ``header`` line (``summary``, ``description``,
+                                                      ``parentCommit``?), then ``file`` (base64 ``content``),
+                                                      ``deletedFile`` and ``deletedFolder`` lines; answers
+                                                      ``{"commitUrl", "commitOid"}``. A ``parentCommit`` that is no
+                                                      longer the branch's head is 412 (the branch moved).
+
+Writes need a token in ``write_tokens`` when that set is given (``Authorization: Bearer <token>``): none is
+401, another 403, as the Hub answers a read-only token.
+
 Headers the client needs on a resolve HEAD (``file_download.get_hf_file_metadata``):
 ``X-Repo-Commit`` (mandatory, else ``FileMetadataError``), ``ETag`` (mandatory; it names the blob in the
 cache; git-blob sha1 for regular files, sha256 for LFS files, where ``X-Linked-Etag`` /
@@ -147,6 +167,14 @@ class _Repo:
     branches: dict[str, str] = field(default_factory=dict)
 
 
+def _key(repo_type: str, repo_id: str) -> str:
+    """Where a repo is kept: a kernel repo under its id (as before model repos were served),
+    any other type under ``<type>:<id>``."""
+    if repo_type not in ("kernel", "model", "dataset", "space"):
+        raise ValueError(f"unknown repo type {repo_type!r}")
+    return repo_id if repo_type == "kernel" else f"{repo_type}:{repo_id}"
+
+
 def _normalize_path(path: str) -> str:
     p = path.replace("\\", "/").strip("/")
     if not p or any(part in ("", ".", "..") for part in p.split("/")):
@@ -169,8 +197,10 @@ def _json(obj, headers: dict[str, str] | None = None) -> _Response:
 
 
 class _HTTPError(Exception):
-    def __init__(self, status: int, message: str, error_code: str | None = None, headers: dict | None = None):
+    def __init__(self, status: int, message: str, error_code: str | None = None, headers: dict | None = None,
+                 extra: dict | None = None):
         super().__init__(message)
+        self.extra = extra or {}
         self.status = status
         self.message = message
         self.error_code = error_code
@@ -190,6 +220,8 @@ class HubServer:
         self._holds: list[list] = []
         self._arrived = threading.Condition(self._lock)
         self.requests: list[tuple[str, str]] = []
+        # tokens that may write (create a repo or a branch, commit); None: every request may write
+        self.write_tokens: set[str] | None = None
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.url: str = ""
@@ -235,8 +267,10 @@ class HubServer:
         branch: str = "main",
         parent: str | None = None,
         message: str = "",
+        repo_type: str = "kernel",
     ) -> str:
         """Create a commit whose tree is exactly ``files``; point ``branch`` (and "main" if absent) at it."""
+        repo_id = _key(repo_type, repo_id)
         blobs = {}
         for path, data in files.items():
             p = _normalize_path(path)
@@ -259,18 +293,31 @@ class HubServer:
             repo.branches.setdefault("main", sha)
             return sha
 
-    def set_branch(self, repo_id: str, branch: str, sha: str) -> None:
+    def set_branch(self, repo_id: str, branch: str, sha: str, *, repo_type: str = "kernel") -> None:
+        repo_id = _key(repo_type, repo_id)
         with self._lock:
             repo = self._repos.get(repo_id)
             if repo is None or sha not in repo.commits:
                 raise KeyError(f"unknown commit {sha} in {repo_id}")
             repo.branches[branch] = sha
 
-    def delete_branch(self, repo_id: str, branch: str) -> None:
+    def delete_branch(self, repo_id: str, branch: str, *, repo_type: str = "kernel") -> None:
+        repo_id = _key(repo_type, repo_id)
         with self._lock:
             repo = self._repos.get(repo_id)
             if repo is not None:
                 repo.branches.pop(branch, None)
+
+    def files(self, repo_id: str, revision: str, *, repo_type: str = "kernel") -> dict[str, bytes]:
+        """The tree at ``revision`` (a branch or a commit): path -> bytes."""
+        with self._lock:
+            return {p: b.data for p, b in self._resolve(_key(repo_type, repo_id), revision).files.items()}
+
+    def branch(self, repo_id: str, branch: str, *, repo_type: str = "kernel") -> str | None:
+        """The commit ``branch`` points at, or None."""
+        with self._lock:
+            repo = self._repos.get(_key(repo_type, repo_id))
+            return None if repo is None else repo.branches.get(branch)
 
     def set_trusted(self, org: str, trusted: bool) -> None:
         with self._lock:
@@ -398,8 +445,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         try:
             length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
+            self.body = self.rfile.read(length) if length else b""
             delay, injected = self.hub._record(method, self.path)
             if delay:
                 time.sleep(delay)
@@ -416,7 +462,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if e.error_code:
                     headers["X-Error-Code"] = e.error_code
                 headers["X-Error-Message"] = e.message
-                status, body, ctype = e.status, json.dumps({"error": e.message}).encode(), _JSON
+                status, body, ctype = e.status, json.dumps({"error": e.message, **e.extra}).encode(), _JSON
             except Exception as e:  # a bug in the fake itself: report it instead of hanging up
                 headers = {"X-Error-Message": f"fake hub internal error: {e!r}"}
                 status, body, ctype = 500, json.dumps({"error": f"fake hub internal error: {e!r}"}).encode(), _JSON
@@ -452,23 +498,38 @@ class _Handler(BaseHTTPRequestHandler):
         if seg[:2] == ["api", "organizations"] and len(seg) == 4 and seg[3] == "overview" and method == "GET":
             return self._org_overview(seg[2])
 
-        if seg[:2] == ["api", "kernels"] and len(seg) >= 4 and method == "GET":
+        if seg == ["api", "repos", "create"] and method == "POST":
+            return self._create_repo()
+
+        types = {"kernels": "kernel", "models": "model", "datasets": "dataset", "spaces": "space"}
+        if seg[:1] == ["api"] and len(seg) >= 4 and seg[1] in types and method in ("GET", "POST"):
             repo_id = f"{seg[2]}/{seg[3]}"
+            key = _key(types[seg[1]], repo_id)
             rest = seg[4:]
+            if method == "POST":
+                if len(rest) >= 2 and rest[0] in ("branch", "preupload", "commit"):
+                    self._check_write()
+                    rev = "/".join(rest[1:])
+                    return {"branch": self._create_branch, "preupload": self._preupload,
+                            "commit": self._commit}[rest[0]](key, repo_id, rev)
+                raise _HTTPError(404, f"Not found: {split.path}")
             if not rest:
-                return self._repo_info(repo_id, "main")
+                return self._repo_info(key, "main")
             if rest[0] == "revision" and len(rest) >= 2:
-                return self._repo_info(repo_id, "/".join(rest[1:]))
+                return self._repo_info(key, "/".join(rest[1:]))
             if rest == ["refs"]:
-                return self._refs(repo_id, _truthy(params, "include_prs"))
+                return self._refs(key, _truthy(params, "include_prs"))
             if rest[0] == "tree" and len(rest) >= 2:
-                return self._tree(repo_id, rest[1], "/".join(rest[2:]), params)
+                return self._tree(key, rest[1], "/".join(rest[2:]), params)
             if rest[0] == "commits" and len(rest) >= 2:
-                return self._commits(repo_id, "/".join(rest[1:]))
+                return self._commits(key, "/".join(rest[1:]))
 
         # /kernels/<ns>/<name>/resolve/<rev>/<path...>
         if seg[:1] == ["kernels"] and len(seg) >= 6 and seg[3] == "resolve" and method in ("GET", "HEAD"):
             return self._resolve_file(f"{seg[1]}/{seg[2]}", seg[4], "/".join(seg[5:]))
+        # /<ns>/<name>/resolve/<rev>/<path...> (a model repo)
+        if len(seg) >= 5 and seg[2] == "resolve" and method in ("GET", "HEAD"):
+            return self._resolve_file(_key("model", f"{seg[0]}/{seg[1]}"), seg[3], "/".join(seg[4:]))
 
         raise _HTTPError(404, f"Not found: {split.path}")
 
@@ -498,8 +559,9 @@ class _Handler(BaseHTTPRequestHandler):
             },
         )
 
-    def _repo_info(self, repo_id: str, revision: str) -> _Response:
-        commit = self.hub._resolve(repo_id, revision)
+    def _repo_info(self, key: str, revision: str) -> _Response:
+        commit = self.hub._resolve(key, revision)
+        repo_id = key.split(":", 1)[-1]
         return _json(
             {
                 "_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24],
@@ -579,6 +641,85 @@ class _Handler(BaseHTTPRequestHandler):
             )
             commit = repo.commits.get(commit.parent) if commit.parent else None
         return _json( out)
+
+    # -- writes -------------------------------------------------------------
+
+    def _check_write(self) -> None:
+        allowed = self.hub.write_tokens
+        if allowed is None:
+            return
+        auth = self.headers.get("Authorization") or ""
+        token = auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+        if token is None:
+            raise _HTTPError(401, "Invalid credentials in Authorization header")
+        if token not in allowed:
+            raise _HTTPError(403, "You don't have the rights to write to this repository")
+
+    def _create_repo(self) -> _Response:
+        self._check_write()
+        body = json.loads(self.body or b"{}")
+        repo_type = body.get("type") or "model"
+        repo_id = f"{body['organization']}/{body['name']}" if body.get("organization") else body["name"]
+        key = _key(repo_type, repo_id)
+        prefix = "" if repo_type == "model" else f"{repo_type}s/"
+        if key in self.hub._repos:  # the Hub's 409 names the repo's url too (create_repo(exist_ok=True) reads it)
+            raise _HTTPError(409, "You already created this model repo", extra={"url": f"{self.hub.url}/{prefix}{repo_id}"})
+        self.hub.commit(repo_id, {".gitattributes": b"*.bin filter=lfs diff=lfs merge=lfs -text\n"},
+                        message="initial commit", repo_type=repo_type)
+        return _json({"url": f"{self.hub.url}/{prefix}{repo_id}", "name": repo_id})
+
+    def _create_branch(self, key: str, repo_id: str, branch: str) -> _Response:
+        repo = self.hub._repo(key)
+        if branch in repo.branches:
+            raise _HTTPError(409, f"Reference already exists: refs/heads/{branch}")
+        start = json.loads(self.body or b"{}").get("startingPoint") or "main"
+        repo.branches[branch] = self.hub._resolve(key, start).sha
+        return _json({})
+
+    def _preupload(self, key: str, repo_id: str, revision: str) -> _Response:
+        commit = self.hub._resolve(key, revision)
+        files = json.loads(self.body or b"{}").get("files", [])
+        out = []
+        for f in files:
+            blob = commit.files.get(f["path"])
+            out.append({"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
+                        "oid": blob.git_sha if blob is not None else None})
+        return _json({"files": out, "commitOid": commit.sha})
+
+    def _commit(self, key: str, repo_id: str, branch: str) -> _Response:
+        repo = self.hub._repo(key)
+        head = repo.branches.get(branch)
+        if head is None:
+            raise _HTTPError(404, f"Invalid rev id: {branch}", "RevisionNotFound")
+        lines = [json.loads(line) for line in self.body.splitlines() if line.strip()]
+        if not lines or lines[0].get("key") != "header":
+            raise _HTTPError(400, "the first line must be the commit header")
+        header = lines[0]["value"]
+        parent = header.get("parentCommit")
+        if parent is not None and parent != head:
+            raise _HTTPError(412, "A commit has happened since. Please refresh and try again.")
+        files = {p: b.data for p, b in repo.commits[head].files.items()}
+        for line in lines[1:]:
+            kind, value = line.get("key"), line.get("value", {})
+            if kind == "file":
+                files[_normalize_path(value["path"])] = base64.b64decode(value["content"])
+            elif kind == "deletedFile":
+                if files.pop(_normalize_path(value["path"]), None) is None:
+                    raise _HTTPError(404, "A file with this name doesn't exist", "EntryNotFound")
+            elif kind == "deletedFolder":
+                prefix = _normalize_path(value["path"]) + "/"
+                for p in [p for p in files if p.startswith(prefix)]:
+                    del files[p]
+            else:
+                raise _HTTPError(400, f"this test Hub does not take {kind!r} commit lines")
+        repo_type, _, rid = key.rpartition(":")
+        sha = self.hub.commit(rid, files, branch=branch, parent=head, message=header.get("summary", ""),
+                              repo_type=repo_type or "kernel")
+        prefix = "" if repo_type in ("", "model") else f"{repo_type}s/"
+        if not repo_type:
+            prefix = "kernels/"
+        return _json({"commitUrl": f"{self.hub.url}/{prefix}{rid}/commit/{sha}", "commitOid": sha,
+                      "pullRequestUrl": None})
 
     def _resolve_file(self, repo_id: str, revision: str, path: str) -> _Response:
         commit = self.hub._resolve(repo_id, revision)

@@ -369,3 +369,46 @@ def test_quirk_kernels_breaks_with_telemetry_disabled(api, server, repo, monkeyp
     with pytest.raises(httpx2.LocalProtocolError, match="Illegal header value"):
         kapi.list_repo_refs(REPO, repo_type="kernel")
     assert server.request_count() == 0
+
+
+# ---------------------------------------------------------------------------
+# model repos and writes (frt release push): HfApi.create_repo, create_branch, create_commit
+
+
+def test_writes_through_huggingface_hub(server):
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+    server.write_tokens = {"hf_w"}
+    api = HfApi(endpoint=server.url, token="hf_w")
+    url = api.create_repo("acme/rel", repo_type="model", exist_ok=True)
+    assert str(url) == f"{server.url}/acme/rel"
+    assert str(api.create_repo("acme/rel", repo_type="model", exist_ok=True)) == str(url)  # 409 names the url
+    api.create_branch("acme/rel", branch="v1")
+    head = server.branch("acme/rel", "v1", repo_type="model")
+    assert head == server.branch("acme/rel", "main", repo_type="model")
+    one = api.create_commit("acme/rel", [CommitOperationAdd("a/x.json", b"{}"), CommitOperationAdd("b.txt", b"b")],
+                            commit_message="one", revision="v1", parent_commit=head).oid
+    assert server.files("acme/rel", "v1", repo_type="model") == {
+        ".gitattributes": server.files("acme/rel", head, repo_type="model")[".gitattributes"], "a/x.json": b"{}",
+        "b.txt": b"b"}
+    # preupload returns each file's oid: an unchanged file is skipped, an empty commit is no commit
+    same = api.create_commit("acme/rel", [CommitOperationAdd("b.txt", b"b")], commit_message="same", revision="v1")
+    assert same.oid == one
+    api.create_commit("acme/rel", [CommitOperationDelete("a/x.json")], commit_message="del", revision="v1",
+                      parent_commit=one)
+    assert "a/x.json" not in server.files("acme/rel", "v1", repo_type="model")
+    # a parent that is no longer the head: 412, nothing committed
+    with pytest.raises(HfHubHTTPError) as e:
+        api.create_commit("acme/rel", [CommitOperationAdd("c", b"c")], commit_message="late", revision="v1",
+                          parent_commit=one)
+    assert e.value.response.status_code == 412
+    # the file reads back through hf_hub_download (a model repo's resolve URL has no prefix)
+    from huggingface_hub import hf_hub_download
+
+    path = hf_hub_download("acme/rel", "b.txt", revision="v1", endpoint=server.url, token=False)
+    assert Path(path).read_bytes() == b"b"
+    # no token: 401; a token that may not write: 403
+    for token, status in ((False, 401), ("hf_read", 403)):
+        with pytest.raises(HfHubHTTPError) as e:
+            HfApi(endpoint=server.url, token=token).create_branch("acme/rel", branch="v2")
+        assert e.value.response.status_code == status

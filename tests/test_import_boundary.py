@@ -220,7 +220,8 @@ def test_only_the_named_subcommands_flags_are_built_and_nothing_else_changes(cap
         sub, whole = (p._subparsers._group_actions[0].choices for p in (only, full))
         assert sub[name].format_help() == whole[name].format_help()
         argv = [name] + {"mirror": ["DIR"], "init": ["DIR"], "qualify": ["--route", "r"], "digest": ["p"],
-                         "receipts": ["pull", "s3://b/p"], "sign": ["--key", "k.pem", "r.json"]}.get(name, [])
+                         "receipts": ["pull", "s3://b/p"], "sign": ["--key", "k.pem", "r.json"],
+                         "release": ["trust"]}.get(name, [])
         assert vars(only.parse_args(argv)) == vars(full.parse_args(argv))
     with pytest.raises(SystemExit):
         cli.main(["resolve", "--archh", "9.0"])

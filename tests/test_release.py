@@ -1,0 +1,581 @@
+"""Releases on the Hub (frt_dist/release.py): ``frt release push``, ``frt init --from``, ``frt lock``
+of a project that names a ``[release]``, ``--upgrade-release``, ``frt release trust``, own receipts
+beside a release's, ``frt mirror`` / offline lock / ``frt verify``.
+
+Everything goes through the real ``huggingface_hub`` client against the loopback Hub of
+``tests/hubserver.py`` (its create-repo, branch, preupload and commit endpoints), with real keys
+and ``frt sign`` envelopes, and the CLI in this process (``conftest.run_main``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from conftest import run_main
+from factories import NORM_SRC, SCALE_SRC, TinyProject, impl_doc, manifest_doc, receipt_doc
+from frt_dist._schema import parse_toml
+from frt_dist.hardware import Hardware
+from frt_dist.lockfile import Lockfile
+
+crypto = pytest.importorskip("cryptography")
+from cryptography.hazmat.primitives import serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: E402
+
+REL = "acme/tiny-release"
+TOKEN = "hf_write_token"
+H200 = Hardware(arch="x86_64", device_class="h200", backend="cpu", software={"torch": "2.13"})
+RTX = Hardware(arch="x86_64", device_class="rtx-5090", backend="cpu", software={"torch": "2.13"})
+
+
+def make_key(folder: Path, name: str):
+    folder.mkdir(parents=True, exist_ok=True)
+    key = ed25519.Ed25519PrivateKey.generate()
+    priv, pub = folder / f"{name}.pem", folder / f"{name}.pub"
+    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
+    return priv, pub
+
+
+def frt(*argv, cwd=None) -> tuple[int, str, str]:
+    args = list(argv)
+    if cwd is not None:
+        args = ["--project", str(cwd), *args]
+    return run_main(args)
+
+
+def hub_manifest_doc() -> dict:
+    """``tiny`` with both seams served by Hub packages (a release can carry no path package)."""
+    seams = {"act": {"structure": "scale@1", "impls": {"scale": impl_doc("remote-org/scale", "scale")}},
+             "norm": {"structure": "norm@1", "impls": {"norm": impl_doc("remote-org/norm", "norm")}}}
+    return manifest_doc(packages={"remote-org/scale": {"version": 1, "trust": True},
+                                  "remote-org/norm": {"version": 1, "trust": True}}, seams=seams)
+
+
+@pytest.fixture
+def env(hub, monkeypatch, tmp_path):
+    """The loopback Hub serving two kernel packages, writable with ``TOKEN``; HF_ENDPOINT/HF_TOKEN set."""
+    from conftest import kernel_variant_files
+
+    for name, src in (("scale", SCALE_SRC), ("norm", NORM_SRC)):
+        hub.commit(f"remote-org/{name}", kernel_variant_files(name=name, variant="torch-cpu",
+                                                              module_files={"__init__.py": src.encode()}), branch="v1")
+    hub.write_tokens = {TOKEN}
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    # read at import by huggingface_hub: the in-process CLI needs them as a fresh process would set them
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    return hub
+
+
+class Publisher:
+    """The qualifying team's project: Hub packages, receipts signed by ``key``, a policy naming it."""
+
+    def __init__(self, root: Path, key_name: str = "qualify-a"):
+        self.tp = TinyProject(root, manifest=hub_manifest_doc(), packages={})
+        self.root = self.tp.root
+        self.priv, self.pub = make_key(self.root / "keys", key_name)
+        doc = hub_manifest_doc()
+        doc["trust"] = {"receipts": {"keys": [f"keys/{key_name}.pub"]}}
+        self.write_manifest(doc)
+        rc, out, err = frt("lock", cwd=self.root)
+        assert rc == 0, err
+
+    def write_manifest(self, doc: dict) -> None:
+        (self.root / "manifests" / "tiny.toml").write_text(tomli_w.dumps(doc), "utf-8")
+
+    @property
+    def lock(self) -> Lockfile:
+        return Lockfile.read(self.root / "lockfiles" / "tiny.lock")
+
+    def receipt(self, name: str, route: str, phase: str, hw: Hardware = H200, *, sign: bool = True, **kw) -> Path:
+        p = self.root / "receipts" / "tiny" / f"{name}.json"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(receipt_doc(self.lock, route, phase, hw, **kw), indent=1), "utf-8")
+        if sign:
+            assert frt("sign", "--key", str(self.priv), str(p))[0] == 0
+        return p
+
+    def publish(self, *extra) -> dict:
+        rc, out, err = frt("lock", cwd=self.root)
+        assert rc == 0, err
+        rc, out, err = frt("release", "push", f"hf://{REL}", "--json", *extra, cwd=self.root)
+        assert rc == 0, err
+        return json.loads(out)
+
+
+@pytest.fixture
+def published(env, tmp_path):
+    """A publisher whose v1 release holds two signed receipts (fast/decode, solo/prefill on h200)."""
+    pub = Publisher(tmp_path / "pub")
+    pub.receipt("fast-decode", "fast", "decode")
+    pub.receipt("solo-prefill", "solo", "prefill")
+    pub.res = pub.publish()
+    return pub
+
+
+def consumer(tmp_path: Path, *extra) -> Path:
+    dest = tmp_path / "cons"
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest), *extra)
+    assert rc == 0, err
+    return dest
+
+
+def lock_of(root: Path) -> Lockfile:
+    return Lockfile.read(root / "lockfiles" / "tiny.lock")
+
+
+# ---------------------------------------------------------------------------
+# push
+
+
+def test_push_uploads_one_commit_on_the_version_branch(published, env):
+    res = published.res
+    files = env.files(REL, "v1", repo_type="model")
+    assert res["commit"] == env.branch(REL, "v1", repo_type="model")
+    assert sorted(p for p in files if p != ".gitattributes") == [
+        "lockfiles/tiny.lock", "manifests/tiny.toml", "receipts/tiny/fast-decode.json",
+        "receipts/tiny/fast-decode.json.sig", "receipts/tiny/solo-prefill.json", "receipts/tiny/solo-prefill.json.sig"]
+    assert files["lockfiles/tiny.lock"] == (published.root / "lockfiles" / "tiny.lock").read_bytes()
+    assert files["manifests/tiny.toml"] == (published.root / "manifests" / "tiny.toml").read_bytes()
+    # the parent is the branch made from main's first commit; pushing again changes nothing
+    again = published.publish()
+    assert again["unchanged"] and again["commit"] == res["commit"]
+
+
+def test_push_deletes_a_receipt_the_lock_no_longer_accepts(published, env):
+    (published.root / "receipts" / "tiny" / "solo-prefill.json").unlink()
+    res = published.publish()
+    assert res["deleted"] == ["receipts/tiny/solo-prefill.json", "receipts/tiny/solo-prefill.json.sig"]
+    assert "receipts/tiny/solo-prefill.json" not in env.files(REL, "v1", repo_type="model")
+
+
+def test_push_refuses_a_stale_lock(published):
+    published.receipt("late", "fast", "prefill")
+    rc, out, err = frt("release", "push", f"hf://{REL}", cwd=published.root)
+    assert rc == 1
+    assert "error: lockfiles/tiny.lock is stale" in err and "receipt added: receipts/tiny/late.json" in err
+    assert "hint: frt lock --model tiny" in err
+
+
+def test_push_refuses_a_receipt_measured_on_a_local_path(env, tmp_path):
+    tp = TinyProject(tmp_path / "p")  # the factories' project: both packages are path packages
+    tp.lock(receipts=[("fast", "decode")])
+    rc, out, err = frt("release", "push", f"hf://{REL}", "--json", cwd=tp.root)
+    doc = json.loads(out)
+    assert rc == 2 and doc["exit"] == 2
+    assert "local path(s) cannot be published" in doc["error"]
+    assert any(r["field"] == "cell.impls.act" and "path package 't-org/scale'" in r["reason"] for r in doc["reasons"])
+    assert env.branch(REL, "v1", repo_type="model") is None  # nothing was created
+
+
+def test_push_without_write_access(published, monkeypatch, env):
+    monkeypatch.setenv("HF_TOKEN", "hf_read_only")
+    published.receipt("late", "fast", "prefill")
+    assert frt("lock", cwd=published.root)[0] == 0
+    before = env.branch(REL, "v1", repo_type="model")
+    rc, out, err = frt("release", "push", f"hf://{REL}", cwd=published.root)
+    assert rc == 2, err
+    assert f"error: release '{REL}': no write access" in err and "HTTP 403" in err
+    assert "hint: use a token that may write" in err
+    assert env.branch(REL, "v1", repo_type="model") == before
+
+
+def test_push_refuses_when_the_branch_moved_under_it(published, env):
+    published.receipt("late", "fast", "prefill")
+    assert frt("lock", cwd=published.root)[0] == 0
+    head = env.branch(REL, "v1", repo_type="model")
+    env.reset_counts()
+    env.hold("/preupload/", count=1)
+    box = {}
+    t = threading.Thread(target=lambda: box.update(r=frt("release", "push", f"hf://{REL}", cwd=published.root)))
+    t.start()
+    try:
+        assert env.wait_for_request("/preupload/", timeout=60)
+        other = env.commit(REL, {**env.files(REL, "v1", repo_type="model"), "NOTES.md": b"someone else\n"},
+                           branch="v1", parent=head, repo_type="model")
+    finally:
+        env.release()
+        t.join(60)
+    rc, out, err = box["r"]
+    assert rc == 1, err
+    assert "the branch moved under you" in err and "nothing was committed" in err
+    assert env.branch(REL, "v1", repo_type="model") == other
+
+
+# ---------------------------------------------------------------------------
+# init --from, lock with and without a policy, the trust step
+
+
+def test_init_from_writes_the_release_manifest_plus_its_table(published, tmp_path):
+    dest = consumer(tmp_path)
+    text = (dest / "manifests" / "tiny.toml").read_text()
+    data = parse_toml(text.encode(), ValueError, "m")
+    assert data["release"] == {"repo": REL, "version": 1}
+    assert "receipts" not in data.get("trust", {})  # the publisher's signers are not the consumer's
+    want = hub_manifest_doc()
+    assert {k: v for k, v in data.items() if k not in ("release", "trust")} == want
+    assert (dest / "pyproject.toml").is_file() and (dest / "receipts" / "tiny").is_dir()
+
+
+def test_init_from_names_the_signers_without_trusting_them(published, tmp_path):
+    dest = tmp_path / "c2"
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest))
+    assert rc == 0
+    keyid = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
+    assert f"key {keyid} (2 receipt(s))" in out and "none is trusted yet" in out
+    assert not (dest / "keys").exists()
+
+
+def test_lock_without_a_policy_rejects_every_release_receipt(published, tmp_path):
+    dest = consumer(tmp_path)
+    rc, out, err = frt("lock", cwd=dest)
+    assert rc == 0, err
+    lf = lock_of(dest)
+    assert lf.release["repo"] == REL and lf.release["version"] == 1 and lf.release["commit"] == published.res["commit"]
+    assert not lf.receipts and len(lf.rejected) == 2
+    for r in lf.rejected:
+        assert r["file"].startswith(f"release/{REL}/receipts/tiny/")
+        assert r["reason"].startswith("a release's receipts need a policy naming their signers")
+    assert "pinned at commit" in out
+    # the lock uses the release lock's package pins: the commits the receipts were measured on
+    assert {r: p.revision for r, p in lf.packages.items()} == {r: p.revision for r, p in published.lock.packages.items()}
+
+
+def test_trust_is_an_explicit_step_then_the_receipts_are_accepted(published, tmp_path):
+    dest = consumer(tmp_path)
+    rc, out, err = frt("release", "trust", cwd=dest)
+    assert rc == 0, err
+    keyid = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
+    assert out.startswith(f"trusted: key {keyid} -> keys/acme/tiny-release/")
+    m = parse_toml((dest / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
+    (keyfile,) = m["trust"]["receipts"]["keys"]
+    assert (dest / keyfile).read_text() == published.lock.receipt_keys["keys/qualify-a.pub"]["pem"]
+    rc, out, err = frt("lock", cwd=dest)
+    assert rc == 0, err
+    lf = lock_of(dest)
+    assert len(lf.receipts) == 2 and not lf.rejected
+    assert {row["signer"] for row in lf.signatures.values()} == {keyid}
+    doc = parse_toml((dest / "lockfiles" / "tiny.lock").read_bytes(), ValueError, "l")
+    assert doc["schema"] == "frt.lock/1.2"
+    assert set(doc["release"]["cells"].values()) == {"release"}
+    # a second trust adds nothing
+    rc, out, err = frt("release", "trust", cwd=dest)
+    assert rc == 0 and out.startswith("already trusted:")
+    # and verify re-derives every release receipt's acceptance from the lock alone
+    rc, out, err = frt("verify", cwd=dest)
+    assert rc == 0, out + err
+
+
+def test_init_from_trust_flag(published, tmp_path):
+    dest = consumer(tmp_path, "--trust")
+    assert frt("lock", cwd=dest)[0] == 0
+    assert len(lock_of(dest).receipts) == 2
+
+
+# ---------------------------------------------------------------------------
+# a later commit: pinned until --upgrade-release, which reports what changed
+
+
+@pytest.fixture
+def trusted(published, tmp_path):
+    dest = consumer(tmp_path, "--trust")
+    assert frt("lock", cwd=dest)[0] == 0
+    return dest
+
+
+def test_a_pinned_release_is_kept_and_upgrade_rejects_an_edited_receipt(published, trusted, env):
+    before = (trusted / "lockfiles" / "tiny.lock").read_bytes()
+    # the publisher's release branch gets a commit that edits a receipt after it was signed
+    files = env.files(REL, "v1", repo_type="model")
+    edited = json.loads(files["receipts/tiny/fast-decode.json"])
+    edited["evidence"]["timing"]["speedup-median"] = 1.26
+    files["receipts/tiny/fast-decode.json"] = json.dumps(edited, indent=1).encode()
+    new = env.commit(REL, files, branch="v1", repo_type="model")
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0 and (trusted / "lockfiles" / "tiny.lock").read_bytes() == before
+    assert frt("lock", "--check", cwd=trusted)[0] == 0
+    rc, out, err = frt("lock", "--upgrade-release", "--json", cwd=trusted)
+    doc = json.loads(out)
+    (entry,) = doc["lockfiles"]
+    ch = entry["release"]
+    assert ch["from"] == published.res["commit"] and ch["to"] == new
+    (it,) = ch["edited"]
+    assert it["file"] == "receipts/tiny/fast-decode.json" and it["from"] != it["to"]
+    assert it["verdict"].startswith("rejected: signature: ")
+    assert f"release/{REL}/receipts/tiny/fast-decode.json.sig" in it["verdict"]
+    assert "edited after signing" in it["verdict"]
+    assert lock_of(trusted).release["commit"] == new and len(lock_of(trusted).receipts) == 1
+
+
+def test_upgrade_reports_a_removed_receipt(published, trusted, env):
+    files = env.files(REL, "v1", repo_type="model")
+    del files["receipts/tiny/solo-prefill.json"], files["receipts/tiny/solo-prefill.json.sig"]
+    env.commit(REL, files, branch="v1", repo_type="model")
+    rc, out, err = frt("lock", "--upgrade-release", cwd=trusted)
+    assert rc == 0, err
+    assert "  - receipts/tiny/solo-prefill.json (" in out and "removed from the release" in out
+    assert len(lock_of(trusted).receipts) == 1
+
+
+def test_a_new_key_is_not_accepted_until_the_consumer_trusts_it(published, trusted, env):
+    # the publisher rotates its key: new receipts signed by key B, pushed on the same branch
+    priv_b, pub_b = make_key(published.root / "keys", "qualify-b")
+    doc = hub_manifest_doc()
+    doc["trust"] = {"receipts": {"keys": ["keys/qualify-a.pub", "keys/qualify-b.pub"]}}
+    published.write_manifest(doc)
+    published.priv = priv_b
+    published.receipt("fast-prefill", "fast", "prefill")
+    published.publish()
+    rc, out, err = frt("lock", "--upgrade-release", cwd=trusted)
+    assert rc == 0, err
+    lf = lock_of(trusted)
+    kid_b = published.lock.receipt_keys["keys/qualify-b.pub"]["keyid"]
+    (rej,) = lf.rejected
+    assert rej["file"].endswith("fast-prefill.json") and f"signed by {kid_b}, which the policy does not list" in rej["reason"]
+    assert "  + receipts/tiny/fast-prefill.json" in out
+    rc, out, err = frt("release", "trust", cwd=trusted)
+    assert rc == 0 and f"trusted: key {kid_b}" in out and "already trusted: key" in out
+    assert frt("lock", cwd=trusted)[0] == 0
+    assert len(lock_of(trusted).receipts) == 3
+
+
+def test_release_receipts_for_another_route_digest_are_rejected(published, tmp_path):
+    dest = consumer(tmp_path, "--trust")
+    mpath = dest / "manifests" / "tiny.toml"
+    data = parse_toml(mpath.read_bytes(), ValueError, "m")
+    data["routes"]["fast"]["assembly"] = "compile"  # the consumer runs the route another way
+    mpath.write_text(tomli_w.dumps(data))
+    assert frt("lock", cwd=dest)[0] == 0
+    lf = lock_of(dest)
+    (rej,) = [r for r in lf.rejected if r["route"] == "fast"]
+    assert "route-digest" in rej["reason"] and "does not match the route's definition" in rej["reason"]
+    assert [r.route for r in lf.receipts.values()] == ["solo"]
+
+
+# ---------------------------------------------------------------------------
+# own evidence beside the release's
+
+
+def test_own_receipts_beside_the_release_show_whose_evidence_serves_each_cell(published, trusted):
+    own_priv, own_pub = make_key(trusted / "keys", "ours")
+    m = parse_toml((trusted / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
+    text = (trusted / "manifests" / "tiny.toml").read_text()
+    (old_key,) = m["trust"]["receipts"]["keys"]
+    text = text.replace(f'keys = ["{old_key}"]', f'keys = ["{old_key}", "keys/ours.pub"]')
+    (trusted / "manifests" / "tiny.toml").write_text(text)
+    assert frt("lock", cwd=trusted)[0] == 0
+    p = trusted / "receipts" / "tiny" / "rtx.json"
+    p.write_text(json.dumps(receipt_doc(lock_of(trusted), "fast", "decode", RTX), indent=1))
+    assert frt("sign", "--key", str(own_priv), str(p))[0] == 0
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0, err
+    lf = lock_of(trusted)
+    doc = parse_toml((trusted / "lockfiles" / "tiny.lock").read_bytes(), ValueError, "l")
+    cells = doc["release"]["cells"]
+    assert cells["decode/fp32/cpu/x86_64/rtx-5090"] == "project"
+    assert cells["decode/fp32/cpu/x86_64/h200"] == "release"
+    signers = {row["file"]: row["signer"] for row in lf.signatures.values()}
+    assert signers["receipts/tiny/rtx.json"] != signers[f"release/{REL}/receipts/tiny/fast-decode.json"]
+    assert frt("verify", cwd=trusted)[0] == 0
+
+
+# ---------------------------------------------------------------------------
+# mirror, offline lock, verify without the Hub
+
+
+def test_mirror_carries_the_release_and_an_offline_lock_reads_it(published, trusted, env, monkeypatch, tmp_path):
+    mirror = tmp_path / "mirror"
+    rc, out, err = frt("mirror", str(mirror), "--all-variants", cwd=trusted)
+    assert rc == 0, err
+    commit = lock_of(trusted).release["commit"]
+    folder = mirror / "models--acme--tiny-release"
+    assert (folder / "refs" / "v1").read_text() == commit
+    assert (folder / "snapshots" / commit / "receipts" / "tiny" / "fast-decode.json.sig").is_file()
+    assert frt("verify", "--mirror", str(mirror), "--all-variants", cwd=trusted)[0] == 0
+    # a node without the Hub and without any cache: the mirror alone
+    env.stop()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
+    monkeypatch.setenv("FRT_MIRROR", str(mirror))
+    (trusted / "lockfiles" / "tiny.lock").unlink()
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0, err
+    lf = lock_of(trusted)
+    assert lf.release["commit"] == commit and len(lf.receipts) == 2
+    assert frt("verify", cwd=trusted)[0] == 0
+
+
+def test_verify_flags_a_release_receipt_accepted_without_a_policy(published, trusted):
+    """A hand-edited lock that keeps the release receipts but drops the policy: verify re-derives the
+    release rule from the lock alone."""
+    from frt_dist.lockfile import Lockfile as L
+    from frt_dist.manifest import Manifest
+
+    lf = lock_of(trusted)
+    raw = dict(lf.manifest.raw)
+    raw["trust"] = {k: v for k, v in raw["trust"].items() if k != "receipts"}
+    if not raw["trust"]:
+        del raw["trust"]
+    forged = L(model=lf.model, manifest_file=lf.manifest_file, manifest=Manifest.from_dict(raw, file=lf.manifest_file),
+               packages=lf.packages, receipts={d: lf.receipts[d] for d in lf.receipts}, rejected=[], index=dict(lf.index),
+               release=lf.release)
+    (trusted / "lockfiles" / "tiny.lock").write_bytes(forged.render())
+    rc, out, err = frt("verify", "--json", cwd=trusted)
+    doc = json.loads(out)
+    assert rc == 1
+    assert any(p["kind"] == "receipt" and "a release's receipts need a policy" in p["message"] for p in doc["problems"])
+
+
+def test_sbom_names_the_release_as_the_evidence_supplier(published, trusted):
+    rc, out, err = frt("lock", "--export", "cyclonedx", cwd=trusted)
+    assert rc == 0, err
+    bom = json.loads(out)
+    commit = lock_of(trusted).release["commit"]
+    props = {p["name"]: p["value"] for p in bom["metadata"]["component"].get("properties", [])}
+    assert props["frt:release"] == f"hf://{REL}@{commit}"
+    assert bom["metadata"]["supplier"]["name"] == REL or any(
+        c.get("supplier", {}).get("name") == REL for c in bom.get("components", []))
+
+
+# ---------------------------------------------------------------------------
+# refusals and edges
+
+
+def test_a_policy_scoped_to_other_device_classes_does_not_exempt_release_receipts(published, tmp_path):
+    """``device-classes`` scopes the policy over the project's own receipts; a release's receipt is
+    always judged: an h200 release receipt signed by a key the policy does not list stays rejected."""
+    dest = consumer(tmp_path)
+    _, other = make_key(dest / "keys", "ours")
+    mpath = dest / "manifests" / "tiny.toml"
+    mpath.write_text(mpath.read_text() + '\n[trust.receipts]\nkeys = ["keys/ours.pub"]\ndevice-classes = ["rtx-5090"]\n')
+    assert frt("lock", cwd=dest)[0] == 0
+    lf = lock_of(dest)
+    assert not lf.receipts and len(lf.rejected) == 2
+    assert all("which the policy does not list" in r["reason"] for r in lf.rejected)
+
+
+def test_trust_facts_are_the_consumers_own_not_the_release_locks(env, tmp_path):
+    """The release's lockfile records the Hub's trusted-publisher fact it read; the consumer asks the
+    Hub itself (a release cannot vouch for a publisher)."""
+    env.set_trusted("remote-org", True)
+    doc = hub_manifest_doc()
+    for t in doc["packages"].values():
+        del t["trust"]
+    pub = Publisher(tmp_path / "pub")
+    doc["trust"] = {"receipts": {"keys": ["keys/qualify-a.pub"]}}
+    pub.write_manifest(doc)
+    pub.receipt("fast-decode", "fast", "decode")
+    pub.publish()
+    assert all(p.publisher_trusted for p in pub.lock.packages.values())
+    dest = consumer(tmp_path, "--trust")
+    env.set_trusted("remote-org", False)
+    rc, out, err = frt("lock", cwd=dest)
+    assert rc == 1
+    assert "publisher 'remote-org' is not a trusted kernel publisher" in err
+
+
+def test_init_from_refusals(env, tmp_path):
+    rc, out, err = frt("init", "--from", f"hf://{REL}", str(tmp_path / "a"))
+    assert rc == 2 and f"error: --from 'hf://{REL}': name the version: hf://{REL}@v<N>" in err
+    rc, out, err = frt("init", "--from", "https://example/x", str(tmp_path / "a"))
+    assert rc == 2 and "expected hf://ORG/NAME@vN" in err
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(tmp_path / "a"))
+    assert rc == 1 and f"release '{REL}': no such model repo on the Hub" in err
+    rc, out, err = frt("init", "--trust", str(tmp_path / "b"))
+    assert rc == 2 and "it needs --from" in err
+
+
+def test_init_from_an_unpublished_version_and_an_unknown_model(published, tmp_path):
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v7", str(tmp_path / "a"))
+    assert rc == 1 and f"release '{REL}': no branch v7" in err
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(tmp_path / "a"), "--model", "other")
+    assert rc == 2 and "--model other: release acme/tiny-release v1 publishes tiny" in err
+    assert not (tmp_path / "a").exists()
+
+
+def test_manifest_release_table_is_checked_by_field(env, tmp_path):
+    tp = TinyProject(tmp_path / "p", manifest=hub_manifest_doc(), packages={})
+    doc = hub_manifest_doc()
+    doc["release"] = {"repo": "acme/x", "version": "1"}
+    (tp.root / "manifests" / "tiny.toml").write_text(tomli_w.dumps(doc))
+    rc, out, err = frt("lock", cwd=tp.root)
+    assert rc == 2 and "release.version" in err
+    doc["release"] = {"repo": "acme/x", "version": 1, "commit": "abc"}
+    (tp.root / "manifests" / "tiny.toml").write_text(tomli_w.dumps(doc))
+    rc, out, err = frt("lock", cwd=tp.root)
+    assert rc == 2 and "release" in err and "commit" in err
+
+
+def test_trust_needs_a_release_and_signed_receipts(published, env, tmp_path):
+    rc, out, err = frt("release", "trust", cwd=published.root)
+    assert rc == 2 and "names no [release] to trust" in err
+    # a release whose receipts are unsigned: nothing to trust, said so
+    pub2 = Publisher(tmp_path / "pub2")
+    pub2.write_manifest(hub_manifest_doc())
+    pub2.receipt("u", "fast", "decode", sign=False)
+    pub2.publish("--version", "2")
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v2", str(tmp_path / "c"), "--trust")
+    assert rc == 1 and "records no receipt signature: there is no signer to trust" in err
+
+
+def test_lock_offline_without_a_mirror_says_where_the_release_must_come_from(published, tmp_path, monkeypatch):
+    dest = consumer(tmp_path, "--trust")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
+    rc, out, err = frt("lock", cwd=dest)
+    assert rc == 1
+    assert f"release '{REL}': no branch v1 in the mirror or the hub cache (offline)" in err
+    assert "frt mirror DIR" in err
+
+
+def test_a_damaged_mirror_is_refused(published, trusted, env, monkeypatch, tmp_path):
+    mirror = tmp_path / "mirror"
+    assert frt("mirror", str(mirror), "--all-variants", cwd=trusted)[0] == 0
+    commit = lock_of(trusted).release["commit"]
+    link = mirror / "models--acme--tiny-release" / "snapshots" / commit / "receipts" / "tiny" / "fast-decode.json"
+    blob = link.resolve()
+    blob.write_bytes(blob.read_bytes().replace(b"1.25", b"1.35"))
+    rc, out, err = frt("verify", "--mirror", str(mirror), "--all-variants", "--json", cwd=trusted)
+    doc = json.loads(out)
+    assert rc == 1 and [p["kind"] for p in doc["problems"]] == ["mismatched"]
+    assert doc["problems"][0]["path"].endswith("receipts/tiny/fast-decode.json")
+    env.stop()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
+    monkeypatch.setenv("FRT_MIRROR", str(mirror))
+    before = (trusted / "lockfiles" / "tiny.lock").read_bytes()
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 1 and "receipts/tiny/fast-decode.json differ from the sha256 the lock records" in err
+    assert (trusted / "lockfiles" / "tiny.lock").read_bytes() == before
+
+
+def test_a_pinned_relock_asks_the_hub_nothing_for_the_release(published, trusted, env):
+    """The pinned commit's files, each checked against the sha256 the lock records, come from the
+    hub cache: a re-lock (a policy change, own receipts) costs no release request."""
+    env.reset_counts()
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0, err
+    assert env.request_count(REL) == 0
+    env.reset_counts()
+    assert frt("lock", "--upgrade-release", cwd=trusted)[0] == 0
+    assert env.request_count(REL) >= 1  # the branch's head is read again
