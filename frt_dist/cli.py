@@ -261,6 +261,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _common(r)
     r.add_argument("url", metavar="URL", help="s3://bucket/prefix or file:///path")
     r.add_argument("--model", help="only this model's receipts")
+    r.add_argument("--strict", action="store_true",
+                   help="exit 1 when the store holds an object that is not a valid receipt (default: a warning "
+                        "naming it; it is not written, and the others are)")
 
     s = sub.add_parser("qualify", help="measure a route against the unmodified host and write receipts")
     _common(s)
@@ -1093,10 +1096,18 @@ def cmd_receipts(args) -> int:
     lines = [f"{len(res.written)} receipt(s) written from {store.url}, {len(res.present)} already here"]
     lines += [f"  {w}" for w in res.written]
     lines += [f"  {w} (signature)" for w in res.signatures]
-    if res.refused:
+    # An object the store holds that is not a valid receipt is refused and named, never written: the
+    # store is untrusted, so one bad object is a warning (it must not stop every later `pull && lock`);
+    # --strict makes it exit 1. A destination here that cannot take a receipt is this project's to fix: exit 1.
+    local = [r for r in res.refused if "file" in r]
+    if local or (res.refused and args.strict):
         raise FrtError(f"{len(res.refused)} receipt(s) in {store.url} refused (not written):\n  "
                        + "\n  ".join(r["reason"] for r in res.refused),
-                       reasons=res.refused, hints=["the others were written; remove or re-push the refused ones"])
+                       reasons=res.refused, hints=["the others were written; remove or re-push the refused ones"]
+                       + (["move the named file or link away, then pull again"] if local else []))
+    if res.refused and not (args.quiet and not args.json):
+        for r in res.refused:
+            print(f"warning: refused: {r['reason']}", file=sys.stderr)
     _emit(args, {"ok": True, **res.to_dict()}, "\n".join(lines))
     if res.written and not (args.quiet or args.json):
         print("hint: run `frt lock` to embed the new receipts", file=sys.stderr)
