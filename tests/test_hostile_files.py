@@ -32,7 +32,7 @@ FIFO = "is a FIFO (named pipe), not a regular file"
 DEVICE = "is a character device, not a regular file"
 
 
-def bounded(fn, *fifos, seconds: float = 60):
+def bounded(fn, *fifos, seconds: float = 20):
     """``fn()``'s value (or its exception), failing the test if it does not return within ``seconds``
     (a read stuck on one of ``fifos``, which are then opened for writing so the reader ends)."""
     box = {}
