@@ -474,8 +474,9 @@ def _lock_export(args) -> int:
 def _lock_export_sbom(args) -> int:
     """``frt lock --export cyclonedx``: one model's lockfile as a CycloneDX 1.6 JSON SBOM."""
     from .lockfile import Lockfile  # noqa: PLC0415
-    from .sbom import cyclonedx_json  # noqa: PLC0415
+    from .sbom import cyclonedx_json, package_licences, source_date  # noqa: PLC0415
 
+    when = source_date()  # a bad SOURCE_DATE_EPOCH is exit 2 before anything is read
     project = _project(args)
     models = [args.model] if args.model is not None else project.models()
     if len(models) != 1:
@@ -483,7 +484,7 @@ def _lock_export_sbom(args) -> int:
                          f"({', '.join(models) or 'none'})", hints=["name one: --model MODEL"])
     path = project.existing_lockfile(models[0])
     lock = Lockfile.read(path, label=project.rel(path))
-    _export_output(args, cyclonedx_json(lock),
+    _export_output(args, cyclonedx_json(lock, licences=package_licences(lock, project.root), timestamp=when),
                    f"CycloneDX 1.6, {len(lock.packages)} package(s), from {project.rel(lock.path)}")
     return 0
 
