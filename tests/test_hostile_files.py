@@ -10,7 +10,6 @@ which lets the stuck reader go) instead of hanging the suite.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -20,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from conftest import run_main
-from factories import receipt_doc, tiny_project
+from factories import tiny_project
 from frt_dist._schema import read_bytes
 from frt_dist.canonical import digest
-from frt_dist.errors import LockfileError, ReceiptInvalid, UsageError
-from frt_dist.fleet import pull_receipts, push_receipts
+from frt_dist.errors import ReceiptInvalid, UsageError
+from frt_dist.fleet import pull_receipts
 from frt_dist.lockfile import Lockfile, write_atomic
 from frt_dist.objstore import open_store
 

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import statistics
-from pathlib import Path
 
 import pytest
 
