@@ -227,8 +227,12 @@ def sign_receipt(path: Path, key, *, label: str | None = None) -> tuple[Path, st
     try:
         write_atomic(out, (json.dumps(env, indent=2, sort_keys=True) + "\n").encode("utf-8"))
     except OSError as exc:
+        from ._schema import NotRegular  # noqa: PLC0415
+
+        fix = (f"move {label}{SIG_SUFFIX} away (frt replaces only a regular file)" if isinstance(exc, NotRegular)
+               else "make the folder writable")
         raise UsageError(f"{label}{SIG_SUFFIX}: cannot be written: {exc.strerror or exc}",
-                         hints=["nothing partial was left; make the folder writable, then sign again"]) from None
+                         hints=[f"nothing partial was left; {fix}, then sign again"]) from None
     return out, rec.digest, env["signatures"][0]["keyid"]
 
 
