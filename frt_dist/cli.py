@@ -264,6 +264,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _common(r)
     r.add_argument("url", metavar="URL", help="s3://bucket/prefix or file:///path")
     r.add_argument("--model", help="only this model's receipts")
+    r.add_argument("--strict", action="store_true",
+                   help="exit 1 when the store holds an object that is not a valid receipt (default: a warning "
+                        "naming it; it is not written, and the others are)")
 
     s = sub.add_parser("qualify", help="measure a route against the unmodified host and write receipts")
     _common(s)
@@ -503,8 +506,9 @@ def _lock_export(args) -> int:
 def _lock_export_sbom(args) -> int:
     """``frt lock --export cyclonedx``: one model's lockfile as a CycloneDX 1.6 JSON SBOM."""
     from .lockfile import Lockfile  # noqa: PLC0415
-    from .sbom import cyclonedx_json  # noqa: PLC0415
+    from .sbom import cyclonedx_json, package_licences, source_date  # noqa: PLC0415
 
+    when = source_date()  # a bad SOURCE_DATE_EPOCH is exit 2 before anything is read
     project = _project(args)
     models = [args.model] if args.model is not None else project.models()
     if len(models) != 1:
@@ -512,7 +516,7 @@ def _lock_export_sbom(args) -> int:
                          f"({', '.join(models) or 'none'})", hints=["name one: --model MODEL"])
     path = project.existing_lockfile(models[0])
     lock = Lockfile.read(path, label=project.rel(path))
-    _export_output(args, cyclonedx_json(lock),
+    _export_output(args, cyclonedx_json(lock, licences=package_licences(lock, project.root), timestamp=when),
                    f"CycloneDX 1.6, {len(lock.packages)} package(s), from {project.rel(lock.path)}")
     return 0
 
@@ -1231,10 +1235,18 @@ def cmd_receipts(args) -> int:
     lines = [f"{len(res.written)} receipt(s) written from {store.url}, {len(res.present)} already here"]
     lines += [f"  {w}" for w in res.written]
     lines += [f"  {w} (signature)" for w in res.signatures]
-    if res.refused:
+    # An object the store holds that is not a valid receipt is refused and named, never written: the
+    # store is untrusted, so one bad object is a warning (it must not stop every later `pull && lock`);
+    # --strict makes it exit 1. A destination here that cannot take a receipt is this project's to fix: exit 1.
+    local = [r for r in res.refused if "file" in r]
+    if local or (res.refused and args.strict):
         raise FrtError(f"{len(res.refused)} receipt(s) in {store.url} refused (not written):\n  "
                        + "\n  ".join(r["reason"] for r in res.refused),
-                       reasons=res.refused, hints=["the others were written; remove or re-push the refused ones"])
+                       reasons=res.refused, hints=["the others were written; remove or re-push the refused ones"]
+                       + (["move the named file or link away, then pull again"] if local else []))
+    if res.refused and not (args.quiet and not args.json):
+        for r in res.refused:
+            print(f"warning: refused: {r['reason']}", file=sys.stderr)
     _emit(args, {"ok": True, **res.to_dict()}, "\n".join(lines))
     if res.written and not (args.quiet or args.json):
         print("hint: run `frt lock` to embed the new receipts", file=sys.stderr)

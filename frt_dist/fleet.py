@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ._schema import JSONInvalid, json_loads, read_bytes
 from .errors import FrtError, KernelUnavailable, ReceiptInvalid
 from .objstore import ObjectStore, lock_key, receipt_key
+from .safedir import SafeDir, UnsafePath
 
 __all__ = ["publish_lock", "PublishReport", "push_receipts", "pull_receipts", "ReceiptTransfer"]
 
@@ -196,19 +198,22 @@ _SIGNATURE_LIMIT = 4 << 20
 
 
 def _signature_doc(data: bytes) -> bool:
-    """Is this (at most) a JSON object: the shape both signature files have. Its contents are the lock's to judge."""
+    """Is this (at most) a JSON object: the shape both signature files have. Its contents are the lock's to judge.
+    Read with the bounded JSON reader: deep nesting or a huge integer is "not a signature", never a crash."""
     try:
-        return isinstance(json.loads(data.decode("utf-8")), dict)
-    except (UnicodeDecodeError, ValueError):
+        return isinstance(json_loads(data), dict)
+    except JSONInvalid:
         return False
 
 
 def receipt_files(paths) -> list[Path]:
-    """Every ``*.json`` receipt under the given files and folders (folders walked, sorted)."""
+    """Every ``*.json`` receipt under the given files and folders (folders walked, sorted). Anything
+    named so that is not a folder is taken (a FIFO or a device too: the reader then refuses it,
+    naming it, instead of it being passed over in silence)."""
     out = []
     for p in map(Path, paths):
         if p.is_dir():
-            out += sorted(q for q in p.rglob("*.json") if q.is_file())
+            out += sorted(q for q in p.rglob("*.json") if not q.is_dir())
         else:
             out.append(p)
     return out
@@ -216,17 +221,21 @@ def receipt_files(paths) -> list[Path]:
 
 def push_receipts(store: ObjectStore, paths, *, label: Callable[[Path], str] = str) -> ReceiptTransfer:
     """Send each receipt under ``receipts/sha256/<canonical digest>.json``. Every file is
-    validated first (``Receipt.read``): an invalid one is ``ReceiptInvalid`` (exit 2) naming it
-    and its field, and nothing is sent."""
+    validated first (read once, bounded, and parsed as ``Receipt.read`` does; the bytes sent are
+    the bytes checked): an invalid one, or one that is not a regular file (a FIFO, a device), is
+    ``ReceiptInvalid`` (exit 2) naming it and its field, and nothing is sent."""
     from .receipt import Receipt  # noqa: PLC0415
 
     files = receipt_files(paths)
     if not files:
         raise ReceiptInvalid(f"no receipts (*.json) in {', '.join(map(str, paths))}")
-    recs = [(Receipt.read(p, label=label(p)), p) for p in files]  # all checked before anything is sent
+    recs = []
+    for p in files:  # all checked before anything is sent
+        data = read_bytes(p, ReceiptInvalid, label(p))
+        recs.append((Receipt.parse(_receipt_json(data, label(p)), file=label(p)), p, data))
     sigs = {p: _signature_files(p, label(p)) for p in files}
     out = ReceiptTransfer(store.url)
-    for rec, path in recs:
+    for rec, path, data in recs:
         hexd = rec.digest.split(":", 1)[1]
         if hexd in out.sent or hexd in out.present:
             continue  # the same receipt twice in what was given: one object
@@ -234,25 +243,33 @@ def push_receipts(store: ObjectStore, paths, *, label: Callable[[Path], str] = s
         if _stored_receipt_digest(store, key) == rec.digest:
             out.present.append(hexd)  # content-addressed: the same receipt is there (a receipt is small: checked whole)
         else:
-            store.put_bytes(key, path.read_bytes())
+            store.put_bytes(key, data)
             out.sent.append(hexd)
-        for suffix, data in sigs[path]:
-            if store.head(key + suffix) is None or store.get_bytes(key + suffix, limit=_SIGNATURE_LIMIT) != data:
-                store.put_bytes(key + suffix, data)
+        for suffix, sig in sigs[path]:
+            if store.head(key + suffix) is None or store.get_bytes(key + suffix, limit=_SIGNATURE_LIMIT) != sig:
+                store.put_bytes(key + suffix, sig)
                 out.signatures.append(label(path) + suffix)
     return out
 
 
+def _receipt_json(data: bytes, where: str):
+    """The JSON of a receipt's bytes through the bounded reader (``ReceiptInvalid`` naming ``where``)."""
+    try:
+        return json_loads(data)
+    except JSONInvalid as exc:
+        raise ReceiptInvalid(f"{where}: not valid JSON: {exc}",
+                             reasons=[{"file": where, "field": "", "reason": f"not valid JSON: {exc}"}]) from None
+
+
 def _signature_files(path: Path, label: str) -> list[tuple[str, bytes]]:
-    """The signature files beside a receipt being pushed, read and shape-checked (bad input: exit 2)."""
+    """The signature files beside a receipt being pushed, read (bounded, regular files only) and
+    shape-checked (bad input: exit 2)."""
     out = []
     for suffix in SIGNATURE_SUFFIXES:
         sig = path.with_name(path.name + suffix)
-        if sig.is_symlink() or not sig.exists():
+        if sig.is_symlink() or not os.path.lexists(sig):
             continue  # a link is not read (the lock does not read one either)
-        if not sig.is_file() or sig.stat().st_size > _SIGNATURE_LIMIT:
-            raise ReceiptInvalid(f"{label}{suffix}: not a signature file (a folder, or over {_SIGNATURE_LIMIT} bytes)")
-        data = sig.read_bytes()
+        data = read_bytes(sig, ReceiptInvalid, label + suffix, limit=_SIGNATURE_LIMIT)
         if not _signature_doc(data):
             raise ReceiptInvalid(f"{label}{suffix}: not a JSON object (a DSSE envelope or a Sigstore bundle)",
                                  hints=["sign it again with `frt sign`"])
@@ -268,93 +285,138 @@ def _stored_receipt_digest(store: ObjectStore, key: str) -> str | None:
     if data is None:
         return None
     try:
-        return Receipt.parse(json.loads(data.decode("utf-8")), file=store.where(key)).digest
-    except (ValueError, UnicodeDecodeError):  # FrtError is a ValueError; so is JSONDecodeError
+        return Receipt.parse(json_loads(data), file=store.where(key)).digest
+    except (JSONInvalid, FrtError):
         return None
+
+
+def _local_receipts(receipts_dir: Path) -> dict[str, tuple[str, ...]]:
+    """Every receipt already in the project's receipts folder, whatever its name: canonical digest ->
+    its path's components below the folder. Folders and files that are links are not entered or
+    read; each file is read bounded and through the bounded JSON reader; one that is not a receipt's
+    JSON is simply not in the map."""
+    from .canonical import digest  # noqa: PLC0415
+
+    out: dict[str, tuple[str, ...]] = {}
+    root = Path(receipts_dir)
+    for folder, dirs, files in os.walk(root):  # os.walk enters no linked folder
+        dirs.sort()
+        for name in sorted(files):
+            p = Path(folder) / name
+            if not name.endswith(".json") or p.is_symlink():
+                continue
+            try:
+                d = digest(json_loads(read_bytes(p, ReceiptInvalid)))
+            except (FrtError, JSONInvalid, ValueError, RecursionError):
+                continue
+            out.setdefault(d, p.relative_to(root).parts)
+    return out
 
 
 def pull_receipts(store: ObjectStore, receipts_dir: Path, *, model: str | None = None,
                   label: Callable[[Path], str] = str, limit: int = 4 << 20) -> ReceiptTransfer:
     """Fetch every receipt in the store (or one model's) into ``receipts_dir/<model>/<hex>.json``.
     Nothing from the store is used as a path: the key must be ``receipts/sha256/<64 hex>.json``,
-    the bytes must parse as a receipt whose canonical digest is that hex, and the model it names
-    must be a valid name. A receipt that fails is refused (listed, not written) and the others go
-    on; the caller exits 1 when any was refused."""
+    the bytes must parse (through the bounded JSON reader) as a receipt whose canonical digest is
+    that hex, and the model it names must be a valid name. A receipt already in the folder, under
+    any name, is not written again (its signature files are brought beside it). Writes go through
+    ``SafeDir``: a ``receipts/<model>`` folder that is a link is not entered, and a destination
+    that is a link, a FIFO or a device is not replaced.
+
+    What fails is listed, not written, and the others go on: a store object that is not a valid
+    receipt under ``refused`` as ``{"key", "reason"}``; a local destination that cannot take one
+    as ``{"file", "reason"}``."""
     import re  # noqa: PLC0415
 
     from . import names  # noqa: PLC0415
-    from .lockfile import write_atomic  # noqa: PLC0415
     from .receipt import Receipt  # noqa: PLC0415
 
     out = ReceiptTransfer(store.url)
-    for key, size in store.list("receipts/sha256"):
-        if re.fullmatch(r"receipts/sha256/[0-9a-f]{64}\.json(?:\.sig|\.sigstore)", key):
-            continue  # a receipt's signature: fetched with its receipt, below
-        m = re.fullmatch(r"receipts/sha256/([0-9a-f]{64})\.json", key)
-        if not m:
-            out.refused.append({"key": key, "reason": f"{store.where(key)}: not a receipt key frt writes "
-                                                      "(receipts/sha256/<64 hex>.json); ignored"})
-            continue
-        hexd = m.group(1)
-        if size > limit:
-            out.refused.append({"key": key, "reason": f"{store.where(key)}: {size} bytes, larger than a receipt "
-                                                      f"can be ({limit})"})
-            continue
-        data = store.get_bytes(key, limit=limit)
-        if data is None:
-            continue  # removed since the listing
-        try:
-            doc = json.loads(data.decode("utf-8"))
-            rec = Receipt.parse(doc, file=store.where(key))
-            rec_model = names.check("name", rec.cell.get("model"), "cell.model", ReceiptInvalid,
-                                    file=store.where(key))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            out.refused.append({"key": key, "reason": f"{store.where(key)}: not JSON ({exc})"})
-            continue
-        except FrtError as exc:
-            out.refused.append({"key": key, "reason": str(exc)})
-            continue
-        if rec.digest != f"sha256:{hexd}":
-            out.refused.append({"key": key, "reason": f"{store.where(key)}: its canonical digest is {rec.digest}, "
-                                                      f"not the sha256:{hexd} its key names; not written"})
-            continue
-        if model is not None and rec_model != model:
-            continue
-        dest = Path(receipts_dir) / rec_model / f"{hexd}.json"
-        if dest.is_file() and not dest.is_symlink():
-            try:
-                same = Receipt.read(dest).digest == rec.digest
-            except FrtError:
-                same = False
-            if same:
-                out.present.append(hexd)
-                _pull_signatures(store, key, dest, label, out)
+    local: dict[str, tuple[str, ...]] | None = None
+    root: SafeDir | None = None
+    try:
+        for key, size in store.list("receipts/sha256"):
+            if re.fullmatch(r"receipts/sha256/[0-9a-f]{64}\.json(?:\.sig|\.sigstore)", key):
+                continue  # a receipt's signature: fetched with its receipt, below
+            m = re.fullmatch(r"receipts/sha256/([0-9a-f]{64})\.json", key)
+            if not m:
+                out.refused.append({"key": key, "reason": f"{store.where(key)}: not a receipt key frt writes "
+                                                          "(receipts/sha256/<64 hex>.json); ignored"})
                 continue
-        if dest.parent.is_symlink() or dest.is_symlink():
-            out.refused.append({"key": key, "reason": f"{dest.parent if dest.parent.is_symlink() else dest} is a "
-                                                      "symbolic link; frt writes no receipt through it"})
-            continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(dest, data)
-        out.written.append(label(dest))
-        _pull_signatures(store, key, dest, label, out)
+            hexd = m.group(1)
+            if size > limit:
+                out.refused.append({"key": key, "reason": f"{store.where(key)}: {size} bytes, larger than a receipt "
+                                                          f"can be ({limit})"})
+                continue
+            data = store.get_bytes(key, limit=limit)
+            if data is None:
+                continue  # removed since the listing
+            try:
+                rec = Receipt.parse(_receipt_json(data, store.where(key)), file=store.where(key))
+                rec_model = names.check("name", rec.cell.get("model"), "cell.model", ReceiptInvalid,
+                                        file=store.where(key))
+            except FrtError as exc:
+                out.refused.append({"key": key, "reason": str(exc)})
+                continue
+            if rec.digest != f"sha256:{hexd}":
+                out.refused.append({"key": key, "reason": f"{store.where(key)}: its canonical digest is {rec.digest}, "
+                                                          f"not the sha256:{hexd} its key names; not written"})
+                continue
+            if model is not None and rec_model != model:
+                continue
+            if local is None:
+                local = _local_receipts(receipts_dir)
+            if rec.digest in local:  # already here, under this name or another
+                out.present.append(hexd)
+                parts = local[rec.digest]
+                dest = Path(receipts_dir).joinpath(*parts)
+                try:
+                    if root is None:
+                        root = SafeDir.root(receipts_dir, create=True)
+                    with root.walk(*parts[:-1]) as folder:
+                        _pull_signatures(store, key, folder, dest, label, out)
+                except OSError as exc:
+                    out.refused.append({"file": label(dest), "reason": f"{label(dest)}: its signatures not written: "
+                                                                       f"{_why(exc)}"})
+                continue
+            dest = Path(receipts_dir) / rec_model / f"{hexd}.json"
+            try:
+                if root is None:
+                    root = SafeDir.root(receipts_dir, create=True)
+                with root.child(rec_model, create=True) as folder:
+                    folder.put(dest.name, data)
+                    local[rec.digest] = (rec_model, dest.name)
+                    out.written.append(label(dest))
+                    _pull_signatures(store, key, folder, dest, label, out)
+            except OSError as exc:
+                out.refused.append({"file": label(dest), "reason": f"{label(dest)}: not written: {_why(exc)}"})
+    finally:
+        if root is not None:
+            root.close()
     return out
 
 
-def _pull_signatures(store: ObjectStore, key: str, dest: Path, label, out: ReceiptTransfer) -> None:
+def _why(exc: OSError) -> str:
+    """An ``OSError`` from a ``SafeDir`` write, as the reason a file was not written."""
+    if isinstance(exc, UnsafePath):
+        return f"{exc.path} {exc.what}"
+    return exc.strerror or str(exc)
+
+
+def _pull_signatures(store: ObjectStore, key: str, folder: SafeDir, dest: Path, label, out: ReceiptTransfer) -> None:
     """Write the signature files the store holds for the receipt at ``key`` beside ``dest`` (the
     receipt just written or found). Only the shape is checked here: which signer the project
-    accepts, and whether the signature holds over the receipt, is `frt lock`'s to judge."""
-    from .lockfile import write_atomic  # noqa: PLC0415
-
+    accepts, and whether the signature holds over the receipt, is `frt lock`'s to judge. ``folder``
+    is ``dest``'s, opened without following a link (``SafeDir``); a destination that is a link, a
+    FIFO or a device is refused, not replaced."""
     for suffix in SIGNATURE_SUFFIXES:
         size = store.head(key + suffix)
         if size is None:
             continue
         sig = dest.with_name(dest.name + suffix)
         if size > _SIGNATURE_LIMIT:
-            out.refused.append({"key": key + suffix, "reason": f"{store.where(key + suffix)}: {size} bytes, larger "
-                                                               f"than a signature can be ({_SIGNATURE_LIMIT})"})
+            out.refused.append({"key": key + suffix, "reason": f"{store.where(key + suffix)}: {size} bytes, "
+                                                               f"larger than a signature can be ({_SIGNATURE_LIMIT})"})
             continue
         data = store.get_bytes(key + suffix, limit=_SIGNATURE_LIMIT)
         if data is None:
@@ -363,11 +425,10 @@ def _pull_signatures(store: ObjectStore, key: str, dest: Path, label, out: Recei
             out.refused.append({"key": key + suffix, "reason": f"{store.where(key + suffix)}: not a JSON object "
                                                                "(a DSSE envelope or a Sigstore bundle); not written"})
             continue
-        if sig.is_symlink():
-            out.refused.append({"key": key + suffix, "reason": f"{sig} is a symbolic link; frt writes no "
-                                                               "signature through it"})
+        try:
+            wrote = folder.put(sig.name, data)
+        except OSError as exc:
+            out.refused.append({"file": label(sig), "reason": f"{label(sig)}: not written: {_why(exc)}"})
             continue
-        if sig.is_file() and sig.read_bytes() == data:
-            continue
-        write_atomic(sig, data)
-        out.signatures.append(label(sig))
+        if wrote:
+            out.signatures.append(label(sig))

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 from ._record import dataclass, field, replace
-from ._schema import JSONInvalid, json_loads, load_json, read_bytes
+from ._schema import JSONInvalid, NotRegular, json_loads, load_json, read_bytes
 from .admissible import admission_problems
 from .canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
 from .errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid, UsageError
-from .lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile, write_atomic
+from .lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile, same_bytes, write_atomic
 from .manifest import Manifest, Package
 from .metadata import (MAX_METADATA_BYTES, PackageDigestMismatch, digest_mismatches, parse_variant_metadata, variant_file_digests,
                        with_computed_digests)
@@ -336,10 +336,11 @@ def rejected_digest(path: Path) -> str:
     """A rejected receipt's ``digest`` (SPEC §22): the canonical-JSON digest when the file is JSON
     (the digest the receipt would be filed under, whatever its formatting), else ``sha256`` of its
     bytes (not UTF-8, not JSON, or a value canonical JSON cannot hold). A file that cannot be read
-    at all (a folder named ``*.json``) has no digest: ``"unreadable"``, beside its reason."""
+    at all (a folder, a FIFO or a device named ``*.json``, a file over a receipt's size limit) has
+    no digest: ``"unreadable"``, beside its reason."""
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = read_bytes(path, ReceiptInvalid)  # bounded; a FIFO or a device is not read
+    except ReceiptInvalid:
         return "unreadable"
     try:
         return digest(json_loads(data))
@@ -549,8 +550,11 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
         result.stale = _stale_reasons(old, old_problem, lf, lpath, data, project)
         return result
     if project.read_only:
-        if lpath.exists() and lpath.read_bytes() == data:
-            return result
+        try:
+            if same_bytes(lpath, data):
+                return result
+        except OSError:
+            pass
         raise FrtError(f"the bundled defaults are read-only ({project.root})", hints=[
             "run frt in a project (a folder with manifests/) or set FRT_HOME"])
     try:
@@ -560,7 +564,9 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
         kept = "the previous lockfile is unchanged" if lpath.exists() else "no lockfile was written"
         raise UsageError(f"{project.rel(lpath)}: cannot be written: {why}; {kept}",
                          reasons=[{"model": model, "path": project.rel(lpath), "reason": why}],
-                         hints=[f"make {project.rel(lpath.parent)}/ writable (or free space on its disk), then run "
+                         hints=[f"move {project.rel(lpath)} away (frt replaces only a regular file), then run `frt lock` "
+                                "again" if isinstance(exc, NotRegular) else
+                                f"make {project.rel(lpath.parent)}/ writable (or free space on its disk), then run "
                                 "`frt lock` again"]) from None
     return result
 
@@ -570,8 +576,11 @@ def _stale_reasons(old: Lockfile | None, old_problem: str | None, new: Lockfile,
     label = project.rel(lpath)
     if old is None:
         return [old_problem or f"{label} is missing"]
-    if lpath.read_bytes() == data:
-        return []
+    try:
+        if same_bytes(lpath, data):
+            return []
+    except OSError:  # replaced by a FIFO or a folder since it was read: stale, said below
+        pass
     out = []
     if old.manifest.digest != new.manifest.digest:
         out.append(f"manifest {new.manifest_file} changed since {label} was written")

@@ -18,14 +18,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._record import dataclass, field
-from ._schema import JSONInvalid, Reader, json_loads, parse_toml, read_bytes
+from ._schema import JSONInvalid, Reader, json_loads, open_regular, parse_toml, read_bytes
 from . import names
 from .canonical import digest
 from .errors import LockfileError
 from .manifest import Manifest
 from .receipt import STATES, CellKey, Receipt
 
-__all__ = ["Lockfile", "LockedPackage", "LockedVariant", "IndexEntry", "Candidate", "write_atomic", "render",
+__all__ = ["Lockfile", "LockedPackage", "LockedVariant", "IndexEntry", "Candidate", "write_atomic", "same_bytes", "render",
            "embedded_receipt_rows", "TRUST_DECISIONS"]
 
 SCHEMA = "frt.lock/1.1"  # 1.1: the `nearest` summary (SPEC §8.12)
@@ -1249,20 +1249,34 @@ def _umask() -> int:
     return old
 
 
+def same_bytes(path: Path, data: bytes) -> bool:
+    """Does the file at ``path`` hold exactly ``data``? False when it is absent. Its type is
+    checked before it is read (a FIFO, a device: ``NotRegular``, never opened for a blocking
+    read), and only a file of ``len(data)`` bytes is read, at most one byte more: an old file
+    of any size costs no more than the new one."""
+    try:
+        fd = open_regular(path)
+    except FileNotFoundError:
+        return False
+    with open(fd, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size != len(data):
+            return False
+        return fh.read(len(data) + 1) == data
+
+
 def write_atomic(path: Path, data: bytes) -> bool:
     """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``.
 
     Returns ``False`` (and writes nothing) when the file already holds exactly
-    these bytes. The temp file never survives an error or an interrupt.
+    these bytes. The temp file never survives an error or an interrupt. An old file that
+    is not a regular file (a FIFO, a device, a socket, a folder) is refused before anything
+    is read or written: ``NotRegular``, an ``OSError`` naming it.
     """
     import tempfile  # noqa: PLC0415 - only writers need it (reading a lockfile does not)
 
     path = Path(path)
-    try:
-        if path.read_bytes() == data:
-            return False
-    except FileNotFoundError:
-        pass
+    if same_bytes(path, data):
+        return False
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -98,7 +98,7 @@ class Project:
         SPEC §4, as ``frt lock --check`` has it) whose hint is the command that writes it; a model
         with no manifest either is a usage error naming the models there are."""
         path = self.lockfile_path(model)
-        if not path.is_file():
+        if not path.exists():  # something else there (a FIFO, a folder) is the reader's to refuse, naming it
             if self.manifests_dir.is_dir():
                 self.manifest_path(model)
             raise FrtError(f"no lockfile for model {model!r} ({self.rel(path)})", hints=[f"frt lock --model {model}"])

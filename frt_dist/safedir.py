@@ -215,6 +215,30 @@ class SafeDir:
             raise
         return name
 
+    def put(self, name: str, data: bytes) -> bool:
+        """Make ``name`` hold ``data``, atomically (a new file, flushed, then renamed over it); False
+        when it already holds those bytes. What is there now is looked at without following it or
+        opening it for a blocking read: a link is ``UnsafePath``, a FIFO, a device or a folder is
+        ``NotRegular`` (neither is replaced); a regular file is read only when its size is the new
+        one's, and then at most one byte more."""
+        st = self.lstat(name)
+        if st is not None:
+            if stat.S_ISLNK(st.st_mode):
+                raise UnsafePath(self._join(name), "is a symbolic link; frt writes nothing through it")
+            if not stat.S_ISREG(st.st_mode):
+                from ._schema import NotRegular, file_kind  # noqa: PLC0415
+
+                raise NotRegular(self._join(name), file_kind(st.st_mode))
+            if st.st_size == len(data) and self.read_bytes(name, limit=len(data) + 1) == data:
+                return False
+        tmp = self.write_file(f".{name}.", data)
+        try:
+            self.replace(tmp, self, name)
+        except BaseException:
+            self.unlink(tmp)
+            raise
+        return True
+
     def symlink(self, target: str, name: str) -> None:
         try:
             os.symlink(target, _check_name(name), dir_fd=self.fd)

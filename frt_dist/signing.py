@@ -227,8 +227,12 @@ def sign_receipt(path: Path, key, *, label: str | None = None) -> tuple[Path, st
     try:
         write_atomic(out, (json.dumps(env, indent=2, sort_keys=True) + "\n").encode("utf-8"))
     except OSError as exc:
+        from ._schema import NotRegular  # noqa: PLC0415
+
+        fix = (f"move {label}{SIG_SUFFIX} away (frt replaces only a regular file)" if isinstance(exc, NotRegular)
+               else "make the folder writable")
         raise UsageError(f"{label}{SIG_SUFFIX}: cannot be written: {exc.strerror or exc}",
-                         hints=["nothing partial was left; make the folder writable, then sign again"]) from None
+                         hints=[f"nothing partial was left; {fix}, then sign again"]) from None
     return out, rec.digest, env["signatures"][0]["keyid"]
 
 
@@ -374,6 +378,15 @@ def _short(d: str) -> str:
     return short_digest(d)
 
 
+def _subject_digest(d: dict) -> str:
+    """A statement subject's digest as ``alg:hex`` (shortened), by the algorithm it names: a subject
+    given only as sha512 is named sha512, never ``sha256:None``."""
+    for alg in ["sha256"] + sorted(k for k in d if k != "sha256"):
+        if isinstance(d.get(alg), str):
+            return _short(f"sha256:{d[alg]}") if alg == "sha256" else f"{str(alg)[:16]}:{d[alg][:12]}"
+    return "a digest with no algorithm frt reads"
+
+
 def _statement_problem(payload: bytes, receipt_digest: str) -> str | None:
     """Why the signed in-toto statement does not vouch for ``receipt_digest`` (None: it does)."""
     try:
@@ -385,11 +398,11 @@ def _statement_problem(payload: bytes, receipt_digest: str) -> str | None:
     if st.get("predicateType") != PREDICATE_TYPE:
         return f"the signed statement's predicateType is {st.get('predicateType')!r}, not frt's {PREDICATE_TYPE!r}"
     subjects = st.get("subject")
-    digests = [s.get("digest", {}).get("sha256") for s in subjects if isinstance(s, dict) and isinstance(s.get("digest"), dict)] \
+    digests = [s["digest"] for s in subjects if isinstance(s, dict) and isinstance(s.get("digest"), dict)] \
         if isinstance(subjects, list) else []
     want = receipt_digest.removeprefix("sha256:")
-    if want not in digests:
-        signed = ", ".join(_short("sha256:" + str(d)) for d in digests) or "nothing"
+    if want not in [d.get("sha256") for d in digests]:
+        signed = ", ".join(_subject_digest(d) for d in digests) or "nothing"
         return (f"the signature is over receipt digest {signed}, but the receipt's digest is {_short(receipt_digest)}: "
                 "the receipt was edited after signing, or the signature is another receipt's")
     return None

@@ -126,6 +126,8 @@ class FaultProxy:
         self.kill_pid: int | None = None
         # cut the next ``cut_first`` object GETs (paths containing ``cut_match``) after half their body
         self.cut_first, self.cut_match = 0, "/sha256/"
+        # called after a cut's half body is sent, before the connection drops (the client has not yet resumed)
+        self.on_cut = None
         self.kill_at, self.kill_after = 0, False
         proxy = self
 
@@ -190,6 +192,8 @@ class FaultProxy:
                 if cut:  # the promised length, half the bytes, then the connection drops
                     self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()
+                    if proxy.on_cut is not None:
+                        proxy.on_cut()
                     self.close_connection = True
                     conn.close()
                     return

@@ -114,7 +114,7 @@ def test_a_folder_named_like_a_receipt_is_rejected_without_a_traceback(demo):
     (demo / "receipts" / "demo-decoder" / "folder.json").mkdir()
     r = run_frt(["lock"], cwd=demo)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
-    assert "warning: receipts/demo-decoder/folder.json: cannot be read" in r.stderr
+    assert "warning: receipts/demo-decoder/folder.json: is a directory, not a regular file" in r.stderr
     [rj] = _rejected(demo)
     assert rj["digest"] == "unreadable"
 

@@ -804,5 +804,7 @@ def test_the_sbom_of_a_signed_lock_names_each_receipt_signer(tmp_path):
     r = run_frt(["lock", "--export", "cyclonedx", "--model", "tiny"], cwd=p.root)
     assert r.returncode == 0, r.stderr
     bom = json.loads(r.stdout)
-    [row] = [json.loads(x["value"]) for x in bom["metadata"]["component"]["properties"] if x["name"] == "frt:receipt"]
-    assert row["signer"] == keyid_of(p.root / pub) and row["signature"] == "key"
+    [rec] = [c for c in bom["components"] if c["type"] == "data"]  # each receipt is a component of its own
+    row = {x["name"]: x["value"] for x in rec["properties"]}
+    assert row["frt:signer"] == keyid_of(p.root / pub) and row["frt:signature"] == "key"
+    assert row["frt:signer-key-file"] == pub and rec["authors"] == [{"name": f"key {pub} ({row['frt:signer']})"}]

@@ -67,7 +67,7 @@ def test_the_sbom_validates_and_holds_what_the_lock_holds(project, tmp_path):
     assert sbom["specVersion"] == "1.6" and "timestamp" not in sbom["metadata"]
     root = sbom["metadata"]["component"]
     assert (root["name"], root["version"], root["type"]) == ("tiny", lock["lock-digest"], "application")
-    comps = {c["bom-ref"]: c for c in sbom["components"]}
+    comps = {c["bom-ref"]: c for c in sbom["components"] if c["type"] == "library" and "purl" in c}
     assert len(comps) == len(lock["packages"]) == 2
     for repo, pkg in lock["packages"].items():
         org, name = repo.split("/")
@@ -98,14 +98,36 @@ def test_the_sbom_validates_and_holds_what_the_lock_holds(project, tmp_path):
     routes = sorted(v for k, v in props if k == "frt:route")
     assert routes == sorted(f"{e['phase']}/{e['precision']}/{e['backend']}/{e['arch']}/{e['device-class']} -> "
                             f"{e['route']} {e['state']} {e['receipt']}" for e in index)
-    receipts = [json.loads(v) for k, v in props if k == "frt:receipt"]
+    assert not [k for k, _ in props if k == "frt:receipt"]  # receipts are components now, not JSON text
+    # every embedded receipt, as a structured `data` component: its facts one property each
+    receipts = {c["bom-ref"]: c for c in sbom["components"] if c["type"] == "data"}
     embedded = json.loads(lock["receipts"])
-    assert sorted((r["digest"], r["route"], r["state"], r["file"]) for r in receipts) == \
-        sorted((r["digest"], r["route"], r["state"], r["file"]) for r in embedded)
-    assert len(receipts) == 3
-    # the dependency graph: the model on every package
+    assert len(receipts) == len(embedded) == 3
+    for r in embedded:
+        c = receipts[f"frt-receipt:{r['digest']}"]
+        rp = {p["name"]: p["value"] for p in c["properties"]}
+        assert (c["name"], c["version"], c["hashes"]) == (r["file"], r["digest"],
+                                                          [{"alg": "SHA-256", "content": r["digest"][7:]}])
+        cell = r["receipt"]["cell"]
+        assert (rp["frt:route"], rp["frt:state"]) == (r["route"], r["state"])
+        assert rp["frt:phase"] == cell["phase"] and rp["frt:device-class"] == cell["hardware"]["device-class"]
+        assert {k[len("frt:software:"):]: v for k, v in rp.items() if k.startswith("frt:software:")} == \
+            {k: str(v) for k, v in cell["software"].items()}
+    # the runtime the receipts were measured on, as components the receipts depend on
+    runtime = {c["bom-ref"]: c for c in sbom["components"] if c["bom-ref"].startswith("frt-runtime:")}
+    assert runtime["frt-runtime:torch@2.13"]["type"] == "framework"
     deps = {d["ref"]: d.get("dependsOn", []) for d in sbom["dependencies"]}
-    assert sorted(deps[root["bom-ref"]]) == sorted(comps)
+    for ref in receipts:
+        assert "frt-runtime:torch@2.13" in deps[ref] and any(d in comps for d in deps[ref]), deps[ref]
+    # the dependency graph: the model on every package and every receipt
+    assert sorted(deps[root["bom-ref"]]) == sorted([*comps, *receipts])
+    # the generating tool, each package's supplier and licence (from its metadata.json)
+    from frt_dist import __version__
+    [tool] = sbom["metadata"]["tools"]["components"]
+    assert (tool["name"], tool["version"]) == ("frt-dist", __version__)
+    for ref, c in comps.items():
+        assert c["supplier"] == {"name": c["group"]}
+    assert comps[[r for r in comps if r.startswith("t-org/norm@")][0]]["licenses"] == [{"license": {"id": "Apache-2.0"}}]
 
 
 def test_the_demo_project_exports_a_valid_sbom(tmp_path):
@@ -142,6 +164,70 @@ def test_a_receipt_signer_the_lock_records_is_in_the_sbom(tmp_path):
     lock = tp.lock(receipts=[("fast", "decode")])
     [dig] = list(lock.receipts)
     lock.signatures = {dig: {"receipt": dig, "kind": "sigstore", "signer": SAN, "issuer": "https://token.actions.githubusercontent.com"}}
-    root = json.loads(cyclonedx_json(lock))["metadata"]["component"]
-    [row] = [json.loads(p["value"]) for p in root["properties"] if p["name"] == "frt:receipt"]
-    assert (row["digest"], row["signer"], row["signature"]) == (dig, SAN, "sigstore")
+    sbom = json.loads(cyclonedx_json(lock))
+    [c] = [c for c in sbom["components"] if c["bom-ref"] == f"frt-receipt:{dig}"]
+    props = {p["name"]: p["value"] for p in c["properties"]}
+    assert (props["frt:signer"], props["frt:signature"]) == (SAN, "sigstore")
+    assert props["frt:signer-issuer"] == "https://token.actions.githubusercontent.com"
+    assert c["authors"] == [{"name": SAN}]  # the identity, not a keyid
+
+
+def test_a_key_signed_receipt_names_the_key_file_the_lock_pins_and_validates(tmp_path):
+    """A receipt signed by a key: the SBOM names the signer by the project's key file the lock pins
+    for that keyid (an identity a reader can look up), beside the keyid; the whole validates strictly."""
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+    from test_receipt_signing import _locked
+
+    from frt_dist.lockfile import Lockfile
+    from frt_dist.sbom import cyclonedx_json
+
+    p, _, pub = _locked(tmp_path)
+    lock = Lockfile.read(p.tp.lock_path)
+    [(dig, row)] = lock.signatures.items()
+    text = cyclonedx_json(lock, supplier={"name": "ACME kernels", "url": "https://example.org/acme"})
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    sbom = json.loads(text)
+    [c] = [c for c in sbom["components"] if c["bom-ref"] == f"frt-receipt:{dig}"]
+    props = {p["name"]: p["value"] for p in c["properties"]}
+    assert (props["frt:signature"], props["frt:signer"], props["frt:signer-key-file"]) == ("key", row["signer"], pub)
+    assert c["authors"] == [{"name": f"key {pub} ({row['signer']})"}]
+    supplier = {"name": "ACME kernels", "url": ["https://example.org/acme"]}
+    assert sbom["metadata"]["supplier"] == supplier and sbom["metadata"]["component"]["supplier"] == supplier
+
+
+def test_source_date_epoch_gives_the_timestamp_and_a_bad_one_is_exit_2(tmp_path, monkeypatch):
+    tp = tiny_project(tmp_path)
+    tp.lock(receipts=[("fast", "decode")])
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    rc, out, err = _run(["lock", "--export", "cyclonedx", "--project", str(tp.root)])
+    assert rc == 0, err
+    assert json.loads(out)["metadata"]["timestamp"] == "2023-11-14T22:13:20Z"
+    rc, again, _ = _run(["lock", "--export", "cyclonedx", "--project", str(tp.root)])
+    assert again == out  # still byte-deterministic: the time is the variable's, not the clock's
+    for bad in ("yesterday", "-5", "1e9", "99999999999999999999"):
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", bad)
+        rc, out, err = _run(["lock", "--export", "cyclonedx", "--project", str(tp.root), "-o", str(tmp_path / "s.json")])
+        assert rc == 2 and "error: SOURCE_DATE_EPOCH=" in err and "whole seconds since 1970-01-01 UTC" in err, (bad, err)
+        assert not (tmp_path / "s.json").exists()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "")
+    rc, out, _ = _run(["lock", "--export", "cyclonedx", "--project", str(tp.root)])
+    assert rc == 0 and "timestamp" not in json.loads(out)["metadata"]
+
+
+def test_a_licence_is_taken_only_from_the_metadata_json_the_lock_pins(tmp_path):
+    """``metadata.json`` edited after the lock (its sha256 no longer the locked one) gives no licence:
+    the SBOM states only what the lock vouches for."""
+    from frt_dist.lockfile import Lockfile
+    from frt_dist.sbom import package_licences
+
+    tp = tiny_project(tmp_path)
+    tp.lock()
+    lock = Lockfile.read(tp.lock_path)
+    got = package_licences(lock, tp.root)
+    assert got and all(v == "apache-2.0" for v in got.values()), got
+    meta = tp.root / "packages/norm/build/torch-cpu/metadata.json"
+    doc = json.loads(meta.read_text())
+    doc["license"] = "proprietary"
+    meta.write_text(json.dumps(doc))
+    assert [r for r in package_licences(lock, tp.root) if r.endswith("/norm")] == []

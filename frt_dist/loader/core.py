@@ -89,7 +89,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import re
 import sys
@@ -462,7 +461,9 @@ def _locate(want: _Want, mirror: Path | None, offline: bool) -> tuple[Path, Path
 def _read_metadata(want: _Want, vdir: Path, data: bytes) -> dict:
     """The variant's metadata, from ``data``: the verified bytes (hashed by the check, held by the store)."""
     try:
-        meta = json.loads(data.decode("utf-8"))
+        from .._schema import json_loads  # noqa: PLC0415 - the bounded reader (JSONInvalid is a ValueError)
+
+        meta = json_loads(data)
         if not isinstance(meta, dict):
             raise ValueError("not a JSON object")
         return meta
