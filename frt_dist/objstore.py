@@ -228,11 +228,13 @@ _LIST_PAGES = 10_000  # 10 million keys at S3's 1000 a page: far past any store 
 def endpoint_problem(url: str) -> str | None:
     """Why an endpoint URL (``AWS_ENDPOINT_URL``) cannot be used, in words that never repeat it
     (it may carry a password), or ``None``. Parsed as RFC 3986 reads it (``urllib.parse``): the
-    authority ends at the first ``/``, ``?`` or ``#``, and a ``user[:password]@`` part in it is
-    refused: frt signs every request with the AWS key pair and sends nothing else, so a password
+    authority ends at the first ``/``, ``?`` or ``#``; a ``user[:password]@`` part, or any ``@``
+    (a password holding a ``/`` spills into the path), is refused: frt signs every request with the AWS key pair and sends nothing else, so a password
     in the URL would only ever leak (into a Host header, a log, a message)."""
     from urllib.parse import urlsplit  # noqa: PLC0415
 
+    if "@" in url:  # userinfo, or a password with a '/', '?' or '#' in it that spilled into the path
+        return "it has a user name or password in it (user:...@host); frt neither sends nor shows it"
     try:
         parts = urlsplit(url)
         host, _port = parts.hostname, parts.port  # .port raises on a port that is not a number
@@ -240,8 +242,6 @@ def endpoint_problem(url: str) -> str | None:
         return "it is not a URL (its host or port cannot be read)"
     if parts.scheme.lower() not in ("http", "https"):
         return "it is not an http:// or https:// URL"
-    if "@" in parts.netloc or parts.username is not None:
-        return "it has a user name or password in it (user:...@host); frt neither sends nor shows it"
     if not host:
         return "it names no host"
     return None
