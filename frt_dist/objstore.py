@@ -537,8 +537,8 @@ class S3Store(ObjectStore):
 
     def put_file(self, key, path, *, progress=None, sha256: str | None = None) -> None:
         """One PUT (with ``sha256``, the base64 SHA-256 of the file, as its checksum: the server
-        checks the bytes it got against it and keeps it for ``stat``) up to 64 MiB; a multipart
-        upload above. In the calling thread, so its deadline holds."""
+        checks the bytes it got against it and keeps it for ``stat``) up to 5 GiB; a multipart
+        upload above (16 MiB parts). In the calling thread, so its deadline holds."""
         size = os.path.getsize(path)
         if size < _MULTIPART:
             with open(path, "rb") as body:
@@ -643,7 +643,10 @@ class StoreInfo:
     sha256: str | None = None
 
 
-_MULTIPART = 64 << 20
+# one PUT carries up to 5 GiB on S3: every file frt publishes below that goes as one, so the server
+# keeps its full-object SHA-256 (a multipart object's checksum is a checksum of its parts' checksums,
+# which says nothing of the whole without a download); larger ones go multipart
+_MULTIPART = 5 << 30
 _REDIRECT_CODES = {"PermanentRedirect", "TemporaryRedirect", "Redirect", "301", "302", "303", "307", "308"}
 _NO_CHECKSUM_CODES = ("NotImplemented", "InvalidRequest", "InvalidArgument", "(501)")
 
