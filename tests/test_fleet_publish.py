@@ -487,3 +487,40 @@ def test_a_file_store_checks_a_present_object_by_its_bytes(proj, tmp_path):
     assert r.returncode == 0, r.stderr
     assert [x["key"] for x in json.loads(r.stdout)["models"][0]["replaced"]] == [key]
     assert (store / key).read_bytes() == files[key]
+
+
+@pytest.mark.parametrize("client", ["auto", "boto3"])
+def test_a_store_that_goes_away_mid_sync_says_what_is_verified_and_a_rerun_resumes(proj, tmp_path, s3, bucket,
+                                                                                   monkeypatch, client):
+    """The endpoint stops answering at the third request of a sync (the first package's two files
+    are in): the run retries within FRT_STORE_ATTEMPTS, then exit 1 saying how many files are
+    verified and that a re-run resumes; the package that got nothing leaves no folder behind."""
+    from conftest import run_main
+
+    tp, lock = proj
+    r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 0, r.stderr
+    proxy = FaultProxy(s3.url).start()
+    proxy.gone_at = 3
+    mirror = tmp_path / "node"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    monkeypatch.setenv("FRT_STORE_ATTEMPTS", "2")
+    monkeypatch.setenv("FRT_STORE_CLIENT", client)
+    try:
+        rc, out, err = run_main(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu",
+                                 "--project", str(tp.root)])
+    finally:
+        proxy.stop()
+    lines = err.splitlines()
+    assert rc == 1 and lines[0].startswith("error: "), err
+    assert "cannot connect to the endpoint" in lines[0] or "connection failed" in lines[0], lines[0]
+    assert f"(2 of 4 file(s) verified in {mirror} so far)" in lines[0], lines[0]
+    assert any("again" in ln and "it resumes" in ln for ln in lines if ln.startswith("hint: ")), err
+    folders = sorted(p.name for p in mirror.iterdir() if not p.name.startswith("."))
+    assert folders == ["kernels--t-org--norm"] or folders == ["kernels--t-org--scale"], folders  # none empty
+    assert all(any((mirror / f / "blobs").iterdir()) for f in folders)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.url)
+    rc, out, err = run_main(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu",
+                             "--project", str(tp.root)])
+    assert rc == 0 and "2 blob(s) fetched, 2 already present and verified" in out, (out, err)
+    assert verify_mirror(lock, mirror, variants=["torch-cpu"]) == []
