@@ -197,3 +197,64 @@ def test_plain_endpoints_pass_and_broken_ones_are_refused_without_being_shown():
         why = endpoint_problem(bad)
         assert why and says in why, (bad, why)
         assert "pa/ss" not in why and (bad.split("://")[-1] or "-") not in why
+
+
+# ---------------------------------------------------------------------------
+# wrong credentials, against a moto server that checks them
+
+
+@pytest.fixture(scope="module")
+def checking_s3():
+    """moto's server with its authentication on (``INITIAL_NO_AUTH_ACTION_COUNT=0``): a key it does
+    not know is refused as S3 refuses it (403 InvalidAccessKeyId)."""
+    import subprocess
+    import urllib.request
+
+    from s3server import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "moto did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_wrong_credentials_read_the_same_from_both_clients(checking_s3, aws_env, tmp_path):
+    from conftest import run_main
+    from factories import tiny_project
+
+    tp = tiny_project(tmp_path)
+    tp.lock()
+    aws_env.setenv("AWS_ENDPOINT_URL", checking_s3)
+    said = {}
+    for client in ("auto", "boto3"):
+        aws_env.setenv("FRT_STORE_CLIENT", client)
+        assert read_client_why()[0] == ("obstore" if client == "auto" else "boto3")
+        for verb, call in (("get", lambda st: st.get(KEY, io.BytesIO())), ("head", lambda st: st.head(KEY)),
+                           ("list", lambda st: st.list("receipts/sha256"))):
+            with pytest.raises(StoreAccess) as ei:
+                call(open_store("s3://bkt-x/p", reading=True))
+            said[client, verb] = (str(ei.value), ei.value.hints, ei.value.exit_code)
+            _clean(ei.value)
+        rc, out, err = run_main(["mirror", str(tmp_path / f"m-{client}"), "--from", "s3://bkt-x/p", "--variant",
+                                 "torch-cpu", "--project", str(tp.root)])
+        said[client, "sync"] = (rc, err.replace(str(tmp_path / f"m-{client}"), "DIR"))
+        assert rc == 2 and "access denied (InvalidAccessKeyId)" in err and "hint: " in err, err
+        assert FAKE_SECRET not in out + err and FAKE_KEY_ID not in out + err
+        assert not list((tmp_path / f"m-{client}").glob("kernels--*"))  # a failed sync leaves no empty package folder
+    for what in ("get", "head", "list", "sync"):
+        assert said["auto", what] == said["boto3", what], what
+    assert "access denied (InvalidAccessKeyId)" in said["auto", "get"][0]
