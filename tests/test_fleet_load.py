@@ -398,3 +398,50 @@ def test_a_full_verified_store_is_exit_2_naming_it_and_leaves_nothing(tmp_path, 
         assert [p.name for p in (full / "store").iterdir() if not p.name.startswith(".")] == []  # no entry
     finally:
         sp.run(["umount", str(full)], capture_output=True)
+
+
+@pytest.mark.parametrize("client", ["auto", "boto3"])
+def test_a_trickling_store_ends_the_load_within_the_deadline_and_frees_the_fetch_lock(solo, bucket, monkeypatch,
+                                                                                       client):
+    """An endpoint that sends one byte every 0.2 s (each read well inside FRT_STORE_TIMEOUT): the load
+    refuses within FRT_STORE_DEADLINE (2 s here; a generous multiple allowed for a loaded machine),
+    imports nothing, and the store's fetch lock is free again (another process could fetch at once)."""
+    import fcntl
+    import threading
+    import time
+
+    from hostile import Hostile
+
+    tp, _ = solo
+    monkeypatch.setenv("FRT_STORE_CLIENT", client)
+    monkeypatch.setenv("FRT_STORE_DEADLINE", "2")
+    monkeypatch.setenv("FRT_STORE_TIMEOUT", "2")
+    monkeypatch.setenv("FRT_STORE_ATTEMPTS", "2")
+    box = {}
+    with Hostile("trickle", body=b"z" * 100_000, every_s=0.2) as slow:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", slow.url)
+
+        def run():
+            t0 = time.monotonic()
+            try:
+                frt_dist.load("tiny", project=tp.root, hardware=CPU, mirror=f"s3://{bucket}/p")
+            except BaseException as exc:  # noqa: BLE001 - handed back
+                box["exc"] = exc
+            box["took"] = time.monotonic() - t0
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        th.join(60)
+        assert not th.is_alive(), "the load was still running after 60 s"
+    exc = box.get("exc")
+    assert isinstance(exc, KernelUnavailable), repr(exc)
+    assert "took longer than FRT_STORE_DEADLINE=2s" in str(exc) and exc.reasons[0]["kind"] == "store", str(exc)
+    assert box["took"] < 2 * 10, box["took"]
+    assert SCALE_ID not in sys.modules and not _store_entries()
+    root = Path(os.environ["XDG_CACHE_HOME"]) / "frt-dist" / "store"
+    for lock in root.glob(".fetch-*.lock"):
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: raises BlockingIOError if still held
+        finally:
+            os.close(fd)
