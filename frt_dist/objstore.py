@@ -38,9 +38,17 @@ the location and key, never a credential.
 Configuration is the standard AWS chain, read by botocore itself: ``AWS_ENDPOINT_URL`` (an
 ``http://`` endpoint is used as given), ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
 ``AWS_SESSION_TOKEN``, ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_PROFILE`` with the shared
-config and credentials files. ``FRT_STORE_ATTEMPTS`` (default 4) caps the attempts per request and
-``FRT_STORE_TIMEOUT`` (seconds, default 20) the connect and read timeouts. boto3 is imported only
-when a URL is used (the ``fleet`` extra); locking and resolving never import it.
+config and credentials files. ``FRT_STORE_ATTEMPTS`` (default 4) caps the attempts per request,
+``FRT_STORE_TIMEOUT`` (seconds, default 20) the connect and read timeouts, and ``FRT_STORE_DEADLINE``
+(seconds, default 600) each whole transfer, retries and resumes included (a server that sends a byte
+just inside every read timeout is stopped there). boto3 is imported only when a URL is used (the
+``fleet`` extra); locking and resolving never import it.
+
+A store cannot lead a client elsewhere: boto3 follows no redirect at an endpoint that is not AWS
+(``_harden``), obstore (which follows one, without the ``Authorization`` header but with
+``X-Amz-Security-Token``) does not read when a session token is set; a listing that does not end
+is refused; a 200 that is not XML is named as such; an endpoint URL with a user name or password
+in it is refused, never shown (``endpoint_problem``).
 
 Readers (``open_store(url, reading=True)``: a node's load, ``frt mirror DIR --from``) get
 ``ObstoreS3Reader`` instead when the environment alone configures the store (``read_client_why``
@@ -858,8 +866,9 @@ def read_client_why() -> tuple[str, str]:
     it means exactly what boto3 would make of it: ``FRT_STORE_CLIENT`` is unset or ``auto``,
     obstore is installed, ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` are set, ``AWS_PROFILE``
     is not, no other ``AWS_*`` variable but those in ``_OBSTORE_ENV`` is set, the AWS config file
-    (``AWS_CONFIG_FILE`` or ``~/.aws/config``) has no ``[default]`` settings, ``AWS_ENDPOINT_URL``
-    (when set) carries no ``user@``, a region is set when no endpoint is, and this process is not a
+    (``AWS_CONFIG_FILE`` or ``~/.aws/config``) has no ``[default]`` settings, ``AWS_SESSION_TOKEN``
+    is not set (obstore would carry it along a redirect to another host), ``AWS_ENDPOINT_URL`` (when
+    set) is a plain URL, a region is set when no endpoint is, and this process is not a
     fork of one that has used obstore (``_after_fork_in_child``). Otherwise boto3
     (profiles, SSO, roles, instance credentials, config-file settings: boto3's own chain)."""
     env = os.environ
@@ -916,10 +925,11 @@ class ObstoreS3Reader(ObjectStore):
     bench/RESULTS.md). Configured only from our own reading of the environment (``read_client_why``
     says when): endpoint (path-style, as botocore addresses a custom endpoint; virtual-hosted on AWS
     for a bucket without dots, as botocore does), region (``AWS_REGION``, else ``AWS_DEFAULT_REGION``,
-    else us-east-1 with an endpoint), the key pair and session token, ``http://`` allowed when the
-    endpoint says so. ``FRT_STORE_ATTEMPTS`` caps the attempts (obstore retries 5xx, timeouts and
+    else us-east-1 with an endpoint), the key pair (never a session token: ``read_client_why``),
+    ``http://`` allowed when the endpoint says so. ``FRT_STORE_ATTEMPTS`` caps the attempts (obstore retries 5xx, timeouts and
     dropped connections itself, max_retries = attempts - 1), ``FRT_STORE_TIMEOUT`` is the connect
-    timeout and the timeout of every read (a stall). Errors are the same frt errors as ``S3Store``'s;
+    timeout and the timeout of every read (a stall), ``FRT_STORE_DEADLINE`` the whole of each request
+    and the time after which no retry starts. Errors are the same frt errors as ``S3Store``'s;
     obstore's own messages (which name the endpoint) are never shown."""
 
     def __init__(self, loc: Location):
@@ -938,8 +948,9 @@ class ObstoreS3Reader(ObjectStore):
         self.endpoint = (env.get("AWS_ENDPOINT_URL") or "").rstrip("/")
         kw = {"access_key_id": env["AWS_ACCESS_KEY_ID"], "secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
               "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"}
-        if env.get("AWS_SESSION_TOKEN"):
-            kw["token"] = env["AWS_SESSION_TOKEN"]
+        if env.get("AWS_SESSION_TOKEN"):  # obstore's client would send it along a redirect to another host
+            raise UsageError("AWS_SESSION_TOKEN is set: the obstore reader is not used with a session token "
+                             "(read_client_why); boto3 reads")
         if self.endpoint:
             kw["endpoint"], kw["virtual_hosted_style_request"] = self.endpoint, False
         else:

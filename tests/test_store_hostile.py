@@ -91,13 +91,13 @@ def _clean(exc):
 
 
 @pytest.mark.parametrize("client", ["obstore", "boto3", "token"], indirect=True)
-def test_a_redirect_to_another_host_never_carries_credentials(client):
+def test_a_redirect_to_another_host_never_carries_credentials(client, aws_env):
     """The endpoint answers 307 to a second server (another port, and `localhost` for 127.0.0.1):
     whatever each client does with it, no Authorization and no X-Amz-Security-Token arrive there.
     boto3 follows no redirect at all (exit 2, saying so; it used to recurse to a RecursionError);
     obstore, which follows one without the Authorization header, is not used with a session token."""
     with Hostile("serve", host="localhost") as target, Hostile("redirect", target=target) as red:
-        os.environ["AWS_ENDPOINT_URL"] = red.url  # the fixture's monkeypatch restores it
+        aws_env.setenv("AWS_ENDPOINT_URL", red.url)
         st = _reader("s3://bkt/p", client)
         for call in (lambda: st.get(KEY, io.BytesIO()), lambda: st.head(KEY), lambda: st.list("receipts/sha256")):
             got, _ = _bounded(call, 60)
@@ -138,9 +138,9 @@ def test_a_trickling_endpoint_is_refused_within_the_deadline(client, aws_env):
 # listings and malformed answers
 
 
-def test_a_listing_that_repeats_its_continuation_token_is_refused(client):
+def test_a_listing_that_repeats_its_continuation_token_is_refused(client, aws_env):
     with Hostile("loop") as srv:
-        os.environ["AWS_ENDPOINT_URL"] = srv.url
+        aws_env.setenv("AWS_ENDPOINT_URL", srv.url)
         st = _reader("s3://bkt/p", client)
         got, _ = _bounded(lambda: st.list("receipts/sha256"), 60)
         pages = len(srv.requests)
@@ -150,9 +150,9 @@ def test_a_listing_that_repeats_its_continuation_token_is_refused(client):
     _clean(got)
 
 
-def test_a_200_that_is_not_xml_is_reported_as_malformed_not_as_a_500(client):
+def test_a_200_that_is_not_xml_is_reported_as_malformed_not_as_a_500(client, aws_env):
     with Hostile("badxml") as srv:
-        os.environ["AWS_ENDPOINT_URL"] = srv.url
+        aws_env.setenv("AWS_ENDPOINT_URL", srv.url)
         st = _reader("s3://bkt/p", client)
         got, _ = _bounded(lambda: st.list("receipts/sha256"), 60)
     assert isinstance(got, StoreUnavailable), repr(got)
