@@ -230,6 +230,9 @@ def store_config() -> dict:
             "deadline": num("FRT_STORE_DEADLINE", 600.0, float)}
 
 
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
+_ENDPOINT_NETLOC = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*\.?|\[[0-9A-Fa-f:.]{{2,45}}\])(?::[0-9]{{1,5}})?")
+_ENDPOINT_PATH = re.compile(r"(?:/[A-Za-z0-9._~\-]*)*")
 _LIST_PAGES = 10_000  # 10 million keys at S3's 1000 a page: far past any store frt writes
 
 
@@ -252,6 +255,11 @@ def endpoint_problem(url: str) -> str | None:
         return "it is not an http:// or https:// URL"
     if not host:
         return "it names no host"
+    if not _ENDPOINT_NETLOC.fullmatch(parts.netloc) or parts.query or parts.fragment \
+            or not _ENDPOINT_PATH.fullmatch(parts.path):
+        # a host name, an IPv4 address or a bracketed IPv6 one, an optional port, a plain path: what both
+        # clients read the same way (obstore's HTTP layer panics on some hosts urllib.parse takes: "h%20ost")
+        return "it is not a plain scheme://host[:port] URL (a host name or address, a port, a plain path)"
     return None
 
 

@@ -193,7 +193,9 @@ def test_plain_endpoints_pass_and_broken_ones_are_refused_without_being_shown():
     for ok in ("http://127.0.0.1:9000", "https://minio.internal", "http://[::1]:9000/", "HTTP://Host:1"):
         assert endpoint_problem(ok) is None, ok
     for bad, says in (("http://u:pa/ss@host", "user name or password"), ("ftp://host", "not an http"), ("http://", "no host"),
-                      ("http://[::1", "not a URL"), ("http://host:port", "not a URL")):
+                      ("http://[::1", "not a URL"), ("http://host:port", "not a URL"),
+                      ("http://h%20ost", "not a plain"), ("http://127.0.0.1:9?x", "not a plain"),
+                      ("http://-h:9", "not a plain"), ("http://127.0.0.1:9/a b", "not a plain")):
         why = endpoint_problem(bad)
         assert why and says in why, (bad, why)
         assert "pa/ss" not in why and (bad.split("://")[-1] or "-") not in why
@@ -258,3 +260,12 @@ def test_wrong_credentials_read_the_same_from_both_clients(checking_s3, aws_env,
     for what in ("get", "head", "list", "sync"):
         assert said["auto", what] == said["boto3", what], what
     assert "access denied (InvalidAccessKeyId)" in said["auto", "get"][0]
+
+
+def test_an_endpoint_obstore_would_panic_on_is_refused_before_either_client_sees_it(client, aws_env):
+    """obstore's HTTP layer panics (a Rust panic: a BaseException past `except Exception`, with a Rust
+    backtrace on stderr) on a host urllib.parse takes, such as `h%20ost`; frt refuses it first."""
+    aws_env.setenv("AWS_ENDPOINT_URL", "http://h%20ost:9000")
+    got, _ = _bounded(lambda: open_store("s3://bkt/p", reading=True).head(KEY), 30)
+    assert isinstance(got, StoreAccess) and got.exit_code == 2, repr(got)
+    assert "AWS_ENDPOINT_URL cannot be used: it is not a plain scheme://host[:port] URL" in str(got)
