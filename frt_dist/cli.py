@@ -997,7 +997,11 @@ def _cmd_mirror(args, store, publish: bool) -> int:
         if publish:
             reports.append(pub.to_dict())
             lines.append(f"{model}: {len(pub.packages)} package(s) to {store.url}: {pub.uploaded} object(s) uploaded, "
-                         f"{pub.present} already present, {pub.bytes} bytes sent; lockfile {pub.lockfile} last")
+                         f"{pub.present} already present ({pub.checked['checksum']} by the store's SHA-256 checksum, "
+                         f"{pub.checked['download']} downloaded and hashed), {pub.bytes} bytes sent; lockfile "
+                         f"{pub.lockfile} last")
+            for r in pub.replaced:
+                lines.append(f"  replaced {r['key']} ({r['repo']} {r['path']}): {r['reason']}")
             for sk in pub.skipped:
                 lines.append(f"  skipped {sk['repo']}: {sk['reason']}")
             continue

@@ -6,11 +6,16 @@ selected locked file once, under the key its locked digest gives (``frt_dist.obj
 layout), then the lockfile last. Each file comes from where ``frt mirror DIR`` takes it (a path
 package's folder, the local hub cache, else the Hub at the locked commit), is copied into a
 private staging file under the system temp folder while it is hashed, and is uploaded from that
-copy only when its digest matched the lock (so what was checked is what is sent). An object
-already present with the verified file's size is skipped, not re-sent (a HEAD, not a download:
-re-hashing would cost the whole egress on every publish, and every reader verifies every byte
-anyway; a same-size damaged object is refused by each reader, naming it, and ``--repair``
-re-sends every object). Keys are content addresses, so concurrent publishers write the same
+copy only when its digest matched the lock (so what was checked is what is sent), with its
+SHA-256 as the PUT's checksum (``ChecksumAlgorithm``: the server checks the upload against it and
+keeps it). An object already under the key is trusted only when it is the locked file
+(``_check_present``): a HEAD with ``ChecksumMode`` gives the SHA-256 the server keeps, compared with
+the file's without a download; where the server keeps none (an object put without one, a server
+that ignores the header, a multipart object's checksum of checksums) the object is downloaded and
+hashed. Anything else there (another size, another checksum, other bytes) is replaced and
+reported, so a publish never puts a lockfile on top of objects its nodes would refuse (bench/
+RESULTS.md has the cost of each check). ``--repair`` re-sends every object without checking.
+Keys are content addresses, so concurrent publishers write the same
 bytes to the same keys, and a PUT is atomic: a reader sees no object or a whole one. The
 lockfile goes up after every object of the model is there, so a store that holds a lockfile
 holds every object the published selection of it needs; a publish killed at any point leaves at
@@ -27,6 +32,7 @@ they arrived in, so the lock's bytes do not depend on it.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -54,13 +60,16 @@ class PublishReport:
     lockfile: str = ""  # its key
     packages: list[dict] = field(default_factory=list)  # {"repo", "revision", "variants"}
     uploaded: int = 0  # objects sent
-    present: int = 0  # objects already there with the right size (not sent)
+    present: int = 0  # objects already there and shown to be the locked file (not sent)
     bytes: int = 0  # bytes sent
     skipped: list[dict] = field(default_factory=list)
+    checked: dict = field(default_factory=lambda: {"checksum": 0, "download": 0})  # how the present ones were shown
+    replaced: list[dict] = field(default_factory=list)  # {"key", "repo", "path", "reason"}: there, but not the file
 
     def to_dict(self) -> dict:
         return {"url": self.url, "model": self.model, "lockfile": self.lockfile, "packages": self.packages,
-                "uploaded": self.uploaded, "present": self.present, "bytes": self.bytes, "skipped": self.skipped}
+                "uploaded": self.uploaded, "present": self.present, "bytes": self.bytes, "skipped": self.skipped,
+                "checked": dict(self.checked), "replaced": self.replaced}
 
 
 def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool = False, hardware=None,
@@ -108,18 +117,24 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
                     raise _Fail(item, got, f"source bytes do not match the lock (expected {item.expected}, "
                                            f"computed {got}); not uploaded")
                 key = item.object_key
-                if not repair and store.head(key) == n:
+                sha = base64.b64encode(hashes["sha256"].digest()).decode("ascii")
+                verdict, how = ("absent", "") if repair else _check_present(store, key, n, sha, item)
+                if verdict == "present":
                     with count:
                         report.present += 1
+                        report.checked[how] += 1
                     emit({"event": "file", "repo": pkg.repo, "variant": item.variant, "path": item.rel,
-                          "action": "present", "bytes": 0})
+                          "action": "present", "bytes": 0, "checked": how})
                     return
-                store.put_file(key, tmp)
+                store.put_file(key, tmp, sha256=sha)
                 with count:
                     report.uploaded += 1
                     report.bytes += n
+                    if verdict == "replace":
+                        report.replaced.append({"key": key, "repo": pkg.repo, "path": f"build/{item.variant}/{item.rel}",
+                                                "reason": how})
                 emit({"event": "file", "repo": pkg.repo, "variant": item.variant, "path": item.rel,
-                      "action": "uploaded", "bytes": n})
+                      "action": "replaced" if verdict == "replace" else "uploaded", "bytes": n})
             finally:
                 os.unlink(tmp)
         except _Fail as f:
@@ -153,6 +168,41 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
     report.lockfile = lock_key(lock.model)
     store.put_bytes(report.lockfile, lock.render())  # last: only now does the store hold a release
     return report
+
+
+def _check_present(store: ObjectStore, key: str, n: int, sha256: str, item) -> tuple[str, str]:
+    """Is the object under ``key`` the locked file (``n`` bytes, base64 SHA-256 ``sha256``)?
+    ``("present", "checksum" | "download")``, ``("absent", "")``, or ``("replace", why)``.
+    The size alone proves nothing (a same-size object planted before the first publish); the
+    SHA-256 checksum the store keeps decides without a download; without one, the bytes are
+    downloaded (at most ``n`` + 1) and hashed with the lock's algorithm."""
+    from .mirror import _new_hashes  # noqa: PLC0415
+    from .objstore import ObjectMissing  # noqa: PLC0415
+
+    info = store.stat(key)
+    if info is None:
+        return "absent", ""
+    if info.size != n:
+        return "replace", f"{info.size} bytes there, the locked file has {n}"
+    if info.sha256 is not None:
+        if info.sha256 == sha256:
+            return "present", "checksum"
+        return "replace", "its SHA-256 checksum is not the locked file's"
+    hashes = _new_hashes(item.algorithm)
+
+    class _Hashing:
+        @staticmethod
+        def write(chunk) -> None:
+            for h in hashes.values():
+                h.update(chunk)
+
+    try:
+        got = store.get(key, _Hashing, limit=n)
+    except ObjectMissing:
+        return "absent", ""
+    if got == n and item.computed(hashes) == item.expected:
+        return "present", "download"
+    return "replace", "same size, other bytes (downloaded and hashed: the store keeps no checksum for it)"
 
 
 class _Plain:

@@ -751,6 +751,20 @@ class _Fail(Exception):
                 "reason": f"{pkg.repo} build/{i.variant}/{i.rel}: {self.reason}"}
 
 
+def _drop_if_empty(top: SafeDir, name: str) -> None:
+    """Remove the package folder ``name`` when it holds nothing but an empty ``blobs/`` (a run that
+    failed before any of its files arrived); a link or anything in it keeps it."""
+    try:
+        folder = top.child(name)
+    except (OSError, UnsafePath):
+        return
+    if folder is None:
+        return
+    with folder:
+        folder.rmdir("blobs")
+    top.rmdir(name)
+
+
 def _write_if_changed(folder: SafeDir, name: str, text: str, tmp: SafeDir) -> None:
     if folder.read_bytes(name) == text.encode("utf-8"):  # a link reads as absent: it is replaced
         return
@@ -822,6 +836,9 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
         hardware = Hardware.detect()
     chosen, skipped = select_for_mirror(lock, variants=variants, all_variants=all_variants, hardware=hardware,
                                         machines=machines, cells=cells)
+    from .objstore import StoreUnavailable  # noqa: PLC0415
+
+    gone = None
     with _mirror_errors(dest):
         top = SafeDir.root(dest, create=True)  # after the selection: a refused one writes nothing
         owner = None
@@ -833,20 +850,32 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
             run.report.dir = str(dest)
             run.report.skipped = skipped
             run.report.cleaned["temp"] += sweep_temp(top, keep=owner.id)  # space first: what killed runs left
-            for repo, vs in chosen.items():
-                run.package(lock.packages[repo], vs)
-            if lock.release and source is None:  # a Hub release's files (frt_dist.release), carried as packages are
+            try:
+                for repo, vs in chosen.items():
+                    run.package(lock.packages[repo], vs)
+            except StoreUnavailable as exc:  # the store went away (past its bounded retries): say what stays
+                gone = exc
+            if lock.release and source is None and gone is None:  # a Hub release's files (frt_dist.release)
                 from .release import mirror_files  # noqa: PLC0415
 
                 run.problems += mirror_files(lock, top, owner.tmp, progress=progress)
         finally:
             if owner is not None:
                 owner.close()
+            for repo in chosen:  # a package folder this run made and could fill nothing into goes
+                _drop_if_empty(top, repo_folder(repo))
             cleaned = sweep_temp(top), sweep_locks(top)  # also after a refusal: what this run made goes
             top.rmdir(TMP)  # only when empty
             top.close()
         run.report.cleaned["temp"] += cleaned[0]
         run.report.cleaned["locks"] += cleaned[1]
+    if gone is not None:
+        total = len({item.object_key for repo, vs in chosen.items() for v in vs
+                     for item in _items(lock.packages[repo], v)})
+        done = run.report.fetched + run.report.present
+        raise StoreUnavailable(f"{gone} ({done} of {total} file(s) verified in {dest} so far)",
+                               hints=[*(gone.hints or []), "run the same `frt mirror DIR --from URL` again once the "
+                                      "store answers: it resumes, fetching only the files not yet verified"])
     if run.problems:
         raise KernelUnavailable(f"mirror {dest}: {len(run.problems)} file(s) could not be supplied:\n  "
                                 + "\n  ".join(p["reason"] for p in run.problems), reasons=run.problems,

@@ -38,9 +38,17 @@ the location and key, never a credential.
 Configuration is the standard AWS chain, read by botocore itself: ``AWS_ENDPOINT_URL`` (an
 ``http://`` endpoint is used as given), ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
 ``AWS_SESSION_TOKEN``, ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_PROFILE`` with the shared
-config and credentials files. ``FRT_STORE_ATTEMPTS`` (default 4) caps the attempts per request and
-``FRT_STORE_TIMEOUT`` (seconds, default 20) the connect and read timeouts. boto3 is imported only
-when a URL is used (the ``fleet`` extra); locking and resolving never import it.
+config and credentials files. ``FRT_STORE_ATTEMPTS`` (default 4) caps the attempts per request,
+``FRT_STORE_TIMEOUT`` (seconds, default 20) the connect and read timeouts, and ``FRT_STORE_DEADLINE``
+(seconds, default 600) each whole transfer, retries and resumes included (a server that sends a byte
+just inside every read timeout is stopped there). boto3 is imported only when a URL is used (the
+``fleet`` extra); locking and resolving never import it.
+
+A store cannot lead a client elsewhere: boto3 follows no redirect at an endpoint that is not AWS
+(``_harden``), obstore (which follows one, without the ``Authorization`` header but with
+``X-Amz-Security-Token``) does not read when a session token is set; a listing that does not end
+is refused; a 200 that is not XML is named as such; an endpoint URL with a user name or password
+in it is refused, never shown (``endpoint_problem``).
 
 Readers (``open_store(url, reading=True)``: a node's load, ``frt mirror DIR --from``) get
 ``ObstoreS3Reader`` instead when the environment alone configures the store (``read_client_why``
@@ -64,7 +72,7 @@ from .errors import FrtError, UsageError
 __all__ = ["Location", "parse_location", "is_url", "open_store", "ObjectStore", "S3Store", "FileStore",
            "ObstoreS3Reader", "read_client", "read_client_why",
            "StoreAccess", "StoreUnavailable", "ObjectMissing", "object_key", "locked_file_key", "lock_key", "receipt_key",
-           "digest_from_object_key", "store_config"]
+           "digest_from_object_key", "store_config", "endpoint_problem", "check_endpoint", "StoreInfo"]
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$")
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
@@ -218,7 +226,53 @@ def store_config() -> dict:
             raise UsageError(f"{name}={raw!r}: expected a positive number")
         return v
 
-    return {"attempts": num("FRT_STORE_ATTEMPTS", 4, int), "timeout": num("FRT_STORE_TIMEOUT", 20.0, float)}
+    return {"attempts": num("FRT_STORE_ATTEMPTS", 4, int), "timeout": num("FRT_STORE_TIMEOUT", 20.0, float),
+            "deadline": num("FRT_STORE_DEADLINE", 600.0, float)}
+
+
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
+_ENDPOINT_NETLOC = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*\.?|\[[0-9A-Fa-f:.]{{2,45}}\])(?::[0-9]{{1,5}})?")
+_ENDPOINT_PATH = re.compile(r"(?:/[A-Za-z0-9._~\-]*)*")
+_LIST_PAGES = 10_000  # 10 million keys at S3's 1000 a page: far past any store frt writes
+
+
+def endpoint_problem(url: str) -> str | None:
+    """Why an endpoint URL (``AWS_ENDPOINT_URL``) cannot be used, in words that never repeat it
+    (it may carry a password), or ``None``. Parsed as RFC 3986 reads it (``urllib.parse``): the
+    authority ends at the first ``/``, ``?`` or ``#``; a ``user[:password]@`` part, or any ``@``
+    (a password holding a ``/`` spills into the path), is refused: frt signs every request with the AWS key pair and sends nothing else, so a password
+    in the URL would only ever leak (into a Host header, a log, a message)."""
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    if "@" in url:  # userinfo, or a password with a '/', '?' or '#' in it that spilled into the path
+        return "it has a user name or password in it (user:...@host); frt neither sends nor shows it"
+    try:
+        parts = urlsplit(url)
+        host, _port = parts.hostname, parts.port  # .port raises on a port that is not a number
+    except ValueError:
+        return "it is not a URL (its host or port cannot be read)"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "it is not an http:// or https:// URL"
+    if not host:
+        return "it names no host"
+    if not _ENDPOINT_NETLOC.fullmatch(parts.netloc) or parts.query or parts.fragment \
+            or not _ENDPOINT_PATH.fullmatch(parts.path):
+        # a host name, an IPv4 address or a bracketed IPv6 one, an optional port, a plain path: what both
+        # clients read the same way (obstore's HTTP layer panics on some hosts urllib.parse takes: "h%20ost")
+        return "it is not a plain scheme://host[:port] URL (a host name or address, a port, a plain path)"
+    return None
+
+
+def check_endpoint() -> None:
+    """``StoreAccess`` (exit 2) when ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``) is set and
+    not a plain ``http(s)://host[:port]`` URL (``endpoint_problem``); the URL is never shown."""
+    for var in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        raw = os.environ.get(var)
+        why = endpoint_problem(raw) if raw else None
+        if why:
+            raise StoreAccess(f"{var} cannot be used: {why}",
+                              hints=[f"set {var} to scheme://host[:port] (e.g. http://minio.internal:9000) and the "
+                                     "credentials in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"])
 
 
 # ---------------------------------------------------------------------------
@@ -249,7 +303,16 @@ class ObjectStore:
             raise StoreUnavailable(f"{self.where(key)}: larger than {limit} bytes; not a file frt wrote there")
         return bytes(buf.data)
 
-    def put_file(self, key: str, path, *, progress: Callable[[int], None] | None = None) -> None:  # pragma: no cover
+    def stat(self, key: str) -> "StoreInfo | None":
+        """The object's size, and its SHA-256 when the store can vouch for it without a download
+        (``StoreInfo``); ``None`` when absent. This base form knows only the size."""
+        size = self.head(key)
+        return None if size is None else StoreInfo(size)
+
+    def put_file(self, key: str, path, *, progress: Callable[[int], None] | None = None,
+                 sha256: str | None = None) -> None:  # pragma: no cover
+        """``sha256``: the file's base64 SHA-256, when the caller knows it (a store that keeps
+        checksums stores it with the object and checks the upload against it)."""
         raise NotImplementedError
 
     def put_bytes(self, key: str, data: bytes) -> None:  # pragma: no cover - interface
@@ -299,6 +362,7 @@ def open_store(location, *, reading: bool = False) -> ObjectStore:
     environment alone configures it (``read_client``), else through boto3 as for writes."""
     loc = location if isinstance(location, Location) else parse_location(location)
     if loc.scheme == "s3":
+        check_endpoint()  # before any client reads it: a URL with a password in it is never used
         if reading and read_client() == "obstore":
             return ObstoreS3Reader(loc)
         return S3Store(loc)
@@ -352,6 +416,9 @@ class S3Store(ObjectStore):
                                     response_checksum_validation="when_required"))
         except Exception as exc:  # noqa: BLE001 - ProfileNotFound, a bad config file, a bad endpoint
             raise self._error(exc, "") from None
+        self.deadline = cfg["deadline"]
+        self._checksums = True  # False once the server refused a PUT's SHA-256 checksum (then size + download)
+        _harden(self.client)
 
     def _key(self, key: str) -> str:
         _check_key(key)
@@ -361,6 +428,11 @@ class S3Store(ObjectStore):
     def _error(self, exc: Exception, key: str, *, missing_ok: bool = False) -> FrtError:
         bex = self._bex
         where = self.where(key) if key else self.url
+        if isinstance(exc, FrtError):
+            raise exc  # ours (the caller's writer: a full disk), not the store's
+        transfer = getattr(_TLS, "transfer", None)
+        if isinstance(exc, _DeadlinePassed) or (transfer is not None and transfer.expired):
+            return _deadline_error(where, self.deadline)
         if isinstance(exc, (bex.NoCredentialsError, bex.PartialCredentialsError)):
             return StoreAccess(f"{where}: no credentials for the object store", hints=list(_CRED_HINTS))
         if isinstance(exc, bex.ProfileNotFound):
@@ -372,6 +444,10 @@ class S3Store(ObjectStore):
             status = int((exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
             if code in _ACCESS_CODES or status == 403:
                 return StoreAccess(f"{where}: access denied ({code or status})", hints=list(_CRED_HINTS))
+            if 300 <= status < 400 or code in _REDIRECT_CODES:
+                return _redirect_error(where, status, code)
+            if status == 500 and getattr(_TLS, "malformed", False):
+                return _malformed_error(where, self.attempts)
             if code == "NoSuchBucket":
                 return StoreAccess(f"{self.url}: no such bucket {self.loc.bucket!r}",
                                    hints=["check the bucket name and AWS_ENDPOINT_URL / AWS_REGION"])
@@ -412,12 +488,14 @@ class S3Store(ObjectStore):
             return False
 
     def _call(self, fn, key: str, **kw):
-        try:
-            return fn(**kw)
-        except FrtError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - mapped; unknown ones re-raised by _error
-            raise _no_such_bucket(self, self._error(exc, key)) from None
+        with _deadline(self.deadline):  # one request and its retries (inside a get: the get's own)
+            _TLS.malformed = False
+            try:
+                return fn(**kw)
+            except FrtError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - mapped; unknown ones re-raised by _error
+                raise _no_such_bucket(self, self._error(exc, key)) from None
 
     # -- verbs ------------------------------------------------------------------
     def head(self, key: str) -> int | None:
@@ -427,9 +505,27 @@ class S3Store(ObjectStore):
             return None
         return int(r["ContentLength"])
 
+    def stat(self, key: str) -> "StoreInfo | None":
+        """HEAD with ``ChecksumMode=ENABLED``: the size, and the object's full SHA-256 when the server
+        keeps one (an object frt put with its checksum; not a multipart object's checksum of part
+        checksums, and not on a server that ignores the header)."""
+        try:
+            r = self._call(self.client.head_object, key, Bucket=self.loc.bucket, Key=self._key(key),
+                           ChecksumMode="ENABLED")
+        except ObjectMissing:
+            return None
+        sha = r.get("ChecksumSHA256")
+        full = isinstance(sha, str) and "-" not in sha and r.get("ChecksumType", "FULL_OBJECT") == "FULL_OBJECT"
+        return StoreInfo(int(r["ContentLength"]), sha if full else None)
+
     def get(self, key, out, *, limit=None, progress=None) -> int:
         """A stream cut mid-way resumes where it stopped (a ranged GET of the same ETag), within
-        the attempt cap: ``out`` only ever receives each byte once, in order."""
+        the attempt cap: ``out`` only ever receives each byte once, in order. The whole transfer,
+        resumes included, ends within FRT_STORE_DEADLINE (``_deadline``)."""
+        with _deadline(self.deadline):
+            return self._get(key, out, limit=limit, progress=progress)
+
+    def _get(self, key, out, *, limit=None, progress=None) -> int:
         n, etag = 0, None
         for attempt in range(self.attempts):
             kw = {"Range": f"bytes={n}-"} if n else {}
@@ -451,37 +547,71 @@ class S3Store(ObjectStore):
             except Exception as exc:  # noqa: BLE001 - a stream cut mid-way: resume from byte n
                 body.close()
                 err = self._error(exc, key)
-                if attempt + 1 >= self.attempts or not isinstance(err, StoreUnavailable):
+                if attempt + 1 >= self.attempts or not isinstance(err, StoreUnavailable) or _TLS.transfer.expired:
                     raise err from None
         raise StoreUnavailable(f"{self.where(key)}: could not be read")  # pragma: no cover
 
-    def put_file(self, key, path, *, progress=None) -> None:
+    def put_file(self, key, path, *, progress=None, sha256: str | None = None) -> None:
+        """One PUT (with ``sha256``, the base64 SHA-256 of the file, as its checksum: the server
+        checks the bytes it got against it and keeps it for ``stat``) up to 5 GiB; a multipart
+        upload above (16 MiB parts). In the calling thread, so its deadline holds."""
+        size = os.path.getsize(path)
+        if size < _MULTIPART:
+            with open(path, "rb") as body:
+                self._put_object(key, body, sha256)
+            if progress:
+                progress(size)
+            return
         from boto3.s3.transfer import TransferConfig  # noqa: PLC0415
 
-        tc = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=16 << 20, max_concurrency=4,
-                            use_threads=True)
+        tc = TransferConfig(multipart_threshold=_MULTIPART, multipart_chunksize=16 << 20, use_threads=False)
+        extra = {"ChecksumAlgorithm": "SHA256"} if self._checksums else {}
         self._call(self.client.upload_file, key, Filename=str(path), Bucket=self.loc.bucket, Key=self._key(key),
-                   Config=tc, Callback=progress)
+                   Config=tc, Callback=progress, ExtraArgs=extra)
 
     def put_bytes(self, key, data: bytes) -> None:
-        self._call(self.client.put_object, key, Bucket=self.loc.bucket, Key=self._key(key), Body=bytes(data))
+        import base64  # noqa: PLC0415
+        import hashlib  # noqa: PLC0415
+
+        data = bytes(data)
+        self._put_object(key, data, base64.b64encode(hashlib.sha256(data).digest()).decode("ascii"))
+
+    def _put_object(self, key, body, sha256: str | None) -> None:
+        kw = {"Bucket": self.loc.bucket, "Key": self._key(key), "Body": body}
+        if sha256 and self._checksums:
+            try:
+                return self._call(self.client.put_object, key, ChecksumAlgorithm="SHA256", ChecksumSHA256=sha256, **kw)
+            except StoreUnavailable as exc:  # an S3-API server that does not take checksums: once more without
+                if not any(c in str(exc) for c in _NO_CHECKSUM_CODES):
+                    raise
+                self._checksums = False
+                if hasattr(body, "seek"):
+                    body.seek(0)
+        self._call(self.client.put_object, key, **kw)
 
     def list(self, prefix: str) -> list[tuple[str, int]]:
+        """Every key under ``prefix``, page by page. A listing that does not end (a continuation
+        token seen before, none where one is due, more than ``_LIST_PAGES`` pages) is refused."""
         full = self._key(prefix.rstrip("/")) + "/"
         out = []
-        token = None
-        while True:
-            kw = {"Bucket": self.loc.bucket, "Prefix": full}
-            if token:
-                kw["ContinuationToken"] = token
-            r = self._call(self.client.list_objects_v2, prefix, **kw)
-            for obj in r.get("Contents", []) or []:
-                rel = obj["Key"][len(self.loc.prefix) + 1:] if self.loc.prefix else obj["Key"]
-                out.append((rel, int(obj.get("Size", 0))))
-            if not r.get("IsTruncated"):
-                break
-            token = r.get("NextContinuationToken")
-        return sorted(out)
+        token, tokens = None, set()
+        with _deadline(self.deadline):
+            for page in range(1, _LIST_PAGES + 1):
+                kw = {"Bucket": self.loc.bucket, "Prefix": full}
+                if token:
+                    kw["ContinuationToken"] = token
+                r = self._call(self.client.list_objects_v2, prefix, **kw)
+                for obj in r.get("Contents", []) or []:
+                    rel = obj["Key"][len(self.loc.prefix) + 1:] if self.loc.prefix else obj["Key"]
+                    out.append((rel, int(obj.get("Size", 0))))
+                if not r.get("IsTruncated"):
+                    return sorted(out)
+                token = r.get("NextContinuationToken")
+                if not token or token in tokens:
+                    raise _endless_listing(self.where(prefix), page, "gave a continuation token it had given before"
+                                           if token else "is truncated but gives no continuation token")
+                tokens.add(token)
+        raise _endless_listing(self.where(prefix), _LIST_PAGES, f"is longer than {_LIST_PAGES} pages")
 
     def close(self) -> None:
         try:
@@ -518,6 +648,195 @@ def _scrub(text: str) -> str:
         if v and len(v) >= 4:
             text = text.replace(v, "***")
     return text
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """What ``stat`` says of an object: its size, and the base64 SHA-256 of its bytes when the
+    store keeps a full-object checksum for it (``None``: it cannot tell without a download)."""
+
+    size: int
+    sha256: str | None = None
+
+
+# one PUT carries up to 5 GiB on S3: every file frt publishes below that goes as one, so the server
+# keeps its full-object SHA-256 (a multipart object's checksum is a checksum of its parts' checksums,
+# which says nothing of the whole without a download); larger ones go multipart
+_MULTIPART = 5 << 30
+_REDIRECT_CODES = {"PermanentRedirect", "TemporaryRedirect", "Redirect", "301", "302", "303", "307", "308"}
+_NO_CHECKSUM_CODES = ("NotImplemented", "InvalidRequest", "InvalidArgument", "(501)")
+
+
+def _redirect_error(where: str, status: int, code: str) -> FrtError:
+    what = " ".join(dict.fromkeys(x for x in (str(status or ""), code) if x))
+    return StoreAccess(f"{where}: the endpoint answered with a redirect ({what}); "
+                       "frt follows no redirect from a store (its credentials would go along)",
+                       hints=["point AWS_ENDPOINT_URL at the store itself, and AWS_REGION at the bucket's region"])
+
+
+def _malformed_error(where: str, attempts: int) -> FrtError:
+    return StoreUnavailable(f"{where}: the server answered 200 with a body that is not S3's XML (a malformed "
+                            f"answer), through {attempts} attempt(s)",
+                            hints=["AWS_ENDPOINT_URL may not be an S3-API server, or something between "
+                                   "rewrites its answers; check the endpoint"])
+
+
+def _endless_listing(where: str, pages: int, why: str) -> FrtError:
+    return StoreUnavailable(f"{where}: the server's listing {why} (page {pages}); a listing that does not end is "
+                            "refused", hints=["the store's server is misbehaving; check AWS_ENDPOINT_URL"])
+
+
+def _deadline_error(where: str, deadline: float) -> FrtError:
+    return StoreUnavailable(f"{where}: the transfer took longer than FRT_STORE_DEADLINE={deadline:g}s (its retries "
+                            "included) and was stopped; nothing of it is used",
+                            hints=["the endpoint is too slow or sends its bytes a few at a time; check "
+                                   "AWS_ENDPOINT_URL and the network (FRT_STORE_DEADLINE raises the limit for a "
+                                   "slow link and large files)"])
+
+
+# -- the boto3 client's hardening: an overall deadline, no redirects, malformed answers named --------
+
+_TLS = threading.local()  # .transfer: the running _Transfer of this thread; .malformed: the last answer was not XML
+
+
+class _DeadlinePassed(Exception):
+    """Raised before a request is sent when its transfer's deadline has passed (not retried)."""
+
+
+class _Transfer:
+    """One transfer's overall deadline (a timer thread: no clock is read, so a load still never
+    measures). On the obstore path it only marks the transfer expired (obstore's own total timeout
+    ends the request); on the boto3 path it does more. botocore's timeouts bound each socket
+    read, so a server that sends a byte just inside each of them keeps a transfer going for ever.
+    Every connection the thread sends a request on while the transfer runs is recorded (the pool
+    classes of ``_harden``); when the deadline passes, a watcher thread shuts those sockets down
+    (a read blocked in them returns at once) and any request not yet sent is refused before it
+    goes (the ``before-send`` hook), so the call ends with ``_DeadlinePassed`` or a broken read."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.expired = seconds, False
+        self.expiry = threading.Event()  # set when the deadline passes
+        self._conns: list = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+
+    def add(self, conn) -> None:
+        with self._lock:
+            if conn not in self._conns:
+                self._conns.append(conn)
+
+    def _watch(self) -> None:
+        import socket  # noqa: PLC0415
+
+        if self._done.wait(self.seconds):
+            return
+        self.expired = True
+        self.expiry.set()
+        while True:  # again until the transfer gives up: a connection made meanwhile is shut too
+            with self._lock:
+                conns = list(self._conns)
+            for conn in conns:
+                sock = getattr(conn, "sock", None)
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+            if self._done.wait(0.1):
+                return
+
+
+class _deadline:  # noqa: N801 - a context manager used like a function
+    """``with _deadline(s):`` runs the block as one transfer (nested blocks join the outer one)."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.mine = seconds, None
+
+    def __enter__(self) -> _Transfer:
+        outer = getattr(_TLS, "transfer", None)
+        if outer is not None:
+            return outer
+        self.mine = _TLS.transfer = _Transfer(self.seconds)
+        threading.Thread(target=self.mine._watch, daemon=True, name="frt-store-deadline").start()
+        return self.mine
+
+    def __exit__(self, *exc) -> None:
+        if self.mine is not None:
+            self.mine._done.set()
+            _TLS.transfer = None
+
+
+def _tracking_pools() -> tuple:
+    from botocore import awsrequest  # noqa: PLC0415
+
+    def tracked(base):
+        class Tracked(base):
+            def request(self, *a, **kw):
+                transfer = getattr(_TLS, "transfer", None)
+                if transfer is not None:
+                    transfer.add(self)
+                return super().request(*a, **kw)
+
+        return Tracked
+
+    class HTTPPool(awsrequest.AWSHTTPConnectionPool):
+        ConnectionCls = tracked(awsrequest.AWSHTTPConnection)
+
+    class HTTPSPool(awsrequest.AWSHTTPSConnectionPool):
+        ConnectionCls = tracked(awsrequest.AWSHTTPSConnection)
+
+    return HTTPPool, HTTPSPool
+
+
+def _refuse_past_deadline(**kw) -> None:
+    transfer = getattr(_TLS, "transfer", None)
+    if transfer is not None and transfer.expired:
+        raise _DeadlinePassed()
+
+
+def _no_region_redirect(context=None, **kw) -> None:
+    # botocore's S3 region redirector re-sends a request that got a 301/307 to the bucket's "real"
+    # region; at an endpoint that is not AWS that is a request to wherever the answer pointed, and a
+    # second redirect there makes it recurse until Python's stack runs out. Marked as done already.
+    if context is not None and isinstance(context.get("s3_redirect"), dict):
+        context["s3_redirect"]["redirected"] = True
+
+
+def _s3_200_error(operation_model, response_dict, **kw) -> None:
+    # botocore's own handler (S3 can answer 200 with an <Error> body: turned into a 500, retried), and
+    # a note of whether the body was no XML at all, so the error can say so instead of "500"
+    from botocore import handlers  # noqa: PLC0415
+
+    before = response_dict.get("status_code") if response_dict else None
+    handlers._handle_200_error(operation_model, response_dict, **kw)
+    if before == 200 and response_dict.get("status_code") == 500:
+        import xml.etree.ElementTree as ET  # noqa: PLC0415
+
+        try:
+            ET.fromstring(response_dict.get("body") or b"")
+            _TLS.malformed = False
+        except ET.ParseError:
+            _TLS.malformed = True
+
+
+def _harden(client) -> None:
+    """Our hooks on a botocore S3 client (each one optional: a botocore without the attribute keeps
+    its own behaviour, and the deadline then holds between requests only)."""
+    from botocore import handlers  # noqa: PLC0415
+
+    events = client.meta.events
+    pools = getattr(getattr(client._endpoint, "http_session", None), "_pool_classes_by_scheme", None)
+    if isinstance(pools, dict):  # the pool manager holds this same dict: new pools use ours
+        pools["http"], pools["https"] = _tracking_pools()
+    events.register("before-send.s3", _refuse_past_deadline)
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    host = (urlsplit(client.meta.endpoint_url).hostname or "").lower()
+    if not (host.endswith(".amazonaws.com") or host.endswith(".amazonaws.com.cn")):
+        events.register_last("before-call.s3", _no_region_redirect)
+    if hasattr(handlers, "_handle_200_error"):
+        events.unregister("before-parse.s3.*", handlers._handle_200_error)
+        events.register_first("before-parse.s3.*", _s3_200_error)
 
 
 # ---------------------------------------------------------------------------
@@ -559,8 +878,9 @@ def read_client_why() -> tuple[str, str]:
     it means exactly what boto3 would make of it: ``FRT_STORE_CLIENT`` is unset or ``auto``,
     obstore is installed, ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` are set, ``AWS_PROFILE``
     is not, no other ``AWS_*`` variable but those in ``_OBSTORE_ENV`` is set, the AWS config file
-    (``AWS_CONFIG_FILE`` or ``~/.aws/config``) has no ``[default]`` settings, ``AWS_ENDPOINT_URL``
-    (when set) carries no ``user@``, a region is set when no endpoint is, and this process is not a
+    (``AWS_CONFIG_FILE`` or ``~/.aws/config``) has no ``[default]`` settings, ``AWS_SESSION_TOKEN``
+    is not set (obstore would carry it along a redirect to another host), ``AWS_ENDPOINT_URL`` (when
+    set) is a plain URL, a region is set when no endpoint is, and this process is not a
     fork of one that has used obstore (``_after_fork_in_child``). Otherwise boto3
     (profiles, SSO, roles, instance credentials, config-file settings: boto3's own chain)."""
     env = os.environ
@@ -576,8 +896,12 @@ def read_client_why() -> tuple[str, str]:
         return "boto3", f"{other[0]} is set (boto3 reads it; obstore would not read it the same way)"
     if not (env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY")):
         return "boto3", "no key pair in the environment (boto3's credential chain finds one)"
+    if env.get("AWS_SESSION_TOKEN"):
+        # obstore's HTTP client follows a redirect to another host, and drops the Authorization header
+        # there but not X-Amz-Security-Token: boto3 follows none (tests/test_store_hostile.py)
+        return "boto3", "AWS_SESSION_TOKEN is set (obstore would send it along a redirect to another host)"
     endpoint = env.get("AWS_ENDPOINT_URL") or ""
-    if endpoint and ("@" in endpoint.split("://", 1)[-1].split("/", 1)[0] or "://" not in endpoint):
+    if endpoint and endpoint_problem(endpoint):
         return "boto3", "AWS_ENDPOINT_URL is not a plain scheme://host[:port] URL"
     if not endpoint and not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
         return "boto3", "AWS without a region (boto3 follows the bucket's region redirect)"
@@ -613,10 +937,11 @@ class ObstoreS3Reader(ObjectStore):
     bench/RESULTS.md). Configured only from our own reading of the environment (``read_client_why``
     says when): endpoint (path-style, as botocore addresses a custom endpoint; virtual-hosted on AWS
     for a bucket without dots, as botocore does), region (``AWS_REGION``, else ``AWS_DEFAULT_REGION``,
-    else us-east-1 with an endpoint), the key pair and session token, ``http://`` allowed when the
-    endpoint says so. ``FRT_STORE_ATTEMPTS`` caps the attempts (obstore retries 5xx, timeouts and
+    else us-east-1 with an endpoint), the key pair (never a session token: ``read_client_why``),
+    ``http://`` allowed when the endpoint says so. ``FRT_STORE_ATTEMPTS`` caps the attempts (obstore retries 5xx, timeouts and
     dropped connections itself, max_retries = attempts - 1), ``FRT_STORE_TIMEOUT`` is the connect
-    timeout and the timeout of every read (a stall). Errors are the same frt errors as ``S3Store``'s;
+    timeout and the timeout of every read (a stall), ``FRT_STORE_DEADLINE`` the whole of each request
+    and the time after which no retry starts. Errors are the same frt errors as ``S3Store``'s;
     obstore's own messages (which name the endpoint) are never shown."""
 
     def __init__(self, loc: Location):
@@ -628,15 +953,16 @@ class ObstoreS3Reader(ObjectStore):
         self.loc, self.url, self._ob = loc, loc.url, obstore
         _OBSTORE["used"] = True  # from here a forked child reads with boto3 (_after_fork_in_child)
         cfg = store_config()
-        self.attempts, self.timeout = cfg["attempts"], cfg["timeout"]
+        self.attempts, self.timeout, self.deadline = cfg["attempts"], cfg["timeout"], cfg["deadline"]
         self._checked_bucket = False
         self._lock = threading.Lock()
         env = os.environ
         self.endpoint = (env.get("AWS_ENDPOINT_URL") or "").rstrip("/")
         kw = {"access_key_id": env["AWS_ACCESS_KEY_ID"], "secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
               "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"}
-        if env.get("AWS_SESSION_TOKEN"):
-            kw["token"] = env["AWS_SESSION_TOKEN"]
+        if env.get("AWS_SESSION_TOKEN"):  # obstore's client would send it along a redirect to another host
+            raise UsageError("AWS_SESSION_TOKEN is set: the obstore reader is not used with a session token "
+                             "(read_client_why); boto3 reads")
         if self.endpoint:
             kw["endpoint"], kw["virtual_hosted_style_request"] = self.endpoint, False
         else:
@@ -647,10 +973,13 @@ class ObstoreS3Reader(ObjectStore):
                 loc.bucket,
                 client_options={"allow_http": self.endpoint.lower().startswith("http://"), "connect_timeout": t,
                                 "read_timeout": t,
-                                # no cap on a whole transfer (a big object on a slow link); a stall is read_timeout
-                                "timeout": timedelta(days=1)},
+                                # one request, its body included, ends a second past the deadline (our
+                                # timer marks the transfer expired first), and no retry starts after the
+                                # deadline (retry_timeout): the whole transfer ends about then
+                                "timeout": timedelta(seconds=self.deadline + 1)},
                 retry_config={"max_retries": self.attempts - 1,
-                              "retry_timeout": timedelta(seconds=self.attempts * (2 * self.timeout + 10)),
+                              "retry_timeout": timedelta(seconds=min(self.deadline,
+                                                                     self.attempts * (2 * self.timeout + 10))),
                               "backoff": {"init_backoff": timedelta(milliseconds=100),
                                           "max_backoff": timedelta(seconds=5), "base": 2}},
                 **kw)
@@ -682,6 +1011,8 @@ class ObstoreS3Reader(ObjectStore):
             return ObjectMissing(f"{where}: no such object", key=key)
         if isinstance(exc, (oex.PreconditionError, oex.NotModifiedError)) or status == 412:
             return StoreUnavailable(f"{where}: the object was replaced while it was read; try again")
+        if "invalid list response" in text.lower() or "InvalidXml" in text or "Deserialize" in text:
+            return _malformed_error(where, self.attempts)
         if status >= 500:
             return StoreUnavailable(f"{where}: the server answered {status} {code} through {self.attempts} "
                                     "attempt(s)", hints=["the store is failing; try again later (FRT_STORE_ATTEMPTS "
@@ -728,10 +1059,16 @@ class ObstoreS3Reader(ObjectStore):
         the next byte, counted against the same ``max_retries``: FRT_STORE_ATTEMPTS bounds the
         requests in all), so ``out`` receives each byte once, in order; past the attempts it is a
         ``StoreUnavailable`` and the caller discards what it wrote."""
+        with _deadline(self.deadline) as transfer:  # a timer, not a clock read: loading never measures
+            return self._get(key, out, limit, progress, transfer)
+
+    def _get(self, key, out, limit, progress, transfer) -> int:
         try:
             r = self._ob.get(self.store, self._key(key))
             it = iter(r.stream(min_chunk_size=_CHUNK))
         except Exception as exc:  # noqa: BLE001 - mapped
+            if transfer.expired:
+                raise _deadline_error(self.where(key), self.deadline) from None
             self._raise(exc, key)
         n = 0
         while True:
@@ -740,7 +1077,13 @@ class ObstoreS3Reader(ObjectStore):
             except StopIteration:
                 return n
             except Exception as exc:  # noqa: BLE001 - the stream failed past obstore's retries
+                if transfer.expired or ("Timeout" in str(exc) and transfer.expiry.wait(2)):
+                    # obstore's own total timeout (just past the deadline) ended it; a timer thread
+                    # held up on a loaded machine is given two seconds to say so
+                    raise _deadline_error(self.where(key), self.deadline) from None
                 raise self._error(exc, key) from None
+            if transfer.expired:
+                raise _deadline_error(self.where(key), self.deadline)
             size = len(chunk)
             if limit is not None and n + size > limit:
                 out.write(memoryview(chunk)[: limit + 1 - n])
@@ -751,19 +1094,36 @@ class ObstoreS3Reader(ObjectStore):
                 progress(size)
 
     def list(self, prefix: str) -> list[tuple[str, int]]:
+        """Every key under ``prefix`` (obstore pages through the listing itself). A listing that does
+        not end is refused: a page of keys all seen before (a continuation token that leads back),
+        more than ``_LIST_PAGES`` pages, or past FRT_STORE_DEADLINE."""
         full = self._key(prefix.rstrip("/"))
-        out = []
+        out, seen = [], set()
+        with _deadline(self.deadline) as transfer:
+            return self._list(prefix, full, out, seen, transfer)
+
+    def _list(self, prefix, full, out, seen, transfer) -> list[tuple[str, int]]:
         try:
-            for batch in self._ob.list(self.store, prefix=full):
-                for meta in batch:
-                    path = str(meta["path"])
+            for page, batch in enumerate(self._ob.list(self.store, prefix=full), 1):
+                paths = [str(meta["path"]) for meta in batch]
+                if paths and (len(set(paths)) < len(paths) or seen.issuperset(paths)):
+                    raise _endless_listing(self.where(prefix), page, "repeats a page it gave before (a continuation "
+                                                                     "token that leads back)")
+                if page > _LIST_PAGES:
+                    raise _endless_listing(self.where(prefix), page, f"is longer than {_LIST_PAGES} pages")
+                if transfer.expired:
+                    raise _deadline_error(self.where(prefix), self.deadline)
+                seen.update(paths)
+                for meta, path in zip(batch, paths):
                     rel = path[len(self.loc.prefix) + 1:] if self.loc.prefix else path
                     out.append((rel, int(meta["size"])))
+        except FrtError:
+            raise
         except Exception as exc:  # noqa: BLE001 - mapped
             self._raise(exc, prefix)
         return sorted(out)
 
-    def put_file(self, key, path, *, progress=None) -> None:
+    def put_file(self, key, path, *, progress=None, sha256=None) -> None:
         raise UsageError(f"{self.where(key)}: this store was opened for reading")
 
     def put_bytes(self, key, data) -> None:
@@ -855,7 +1215,7 @@ class FileStore(ObjectStore):
             finally:
                 folder.unlink(tmp)
 
-    def put_file(self, key, path, *, progress=None) -> None:
+    def put_file(self, key, path, *, progress=None, sha256=None) -> None:
         def write(w):
             with open(path, "rb") as fi:
                 while chunk := fi.read(_CHUNK):

@@ -129,6 +129,9 @@ class FaultProxy:
         # called after a cut's half body is sent, before the connection drops (the client has not yet resumed)
         self.on_cut = None
         self.kill_at, self.kill_after = 0, False
+        # go away at the ``gone_at``-th request (1-based): it gets no answer, and the proxy stops listening
+        # (every later connect is refused), as a store that goes down mid-run
+        self.gone_at = 0
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -148,6 +151,11 @@ class FaultProxy:
                     kill = proxy.kill_pid is not None and len(proxy.log) == proxy.kill_at
                 if kill and not proxy.kill_after:
                     proxy._kill()
+                    return
+                if proxy.gone_at and len(proxy.log) >= proxy.gone_at:
+                    if len(proxy.log) == proxy.gone_at:
+                        threading.Thread(target=proxy.stop, daemon=True).start()
+                    self.close_connection = True
                     return
                 if proxy.mode == "stall":
                     time.sleep(proxy.stall_s)

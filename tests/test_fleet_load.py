@@ -363,3 +363,85 @@ def test_no_such_bucket_is_exit_2_and_no_output_of_a_node_ever_shows_a_credentia
     for secret in (FAKE_SECRET, FAKE_KEY_ID):
         assert not any(secret in o for o in outputs), secret
         assert not any(secret.encode() in w for w in written), secret
+
+
+@pytest.mark.parametrize("client", ["auto", "boto3"])
+def test_a_full_verified_store_is_exit_2_naming_it_and_leaves_nothing(tmp_path, s3, bucket, monkeypatch, client):
+    """The verified store on a 1 MiB file system, a locked file of 2 MiB: exit 2 naming the store (a
+    fault of this machine, not of the object store: no hint to republish), nothing imported, no entry."""
+    import subprocess as sp
+
+    from factories import NORM_SRC, manifest_doc
+    from frt_dist.fleet import publish_lock
+    from frt_dist.loader.remote import VerifiedStoreFull
+    from frt_dist.objstore import open_store
+    from test_mirror_disk import _mount_tmpfs
+
+    full = tmp_path / "full"
+    _mount_tmpfs(full)
+    try:
+        monkeypatch.setenv("FRT_STORE_CLIENT", client)
+        monkeypatch.setenv("FRT_STORE", str(full / "store"))
+        tp = tiny_project(tmp_path, "bigproj", manifest=manifest_doc(), packages={
+            "scale": {"name": "scale", "module": {"__init__.py": "def scale(x, w):\n    return x * w\n",
+                                                  "weights.bin": os.urandom(2 << 20)}},
+            "norm": {"name": "norm", "source": NORM_SRC}})
+        lock = tp.lock(receipts=[("solo", "decode"), ("solo", "prefill")])
+        with open_store(f"s3://{bucket}/p") as store:
+            publish_lock(lock, store, all_variants=True, root=tp.root)
+        with pytest.raises(VerifiedStoreFull) as ei:
+            frt_dist.load("tiny", project=tp.root, hardware=CPU, mirror=f"s3://{bucket}/p")
+        text = str(ei.value) + " ".join(ei.value.hints)
+        assert ei.value.exit_code == 2 and f"verified store {full / 'store'}: cannot write: No space left" in str(ei.value)
+        assert "FRT_STORE" in text and "--repair" not in text and "republish" not in text
+        assert SCALE_ID not in sys.modules
+        assert [p.name for p in (full / "store").iterdir() if not p.name.startswith(".")] == []  # no entry
+    finally:
+        sp.run(["umount", str(full)], capture_output=True)
+
+
+@pytest.mark.parametrize("client", ["auto", "boto3"])
+def test_a_trickling_store_ends_the_load_within_the_deadline_and_frees_the_fetch_lock(solo, bucket, monkeypatch,
+                                                                                       client):
+    """An endpoint that sends one byte every 0.2 s (each read well inside FRT_STORE_TIMEOUT): the load
+    refuses within FRT_STORE_DEADLINE (2 s here; a generous multiple allowed for a loaded machine),
+    imports nothing, and the store's fetch lock is free again (another process could fetch at once)."""
+    import fcntl
+    import threading
+    import time
+
+    from hostile import Hostile
+
+    tp, _ = solo
+    monkeypatch.setenv("FRT_STORE_CLIENT", client)
+    monkeypatch.setenv("FRT_STORE_DEADLINE", "2")
+    monkeypatch.setenv("FRT_STORE_TIMEOUT", "2")
+    monkeypatch.setenv("FRT_STORE_ATTEMPTS", "2")
+    box = {}
+    with Hostile("trickle", body=b"z" * 100_000, every_s=0.2) as slow:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", slow.url)
+
+        def run():
+            t0 = time.monotonic()
+            try:
+                frt_dist.load("tiny", project=tp.root, hardware=CPU, mirror=f"s3://{bucket}/p")
+            except BaseException as exc:  # noqa: BLE001 - handed back
+                box["exc"] = exc
+            box["took"] = time.monotonic() - t0
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        th.join(60)
+        assert not th.is_alive(), "the load was still running after 60 s"
+    exc = box.get("exc")
+    assert isinstance(exc, KernelUnavailable), repr(exc)
+    assert "took longer than FRT_STORE_DEADLINE=2s" in str(exc) and exc.reasons[0]["kind"] == "store", str(exc)
+    assert box["took"] < 2 * 10, box["took"]
+    assert SCALE_ID not in sys.modules and not _store_entries()
+    root = Path(os.environ["XDG_CACHE_HOME"]) / "frt-dist" / "store"
+    for lock in root.glob(".fetch-*.lock"):
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: raises BlockingIOError if still held
+        finally:
+            os.close(fd)

@@ -44,7 +44,8 @@ def test_the_environment_alone_picks_obstore_and_anything_only_boto3_reads_picks
             try:
                 assert type(open_store(f"s3://{bucket}/p", reading=True)) is S3Store
             except StoreAccess as exc:  # boto3's own answer to a profile or role that is not there
-                assert "profile" in str(exc) or "no credentials" in str(exc), str(exc)
+                assert any(w in str(exc) for w in ("profile", "no credentials", "user name or password")), str(exc)
+                assert FAKE_KEY_ID not in str(exc)  # the endpoint's userinfo is never shown
 
     case("AWS_PROFILE is set", AWS_PROFILE="fleet")
     case("AWS_ROLE_ARN is set", AWS_ROLE_ARN="arn:aws:iam::1:role/r", AWS_WEB_IDENTITY_TOKEN_FILE="/t")
@@ -53,6 +54,7 @@ def test_the_environment_alone_picks_obstore_and_anything_only_boto3_reads_picks
     case("no key pair", AWS_ACCESS_KEY_ID="")
     case("not a plain scheme://host", AWS_ENDPOINT_URL=f"http://{FAKE_KEY_ID}@127.0.0.1:9")
     case("without a region", AWS_ENDPOINT_URL=None, AWS_DEFAULT_REGION=None)
+    case("AWS_SESSION_TOKEN is set", AWS_SESSION_TOKEN="tok")  # obstore would carry it along a redirect
     case("FRT_STORE_CLIENT=boto3", FRT_STORE_CLIENT="boto3")
     config.write_text("[default]\nregion = eu-west-1\n")
     case("has [default] settings", AWS_CONFIG_FILE=str(config))
@@ -61,11 +63,10 @@ def test_the_environment_alone_picks_obstore_and_anything_only_boto3_reads_picks
     with monkeypatch.context() as m:  # obstore not installed
         m.setitem(sys.modules, "obstore", None)
         case("obstore is not installed")
-    # what is fine for obstore: other profiles in the config file, no region with an endpoint, a token
+    # what is fine for obstore: other profiles in the config file, no region with an endpoint
     config.write_text("[profile other]\nregion = eu-west-1\n")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
     monkeypatch.delenv("AWS_DEFAULT_REGION")
-    monkeypatch.setenv("AWS_SESSION_TOKEN", "tok")
     assert read_client_why()[0] == "obstore"
     monkeypatch.setenv("FRT_STORE_CLIENT", "rust")
     with pytest.raises(UsageError) as bad:

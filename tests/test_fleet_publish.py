@@ -427,3 +427,100 @@ def test_ctrl_c_ends_promptly_with_130_and_publishes_no_lockfile(proj, tmp_path,
         assert not any(k.startswith("q/") for k in keys)
     else:
         assert not (tmp_path / "m" / "kernels--t-org--scale" / "refs").exists()
+
+
+def test_a_same_size_object_planted_before_the_first_publish_is_found_and_replaced(proj, tmp_path, s3, bucket):
+    """The size proves nothing: an object planted under a key before the first publish, with the
+    locked file's size, is replaced (one without a checksum is downloaded and hashed; one whose
+    SHA-256 checksum is another's is replaced without a download), the run says so, and the nodes
+    then take what the lockfile names. Present objects put with their checksum are checked by it,
+    with no GET; one put without a checksum (an older publish) is downloaded and hashed."""
+    tp, lock = proj
+    files = _locked_objects(tp, lock)
+    key_a, key_b = sorted(files)[:2]
+    c = s3.client()
+    for key, how in ((key_a, "plain"), (key_b, "checksum")):
+        fake = bytes(len(files[key]))  # same size, other bytes
+        kw = {"ChecksumAlgorithm": "SHA256"} if how == "checksum" else {}
+        c.put_object(Bucket=bucket, Key=f"p/{key}", Body=fake, **kw)
+    proxy = FaultProxy(s3.url).start()
+    try:
+        env = {"AWS_ENDPOINT_URL": proxy.url}
+        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu", "--json"], cwd=tp.root, env=env)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)["models"][0]
+        assert doc["uploaded"] == 4 and doc["present"] == 0
+        assert sorted(x["key"] for x in doc["replaced"]) == [key_a, key_b]
+        why = {x["key"]: x["reason"] for x in doc["replaced"]}
+        assert "downloaded and hashed" in why[key_a] and "checksum is not the locked file's" in why[key_b]
+        assert proxy.count("GET", key_a) == 1 and proxy.count("GET", key_b) == 0  # a checksum needs no download
+        assert {k.split("/", 1)[1]: v for k, v in _objects(s3, bucket).items() if "/sha256/" in k} == files
+
+        proxy.log.clear()  # again: every object is shown by its checksum, nothing is downloaded or sent
+        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+        assert r.returncode == 0, r.stderr
+        assert "0 object(s) uploaded, 4 already present (4 by the store's SHA-256 checksum, 0 downloaded and " \
+               "hashed)" in r.stdout, r.stdout
+        assert proxy.count("GET", "/sha256/") == 0 and proxy.count("PUT") == 1  # the lockfile
+
+        c.put_object(Bucket=bucket, Key=f"p/{key_a}", Body=files[key_a])  # the right bytes, no SHA-256 kept
+        proxy.log.clear()
+        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+        assert r.returncode == 0 and "4 already present (3 by the store's SHA-256 checksum, 1 downloaded" in r.stdout
+        assert proxy.count("GET", "/sha256/") == 1 and proxy.count("PUT") == 1
+    finally:
+        proxy.stop()
+    mirror = tmp_path / "node"
+    r = run_frt(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 0, r.stderr
+    assert verify_mirror(lock, mirror, variants=["torch-cpu"]) == []
+
+
+def test_a_file_store_checks_a_present_object_by_its_bytes(proj, tmp_path):
+    tp, lock = proj
+    store = tmp_path / "shared"
+    files = _locked_objects(tp, lock)
+    key = sorted(files)[0]
+    (store / key).parent.mkdir(parents=True)
+    (store / key).write_bytes(bytes(len(files[key])))  # planted, same size
+    r = run_frt(["mirror", f"file://{store}", "--variant", "torch-cpu", "--json"], cwd=tp.root)
+    assert r.returncode == 0, r.stderr
+    assert [x["key"] for x in json.loads(r.stdout)["models"][0]["replaced"]] == [key]
+    assert (store / key).read_bytes() == files[key]
+
+
+@pytest.mark.parametrize("client", ["auto", "boto3"])
+def test_a_store_that_goes_away_mid_sync_says_what_is_verified_and_a_rerun_resumes(proj, tmp_path, s3, bucket,
+                                                                                   monkeypatch, client):
+    """The endpoint stops answering at the third request of a sync (the first package's two files
+    are in): the run retries within FRT_STORE_ATTEMPTS, then exit 1 saying how many files are
+    verified and that a re-run resumes; the package that got nothing leaves no folder behind."""
+    from conftest import run_main
+
+    tp, lock = proj
+    r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
+    assert r.returncode == 0, r.stderr
+    proxy = FaultProxy(s3.url).start()
+    proxy.gone_at = 3
+    mirror = tmp_path / "node"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    monkeypatch.setenv("FRT_STORE_ATTEMPTS", "2")
+    monkeypatch.setenv("FRT_STORE_CLIENT", client)
+    try:
+        rc, out, err = run_main(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu",
+                                 "--project", str(tp.root)])
+    finally:
+        proxy.stop()
+    lines = err.splitlines()
+    assert rc == 1 and lines[0].startswith("error: "), err
+    assert "cannot connect to the endpoint" in lines[0] or "connection failed" in lines[0], lines[0]
+    assert f"(2 of 4 file(s) verified in {mirror} so far)" in lines[0], lines[0]
+    assert any("again" in ln and "it resumes" in ln for ln in lines if ln.startswith("hint: ")), err
+    folders = sorted(p.name for p in mirror.iterdir() if not p.name.startswith("."))
+    assert folders == ["kernels--t-org--norm"] or folders == ["kernels--t-org--scale"], folders  # none empty
+    assert all(any((mirror / f / "blobs").iterdir()) for f in folders)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.url)
+    rc, out, err = run_main(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu",
+                             "--project", str(tp.root)])
+    assert rc == 0 and "2 blob(s) fetched, 2 already present and verified" in out, (out, err)
+    assert verify_mirror(lock, mirror, variants=["torch-cpu"]) == []

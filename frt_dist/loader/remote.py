@@ -37,17 +37,38 @@ the location and key, never a credential.
 from __future__ import annotations
 
 import base64
+import errno
 import fcntl
 import hashlib
 import os
 import threading
 from pathlib import Path
 
-from ..errors import KernelUnavailable
+from ..errors import FrtError, KernelUnavailable
 from .integrity import METADATA, _problem, format_problems
-from .store import VARIANT, Entry, StoreUnusable, identity_of, open_store as open_verified_store
+from .store import STORE_ENV, VARIANT, Entry, StoreUnusable, identity_of, open_store as open_verified_store
 
-__all__ = ["fetch_variant", "location_of", "stats", "reset_stats"]
+__all__ = ["fetch_variant", "location_of", "stats", "reset_stats", "VerifiedStoreFull"]
+
+
+class VerifiedStoreFull(FrtError):
+    """The verified store's file system has no room (or quota) for what the lock names: bad input for
+    this machine (exit 2), naming the store; the partial entry is removed, nothing is imported. Not a
+    fault of the object store, so no republish would help."""
+
+    exit_code = 2
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _write_failed(exc: OSError, root: Path) -> FrtError:
+    if exc.errno in _FULL:
+        return VerifiedStoreFull(f"verified store {root}: cannot write: {exc.strerror or exc}",
+                                 hints=[f"free space on the file system that holds {root}, or point {STORE_ENV} at "
+                                        "a folder with room; nothing was imported, and the partial entry was "
+                                        "removed"])
+    return StoreUnusable(f"cannot write the verified store {root}: {exc.strerror or exc}")
 
 _WORKERS = 8
 _lock = threading.Lock()
@@ -154,7 +175,7 @@ def fetch_variant(want, url: str) -> tuple[Entry, bytes]:
             objects = _client(url)
             tmp = store.new_build(key)
             try:
-                problems = _fetch_all(want, objects, tmp / VARIANT)
+                problems = _fetch_all(want, objects, tmp / VARIANT, store.root)
             except BaseException:
                 store.discard(tmp)
                 raise
@@ -194,7 +215,7 @@ def identity_key(identity: dict) -> str:
     return _key(identity)
 
 
-def _fetch_all(want, objects, vdir: Path) -> list[dict]:
+def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict]:
     """Fetch every file of the variant into ``vdir`` (a fresh temporary entry), hashing each as
     it arrives; the problems (``check_variant_dir``'s form plus ``object``), empty when all match.
     ``StoreAccess`` (no credentials, denied, no bucket) is raised: it is no fault of one file."""
@@ -221,7 +242,7 @@ def _fetch_all(want, objects, vdir: Path) -> list[dict]:
             dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
         except OSError as exc:
-            raise StoreUnusable(f"cannot write the verified store: {exc.strerror or exc}") from None
+            raise _write_failed(exc, root or vdir) from None
 
         class _Into:
             @staticmethod
@@ -232,7 +253,7 @@ def _fetch_all(want, objects, vdir: Path) -> list[dict]:
                     try:
                         k = os.write(fd, view)
                     except OSError as exc:
-                        raise StoreUnusable(f"cannot write the verified store: {exc.strerror or exc}") from None
+                        raise _write_failed(exc, root or vdir) from None
                     view = view[k:]
 
         try:
@@ -266,7 +287,7 @@ def _fetch_all(want, objects, vdir: Path) -> list[dict]:
             for f in futures:
                 try:
                     results.append(f.result())
-                except (StoreAccess, StoreUnusable) as exc:
+                except (StoreAccess, StoreUnusable, VerifiedStoreFull) as exc:
                     errors.append(exc)
             if errors:
                 raise errors[0]
