@@ -965,11 +965,11 @@ def cmd_sign(args) -> int:
     any receipt is; each receipt is read and signed in turn, each ``.sig`` written atomically."""
     from .signing import load_private_key, sign_receipt, sign_receipts_sigstore  # noqa: PLC0415
 
-    args.receipts = _receipts_to_sign(args)
+    args.receipts, skipped = _receipts_to_sign(args)
     if args.sigstore:
         rows = [{"receipt": r, "signature": str(out), "digest": dig, "identity": who}
                 for r, (out, dig, who) in zip(args.receipts, sign_receipts_sigstore([Path(r) for r in args.receipts]))]
-        _emit(args, {"ok": True, "signed": rows},
+        _emit(args, {"ok": True, "signed": rows, "skipped": skipped},
               "\n".join(f"{x['signature']}: signed {short_digest(x['digest'])} as {x['identity']}" for x in rows))
         return 0
     key = load_private_key(args.key)
@@ -978,7 +978,7 @@ def cmd_sign(args) -> int:
         out, dig, kid = sign_receipt(Path(r), key)
         rows.append({"receipt": r, "signature": str(out), "digest": dig, "keyid": kid})
         lines.append(f"{out}: signed {short_digest(dig)} with key {kid}")
-    _emit(args, {"ok": True, "signed": rows}, "\n".join(lines))
+    _emit(args, {"ok": True, "signed": rows, "skipped": skipped}, "\n".join(lines))
     return 0
 
 
@@ -1063,10 +1063,11 @@ def cmd_qualify(args) -> int:
     return 1
 
 
-def _receipts_to_sign(args) -> list[str]:
+def _receipts_to_sign(args) -> tuple[list[str], list[dict]]:
     """``frt sign``'s RECEIPT arguments without the signature files a glob such as
     ``receipts/m/*`` also matches (``.sig``, ``.sigstore``) and the receipts re-qualifying kept
-    aside (``*.superseded-<hex>``): each is skipped with a ``note:``. Nothing left is exit 2."""
+    aside (``*.superseded-<hex>``): each is skipped with a ``note:``. Nothing left is exit 2.
+    Returns (the receipts to sign, ``[{"file", "reason"}]`` for each skipped)."""
     from .signing import BUNDLE_SUFFIX, SIG_SUFFIX  # noqa: PLC0415
 
     keep, skipped = [], []
@@ -1078,14 +1079,14 @@ def _receipts_to_sign(args) -> list[str]:
             skipped.append((r, "a receipt re-qualifying kept aside (frt lock does not read it)"))
         else:
             keep.append(r)
-    if not args.quiet and not args.json:
+    if keep and not args.quiet and not args.json:
         for r, why in skipped:
             print(f"note: skipped {r}: {why}", file=sys.stderr)
     if not keep:
         raise UsageError(f"no receipt to sign among the {len(args.receipts)} file(s) given: "
                          + "; ".join(f"{r}: {why}" for r, why in skipped[:3]) + (" ..." if len(skipped) > 3 else ""),
                          hints=["name the receipts (*.json): frt sign --key KEY receipts/MODEL/*.json"])
-    return keep
+    return keep, [{"file": r, "reason": why} for r, why in skipped]
 
 
 def _qualify_signing_check(project, lock, args, key):

@@ -23,6 +23,7 @@ from .lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockf
 from .manifest import Manifest, Package
 from .metadata import (MAX_METADATA_BYTES, PackageDigestMismatch, digest_mismatches, parse_variant_metadata, variant_file_digests,
                        with_computed_digests)
+from . import names
 from .project import Project
 from .publisher import BUNDLE
 from .receipt import STATES, CellKey, Receipt
@@ -615,7 +616,7 @@ def loss_hints(result: LockResult, project: Project) -> list[str]:
                            f"list its signer in [trust.receipts] of {mfile}; then frt lock")
             else:  # measured on other pins (an upgraded package), or not valid under the manifest now
                 out.append(requalify)
-        elif c.file and c.receipt:
+        elif c.file and c.receipt and not names.problem("path", c.file):  # (a name from the old lock: checked)
             kept = superseded_path(project.root / c.file, c.receipt)
             if kept.is_file():
                 out.append(f"re-qualifying kept the previous receipt as {project.rel(kept)}: to publish it again, "
