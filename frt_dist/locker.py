@@ -28,7 +28,7 @@ from .project import Project
 from .publisher import BUNDLE
 from .receipt import STATES, CellKey, Receipt
 
-__all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "CoverageLoss", "rank_candidates", "derive_index", "derive_trust", "receipt_verdict",
+__all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "CoverageLoss", "loss_hints", "rank_candidates", "derive_index", "derive_trust", "receipt_verdict",
            "derive_path_package", "judge_signature"]
 
 
