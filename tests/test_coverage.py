@@ -261,3 +261,28 @@ def test_coverage_diff_is_pure_over_two_locks(locked):
     assert d.lines() == [f"lost     {CELL}  route solo (certified_fast): receipts/tiny/02-solo-decode.json is no "
                          "longer among the receipts (removed or renamed since the last lock)"]
     assert coverage_diff(None, new).first and coverage_diff(new, new).changes == ()
+
+
+def test_a_loss_in_one_model_leaves_its_lock_and_writes_the_others(locked):
+    """Several models: the one that would lose coverage is refused (its lockfile as it was), the
+    others are locked and written, and the run exits 1."""
+    from factories import manifest_doc
+
+    (locked.root / "manifests" / "other.toml").write_text(tomli_w.dumps(manifest_doc(model="other")))
+    assert _lock_other(locked).written
+    other_lock = Lockfile.read(locked.root / "lockfiles" / "other.lock")
+    _write_receipt(locked, "../other/00-fast-decode.json", receipt_doc(other_lock, "fast", "decode"))
+    (locked.root / "receipts" / "tiny" / "02-solo-decode.json").unlink()
+    before = locked.lock_path.read_bytes()
+    r = run_frt(["lock"], cwd=locked.root)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert locked.lock_path.read_bytes() == before
+    assert "lockfiles/tiny.lock: not written, coverage would shrink" in r.stdout
+    assert "lockfiles/other.lock: written (2 packages, 1 receipts, 0 rejected, 1 cells; 0 lost, 0 dropped, 0 changed, " \
+           "1 gained)" in r.stdout
+    assert f"error: tiny: lost {CELL} route solo: receipts/tiny/02-solo-decode.json is no longer among the receipts" \
+        in r.stderr
+
+
+def _lock_other(tp):
+    return lock_model(tp.project, "other", warn=lambda m: None)
