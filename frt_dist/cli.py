@@ -452,7 +452,7 @@ def cmd_lock(args) -> int:
                          + ("; first lock" if cov.first else f"; {cov.summary()}" if cov.changes else
                             "; coverage unchanged" if r.written else "") + ")")
         lines += [f"  {c}" for c in cov.lines(limit=None if r.model in refused else 20)]
-        if r.written and cov.losses and not args.json:
+        if r.written and cov.losses and not args.json and not args.quiet:
             n = cov.counts()
             print(f"warning: {r.model}: written with less coverage than {rel} had ({n['lost']} lost, "
                   f"{n['dropped']} dropped), as --allow-loss asks", file=sys.stderr)
@@ -1068,6 +1068,7 @@ def _receipts_to_sign(args) -> tuple[list[str], list[dict]]:
     ``receipts/m/*`` also matches (``.sig``, ``.sigstore``) and the receipts re-qualifying kept
     aside (``*.superseded-<hex>``): each is skipped with a ``note:``. Nothing left is exit 2.
     Returns (the receipts to sign, ``[{"file", "reason"}]`` for each skipped)."""
+    from .receipt import SUPERSEDED  # noqa: PLC0415
     from .signing import BUNDLE_SUFFIX, SIG_SUFFIX  # noqa: PLC0415
 
     keep, skipped = [], []
@@ -1075,7 +1076,7 @@ def _receipts_to_sign(args) -> tuple[list[str], list[dict]]:
         name = Path(r).name
         if name.endswith((SIG_SUFFIX, BUNDLE_SUFFIX)):
             skipped.append((r, "a signature file, not a receipt"))
-        elif ".superseded-" in name and not name.endswith(".json"):
+        elif SUPERSEDED in name and not name.endswith(".json"):
             skipped.append((r, "a receipt re-qualifying kept aside (frt lock does not read it)"))
         else:
             keep.append(r)

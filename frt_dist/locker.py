@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from . import names
 from ._record import dataclass, field, replace
 from ._schema import JSONInvalid, json_loads, load_json, read_bytes
 from .admissible import admission_problems
@@ -23,10 +24,9 @@ from .lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockf
 from .manifest import Manifest, Package
 from .metadata import (MAX_METADATA_BYTES, PackageDigestMismatch, digest_mismatches, parse_variant_metadata, variant_file_digests,
                        with_computed_digests)
-from . import names
 from .project import Project
 from .publisher import BUNDLE
-from .receipt import STATES, CellKey, Receipt
+from .receipt import STATES, CellKey, Receipt, superseded_path
 
 __all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "CoverageLoss", "loss_hints", "rank_candidates", "derive_index", "derive_trust", "receipt_verdict",
            "derive_path_package", "judge_signature"]
@@ -599,8 +599,6 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
 def loss_hints(result: LockResult, project: Project) -> list[str]:
     """What to run for each loss in ``result.coverage``, chosen by its cause and, for a rejected
     receipt, by the kind of its rejection (``result.rejection_kinds``); then how to accept it."""
-    from .qualify import superseded_path  # noqa: PLC0415 - the name re-qualifying keeps a receipt under
-
     model, out = result.model, []
     mfile = result.lockfile.manifest_file
     rejected = {r.get("file"): r.get("digest") for r in result.lockfile.rejected}
@@ -614,7 +612,12 @@ def loss_hints(result: LockResult, project: Project) -> list[str]:
             elif kind == "signature":
                 out.append(f"{c.file}: sign it again with a key the policy lists (frt sign --key KEY {c.file}), or "
                            f"list its signer in [trust.receipts] of {mfile}; then frt lock")
-            else:  # measured on other pins (an upgraded package), or not valid under the manifest now
+            elif kind == "pins":  # qualify measures what the lock holds: the new pins must be locked first
+                out.append(f"{c.file} was measured on the pins this lock replaces; to measure the new ones: "
+                           f"frt lock --model {model} --allow-loss, then frt qualify --model {model} --route "
+                           f"{c.route} --phase {c.cell.phase} on device class {c.cell.device_class}, then frt lock "
+                           "(or keep the locked pins: no --upgrade-package, or the package's files as they were)")
+            else:  # not valid under the manifest now, or does not parse
                 out.append(requalify)
         elif c.file and c.receipt and not names.problem("path", c.file):  # (a name from the old lock: checked)
             kept = superseded_path(project.root / c.file, c.receipt)

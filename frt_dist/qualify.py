@@ -42,9 +42,9 @@ from . import names
 from .errors import KernelUnavailable, UsageError
 from .hardware import Hardware
 from .lockfile import Lockfile, write_atomic
-from .receipt import MIN_CERT_ROUNDS
+from .receipt import MIN_CERT_ROUNDS, superseded_path
 
-__all__ = ["qualify", "QualifyResult", "write_receipt", "receipt_filename", "load_host_factory", "superseded_path",
+__all__ = ["qualify", "QualifyResult", "write_receipt", "receipt_filename", "load_host_factory", "keep_previous",
            "check_signing_policy"]
 
 DEFAULT_ROUNDS = 30
@@ -626,15 +626,6 @@ def check_signing_policy(policy, device_class: str, *, manifest_file: str, key=N
                          "the receipts it signs; nothing was measured",
                          hints=["sign with a listed key, or add this key's public key to [trust.receipts] keys "
                                 "(openssl pkey -in KEY -pubout) after review"])
-
-
-def superseded_path(path: Path, digest: str) -> Path:
-    """Where re-qualifying keeps the receipt it replaces at ``path``: ``<name>.superseded-<the first
-    12 hex digits of its digest>`` beside it. The name does not end in ``.json``, so `frt lock`, `frt
-    receipts push` and every ``*.json`` glob pass it by; its signature files follow it
-    (``<that>.sig``, ``<that>.sigstore``). Restoring it is moving the files back."""
-    path = Path(path)
-    return path.with_name(f"{path.name}.superseded-{digest.split(':', 1)[-1][:12]}")
 
 
 def keep_previous(path: Path, new_digest: str) -> list[Path]:

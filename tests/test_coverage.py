@@ -89,8 +89,9 @@ def test_a_package_upgrade_that_loses_every_cell_is_exit_1_and_leaves_the_lock(p
     assert "error: toy: the new lock loses coverage (2 lost, 0 dropped to supported_correct); " \
            "lockfiles/toy.lock is unchanged" in r.stderr
     assert f"error: toy: lost decode/fp32/cpu/x86_64/amd-epyc-7b13 route fast: {why}" in r.stderr
-    assert "hint: re-qualify on device class amd-epyc-7b13: frt qualify --model toy --route fast " \
-           "--phase decode, then frt lock" in r.stderr
+    assert "hint: receipts/toy/fast-decode.json was measured on the pins this lock replaces; to measure the new " \
+           "ones: frt lock --model toy --allow-loss, then frt qualify --model toy --route fast --phase decode on " \
+           "device class amd-epyc-7b13, then frt lock (or keep the locked pins" in r.stderr
     assert "hint: to publish the smaller coverage on purpose: frt lock --model toy --allow-loss" in r.stderr
     assert "Traceback" not in r.stderr
 

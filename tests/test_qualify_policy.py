@@ -25,7 +25,8 @@ from frt_dist.errors import UsageError
 from frt_dist.lockfile import Lockfile
 from frt_dist.locker import lock_model
 from frt_dist.manifest import Manifest
-from frt_dist.qualify import check_signing_policy, keep_previous, superseded_path, write_receipt
+from frt_dist.qualify import check_signing_policy, keep_previous, write_receipt
+from frt_dist.receipt import superseded_path
 
 pytest.importorskip("cryptography")
 from test_qualify import qproject  # noqa: E402,F401 - a project with a host-entry and CPU packages
