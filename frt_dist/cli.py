@@ -177,6 +177,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--model", help="lock one model")
     s.add_argument("--check", action="store_true", help="write nothing; exit 1 naming what is stale")
     s.add_argument("--strict", action="store_true", help="exit 1 when any receipt is rejected")
+    s.add_argument("--allow-loss", action="store_true",
+                   help="write the lock even when it loses coverage the lock it replaces had (a route lost in a "
+                        "cell, or a state dropped to supported_correct); without it such a lock is exit 1, the "
+                        "old lockfile left as it was")
     s.add_argument("--upgrade-package", action="append", default=[], metavar="REPO",
                    help="re-resolve REPO's branch on the Hub (otherwise a locked commit is kept)")
     s.add_argument("--upgrade-release", action="store_true",
@@ -279,8 +283,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                                                      "(default: [qualify] max-rounds, else 4x the rounds)")
     s.add_argument("--out", metavar="DIR", help="receipts folder (default: the project's receipts/<model>/)")
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs and host weights (default 0)")
-    s.add_argument("--sign", metavar="KEY", help="sign each receipt written with the PEM private key KEY (EC P-256 or "
-                                                 "Ed25519): writes <receipt>.json.sig beside it (SPEC §26)")
+    sign = s.add_mutually_exclusive_group()
+    sign.add_argument("--sign", metavar="KEY", help="sign each receipt written with the PEM private key KEY (EC P-256 or "
+                                                    "Ed25519): writes <receipt>.json.sig beside it (SPEC §26)")
+    sign.add_argument("--unsigned", action="store_true",
+                      help="qualify without signing where the manifest's [trust.receipts] policy covers this "
+                           "machine (otherwise refused before measuring): sign the receipts afterwards with frt sign")
 
     s = sub.add_parser("sign", help="sign receipts: write <receipt>.json.sig (a DSSE envelope) beside each",
                        description="Sign each RECEIPT with a PEM private key (EC P-256 or Ed25519): writes "
@@ -415,7 +423,7 @@ def cmd_lock(args) -> int:
     """Lock every model it can: a model whose packages fail is reported (`error: <model>: <package>:
     <reason>`), its lockfile left as it was, and the others are still locked and written; the run
     then exits non-zero. One ``LockSession`` fetches a package shared by several models once."""
-    from .locker import LockFailed, LockSession, lock_model  # noqa: PLC0415
+    from .locker import CoverageLoss, LockFailed, LockSession, lock_model  # noqa: PLC0415
 
     if args.export:
         return _lock_export(args)
@@ -439,9 +447,13 @@ def cmd_lock(args) -> int:
             bar.set_postfix_str(ev["repo"])
 
         try:
-            res = lock_model(project, model, check=args.check, strict=args.strict,
+            res = lock_model(project, model, check=args.check, strict=args.strict, allow_loss=args.allow_loss,
                              upgrade=set(args.upgrade_package), warn=warn, progress=progress, session=session,
                              upgrade_release=args.upgrade_release)
+        except CoverageLoss as exc:  # reported like the others, with its diff: the old lockfile stays
+            results.append(exc.result)
+            failed.append((model, exc))
+            continue
         except FrtError as exc:
             if len(models) == 1 and not isinstance(exc, LockFailed):
                 raise  # one model, and not its packages (a bad manifest): the plain error
@@ -453,31 +465,54 @@ def cmd_lock(args) -> int:
         results.append(res)
         stale_any |= bool(res.stale)
     lines = []
+    refused = {model for model, exc in failed if isinstance(exc, CoverageLoss)}
     for r in results:
         rel = project.rel(r.path)
+        cov = r.coverage
         if args.check:
             lines.append(f"{rel}: {'stale' if r.stale else 'up to date'}")
             lines += [f"  - {s}" for s in r.stale]
+            if cov.changes:
+                lines.append(f"  coverage if locked now: {cov.summary()}")
         else:
-            lines.append(f"{rel}: {'written' if r.written else 'unchanged'} "
+            state = "not written, coverage would shrink" if r.model in refused else \
+                "written" if r.written else "unchanged"
+            lines.append(f"{rel}: {state} "
                          f"({len(r.lockfile.packages)} packages, {len(r.lockfile.receipts)} receipts, "
-                         f"{len(r.lockfile.rejected)} rejected, {len(r.lockfile.index)} cells)")
+                         f"{len(r.lockfile.rejected)} rejected, {len(r.lockfile.index)} cells"
+                         + ("; first lock" if cov.first else f"; {cov.summary()}" if cov.changes else
+                            "; coverage unchanged" if r.written else "") + ")")
+        lines += [f"  {c}" for c in cov.lines(limit=None if r.model in refused else 20)]
+        if r.written and cov.losses and not args.json and not args.quiet:
+            n = cov.counts()
+            print(f"warning: {r.model}: written with less coverage than {rel} had ({n['lost']} lost, "
+                  f"{n['dropped']} dropped), as --allow-loss asks", file=sys.stderr)
         if r.release:
             from .release import change_lines  # noqa: PLC0415
 
             lines += change_lines(r.release)
-    failures = [{"model": model, "package": r.get("package"), "reason": r["reason"]}
-                for model, exc in failed for r in (exc.reasons if isinstance(exc, LockFailed) else [{"reason": str(exc)}])]
+    failures = []
+    for model, exc in failed:
+        if isinstance(exc, CoverageLoss):
+            failures += [{"model": model, "package": None, **{k: v for k, v in r.items() if k != "model"},
+                          "reason": f"{r['kind']} {r['cell']} route {r['route']}: {r['reason']}"} for r in exc.reasons]
+        else:
+            failures += [{"model": model, "package": r.get("package"), "reason": r["reason"]}
+                         for r in (exc.reasons if isinstance(exc, LockFailed) else [{"reason": str(exc)}])]
     hints = list(dict.fromkeys(h for _, exc in failed for h in exc.hints))
     doc = {"ok": not stale_any and not failed, "lockfiles": [
         {"model": r.model, "path": project.rel(r.path), "written": r.written, "stale": r.stale,
-         "lock-digest": r.lockfile.lock_digest, "receipts": len(r.lockfile.receipts),
-         "rejected": r.lockfile.rejected, **({"release": r.release} if r.release else {})} for r in results], "failures": failures, "hints": hints}
+         "lock-digest": None if r.model in refused else r.lockfile.lock_digest, "receipts": len(r.lockfile.receipts),
+         "rejected": r.lockfile.rejected, "refused": "coverage-loss" if r.model in refused else None,
+         "coverage": r.coverage.to_dict(), **({"release": r.release} if r.release else {})} for r in results], "failures": failures, "hints": hints}
     _emit(args, doc, "\n".join(lines))
     if stale_any:
         print("error: lockfile is stale", file=sys.stderr)
         print("hint: run `frt lock` to regenerate it", file=sys.stderr)
     if failed and not args.json:
+        for model, exc in failed:
+            if isinstance(exc, CoverageLoss):
+                print(f"error: {model}: {exc.summary}", file=sys.stderr)
         for f in failures:
             print(f"error: {f['model']}: " + (f"{f['package']}: " if f["package"] else "") + f["reason"], file=sys.stderr)
         for h in hints:
@@ -1076,10 +1111,11 @@ def cmd_sign(args) -> int:
     any receipt is; each receipt is read and signed in turn, each ``.sig`` written atomically."""
     from .signing import load_private_key, sign_receipt, sign_receipts_sigstore  # noqa: PLC0415
 
+    args.receipts, skipped = _receipts_to_sign(args)
     if args.sigstore:
         rows = [{"receipt": r, "signature": str(out), "digest": dig, "identity": who}
                 for r, (out, dig, who) in zip(args.receipts, sign_receipts_sigstore([Path(r) for r in args.receipts]))]
-        _emit(args, {"ok": True, "signed": rows},
+        _emit(args, {"ok": True, "signed": rows, "skipped": skipped},
               "\n".join(f"{x['signature']}: signed {short_digest(x['digest'])} as {x['identity']}" for x in rows))
         return 0
     key = load_private_key(args.key)
@@ -1088,7 +1124,7 @@ def cmd_sign(args) -> int:
         out, dig, kid = sign_receipt(Path(r), key)
         rows.append({"receipt": r, "signature": str(out), "digest": dig, "keyid": kid})
         lines.append(f"{out}: signed {short_digest(dig)} with key {kid}")
-    _emit(args, {"ok": True, "signed": rows}, "\n".join(lines))
+    _emit(args, {"ok": True, "signed": rows, "skipped": skipped}, "\n".join(lines))
     return 0
 
 
@@ -1109,6 +1145,7 @@ def cmd_qualify(args) -> int:
     out = Path(args.out) if args.out else project.receipts_dir / args.model
     check_receipt_folder(out, show=project.rel)  # before minutes of measuring, not after
     check_route(lock.manifest, args.route, args.phase)  # before seconds of importing torch
+    hw = _qualify_signing_check(project, lock, args, key)  # an unsigned receipt the policy would reject: before too
     talk = not (args.quiet or args.json)
     if talk:
         print(f"qualifying {args.model} route {args.route} on this machine", file=sys.stderr)
@@ -1129,7 +1166,7 @@ def cmd_qualify(args) -> int:
 
     try:
         results = qualify(lock, args.route, phases=args.phase, rounds=args.rounds, seed=args.seed,
-                          root=project.root, progress=progress, max_rounds=args.max_rounds)
+                          root=project.root, progress=progress, max_rounds=args.max_rounds, hardware=hw)
     finally:
         for b in bars.values():
             b.close()
@@ -1137,8 +1174,12 @@ def cmd_qualify(args) -> int:
     written = []
     for r in results:
         if r.passed:
-            r.path = write_receipt(r.receipt, out, label=project.rel(out), written=written)
+            kept: list = []
+            r.path = write_receipt(r.receipt, out, label=project.rel(out), written=written, kept=kept)
             written.append(project.rel(r.path))
+            if kept and talk:
+                print(f"note: kept the previous {project.rel(r.path)} as " + ", ".join(project.rel(k) for k in kept),
+                      file=sys.stderr)
             if key is not None:
                 from .signing import sign_receipt  # noqa: PLC0415
 
@@ -1157,7 +1198,8 @@ def cmd_qualify(args) -> int:
             lines += [f"    {f}" for f in r.failures]
         docs.append({"phase": r.phase, "passed": r.passed, "state": r.state,
                      "receipt": project.rel(r.path) if r.path else None, "failures": r.failures,
-                     "signature": project.rel(r.path) + ".sig" if r.path and key is not None else None})
+                     "signature": project.rel(r.path) + ".sig" if r.path and key is not None else None,
+                     "kept": [project.rel(k) for k in kept] if r.passed else []})
     _emit(args, {"model": args.model, "route": args.route, "results": docs}, "\n".join(lines))
     if all(r.passed for r in results):
         if not args.quiet and not args.json:
@@ -1165,6 +1207,53 @@ def cmd_qualify(args) -> int:
         return 0
     print("error: qualification failed for " + ", ".join(r.phase for r in results if not r.passed), file=sys.stderr)
     return 1
+
+
+def _receipts_to_sign(args) -> tuple[list[str], list[dict]]:
+    """``frt sign``'s RECEIPT arguments without the signature files a glob such as
+    ``receipts/m/*`` also matches (``.sig``, ``.sigstore``) and the receipts re-qualifying kept
+    aside (``*.superseded-<hex>``): each is skipped with a ``note:``. Nothing left is exit 2.
+    Returns (the receipts to sign, ``[{"file", "reason"}]`` for each skipped)."""
+    from .receipt import SUPERSEDED  # noqa: PLC0415
+    from .signing import BUNDLE_SUFFIX, SIG_SUFFIX  # noqa: PLC0415
+
+    keep, skipped = [], []
+    for r in args.receipts:
+        name = Path(r).name
+        if name.endswith((SIG_SUFFIX, BUNDLE_SUFFIX)):
+            skipped.append((r, "a signature file, not a receipt"))
+        elif SUPERSEDED in name and not name.endswith(".json"):
+            skipped.append((r, "a receipt re-qualifying kept aside (frt lock does not read it)"))
+        else:
+            keep.append(r)
+    if keep and not args.quiet and not args.json:
+        for r, why in skipped:
+            print(f"note: skipped {r}: {why}", file=sys.stderr)
+    if not keep:
+        raise UsageError(f"no receipt to sign among the {len(args.receipts)} file(s) given: "
+                         + "; ".join(f"{r}: {why}" for r, why in skipped[:3]) + (" ..." if len(skipped) > 3 else ""),
+                         hints=["name the receipts (*.json): frt sign --key KEY receipts/MODEL/*.json"])
+    return keep, [{"file": r, "reason": why} for r, why in skipped]
+
+
+def _qualify_signing_check(project, lock, args, key):
+    """This machine's facts, after the check that the project's ``[trust.receipts]`` policy (its
+    manifest file's; the lock's embedded one where the file cannot be read) would accept what
+    ``frt qualify`` is about to write (``qualify.check_signing_policy``)."""
+    from .hardware import Hardware  # noqa: PLC0415
+    from .manifest import Manifest  # noqa: PLC0415
+    from .qualify import check_signing_policy  # noqa: PLC0415
+
+    hw = Hardware.detect()
+    manifest = lock.manifest
+    try:
+        manifest = Manifest.read(project.manifest_path(args.model), label=project.rel(project.manifest_path(args.model)))
+    except FrtError:
+        pass
+    check_signing_policy(manifest.receipt_policy, hw.device_class, manifest_file=manifest.file, key=key,
+                         unsigned=args.unsigned, root=project.root,
+                         command=f"frt qualify --model {args.model} --route {args.route}")
+    return hw
 
 
 def cmd_matrix(args) -> int:

@@ -13,10 +13,12 @@ import json
 import sys
 from pathlib import Path
 
+from . import names
 from ._record import dataclass, field, replace
 from ._schema import JSONInvalid, NotRegular, json_loads, load_json, read_bytes
 from .admissible import admission_problems
 from .canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
+from .coverage import CoverageDiff, coverage_diff
 from .errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid, UsageError
 from .lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile, same_bytes, write_atomic
 from .manifest import Manifest, Package
@@ -24,9 +26,9 @@ from .metadata import (MAX_METADATA_BYTES, PackageDigestMismatch, digest_mismatc
                        with_computed_digests)
 from .project import Project
 from .publisher import BUNDLE
-from .receipt import STATES, CellKey, Receipt
+from .receipt import STATES, CellKey, Receipt, superseded_path
 
-__all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "rank_candidates", "derive_index", "derive_trust", "receipt_verdict",
+__all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "CoverageLoss", "loss_hints", "rank_candidates", "derive_index", "derive_trust", "receipt_verdict",
            "derive_path_package", "judge_signature"]
 
 
@@ -41,6 +43,12 @@ class LockResult:
     warnings: list[str] = field(default_factory=list)
     # what a re-lock changed in the Hub release it consumes (frt_dist.release.change); None: no change
     release: dict | None = None
+    # what this lock gains, loses and changes against the lockfile it replaces (``frt_dist.coverage``);
+    # empty when the bytes are the same
+    coverage: CoverageDiff = field(default_factory=lambda: CoverageDiff(()))
+    # receipt digest -> why it was rejected, as a kind the hints are chosen by: "invalid" (does not
+    # parse), "receipt" (its cell or evidence), "pins" (measured on other pins), "unsigned", "signature"
+    rejection_kinds: dict[str, str] = field(default_factory=dict)
 
 
 def rank_candidates(receipts: list[Receipt]) -> tuple[Candidate, ...]:
@@ -124,6 +132,26 @@ class LockFailed(KernelUnavailable):
                          reasons=reasons, hints=list(dict.fromkeys(h for _, exc in failures for h in exc.hints)))
         self.model, self.failures = model, failures
         self.exit_code = max(exc.exit_code for _, exc in failures)
+
+
+class CoverageLoss(FrtError):
+    """The new lock of a model loses coverage the lock it replaces had (a route lost in a cell, or
+    a state dropped to ``supported_correct``): nothing is written unless ``allow_loss``.
+    ``result`` is the ``LockResult`` (its ``coverage`` the whole diff); ``reasons`` has one
+    ``{"model", "kind", "cell", "route", "before", "after", "file", "reason"}`` per loss."""
+
+    exit_code = 1
+
+    def __init__(self, result: LockResult, label: str, hints: list[str]):
+        losses = result.coverage.losses
+        reasons = [{"model": result.model, **{k: v for k, v in c.to_dict().items()
+                                               if k in ("kind", "cell", "route", "before", "after", "file", "reason")}}
+                   for c in losses]
+        n = result.coverage.counts()
+        self.summary = (f"the new lock loses coverage ({n['lost']} lost, {n['dropped']} dropped to supported_correct); "
+                        f"{label} is unchanged")
+        super().__init__(f"model {result.model!r}: {self.summary}", reasons=reasons, hints=hints)
+        self.model, self.result = result.model, result
 
 
 def _package_reason(repo: str, exc: FrtError) -> str:
@@ -454,10 +482,15 @@ def _read_bundle(vdir: Path, pkg: Package, policy) -> bytes | None:
 
 def lock_model(project: Project, model: str, *, check: bool = False, strict: bool = False, hub=None,
                upgrade: set[str] | None = None, warn=None, progress=None,
-               session: LockSession | None = None, upgrade_release: bool = False) -> LockResult:
+               session: LockSession | None = None, upgrade_release: bool = False,
+               allow_loss: bool = False) -> LockResult:
     """Lock one model. With ``check``, nothing is written and ``stale`` says why. Every package is
     tried; when any fails, ``LockFailed`` names each (and nothing is written). ``session`` shares
     Hub fetches across the models of one run (``LockSession``).
+
+    The new route index is compared with the lockfile it replaces (``result.coverage``): a route
+    lost in a cell, or a state dropped to ``supported_correct``, raises ``CoverageLoss`` and leaves
+    that lockfile as it was, unless ``allow_loss``. A first lock has nothing to lose.
 
     ``progress``, when given, receives ``{"event": "package", "model", "repo", "done", "total"}``
     after each package is pinned (the Hub requests happen there)."""
@@ -508,28 +541,37 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
         lf.receipt_keys = {rel: k.to_toml() for rel, k in keys.items()}
     accepted: dict[str, Receipt] = {}
     warnings = []
+    kinds: dict[str, str] = {}
+    # keyid -> the key file a previous lock pinned it from: an envelope by a key the policy no
+    # longer lists is named by that file, not by a bare keyid
+    known = {pin.get("keyid"): kf for kf, pin in (old.receipt_keys if old else {}).items() if isinstance(pin, dict)}
     for label, rec, path in locker.receipts_for(manifest) + (rel.receipts() if rel is not None else []):
         ours = rel is None or not rel.owns(label)  # a release's receipt always needs a signer the policy names
         if isinstance(rec, ReceiptInvalid):
             reason = str(rec).removeprefix(f"{label}: ")
             dig = rejected_digest(path)
+            kinds[dig] = "invalid"
         else:
             problems = receipt_verdict(lf, rec)
+            kind = ("pins" if lf.pin_problems(rec) else "receipt") if problems else None
             if not problems and not ours and policy is None:
                 problems = [_release.NO_POLICY]
+                kind = "release-untrusted"
             if (not problems and policy is not None and (policy.covers(rec.device_class) or not ours)
                     and rec.digest not in lf.signatures):
-                from .signing import check_receipt  # noqa: PLC0415
+                from .signing import check_receipt, signature_files  # noqa: PLC0415
 
-                signed, why = check_receipt(rec, path, label, policy, keys)
+                signed, why = check_receipt(rec, path, label, policy, keys, known=known)
                 if signed is None:
                     problems = [why]
+                    kind = "signature" if signature_files(path) else "unsigned"
                 else:
                     lf.signatures[rec.digest] = signed.row(rec.digest, label)
             if not problems:
                 accepted.setdefault(rec.digest, rec)
                 continue
             reason, dig = "; ".join(problems), rec.digest
+            kinds.setdefault(dig, kind)
         entry = {"digest": dig, "file": label, "reason": reason}
         if not isinstance(rec, ReceiptInvalid):
             entry.update(route=rec.route, phase=rec.cell["phase"], **{"device-class": rec.key.device_class})
@@ -541,14 +583,19 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
     data = lf.render()
     for w in warnings:
         warn(w)
-    result = LockResult(model, lpath, lf, data, warnings=warnings,
+    result = LockResult(model, lpath, lf, data, warnings=warnings, rejection_kinds=kinds,
                         release=_release.change(old, lf) if rel is not None else None)
     if strict and warnings:
         raise LockfileError(f"{len(warnings)} receipt(s) rejected under --strict", exit_code=1,
                             reasons=[{"file": r["file"], "reason": r["reason"]} for r in lf.rejected])
+    same = old is not None and lpath.read_bytes() == data
+    if not same:  # (an unreadable old lockfile is replaced like a missing one: nothing to compare)
+        result.coverage = coverage_diff(old, lf)
     if check:
         result.stale = _stale_reasons(old, old_problem, lf, lpath, data, project)
         return result
+    if result.coverage.losses and not allow_loss:
+        raise CoverageLoss(result, project.rel(lpath), loss_hints(result, project))
     if project.read_only:
         try:
             if same_bytes(lpath, data):
@@ -569,6 +616,47 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
                                 f"make {project.rel(lpath.parent)}/ writable (or free space on its disk), then run "
                                 "`frt lock` again"]) from None
     return result
+
+
+def loss_hints(result: LockResult, project: Project) -> list[str]:
+    """What to run for each loss in ``result.coverage``, chosen by its cause and, for a rejected
+    receipt, by the kind of its rejection (``result.rejection_kinds``); then how to accept it."""
+    model, out = result.model, []
+    mfile = result.lockfile.manifest_file
+    rejected = {r.get("file"): r.get("digest") for r in result.lockfile.rejected}
+    for c in result.coverage.losses:
+        requalify = (f"re-qualify on device class {c.cell.device_class}: frt qualify --model {model} "
+                     f"--route {c.route} --phase {c.cell.phase}, then frt lock")
+        if c.cause == "rejected":
+            kind = result.rejection_kinds.get(c.receipt) or result.rejection_kinds.get(rejected.get(c.file))
+            if kind == "release-untrusted" or (c.file or "").startswith("release/"):  # a Hub release's receipt
+                out.append(f"{c.file} comes from the release in {mfile}: review its signers, then `frt release "
+                           "trust` (or keep the locked release commit: no --upgrade-release)")
+            elif kind == "unsigned":
+                out.append(f"sign it with a key the policy lists: frt sign --key KEY {c.file}, then frt lock")
+            elif kind == "signature":
+                out.append(f"{c.file}: sign it again with a key the policy lists (frt sign --key KEY {c.file}), or "
+                           f"list its signer in [trust.receipts] of {mfile}; then frt lock")
+            elif kind == "pins":  # qualify measures what the lock holds: the new pins must be locked first
+                out.append(f"{c.file} was measured on the pins this lock replaces; to measure the new ones: "
+                           f"frt lock --model {model} --allow-loss, then frt qualify --model {model} --route "
+                           f"{c.route} --phase {c.cell.phase} on device class {c.cell.device_class}, then frt lock "
+                           "(or keep the locked pins: no --upgrade-package, or the package's files as they were)")
+            else:  # not valid under the manifest now, or does not parse
+                out.append(requalify)
+        elif c.file and c.receipt and not names.problem("path", c.file):  # (a name from the old lock: checked)
+            kept = superseded_path(project.root / c.file, c.receipt)
+            if kept.is_file():
+                out.append(f"re-qualifying kept the previous receipt as {project.rel(kept)}: to publish it again, "
+                           f"move it back to {c.file} (with its .sig), then frt lock")
+            elif c.cause == "missing":
+                out.append(f"restore {c.file} (from version control, or `frt receipts pull`), or {requalify}")
+            else:
+                out.append(requalify)
+        else:
+            out.append(requalify)
+    out.append(f"to publish the smaller coverage on purpose: frt lock --model {model} --allow-loss")
+    return list(dict.fromkeys(out))
 
 
 def _stale_reasons(old: Lockfile | None, old_problem: str | None, new: Lockfile, lpath: Path, data: bytes,
@@ -606,10 +694,24 @@ def _stale_reasons(old: Lockfile | None, old_problem: str | None, new: Lockfile,
                 out.append(f"package {repo!r}: source, version or path changed")
     old_files = {r.digest: r.file for r in old.receipts.values()}
     new_files = {r.digest: r.file for r in new.receipts.values()}
+    old_by_file = {f: d for d, f in old_files.items()}
+    new_by_file = {f: d for d, f in new_files.items()}
     for d in sorted(set(new_files) - set(old_files)):
-        out.append(f"receipt added: {new_files[d]}")
+        if new_files[d] not in old_by_file:
+            out.append(f"receipt added: {new_files[d]}")
+    now_rejected = {r["digest"]: r for r in new.rejected}
+    rejected_files = {r["file"]: r for r in new.rejected}
     for d in sorted(set(old_files) - set(new_files)):
-        out.append(f"receipt removed: {old_files[d]}")
+        f = old_files[d]
+        if d in now_rejected:  # still there, the same bytes, but no longer accepted: say why
+            out.append(f"receipt now rejected: {f}: {now_rejected[d]['reason']}")
+        elif f in new_by_file:
+            out.append(f"receipt rewritten: {f} ({short_digest(d)} in the lock, {short_digest(new_by_file[f])} now)")
+        elif f in rejected_files:
+            out.append(f"receipt rewritten and now rejected: {f} ({short_digest(d)} in the lock, "
+                       f"{short_digest(rejected_files[f]['digest'])} now): {rejected_files[f]['reason']}")
+        else:
+            out.append(f"receipt removed: {f} (no longer among the receipts)")
     if {(r['digest'], r['reason']) for r in old.rejected} != {(r['digest'], r['reason']) for r in new.rejected}:
         out.append("the set of rejected receipts changed")
     if old.receipt_keys != new.receipt_keys:

@@ -22,11 +22,21 @@ from .canonical import digest
 from .errors import ReceiptInvalid
 from .hardware import device_class, software_version
 
-__all__ = ["Receipt", "STATES", "CellKey", "MIN_CERT_ROUNDS", "EVIDENCE_RULES"]
+__all__ = ["Receipt", "STATES", "CellKey", "MIN_CERT_ROUNDS", "EVIDENCE_RULES", "SUPERSEDED", "superseded_path"]
 
 SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.receipt", 1
 STATES = ("certified_fast", "supported_correct")
 MIN_CERT_ROUNDS = 5  # a speed claim needs at least this many paired timing rounds
+SUPERSEDED = ".superseded-"  # in the name of a receipt re-qualifying kept aside (``superseded_path``)
+
+
+def superseded_path(path: Path, digest_: str) -> Path:
+    """Where re-qualifying keeps the receipt it replaces at ``path``: ``<name>.superseded-<the first
+    12 hex digits of its digest>`` beside it. The name does not end in ``.json``, so `frt lock`, `frt
+    receipts push` and every ``*.json`` glob pass it by; its signature files follow it
+    (``<that>.sig``, ``<that>.sigstore``). Restoring it is moving the files back."""
+    path = Path(path)
+    return path.with_name(f"{path.name}{SUPERSEDED}{digest_.split(':', 1)[-1][:12]}")
 TIMING_CLOCKS = ("perf-counter", "cuda-events")  # frt_dist.qualify.CLOCKS: the host's clock on CPU, CUDA events on a GPU
 TIMING_KEYS = {"method", "rounds", "warmup", "rows", "host-median-ms", "route-median-ms", "clock", "l2-flush", "device",
                "speedup-median", "speedup-min", "speedup-max", "speedup-p25", "speedup-p75", "speedup-ci", "adaptive"}

@@ -43,7 +43,7 @@ from .manifest import Identity, ReceiptPolicy  # the policy's shape is the manif
 __all__ = ["PAYLOAD_TYPE", "STATEMENT_TYPE", "PREDICATE_TYPE", "SIG_SUFFIX", "BUNDLE_SUFFIX", "pae", "statement",
            "ReceiptPolicy", "Identity", "PolicyKey", "Signed", "load_private_key", "load_public_key", "keyid",
            "sign_receipt", "envelope_for", "check_envelope", "check_bundle", "check_receipt", "sig_path",
-           "bundle_path", "trusted_root_path", "MAX_KEY_BYTES", "MAX_SIGNATURE_BYTES", "SigningUnavailable",
+           "bundle_path", "signature_files", "trusted_root_path", "MAX_KEY_BYTES", "MAX_SIGNATURE_BYTES", "SigningUnavailable",
            "sign_receipts_sigstore"]
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -408,9 +408,11 @@ def _statement_problem(payload: bytes, receipt_digest: str) -> str | None:
     return None
 
 
-def check_envelope(env, receipt_digest: str, keys: dict[str, PolicyKey]) -> tuple[str | None, str | None]:
+def check_envelope(env, receipt_digest: str, keys: dict[str, PolicyKey], *,
+                   known: dict[str, str] | None = None) -> tuple[str | None, str | None]:
     """Judge a DSSE envelope (parsed JSON) for the receipt of ``receipt_digest`` under the policy
-    ``keys`` (keyid -> key). Returns ``(signer keyid, None)`` or ``(None, why not)``.
+    ``keys`` (keyid -> key). Returns ``(signer keyid, None)`` or ``(None, why not)``. ``known``
+    (keyid -> key file, from a previous lock's pins) names the file of a signer no longer listed.
 
     The signature is checked first, then the payload read: nothing in an unverified payload is
     believed. An envelope's ``keyid`` is only a hint (DSSE does not authenticate it): a
@@ -446,7 +448,9 @@ def check_envelope(env, receipt_digest: str, keys: dict[str, PolicyKey]) -> tupl
     if named:
         return None, (f"the signature by listed key {named[0]} does not verify: the envelope was altered after "
                       "signing")
-    shown = ", ".join(str(u) for u in unknown if u) or "a key with no keyid"
+    known = known or {}
+    shown = ", ".join(f"{u} ({known[u]}, which the previous lock pinned)" if u in known else str(u)
+                      for u in unknown if u) or "a key with no keyid"
     return None, f"signed by {shown}, which the policy does not list (listed keys: {listed})"
 
 
@@ -541,12 +545,20 @@ def _read_json(path: Path, label: str):
         return None, f"{label}: not valid JSON: {exc}"
 
 
+def signature_files(receipt_path: Path) -> list[Path]:
+    """The signature files beside a receipt (``.sig``, ``.sigstore``) that exist (a link counts)."""
+    import os  # noqa: PLC0415
+
+    return [p for p in (sig_path(receipt_path), bundle_path(receipt_path)) if os.path.lexists(p)]
+
+
 def check_receipt(receipt, path: Path, label: str, policy: ReceiptPolicy, keys: dict[str, PolicyKey], *,
-                  trusted_root: Path | None = None) -> tuple[Signed | None, str | None]:
+                  trusted_root: Path | None = None, known: dict[str, str] | None = None) -> tuple[Signed | None, str | None]:
     """The signature judgement ``frt lock`` applies to a covered receipt read from ``path``
     (``label`` in messages): its ``.sig`` checked against the policy's keys, its ``.sigstore``
     against the policy's identities; the first that holds is the signer. Returns ``(Signed,
-    None)`` or ``(None, reason)``, the reason naming each signature problem found."""
+    None)`` or ``(None, reason)``, the reason naming each signature problem found. ``known``:
+    keyid -> key file a previous lock pinned (names an unlisted signer's file)."""
     by_id = {k.keyid: k for k in keys.values()}
     problems = []
     env, bad = _read_json(sig_path(path), label + SIG_SUFFIX)
@@ -556,7 +568,7 @@ def check_receipt(receipt, path: Path, label: str, policy: ReceiptPolicy, keys: 
         if not by_id:
             problems.append(f"{label}{SIG_SUFFIX}: the policy lists no keys (only identities)")
         else:
-            signer, why = check_envelope(env, receipt.digest, by_id)
+            signer, why = check_envelope(env, receipt.digest, by_id, known=known)
             if signer:
                 return Signed("key", signer, env), None
             problems.append(f"{label}{SIG_SUFFIX}: {why}")

@@ -108,6 +108,7 @@ def verify(project, models: list[str] | None = None, *, mirror: str | Path | Non
                                 for r in (exc.reasons or [{}])]
             continue
         report.problems += _staleness(lock, label, project)
+        report.problems += _stale_receipt_files(lock, label, project)
         problems, notes = rederive(lock, label=label, project=project, mirror=mirror)
         report.problems += problems
         report.notes += notes
@@ -141,6 +142,36 @@ def _staleness(lock, label: str, project) -> list[dict]:
     why = why.replace("; using the lockfile as reviewed", "")
     return [{"kind": "stale", "path": f"{label}: manifest-digest", "manifest": lock.manifest_file,
              "expected": lock.manifest.digest, "computed": now, "message": why}]
+
+
+def _stale_receipt_files(lock, label: str, project) -> list[dict]:
+    """Each receipt file in the project that is not the receipt the lock embeds under its name
+    (re-qualified or edited since `frt lock`), as a problem of kind ``stale``: the lock may be
+    intact and still not what the project's receipts say. A receipt file that is not there is no
+    problem (the lock carries the receipt; a receipts folder need not travel with it)."""
+    import os  # noqa: PLC0415
+
+    from .locker import rejected_digest  # noqa: PLC0415 - a file's digest, whatever it holds
+
+    out = []
+    for rec in sorted(lock.receipts.values(), key=lambda r: (r.file, r.digest)):
+        if names.problem("path", rec.file):
+            continue  # (an unsafe name is never followed; rederive reports it)
+        p = Path(project.root) / rec.file
+        if not os.path.lexists(p):
+            continue
+        now = rejected_digest(p)
+        if now == rec.digest:
+            continue
+        model = lock.model
+        out.append({"kind": "stale", "path": f"{label}: receipts ({rec.file})", "file": rec.file,
+                    "expected": rec.digest, "computed": now,
+                    "message": f"{rec.file} in the project is not the receipt {label} embeds (locked "
+                               f"{short_digest(rec.digest)}, the file is {short_digest(now)}): it was re-qualified or "
+                               "edited after `frt lock`",
+                    "hint": f"lock the receipt now in the project with `frt lock --model {model}` (it is judged "
+                            "again), or restore the locked one"})
+    return out
 
 
 # ---------------------------------------------------------------------------

@@ -206,8 +206,10 @@ class TinyProject:
         return self.project.lockfile_path(self.model)
 
     def lock(self, receipts=(), hardware: Hardware = CPU) -> Lockfile:
-        """Lock, write receipts for ``[(route, phase[, state])]`` at the locked pins, lock again."""
-        lock_model(self.project, self.model, hub=self.hub, warn=lambda msg: None)
+        """Lock, write receipts for ``[(route, phase[, state])]`` at the locked pins, lock again.
+        The first lock pins what is there now: losing the cells of receipts measured on earlier pins
+        is the point (``allow_loss``), they are measured again next."""
+        lock_model(self.project, self.model, hub=self.hub, warn=lambda msg: None, allow_loss=True)
         if receipts:
             lf = Lockfile.read(self.lock_path)
             rdir = self.root / "receipts" / self.model

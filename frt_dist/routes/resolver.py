@@ -240,6 +240,13 @@ class _MissIndex:
 
 def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> str:
     """Why no receipt of ``route`` covers this cell, naming the closest one."""
+    # a receipt of this route measured on this very band and device class that `frt lock` rejected
+    # is the reason, before any nearer accepted receipt (which would only say what is covered)
+    rejected = [r for r in lock.rejected if r.get("route") == route and r.get("phase") == key.phase
+                and r.get("device-class") == key.device_class]
+    if rejected:
+        return (f"no receipt for this cell: {len(rejected)} rejected at lock time "
+                f"({rejected[0]['file']}: {rejected[0]['reason']})")
     ix = lock.memo.get("miss")
     if ix is None:
         ix = lock.memo["miss"] = _MissIndex(lock)
@@ -265,11 +272,6 @@ def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> str
     precisions = sorted({prec for _, prec in cells})
     if precisions and key.precision not in precisions:
         return f"no receipt for this cell: receipts cover precision {', '.join(precisions)}, not {key.precision}"
-    rejected = [r for r in lock.rejected if r.get("route") == route and r.get("phase") == key.phase
-                and r.get("device-class") == key.device_class]
-    if rejected:
-        return (f"no receipt for this cell: {len(rejected)} rejected at lock time "
-                f"({rejected[0]['file']}: {rejected[0]['reason']})")
     return "no receipt for this cell"
 
 
