@@ -106,8 +106,8 @@ class Publisher:
             assert frt("sign", "--key", str(self.priv), str(p))[0] == 0
         return p
 
-    def publish(self, *extra) -> dict:
-        rc, out, err = frt("lock", cwd=self.root)
+    def publish(self, *extra, lock_args=()) -> dict:
+        rc, out, err = frt("lock", *lock_args, cwd=self.root)
         assert rc == 0, err
         rc, out, err = frt("release", "push", f"hf://{REL}", "--json", *extra, cwd=self.root)
         assert rc == 0, err
@@ -155,7 +155,7 @@ def test_push_uploads_one_commit_on_the_version_branch(published, env):
 
 def test_push_deletes_a_receipt_the_lock_no_longer_accepts(published, env):
     (published.root / "receipts" / "tiny" / "solo-prefill.json").unlink()
-    res = published.publish()
+    res = published.publish(lock_args=("--allow-loss",))  # the publisher drops a cell on purpose
     assert res["deleted"] == ["receipts/tiny/solo-prefill.json", "receipts/tiny/solo-prefill.json.sig"]
     assert "receipts/tiny/solo-prefill.json" not in env.files(REL, "v1", repo_type="model")
 
@@ -305,7 +305,18 @@ def test_a_pinned_release_is_kept_and_upgrade_rejects_an_edited_receipt(publishe
     rc, out, err = frt("lock", cwd=trusted)
     assert rc == 0 and (trusted / "lockfiles" / "tiny.lock").read_bytes() == before
     assert frt("lock", "--check", cwd=trusted)[0] == 0
+    # the upgrade would lose the decode cell: exit 1, the lock as it was, the release's change and the
+    # lost cell both named (coverage never shrinks silently)
     rc, out, err = frt("lock", "--upgrade-release", "--json", cwd=trusted)
+    assert rc == 1 and (trusted / "lockfiles" / "tiny.lock").read_bytes() == before
+    doc = json.loads(out)
+    (entry,) = doc["lockfiles"]
+    assert entry["refused"] == "coverage-loss" and entry["release"]["edited"]
+    (loss,) = doc["failures"]
+    assert loss["kind"] == "lost" and loss["route"] == "fast" and "edited after signing" in loss["reason"]
+    assert any("frt release trust" in h for h in doc["hints"]) and any("--allow-loss" in h for h in doc["hints"])
+    rc, out, err = frt("lock", "--upgrade-release", "--allow-loss", "--json", cwd=trusted)
+    assert rc == 0, err
     doc = json.loads(out)
     (entry,) = doc["lockfiles"]
     ch = entry["release"]
@@ -323,6 +334,8 @@ def test_upgrade_reports_a_removed_receipt(published, trusted, env):
     del files["receipts/tiny/solo-prefill.json"], files["receipts/tiny/solo-prefill.json.sig"]
     env.commit(REL, files, branch="v1", repo_type="model")
     rc, out, err = frt("lock", "--upgrade-release", cwd=trusted)
+    assert rc == 1 and "lost" in out and "solo" in err, (out, err)  # the prefill cell would go: refused first
+    rc, out, err = frt("lock", "--upgrade-release", "--allow-loss", cwd=trusted)
     assert rc == 0, err
     assert "  - receipts/tiny/solo-prefill.json (" in out and "removed from the release" in out
     assert len(lock_of(trusted).receipts) == 1
