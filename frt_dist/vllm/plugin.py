@@ -281,8 +281,12 @@ class Engine:
         m = self.lock.manifest
         self.form, why_form = self._form()
         hw = Engine.hardware()
-        plan = load(self.model, fallback=self.fallback, accept=self.accept, lockfile=self.lock, mirror=self.mirror,
-                    hardware=hw, project=self.project)
+        qualifying = os.environ.get("FRT_QUALIFY_ROUTE")
+        if qualifying:  # `frt qualify` in this process: the route in the bands asked for, no receipt
+            plan = self._qualify_plan(qualifying, hw)
+        else:
+            plan = load(self.model, fallback=self.fallback, accept=self.accept, lockfile=self.lock,
+                        mirror=self.mirror, hardware=hw, project=self.project)
         # the form the engine runs must be the form each receipt measured
         refusals = []
         for phase, d in plan.decisions.items():
@@ -327,6 +331,53 @@ class Engine:
 
         start_writer(self)
         log.info("frt: model %s bound in %.2f s (engine form %s)", self.model, time.perf_counter() - t0, self.form)
+
+    def _qualify_plan(self, route: str, hw):
+        from ..loader import load_locked, lock_root  # noqa: PLC0415
+        from ..serve import plan_for_route  # noqa: PLC0415
+
+        m = self.lock.manifest
+        phases = [p for p in (os.environ.get("FRT_QUALIFY_PHASES") or "").split(",") if p] or list(m.phases)
+        packages = {repo: load_locked(self.lock, repo, hardware=hw, root=lock_root(self.lock))
+                    for repo in m.route_packages(route)}
+        fns = {}
+        for seam, name in m.routes[route].seams.items():
+            impl = m.impl(seam, name)
+            from ..kernelize import layer_problem  # noqa: PLC0415
+
+            why = layer_problem(packages[impl.package].module, impl.layer)
+            if why:
+                from ..errors import KernelUnavailable  # noqa: PLC0415
+
+                raise KernelUnavailable(f"package {impl.package} {why}", reasons=[{"seam": seam, "reason": why}])
+            for ph in phases:
+                fns[(seam, ph)] = vars(packages[impl.package].module.layers)[impl.layer]
+        return plan_for_route(self.lock, route, phases, hw, packages, fns)
+
+    def routed(self, on: bool) -> None:
+        """Qualification: switch between the route (True) and vLLM's own ops (False) in one engine."""
+        if not hasattr(self, "_routed_table"):
+            self._routed_table = self.table
+        self.table = self._routed_table if on else {}
+
+    def perturb(self, seam: str, on: bool) -> None:
+        """Qualification's negative control: the seam's layers perturbed (x (1 + 1e-2) + 1e-3)."""
+        import torch.nn as nn  # noqa: PLC0415
+
+        for band in self._routed_table[seam].bands if hasattr(self, "_routed_table") else self.table[seam].bands:
+            if on and band.layer is not None and not hasattr(band, "_good"):
+                good = band._good = band.layer
+
+                def forward(op, *args, _good=good, **kwargs):
+                    out = _good.forward(op, *args, **kwargs)
+                    if isinstance(out, tuple):
+                        return (out[0] * (1 + 1e-2) + 1e-3,) + tuple(out[1:])
+                    return out * (1 + 1e-2) + 1e-3
+
+                band.layer = type("Perturbed", (nn.Module,), {"forward": forward})
+            elif not on and hasattr(band, "_good"):
+                band.layer = band._good
+                del band._good
 
     def _compiled_coverage(self, plan) -> list:
         """Under compilation one graph serves every row count 1..max_num_batched_tokens: a seam is
@@ -429,6 +480,12 @@ class Engine:
         return snap
 
     def detach(self) -> None:
-        """vLLM's own ops serve every call from now on (qualification's host side)."""
+        """vLLM's own ops serve every call from now on (qualification's host side). Eager engines
+        only: a compiled graph holds what it traced, the route included."""
+        from ..errors import UsageError  # noqa: PLC0415
+
+        if self.form != "eager":
+            raise UsageError(f"frt: cannot detach a {self.form!r} engine: its compiled graph holds the route; "
+                             "compare against an engine started without FRT_MODEL")
         self.plan.detach()
         self.table = {}
