@@ -131,6 +131,7 @@ def test_compiled_form_runs_route_in_graph(compiled_run, eager_run):
     res, log = compiled_run
     led = res["ledger"]
     assert led["engine-form"] == "compile"
+    assert res["graph-breaks"] == {}  # the layers were traced into the graph, not run beside it
     # the layer was traced into the graph: its calls there are not counted, and the ledger says so
     for seam in ("norm", "act"):
         assert led["seams"][seam]["observed"] is False

@@ -102,5 +102,5 @@ def test_completion_and_ledger_in_metrics(server):
     procs = re.search(r'^frt_engine_processes\{model="tiny-qwen2"\} (\d+)', text, re.M)
     assert procs and int(procs.group(1)) >= 1
     log = (work / "server.log").read_text()
-    assert re.search(r"\(EngineCore[^)]*\).*frt: band prefill rows 17\.\.256: route eager", log), log[-3000:]
+    assert re.search(r"\((?:EngineCore|Worker)[^)]*\).*frt: band prefill rows 17\.\.256: route eager", log), log[-3000:]
     assert proc.poll() is None

@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 
 HIDDEN, INTER = 128, 256
+# scripts/gpu-check runs the engine tests on a GPU with FRT_VLLM_DEVICE=cuda: the layers' contract and package
+# variant follow it
+DEVICE = os.environ.get("FRT_VLLM_DEVICE", "cpu")
 
 LAYERS_SRC = '''"""Layers following the `kernels` layer convention: forward is called as vLLM's op forward
 and reads the op's own attributes."""
@@ -64,7 +67,7 @@ def make_tiny_qwen2(out: Path) -> Path:
 def binding_manifest(model: str = "tiny-qwen2", *, decode=(1, 16), prefill=(17, 256)) -> dict:
     def impl(pkg, layer, width):
         return {"package": pkg, "layer": layer, "precision": "fp32",
-                "contract": {"device": "cpu", "dtypes": ["float32"], "layout": "contiguous", "width": width},
+                "contract": {"device": DEVICE, "dtypes": ["float32"], "layout": "contiguous", "width": width},
                 "smoke": {"inputs": [{"shape": ["rows", width], "dtype": "float32"}]}}
 
     return {
@@ -87,8 +90,9 @@ def binding_manifest(model: str = "tiny-qwen2", *, decode=(1, 16), prefill=(17, 
 
 def package_specs() -> dict:
     mod = {"__init__.py": INIT_SRC, "layers.py": LAYERS_SRC}
-    return {"rmsnorm": {"name": "rmsnorm", "module": mod, "id": "_frt_vllm_rmsnorm_v1"},
-            "silu-mul": {"name": "silu-mul", "module": mod, "id": "_frt_vllm_silu_mul_v1"}}
+    where = {} if DEVICE == "cpu" else {"variant": "torch-universal", "backend": DEVICE}
+    return {"rmsnorm": {"name": "rmsnorm", "module": mod, "id": "_frt_vllm_rmsnorm_v1", **where},
+            "silu-mul": {"name": "silu-mul", "module": mod, "id": "_frt_vllm_silu_mul_v1", **where}}
 
 
 def engine_hardware():
@@ -166,6 +170,9 @@ def _run(config: dict) -> None:
     out["active"] = eng is not None and eng.plan is not None
     prompts = config.get("prompts", PROMPTS)
     out["on"] = _generate(llm, prompts, config.get("max_tokens", 6))
+    from torch._dynamo.utils import counters
+
+    out["graph-breaks"] = {k: sum(v.values()) if hasattr(v, "values") else v for k, v in counters["graph_break"].items()}
     if eng is not None and eng.plan is not None:
         out["ledger"] = eng.ledger()
         if config.get("register_again"):
