@@ -109,7 +109,7 @@ def test_the_vllm_walkthrough_runs_as_written(tmp_path):
     assert doc["evidence"]["fallbacks"] == 0 and all(n > 0 for n in doc["evidence"]["target-calls"].values())
     assert doc["evidence"]["negative-control"] and doc["evidence"]["detach-restores-host"]
     completion = json.loads(next(o for s, (_, o) in outputs.items() if "/v1/completions" in s))
-    assert completion["choices"][0]["text"].strip()
+    assert completion["usage"]["completion_tokens"] == 4
     metrics = next(o for s, (_, o) in outputs.items() if s.endswith("/metrics"))
     assert "# TYPE frt_seam_calls_total counter" in metrics and "frt_seam_fallbacks_total" in metrics
     assert re.search(r'^frt_engine_processes\{model="tiny-qwen2"\} 1', metrics, re.M), metrics[-2000:]

@@ -83,9 +83,10 @@ def server(tmp_path_factory):
 
 def test_completion_and_ledger_in_metrics(server):
     base, work, proc = server
-    body = {"model": "tiny", "prompt": " ".join(f"w{i}" for i in range(10, 40)), "max_tokens": 4, "temperature": 0}
+    body = {"model": "tiny", "prompt": "the quick brown fox jumps over the lazy dog " * 3, "max_tokens": 4,
+            "temperature": 0, "ignore_eos": True}
     out = json.loads(_get(base + "/v1/completions", body))
-    assert out["choices"][0]["text"].strip()
+    assert out["usage"]["completion_tokens"] == 4 and out["choices"][0]["finish_reason"] == "length"
     deadline = time.monotonic() + 30  # each engine process writes its ledger once a second
     while True:
         text = _get(base + "/metrics")

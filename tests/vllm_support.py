@@ -45,20 +45,23 @@ INIT_SRC = '''from . import layers  # noqa: F401
 
 
 def make_tiny_qwen2(out: Path) -> Path:
-    """A 2-layer Qwen2 (hidden 128) with random weights and a word-level tokenizer (w0 .. w253)."""
+    """A 2-layer Qwen2 (hidden 128) with random weights and a byte-level BPE tokenizer trained here."""
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    words = ["<unk>", "<eos>"] + [f"w{i}" for i in range(254)]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(out)
-    cfg = Qwen2Config(vocab_size=256, hidden_size=HIDDEN, intermediate_size=INTER, num_hidden_layers=2,
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 10, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(out)
+    cfg = Qwen2Config(vocab_size=320, hidden_size=HIDDEN, intermediate_size=INTER, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      eos_token_id=1, bos_token_id=1, tie_word_embeddings=False)
+                      eos_token_id=0, bos_token_id=0, tie_word_embeddings=False)
     torch.manual_seed(0)
     Qwen2ForCausalLM(cfg).to(torch.float32).save_pretrained(out)
     return out
