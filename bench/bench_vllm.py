@@ -36,7 +36,8 @@ import json, sys, time
 t0 = time.perf_counter()
 from vllm import LLM
 llm = LLM(model=sys.argv[1], enforce_eager=True, dtype="float32", max_model_len=256, max_num_batched_tokens=256,
-          max_num_seqs=8, seed=0, kv_cache_memory_bytes=32 << 20, skip_tokenizer_init=True)
+          max_num_seqs=8, seed=0, kv_cache_memory_bytes=32 << 20, skip_tokenizer_init=True,
+              enable_prefix_caching=False)
 print("START", time.perf_counter() - t0, flush=True)
 '''
 
@@ -46,7 +47,8 @@ from vllm import LLM, SamplingParams
 from frt_dist.vllm import plugin
 def main():
     llm = LLM(model=sys.argv[1], enforce_eager=True, dtype="float32", max_model_len=256, max_num_batched_tokens=256,
-              max_num_seqs=8, seed=0, kv_cache_memory_bytes=32 << 20, skip_tokenizer_init=True)
+              max_num_seqs=8, seed=0, kv_cache_memory_bytes=32 << 20, skip_tokenizer_init=True,
+              enable_prefix_caching=False)
     eng = plugin.engine()
     sp = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
     prompts = [{"prompt_token_ids": [5 + i, 6, 7, 8]} for i in range(8)]

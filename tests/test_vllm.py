@@ -90,20 +90,26 @@ def test_refused_without_receipt(tiny, work):
     rc, res, log = vs.run_engine({"model": str(tiny)}, vs.engine_env(proj, XDG_CACHE_HOME=work / "cache"))
     assert rc != 0 and res is None
     errors = [ln for ln in log.splitlines() if "frt: error:" in ln]
-    assert errors and "refused" in errors[0], log[-3000:]
+    assert errors and "no qualified route" in errors[0], log[-3000:]
     reasons = [ln for ln in log.splitlines() if "frt:   " in ln and "no receipt" in ln]
     assert {p for p in ("decode", "prefill") if any(p in ln for ln in reasons)} == {"decode", "prefill"}, log[-3000:]
 
 
-def test_host_fallback_starts_on_vllm_ops(tiny, work):
-    proj = _project(work, tiny, "noreceipt", receipts=())
-    rc, res, log = vs.run_engine({"model": str(tiny), "max_tokens": 3},
+def test_host_fallback_starts_on_vllm_ops_and_counts_calls_in_no_band(tiny, work):
+    """FRT_FALLBACK=host, bands decode 1..16 (receipt) and prefill 17..24 (none): the engine starts, the
+    prefill band runs vLLM's own op (logged, counted as host calls), a 30-row call is in no band: vLLM's
+    own op, counted as a fallback with its reason; decode runs the route."""
+    proj = _project(work, tiny, "gappy", receipts=(("eager", "decode"),), prefill=(17, 24))
+    prompts = [list(range(5, 9)), list(range(10, 30)), list(range(40, 70))]  # 4, 20 and 30 rows
+    rc, res, log = vs.run_engine({"model": str(tiny), "max_tokens": 3, "prompts": prompts, "sequential": True},
                                  vs.engine_env(proj, XDG_CACHE_HOME=work / "cache", FRT_FALLBACK="host"))
     assert rc == 0 and res is not None, log[-4000:]
-    assert sum("frt: band" in ln and "host (vLLM's own ops)" in ln for ln in log.splitlines()) == 2
-    led = res["ledger"]
-    assert led["totals"]["calls"] == led["totals"]["host-calls"] > 0
-    assert led["totals"]["host-decisions"] == 2
+    assert sum("frt: band prefill rows 17..24: host (vLLM's own ops)" in ln for ln in log.splitlines()) == 1
+    norm = res["ledger"]["seams"]["norm"]["phases"]
+    assert norm["decode"]["calls"] > 0 and norm["decode"]["host-calls"] == 0
+    assert norm["prefill"]["calls"] == norm["prefill"]["host-calls"] == 5  # one 20-row forward: 2 layers x 2 + final
+    assert norm["decode"]["fallbacks"] == 5 and norm["decode"]["contract-misses"] == {"rows": 5}  # the 30-row call
+    assert res["ledger"]["totals"]["host-decisions"] == 1
 
 
 def test_tampered_package_refused_before_import(tiny, work):

@@ -164,7 +164,7 @@ def _run(config: dict) -> None:
 
     llm = LLM(model=config["model"], enforce_eager=config.get("eager", True), dtype="float32", max_model_len=256,
               max_num_batched_tokens=256, max_num_seqs=8, seed=0, kv_cache_memory_bytes=32 << 20,
-              skip_tokenizer_init=True)
+              skip_tokenizer_init=True, enable_prefix_caching=False)
     started = time.perf_counter() - t0
     out = {"start-s": started}
     from frt_dist.vllm import plugin
@@ -172,7 +172,10 @@ def _run(config: dict) -> None:
     eng = plugin.engine()
     out["active"] = eng is not None and eng.plan is not None
     prompts = config.get("prompts", PROMPTS)
-    out["on"] = _generate(llm, prompts, config.get("max_tokens", 6))
+    if config.get("sequential"):  # one request at a time: a prompt's prefill is exactly its length in rows
+        out["on"] = [r for p in prompts for r in _generate(llm, [p], config.get("max_tokens", 6))]
+    else:
+        out["on"] = _generate(llm, prompts, config.get("max_tokens", 6))
     from torch._dynamo.utils import counters
 
     out["graph-breaks"] = {k: sum(v.values()) if hasattr(v, "values") else v for k, v in counters["graph_break"].items()}

@@ -82,7 +82,14 @@ def _startup_error(exc: FrtError) -> FrtStartupError:
     for r in getattr(exc, "reasons", None) or []:
         where = " ".join(f"{k} {r[k]}" for k in ("phase", "route", "seam") if r.get(k))
         lines.append(f"  {where + ': ' if where else ''}{r.get('reason', r)}")
-    lines += [f"hint: {h}" for h in getattr(exc, "hints", None) or []]
+    hints = list(getattr(exc, "hints", None) or [])
+    from ..errors import RouteRefused  # noqa: PLC0415
+
+    if isinstance(exc, RouteRefused):  # the plugin's policy is the environment, not load()'s argument
+        hints = [h for h in hints if "fallback=" not in h] + [
+            "qualify the route on this machine (`frt qualify`), set FRT_ACCEPT=certified_fast,supported_correct, or "
+            "set FRT_FALLBACK=host to start on vLLM's own ops in those bands"]
+    lines += [f"hint: {h}" for h in hints]
     log = _log()
     for line in lines:
         log.error("frt: %s", line)
