@@ -258,15 +258,13 @@ class Manifest:
             impls: dict[str, Impl] = {}
             for iname, it in r.get(t, "impls", dict, p).items():
                 names.check("name", iname, f"{p}.impls.{_q(iname)}", ManifestError, file=file)
+                if vllm_op is not None and isinstance(it, dict) and "layer" not in it:
+                    raise r.fail(f"{p}.impls.{_q(iname)}.layer", f"the seam replaces the vLLM op {vllm_op}: its "
+                                 "impls name a layer class of their package's `layers` module (layer = "
+                                 f"\"{vllm_op}\")")
                 impls[iname] = _read_impl(r, sname, iname, it, f"{p}.impls.{_q(iname)}", packages)
             if not impls:
                 raise r.fail(p + ".impls", "at least one impl is required")
-            if vllm_op is not None:
-                for iname, impl in impls.items():
-                    if impl.layer is None:
-                        raise r.fail(f"{p}.impls.{_q(iname)}.layer", f"the seam replaces the vLLM op {vllm_op}: its "
-                                     "impls name a layer class of their package's `layers` module (layer = "
-                                     f"\"{vllm_op}\")")
             seams[sname] = Seam(sname, structure, impls, vllm_op)
 
         qualify = r.get(data, "qualify", dict, "", required=False, default={})
