@@ -138,6 +138,8 @@ def test_compiled_form_runs_route_in_graph(compiled_run, eager_run):
     led = res["ledger"]
     assert led["engine-form"] == "compile"
     assert res["graph-breaks"] == {}  # the layers were traced into the graph, not run beside it
+    # vLLM's inductor default (custom_ops none) would run the native op: the log says frt's layer replaced it
+    assert any("frt's layer replaces it inside the compiled graph" in ln for ln in log.splitlines()), log[-3000:]
     # the layer was traced into the graph: its calls there are not counted, and the ledger says so
     for seam in ("norm", "act"):
         assert led["seams"][seam]["observed"] is False

@@ -333,6 +333,14 @@ class Engine:
             log.warning("frt: %s band runs vLLM's own ops (FRT_FALLBACK=host): %s", r["phase"], r["reason"])
         self.plan = plan
         self._log_decisions(refusals)
+        for seam, op in sorted(self.ops.items()):
+            base = vllm_op_class(ADAPTERS[op])
+            if self.form != "eager" and seam in self.table and self.table[seam].compiled_layer is not None \
+                    and not base.enabled():
+                from vllm.config import get_current_vllm_config  # noqa: PLC0415
+
+                log.info("frt: vLLM's custom_ops %s would run %s's native form here; frt's layer replaces it inside "
+                         "the compiled graph", list(get_current_vllm_config().compilation_config.custom_ops), op)
         self._hook_dummy_runs()
         from .metrics import start_writer  # noqa: PLC0415
 
