@@ -76,8 +76,17 @@ def register() -> None:
         _engine = eng
 
 
+_last_error = None  # the FrtError behind the last start-up refusal in this process (frt qualify re-raises it)
+
+
+def last_error():
+    return _last_error
+
+
 def _startup_error(exc: FrtError) -> FrtStartupError:
     """Log frt's error the way the CLI prints it (``error:``, one line per reason, ``hint:``)."""
+    global _last_error
+    _last_error = exc
     lines = [f"error: {str(exc).splitlines()[0]}"]
     for r in getattr(exc, "reasons", None) or []:
         where = " ".join(f"{k} {r[k]}" for k in ("phase", "route", "seam") if r.get(k))

@@ -71,14 +71,29 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
 
     from . import plugin  # noqa: PLC0415
 
-    plugin.register()  # vLLM loads it too; a second call is a no-op
-    llm = LLM(model=str(model_dir), enforce_eager=True, dtype=_DTYPES.get(route.precision, route.precision),
+    try:
+        plugin.register()  # vLLM loads it too; a second call is a no-op
+        llm = _engine(LLM, model_dir, route, top, seed)
+    except Exception:
+        if plugin.last_error() is not None:  # frt refused at the engine's start: its own error, not vLLM's
+            raise plugin.last_error() from None
+        raise
+    eng = plugin.engine()
+    sp = SamplingParams(temperature=0, max_tokens=4, logprobs=0, ignore_eos=True)
+    return _measure(llm, eng, sp, lock, route_name, route, m, phases, cases, rounds, warmup, seed, emit, say,
+                    max_rounds, timing, speed_state, gate)
+
+
+def _engine(LLM, model_dir, route, top, seed):  # noqa: N803
+    return LLM(model=str(model_dir), enforce_eager=True, dtype=_DTYPES.get(route.precision, route.precision),
               max_model_len=max(256, top + 16), max_num_batched_tokens=max(256, top + 16), max_num_seqs=8, seed=seed,
               skip_tokenizer_init=True, kv_cache_memory_bytes=64 << 20,
               # every run computes its prefill: a cached prefix would hand one side the other's KV
               enable_prefix_caching=False)
-    eng = plugin.engine()
-    sp = SamplingParams(temperature=0, max_tokens=4, logprobs=0, ignore_eos=True)
+
+
+def _measure(llm, eng, sp, lock, route_name, route, m, phases, cases, rounds, warmup, seed, emit, say, max_rounds,
+             timing, speed_state, gate):
     prompts = [{"prompt_token_ids": [(seed + 7 * i + r) % 200 + 2 for i in range(r)]} for r in cases]
 
     def generate():
