@@ -3,7 +3,8 @@ decisions and refusals, per-call routing and its ledger, the compiled form, plug
 
 Every engine runs in a subprocess (``vllm_support.run_engine``: ``HF_HUB_OFFLINE=1``, the engine
 in that process) on a tiny random Qwen2 made here; engine start-ups are few and shared through
-module-scoped fixtures. The OpenAI server and ``/metrics`` are in ``test_vllm_serve.py``.
+module-scoped fixtures. The OpenAI server, ``curl`` and ``/metrics`` are in ``test_vllm_doc.py`` (docs/vllm.md run
+as written).
 """
 
 from __future__ import annotations
