@@ -159,7 +159,9 @@ def test_eager_receipt_refused_in_compiled_engine(tiny, work):
 
 def test_inert_without_frt_model():
     """No FRT_MODEL: the plugin registers nothing and says so once."""
-    code = ("import logging, vllm.logger\n"
+    code = ("import vllm.logger\n"
+            "from vllm.config.logging import LoggingConfig\n"
+            "vllm.logger.configure_logging(LoggingConfig())  # as every vLLM process does before loading plugins\n"
             "from vllm.model_executor.custom_op import op_registry_oot\n"
             "from frt_dist.vllm import plugin\n"
             "plugin.register(); plugin.register()\n"
