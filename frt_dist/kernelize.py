@@ -124,6 +124,9 @@ def _layer_problem(module, layer_name: str) -> str | None:
     return None
 
 
+layer_problem = _layer_problem  # the vLLM adapter checks its layers by the same rule
+
+
 def kernel_mapping(plan, layers: Mapping[str, str], *, device: str | None = None) -> dict:
     """``{layer name: {device type: repository}}`` for ``kernels.use_kernel_mapping``.
 

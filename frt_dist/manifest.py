@@ -83,6 +83,9 @@ class Impl:
     smoke: dict
     probes: tuple[str, ...] = ()
     table: dict = field(default_factory=dict, compare=False, repr=False)
+    # a vLLM binding's impl names a layer class in its package's `layers` module (the `kernels`
+    # layer convention) instead of an `entry` function; `entry` is then ""
+    layer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class Seam:
     name: str
     structure: str
     impls: dict[str, Impl]
+    vllm_op: str | None = None  # a vLLM binding: the CustomOp class name the seam replaces ("RMSNorm")
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,9 @@ class Manifest:
     receipt_policy: ReceiptPolicy | None = None
     # [release]: the Hub release whose receipts this project consumes (frt_dist.release); None: none
     release: ReleaseRef | None = None
+    # a vLLM binding (`host = "vllm"`): the Hugging Face model folder qualification runs, relative to
+    # the project root
+    host_model: str | None = None
 
     # -- reading ------------------------------------------------------------
     @classmethod
@@ -192,7 +199,7 @@ class Manifest:
     def from_dict(cls, data: dict, *, file: str) -> "Manifest":
         r = Reader(file, ManifestError)
         r.only(data, {"schema", "model", "binding", "host", "family", "default-precision", "host-entry",
-                      "description", "packages", "phases", "seams", "routes", "qualify", "trust", "release"}, "")
+                      "description", "packages", "phases", "seams", "routes", "qualify", "trust", "release", "host-model"}, "")
         r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
         model = names.check("name", r.get(data, "model", str, ""), "model", ManifestError, file=file)
         binding = r.get(data, "binding", str, "")
@@ -203,6 +210,12 @@ class Manifest:
         host_entry = r.get(data, "host-entry", str, "", required=False)
         if host_entry is not None and not _HOST_ENTRY.match(host_entry):
             raise r.fail("host-entry", f"expected 'module:callable', got {host_entry!r}")
+        host_model = r.get(data, "host-model", str, "", required=False)
+        if host_model is not None:
+            names.check("path", host_model, "host-model", ManifestError, file=file)
+        if host == "vllm" and host_model is None:
+            raise r.fail("host-model", "a vLLM binding (host = \"vllm\") names the Hugging Face model folder it "
+                                       "runs, relative to the project root")
 
         packages: dict[str, Package] = {}
         for repo, t in r.get(data, "packages", dict, "").items():
@@ -245,15 +258,25 @@ class Manifest:
             names.check("name", sname, p, ManifestError, file=file)
             if not isinstance(t, dict):
                 raise r.fail(p, "expected a table")
-            r.only(t, {"structure", "impls", "description"}, p)
+            r.only(t, {"structure", "impls", "description", "vllm-op"}, p)
             structure = r.get(t, "structure", str, p)
+            vllm_op = r.get(t, "vllm-op", str, p, required=False)
+            if vllm_op is not None and not _SYMBOL.match(vllm_op):
+                raise r.fail(p + ".vllm-op", f"expected a vLLM CustomOp class name like \"RMSNorm\", got {vllm_op!r}")
+            if host == "vllm" and vllm_op is None:
+                raise r.fail(p + ".vllm-op", "a vLLM binding's seam names the vLLM op class it replaces "
+                                             "(vllm-op = \"RMSNorm\")")
             impls: dict[str, Impl] = {}
             for iname, it in r.get(t, "impls", dict, p).items():
                 names.check("name", iname, f"{p}.impls.{_q(iname)}", ManifestError, file=file)
+                if vllm_op is not None and isinstance(it, dict) and "layer" not in it:
+                    raise r.fail(f"{p}.impls.{_q(iname)}.layer", f"the seam replaces the vLLM op {vllm_op}: its "
+                                 "impls name a layer class of their package's `layers` module (layer = "
+                                 f"\"{vllm_op}\")")
                 impls[iname] = _read_impl(r, sname, iname, it, f"{p}.impls.{_q(iname)}", packages)
             if not impls:
                 raise r.fail(p + ".impls", "at least one impl is required")
-            seams[sname] = Seam(sname, structure, impls)
+            seams[sname] = Seam(sname, structure, impls, vllm_op)
 
         qualify = r.get(data, "qualify", dict, "", required=False, default={})
         r.only(qualify, {"tolerance", "rounds", "max-rounds", "warmup", "rows"}, "qualify")
@@ -332,7 +355,8 @@ class Manifest:
         return cls(file=file, model=model, binding=binding, host=host, family=family,
                    default_precision=default_precision, host_entry=host_entry, packages=packages,
                    phases=phases, seams=seams, routes=routes, qualify=qualify, raw=data,
-                   digest=r.digest(data), publishers=publishers, receipt_policy=receipt_policy, release=release)
+                   digest=r.digest(data), publishers=publishers, receipt_policy=receipt_policy,
+                   host_model=host_model, release=release)
 
     # -- derived ------------------------------------------------------------
     def publisher_policy(self, repo: str):
@@ -461,12 +485,15 @@ def _signature_policy(r: Reader, t: dict, p: str, source: str) -> tuple:
 def _read_impl(r: Reader, seam: str, name: str, t: Any, p: str, packages: dict) -> Impl:
     if not isinstance(t, dict):
         raise r.fail(p, "expected a table")
-    r.only(t, {"package", "entry", "probes", "precision", "contract", "smoke"}, p)
+    r.only(t, {"package", "entry", "layer", "probes", "precision", "contract", "smoke"}, p)
     package = r.get(t, "package", str, p)
     if package not in packages:
         raise r.fail(p + ".package", f"package {package!r} is not declared in [packages]")
-    entry = r.get(t, "entry", str, p)
-    if not _SYMBOL.match(entry):
+    layer = r.get(t, "layer", str, p, required=False)
+    if layer is not None and not _SYMBOL.match(layer):
+        raise r.fail(p + ".layer", f"not a Python class name: {layer!r}")
+    entry = r.get(t, "entry", str, p, required=layer is None, default="")
+    if (entry or layer is None) and not _SYMBOL.match(entry):
         raise r.fail(p + ".entry", f"not a Python symbol: {entry!r}")
     probes = r.str_list(t, "probes", p, required=False, default=[])
     for i, pr in enumerate(probes):
@@ -521,7 +548,7 @@ def _read_impl(r: Reader, seam: str, name: str, t: Any, p: str, packages: dict) 
         exp = r.get(smoke, "expect", dict, sp)
         r.only(exp, {"shape"}, ep)
         _shape(r, exp, ep)
-    return Impl(seam, name, package, entry, precisions, dict(contract), dict(smoke), tuple(probes), dict(t))
+    return Impl(seam, name, package, entry, precisions, dict(contract), dict(smoke), tuple(probes), dict(t), layer)
 
 
 def _route_precision(r: Reader, t: dict, p: str, served: list[tuple[str, tuple[str, ...]]]) -> str:

@@ -418,6 +418,9 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
         emit({"event": "message", "text": text})
     phases = check_route(m, route_name, phases)
     route = m.routes[route_name]
+    if m.host == "vllm":  # a vLLM binding: the route against the same engine with the route detached
+        return _qualify_vllm(lock, route_name, phases=phases, rounds=rounds, seed=seed, root=root, progress=progress,
+                             max_rounds=max_rounds)
     hw = hardware or Hardware.detect()
     factory = load_host_factory(m.host_entry, m.model, root if root is not None else lock_root(lock))
     tol = m.tolerance
@@ -546,6 +549,21 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
         }
         results.append(QualifyResult(ph, True, state, receipt, speedups=speedups))
     return results
+
+
+def _qualify_vllm(lock, route_name, *, phases, rounds, seed, root, progress, max_rounds) -> list[QualifyResult]:
+    from .loader import lock_root  # noqa: PLC0415
+    from .vllm.qualify import qualify_vllm  # noqa: PLC0415
+
+    m = lock.manifest
+    route = m.routes[route_name]
+    got = qualify_vllm(lock, route_name, phases=phases, rounds=rounds or int(m.qualify.get("rounds", 10)),
+                       warmup=int(m.qualify.get("warmup", 1)), seed=seed,
+                       root=root if root is not None else lock_root(lock), progress=progress,
+                       max_rounds=max_rounds or m.qualify.get("max-rounds"), timing=_timing, speed_state=speed_state,
+                       gate=route.min_speedup if route.min_speedup is not None else 1.0)
+    return [QualifyResult(ph, ok, state, receipt, failures=failures, speedups=sp)
+            for ph, ok, state, receipt, failures, sp in got]
 
 
 def receipt_filename(receipt: dict) -> str:

