@@ -238,6 +238,11 @@ def test_load_on_a_node_points_at_from_url(fleet, tmp_path, monkeypatch):
     with pytest.raises(frt_dist.KernelUnavailable) as exc:
         frt_dist.load("tiny", hardware=CPU, mirror=str(tmp_path / "empty-mirror"))
     assert any("frt mirror DIR --from URL" in h for h in exc.value.hints), exc.value.hints
+    with pytest.raises(frt_dist.LockfileError) as exc:  # a model the node has no lockfile for: not the demo's
+        frt_dist.load("demo-decoder", hardware=CPU)
+    assert str(exc.value) == (f"no lockfile for model 'demo-decoder' (looked in {node / 'lockfiles/demo-decoder.lock'}; "
+                              f"node {node})") and exc.value.exit_code == 1
+    assert exc.value.hints == ["copy lockfiles/demo-decoder.lock here from the project that locks it"]
 
 
 # --- FRT_LOCK names the model mirrored --------------------------------------------------------------
