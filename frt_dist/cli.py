@@ -835,6 +835,7 @@ def cmd_mirror(args) -> int:
 
 
 def _cmd_mirror(args, project, store, publish: bool) -> int:
+    from .errors import KernelUnavailable  # noqa: PLC0415
     from .mirror import mirror_lock, select_for_mirror  # noqa: PLC0415
 
     if os.environ.get("FRT_LOCK"):  # the lockfile named is the one model mirrored, under its own name
@@ -875,8 +876,8 @@ def _cmd_mirror(args, project, store, publish: bool) -> int:
             if publish:
                 return _publish_interrupted(args)
             return _mirror_interrupted(args)
-        except FrtError as exc:
-            if project.is_node and store is None and exc.reasons:  # a file this node could not supply
+        except KernelUnavailable as exc:
+            if project.is_node and store is None:  # a file this node could not supply: no sources of its own
                 url = project.mirror if project.mirror and "://" in project.mirror else "URL"
                 exc.hints = [f"a node fills its mirror from the fleet's store: `frt mirror {args.dir} --from {url}`"]
             raise
