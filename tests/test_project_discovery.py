@@ -58,9 +58,9 @@ def _json(argv) -> tuple[int, dict, str]:
 
 OUTSIDE = [["lock"], ["lock", "--check"], ["lock", "--export", "kernels"], ["resolve", *HW],
            ["resolve", "--model", "demo-decoder", *HW], ["verify"], ["verify", "--mirror", "m"],
-           ["mirror", "m", "--variant", "torch-cpu"], ["mirror", "m", "--from", "file:///nowhere", "--all-variants"],
-           ["mirror", "file:///nowhere/store", "--all-variants"], ["matrix"], ["qualify", "--route", "fast"],
-           ["receipts", "push", "file:///nowhere/store"], ["receipts", "pull", "file:///nowhere/store"]]
+           ["mirror", "m", "--variant", "torch-cpu"], ["mirror", "m", "--from", "STORE", "--all-variants"],
+           ["mirror", "STORE", "--all-variants"], ["matrix"], ["qualify", "--route", "fast"],
+           ["receipts", "push", "STORE"], ["receipts", "pull", "STORE"]]
 
 
 @pytest.fixture
@@ -73,6 +73,8 @@ def outside(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv", OUTSIDE, ids=lambda a: " ".join(a[:2]))
 def test_outside_a_project_every_command_is_exit_2_and_says_what_to_do(outside, argv):
+    store = outside.parent / "store"
+    argv = [f"file://{store}" if a == "STORE" else a for a in argv]
     rc, out, err = run_main(argv)
     lines = err.splitlines()
     assert rc == 2 and out == "", err
@@ -83,7 +85,7 @@ def test_outside_a_project_every_command_is_exit_2_and_says_what_to_do(outside, 
                          "is a node",
                          "hint: the bundled demo project (read-only): --demo"], err
     assert "demo-decoder" not in err and "bundled demo project (read-only) at" not in err
-    assert list(outside.iterdir()) == [] and not Path("/nowhere").exists()  # nothing written, no store opened
+    assert list(outside.iterdir()) == [] and not store.exists()  # nothing written, no store opened
     rc, doc, err = _json(argv)
     assert (rc, doc["exit"], err) == (2, 2, "") and doc["error"].startswith(NO_PROJECT)
     assert [h.split(" ")[0] for h in doc["hints"]] == ["`frt", "or", "the"] and "--demo" in doc["hints"][2]
