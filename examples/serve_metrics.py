@@ -1,6 +1,6 @@
 """Serving with frt-dist: bind at start-up, serve the ledger on ``/metrics``.
 
-    python examples/serve_metrics.py [--port 8000] [--model demo-decoder]
+    python examples/serve_metrics.py [--port 8000] [--model demo-decoder] [--project DIR | --demo]
 
 At start-up the server calls ``frt_dist.load`` once: every phase band is resolved
 from the lockfile, the chosen packages are verified and imported, each seam's impl
@@ -140,10 +140,18 @@ def main(argv=None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--registry", action="store_true", help="expose through prometheus_client (must be installed)")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--project", metavar="DIR", help="the project (default: found as `frt` finds it)")
+    where.add_argument("--demo", action="store_true", help="the bundled demo project")
     args = ap.parse_args(argv)
+    if args.demo:
+        from frt_dist.project import bundled_root
+
+        args.project = bundled_root()
     try:
         # the demo's evidence is CPU evidence: supported_correct routes accepted, host where none qualifies
-        plan, blocks = build_app(args.model, accept=("certified_fast", "supported_correct"), fallback="host")
+        plan, blocks = build_app(args.model, accept=("certified_fast", "supported_correct"), fallback="host",
+                                 project=args.project)
     except frt_dist.FrtError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -87,7 +87,9 @@ def _print_json(doc: dict) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--project", metavar="DIR", help="project root (default: the current project, FRT_HOME, or the bundled defaults)")
+    p.add_argument("--project", metavar="DIR", help="project root (default: FRT_PROJECT, else the project or node at or "
+                                                    "above this folder, else FRT_HOME; none is exit 2)")
+    p.add_argument("--demo", action="store_true", help="use the bundled demo project (read-only)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
 
@@ -155,7 +157,7 @@ def _named_command(argv: list[str]) -> str | None:
         a = argv[i]
         if a == "--project":
             i += 2
-        elif a.startswith("--project="):
+        elif a.startswith("--project=") or a == "--demo":
             i += 1
         else:
             return a if a in COMMANDS else None
@@ -170,6 +172,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--project", metavar="DIR", dest="global_project",
                    help="project root for the command that follows (`frt --project DIR lock`); the same as the "
                         "command's own --project")
+    p.add_argument("--demo", action="store_true", dest="global_demo",
+                   help="use the bundled demo project (read-only) for the command that follows (`frt --demo resolve`)")
     sub = _OnlySubparsers(p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser), only)
 
     s = sub.add_parser("lock", help="lock every manifest (or one) into lockfiles/")
@@ -362,18 +366,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _project(args):
-    """The project in force, said once on stderr: always for the bundled demo, whatever stdout is
-    (SPEC §23: never silently the demo; under ``--json`` too, as stdout is the document), on a
-    terminal for any other project; ``--quiet`` silences it. ``--json`` documents carry it as
-    ``"project": {"root", "kind", "bundled"}`` (``_emit``)."""
+    """The project in force (``Project.find``: outside any project, ``NoProject``, exit 2), said once
+    on stderr: always for the bundled demo (``--demo``), whatever stdout is (under ``--json`` too, as
+    stdout is the document), on a terminal for any other project; ``--quiet`` silences it.
+    ``--json`` documents carry it as ``"project": {"root", "kind", "bundled"}`` (``_emit``)."""
     from .project import Project  # noqa: PLC0415
 
-    project = Project.find(explicit=args.project)
+    project = Project.find(explicit=args.project, demo=getattr(args, "demo", False))
     args.frt_project = project
     if not args.quiet:
         if project.read_only:
-            print(f"note: using the bundled demo project (read-only) at {project.root}; "
-                  "run in your project's folder, or pass --project DIR (`frt init` creates one)", file=sys.stderr)
+            print(f"note: using the bundled demo project (read-only) at {project.root} (--demo)", file=sys.stderr)
         elif sys.stderr.isatty() and not args.json:  # a person at a terminal sees which project
             print(f"note: {project.describe()}", file=sys.stderr)
     return project
@@ -428,6 +431,7 @@ def cmd_lock(args) -> int:
     if args.export:
         return _lock_export(args)
     project = _project(args)
+    project.need_manifests("lock")
     models = [args.model] if args.model is not None else project.models()
     if args.model is not None:
         project.manifest_path(args.model)
@@ -753,7 +757,11 @@ def _find_lock(project, model: str, explicit: str | None):
             if not os.path.isfile(given):  # False, not OSError, for a name too long to stat
                 raise FrtError(f"no lockfile at {given} ({source})",
                                hints=[f"frt lock --model {model}, or name an existing lockfile in {source}"])
-            return Lockfile.read(given)
+            lock = Lockfile.read(given)
+            if model != "MODEL" and lock.model != model:  # "MODEL": the caller takes the lockfile's own
+                raise UsageError(f"{source} {given} is the lockfile of model {lock.model!r}, not {model!r}",
+                                 hints=[f"--model {lock.model}, or name {model!r}'s lockfile in {source}"])
+            return lock
     path = project.existing_lockfile(model)
     return Lockfile.read(path, label=project.rel(path))
 
@@ -819,9 +827,12 @@ def cmd_resolve(args) -> int:
     _emit(args, doc, _render_resolve(lock, hw, precision, accept, decisions, doc.get("candidates")))
     refused = [p for p, d in decisions.items() if d.decision == "refused"]
     if refused and not (args.json or args.quiet):
+        qualify = (f"qualify a route on a machine like this one in the project that locks {lock.model} "
+                   f"(`frt qualify --model {lock.model} --route ROUTE`, then `frt lock`), and bring the new lockfile "
+                   "to this node" if project.is_node else
+                   f"qualify a route on the machine itself (`frt qualify --model {lock.model} --route ROUTE`), then `frt lock`")
         hints = _software_hints(decisions, hw) or _state_hints(decisions, refused, accept) or [
-            f"qualify a route on the machine itself (`frt qualify --model {lock.model} --route ROUTE`), then `frt lock`",
-            "`--explain` shows every candidate and why it lost; `--fallback host` decides the host path instead"]
+            qualify, "`--explain` shows every candidate and why it lost; `--fallback host` decides the host path instead"]
         for h in hints:
             print(f"hint: {h}", file=sys.stderr)
     return 1 if refused else 0
@@ -913,8 +924,11 @@ def _verify_fixes(args, problems: list[dict], lock_kinds: set) -> list[str]:
     ``rm`` for files the lock does not know (``frt mirror`` adds, it never deletes)."""
     import shlex  # noqa: PLC0415
 
+    project = getattr(args, "frt_project", None)
+    node = project is not None and project.is_node
     models = (Path(p["path"].split(": ", 1)[0]).stem for p in problems if p["kind"] in lock_kinds)
-    out = [f"regenerate the lockfile with `frt lock --model {m}`" for m in dict.fromkeys(models)]
+    out = [f"bring a fresh lockfiles/{m}.lock from the project that locks it (`frt lock --model {m}` there)" if node
+           else f"regenerate the lockfile with `frt lock --model {m}`" for m in dict.fromkeys(models)]
     mirrored = [p for p in problems if p["kind"] not in lock_kinds]
     if not mirrored or args.mirror is None:
         return out
@@ -927,6 +941,9 @@ def _verify_fixes(args, problems: list[dict], lock_kinds: set) -> list[str]:
         if not variants:  # a ref only: the variants the mirror holds of that package
             variants = [d.name for q in parts for d in Path(args.mirror).glob(f"{q[0]}/snapshots/*/build/*")]
         select = "".join(f" --variant {shlex.quote(v)}" for v in dict.fromkeys(variants)) or " --all-variants"
+    if node:  # a node has no sources of its own: it fills its mirror from the fleet's store
+        url = project.mirror if project.mirror and "://" in project.mirror else "URL"  # [tool.frt] mirror, a store
+        select += f" --from {shlex.quote(url)}"
     if any(p["kind"] != "unknown" for p in mirrored):
         out.append(f"refill the mirror with `frt mirror {shlex.quote(args.mirror)}{model}{select}`")
     unknown = [shlex.quote(str(Path(args.mirror) / p["path"])) for p in mirrored if p["kind"] == "unknown"]
@@ -985,26 +1002,35 @@ def cmd_mirror(args) -> int:
                          "from one; not both", hints=["frt mirror DIR --from URL fills DIR; frt mirror URL publishes"])
     if args.repair and not publish:
         raise UsageError("--repair applies when publishing to an object store (frt mirror s3://... --repair)")
+    project = _project(args)  # no project here: said before any store is opened or folder made
     store = (open_store(args.dir) if publish else open_store(args.from_url, reading=True)) if (publish or args.from_url) \
         else None
     if store is not None:
         with store:
-            return _cmd_mirror(args, store, publish)
-    return _cmd_mirror(args, None, False)
+            return _cmd_mirror(args, project, store, publish)
+    return _cmd_mirror(args, project, None, False)
 
 
-def _cmd_mirror(args, store, publish: bool) -> int:
+def _cmd_mirror(args, project, store, publish: bool) -> int:
+    from .errors import KernelUnavailable  # noqa: PLC0415
     from .mirror import mirror_lock, select_for_mirror  # noqa: PLC0415
 
-    project = _project(args)
-    models = [args.model] if args.model is not None else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
+    if os.environ.get("FRT_LOCK"):  # the lockfile named is the one model mirrored, under its own name
+        lock = _find_lock(project, args.model or "MODEL", None)
+        models, locks = [lock.model], {lock.model: lock}
+    else:
+        models = [args.model] if args.model is not None else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
+        locks = None
     if not models:
-        raise FrtError(f"no lockfiles in {project.rel(project.lockfiles_dir)}", hints=["frt lock"])  # a "no": exit 1
+        raise FrtError(f"no lockfiles in {project.rel(project.lockfiles_dir)}",  # a "no": exit 1
+                       hints=["copy the lockfiles here from the project that locks them" if project.is_node
+                              else "frt lock"])
     machines = _mirror_machines(args)
     select = {"variants": args.variant, "all_variants": args.all_variants, "machines": machines, "cells": args.cells}
     if not any(select.values()):
         select["machines"] = [_hardware(args)]  # this machine, detected: checked like a declared one
-    locks = {model: _find_lock(project, model, None) for model in models}
+    if locks is None:
+        locks = {model: _find_lock(project, model, None) for model in models}
     for lock in locks.values():  # every model's selection is checked before anything is written
         select_for_mirror(lock, **select)
     reports, lines = [], []
@@ -1027,6 +1053,11 @@ def _cmd_mirror(args, store, publish: bool) -> int:
             if publish:
                 return _publish_interrupted(args)
             return _mirror_interrupted(args)
+        except KernelUnavailable as exc:
+            if project.is_node and store is None:  # a file this node could not supply: no sources of its own
+                url = project.mirror if project.mirror and "://" in project.mirror else "URL"
+                exc.hints = [f"a node fills its mirror from the fleet's store: `frt mirror {args.dir} --from {url}`"]
+            raise
         finally:
             bar.close()
         if publish:
@@ -1137,6 +1168,7 @@ def cmd_qualify(args) -> int:
 
         key = load_private_key(args.sign)
     project = _project(args)
+    project.need_manifests("qualify")
     args.model = _the_model(project, args)
     lock = _find_lock(project, args.model, None)
     if project.read_only and not args.out:
@@ -1446,7 +1478,12 @@ def _written_file(name):
 
 
 def _global_project(args) -> None:
-    """``frt --project DIR <command>``: the global option stands for the subcommand's own."""
+    """``frt --project DIR <command>`` and ``frt --demo <command>``: the global option stands for the
+    subcommand's own."""
+    if getattr(args, "global_demo", False):
+        if not hasattr(args, "demo"):  # init, digest, sign: no project to choose
+            raise UsageError(f"--demo: frt {args.command} uses no project")
+        args.demo = True
     given = getattr(args, "global_project", None)
     if given is None:
         return

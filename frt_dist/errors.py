@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "FrtError",
     "UsageError",
+    "NoProject",
     "ManifestError",
     "LockfileError",
     "ReceiptInvalid",
@@ -44,6 +45,12 @@ class UsageError(FrtError):
     """Bad invocation: an unknown model, phase, precision or flag value."""
 
     exit_code = 2
+
+
+class NoProject(UsageError):
+    """No project where a command or ``load`` ran: no ``manifests/``, ``lockfiles/`` or ``[tool.frt]``
+    at or above the folder, and none named (``--project``, ``FRT_PROJECT``, ``FRT_HOME``, ``FRT_LOCK``).
+    The bundled demo is never used in its place."""
 
 
 class ManifestError(FrtError):

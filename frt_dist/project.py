@@ -1,10 +1,14 @@
 """Where a project keeps ``manifests/``, ``receipts/`` and ``lockfiles/`` (SPEC §4).
 
-In order: the nearest project at or above the current directory (a folder
-whose ``pyproject.toml`` has ``[tool.frt]``, or that holds ``manifests/``:
-searched upward, like git and uv; inside a checkout of frt-dist itself that is
-the bundled demo, read-only), else
-``FRT_HOME``, else the bundled demo project (read-only; ``bundled_root``).
+In order: ``--project DIR`` (``explicit=``), else ``FRT_PROJECT``, else the
+nearest project at or above the current directory (a folder whose
+``pyproject.toml`` has ``[tool.frt]``, or that holds ``manifests/``, or a
+**node**: a folder holding ``lockfiles/`` and no ``manifests/``; searched
+upward, like git and uv; the root of a frt-dist checkout is its own project,
+read-write), else ``FRT_HOME``, else the folder of the lockfile ``FRT_LOCK``
+names. Nowhere is ``NoProject`` (exit 2, ``no frt project here``): the bundled
+demo project (``bundled_root``, read-only) is used only when asked for
+(``--demo``, ``Project.find(demo=True)``).
 """
 
 from __future__ import annotations
@@ -20,9 +24,9 @@ from pathlib import Path
 from . import names
 from ._record import dataclass, field
 from ._schema import parse_toml
-from .errors import FrtError, UsageError
+from .errors import FrtError, NoProject, UsageError
 
-__all__ = ["Project", "bundled_root", "import_entry", "lock_root"]
+__all__ = ["Project", "bundled_root", "import_entry", "lock_root", "no_project"]
 
 
 @functools.cache
@@ -47,12 +51,18 @@ class Project:
     """Where manifests, receipts, lockfiles and the mirror live, and which kind of root it is."""
 
     root: Path
-    kind: str  # "project" | "frt-home" | "bundled"
+    kind: str  # "project" | "node" | "frt-home" | "bundled"
     settings: dict = field(default_factory=dict)
 
     @property
     def read_only(self) -> bool:
         return self.kind == "bundled"
+
+    @property
+    def is_node(self) -> bool:
+        """A node: ``lockfiles/`` and no ``manifests/``. It resolves, loads, mirrors from a store,
+        verifies and renders the matrix from its lockfiles; it does not lock or qualify."""
+        return self.kind == "node" or (self.kind == "frt-home" and _node_dirs(self.root, self.settings))
 
     @property
     def manifests_dir(self) -> Path:
@@ -81,8 +91,21 @@ class Project:
             return str(path)
 
     def models(self) -> list[str]:
+        """The project's models: its manifests; on a node, its lockfiles."""
+        if self.is_node:
+            return sorted(p.stem for p in self.lockfiles_dir.glob("*.lock"))
         d = self.manifests_dir
         return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+
+    def need_manifests(self, command: str) -> None:
+        """``frt lock`` and ``frt qualify`` read manifests: on a node they are a usage error that says so."""
+        if self.is_node:
+            raise UsageError(f"frt {command} needs the project's manifests: {self.root} is a node "
+                             f"({self.rel(self.lockfiles_dir)}/ and no {self.rel(self.manifests_dir)}/)",
+                             hints=[f"run `frt {command}` in the project that holds manifests/ (or pass --project DIR), "
+                                    "then bring its lockfiles/ here",
+                                    "on a node: frt resolve, frt mirror DIR --from URL, frt verify --mirror DIR, "
+                                    "frt matrix and frt_dist.load work from the lockfiles"])
 
     def manifest_path(self, model: str) -> Path:
         p = self.manifests_dir / f"{names.check('name', model, 'model', UsageError)}.toml"
@@ -101,33 +124,93 @@ class Project:
         if not path.exists():  # something else there (a FIFO, a folder) is the reader's to refuse, naming it
             if self.manifests_dir.is_dir():
                 self.manifest_path(model)
-            raise FrtError(f"no lockfile for model {model!r} ({self.rel(path)})", hints=[f"frt lock --model {model}"])
+            hint = (f"copy lockfiles/{model}.lock here from the project that locks it" if self.is_node
+                    else f"frt lock --model {model}")
+            raise FrtError(f"no lockfile for model {model!r} ({self.rel(path)})", hints=[hint])
         return path
 
     def describe(self) -> str:
-        label = {"project": "project", "frt-home": "FRT_HOME", "bundled": "bundled defaults"}[self.kind]
+        label = {"project": "project", "node": "node", "frt-home": "FRT_HOME", "bundled": "bundled defaults"}[self.kind]
         return f"{label} {self.root}"
 
     @classmethod
-    def find(cls, start: str | os.PathLike | None = None, *, explicit: str | os.PathLike | None = None) -> "Project":
+    def demo(cls) -> "Project":
+        """The bundled demo project, read-only: only when asked for (``frt --demo``)."""
+        return cls(bundled_root(), "bundled", {})
+
+    @classmethod
+    def find(cls, start: str | os.PathLike | None = None, *, explicit: str | os.PathLike | None = None,
+             demo: bool = False, lockfile: str | os.PathLike | None = None, python: bool = False) -> "Project":
+        """The project in force (the module's docstring says the order). ``lockfile``: a lockfile named
+        by the caller (``load(lockfile=)``), which, like ``FRT_LOCK``, stands for a project when none is
+        found. ``python``: ``NoProject``'s hints name ``load``'s arguments instead of the flags."""
+        if demo:
+            if explicit is not None:
+                raise UsageError(f"--demo and --project {explicit} each name the project; give one")
+            return cls.demo()
+        source = "--project"
+        if explicit is None and os.environ.get("FRT_PROJECT"):
+            explicit, source = os.environ["FRT_PROJECT"], "FRT_PROJECT"
         if explicit is not None:
             root = Path(explicit).resolve()
             if not root.is_dir():
-                raise UsageError(f"--project: {root} is not a directory")
-            return cls(root, "project", _settings(root))
+                raise UsageError(f"{source}: {root} is not a directory",
+                                 hints=["`frt init DIR` creates a project there"])
+            settings = _settings(root)
+            return cls(root, _kind(root, settings), settings)
         here = Path(start or os.getcwd()).resolve()
-        bundled = bundled_root()
-        for d in (here, *here.parents):  # upward, like git and uv: the nearest project wins
-            settings = _settings(d)
-            tool = settings is not None and (d / "pyproject.toml").is_file() and _has_tool_frt(d)
-            if tool or (d / "manifests").is_dir():
-                if d == bundled:  # inside a checkout of frt-dist itself: its demo project, read-only
-                    return cls(d, "bundled", {})
-                return cls(d, "project", settings or {})
+        found = _project_above(here)
+        if found is not None:
+            return found
         home = os.environ.get("FRT_HOME")
         if home:
             return cls(Path(home).resolve(), "frt-home", _settings(Path(home)) or {})
-        return cls(bundled_root(), "bundled", {})
+        given = lockfile if lockfile is not None else os.environ.get("FRT_LOCK")
+        if given:  # a lockfile named outside any project: the folder it lives in (its project or node)
+            lock = Path(given).resolve()
+            found = _project_above(lock.parent)
+            if found is not None:
+                return found
+            return cls(lock.parent, _kind(lock.parent, {}), {})
+        raise no_project(here, python=python)
+
+
+def no_project(here: Path, *, python: bool = False) -> NoProject:
+    """``no frt project here``, with what to do about it (the flags, or ``load``'s arguments)."""
+    if python:
+        hints = ["`frt init` creates a project here (manifests/, receipts/, lockfiles/)",
+                 "or name one: project=DIR (or FRT_PROJECT=DIR); a lockfile alone: lockfile=PATH (or FRT_LOCK)",
+                 "the bundled demo: project=frt_dist.project.bundled_root()"]
+    else:
+        hints = ["`frt init` creates a project here (manifests/, receipts/, lockfiles/)",
+                 "or name one: --project DIR (or FRT_PROJECT=DIR); a folder holding only lockfiles/ is a node",
+                 "the bundled demo project (read-only): --demo"]
+    return NoProject(f"no frt project here ({here}: no manifests/, lockfiles/ or pyproject.toml with [tool.frt] "
+                     "in it or in a folder above it)", hints=hints)
+
+
+def _project_above(here: Path) -> "Project | None":
+    """The nearest project or node at or above ``here``, like git and uv."""
+    bundled = bundled_root()
+    for d in (here, *here.parents):
+        settings = _settings(d)
+        if (d / "manifests").is_dir() or ((d / "pyproject.toml").is_file() and _has_tool_frt(d)):
+            if d == bundled and d.name == "_bundled":  # inside an installed wheel's demo: read-only
+                return Project.demo()
+            settings = settings or {}  # a frt-dist checkout's root is its own project, read-write
+            return Project(d, _kind(d, settings), settings)
+        if (d / "lockfiles").is_dir():  # lockfiles/ and no manifests/: a node
+            return Project(d, "node", {})
+    return None
+
+
+def _node_dirs(root: Path, settings: dict) -> bool:
+    return (not (root / settings.get("manifests", "manifests")).is_dir()
+            and (root / settings.get("lockfiles", "lockfiles")).is_dir())
+
+
+def _kind(root: Path, settings: dict) -> str:
+    return "node" if _node_dirs(root, settings) else "project"
 
 
 def _has_tool_frt(d: Path) -> bool:
@@ -228,7 +311,8 @@ def _same_file(a: str, b: str | None) -> bool:
 def lock_root(lock) -> Path:
     """The project root a lockfile's ``path`` packages are relative to: the
     bundled root for the bundled lock, else the nearest folder above the
-    lockfile holding ``manifests/`` or a ``pyproject.toml`` with ``[tool.frt]``.
+    lockfile holding ``manifests/``, a ``pyproject.toml`` with ``[tool.frt]``, or
+    ``lockfiles/`` (a node), else the lockfile's own folder.
     Found once per lockfile object (kept in its ``memo``). It lives here, not in
     the loader (which re-exports it), so `frt resolve` finds the root without
     importing the loader."""
@@ -243,8 +327,12 @@ def lock_root(lock) -> Path:
         if p.is_relative_to(b):
             root = b
         else:
-            root = next((d for d in p.parents if (d / "manifests").is_dir() or _has_tool_frt(d)), None)
-    if root is None:
-        root = Project.find().root
+            found = _project_above(p.parent)
+            root = found.root if found is not None else p.parent
+    if root is None:  # a lockfile made in memory: the project in force, else here
+        try:
+            root = Project.find().root
+        except NoProject:
+            root = Path(os.getcwd()).resolve()
     lock.memo[key] = root
     return root

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from .errors import ContractViolation, KernelUnavailable, LockfileError, RouteRefused, UsageError
@@ -49,34 +48,39 @@ _DEVICE_FLAGS = {"cpu": "is_cpu", "cuda": "is_cuda", "xpu": "is_xpu", "mps": "is
 # finding the lockfile
 
 
-def _project(project):
+def _project(project, lockfile=None):
+    """The project ``load`` uses: ``project=`` (a ``Project`` or a folder), else found as the CLI
+    finds it (``FRT_PROJECT``, upward, ``FRT_HOME``, the lockfile named); none is ``NoProject``,
+    never the bundled demo."""
     from .project import Project  # noqa: PLC0415
 
-    if project is None:
-        return Project.find()
     if isinstance(project, Project):
         return project
-    return Project(Path(project).resolve(), "project", {})
+    if project is not None:
+        return Project.find(explicit=project)
+    named = lockfile if isinstance(lockfile, (str, os.PathLike)) else getattr(lockfile, "path", None)
+    return Project.find(lockfile=named, python=True)
 
 
 def find_lockfile(model: str, lockfile=None, project=None):
-    """(Lockfile, project root for its path packages), in SPEC §8.4 order."""
+    """(Lockfile, project root for its path packages), in SPEC §8.4 order: ``lockfile=``,
+    ``FRT_LOCK``, the project's ``lockfiles/<model>.lock``."""
     from .loader import lock_root  # noqa: PLC0415
     from .lockfile import Lockfile  # noqa: PLC0415
-    from .project import bundled_root  # noqa: PLC0415
 
-    proj = _project(project)
+    proj = _project(project, lockfile)
     if isinstance(lockfile, Lockfile):
         lock = lockfile
         root = lock_root(lock) if lock.path else proj.root
     else:
         path = lockfile if lockfile is not None else os.environ.get("FRT_LOCK") or None
         if path is None:
-            looked = [proj.lockfile_path(model), bundled_root() / "lockfiles" / f"{model}.lock"]
-            path = next((p for p in looked if p.is_file()), None)
-            if path is None:
-                raise LockfileError(f"no lockfile for model {model!r} (looked in {', '.join(map(str, looked))})",
-                                    exit_code=1, hints=[f"run `frt lock --model {model}` in the project"])
+            path = proj.lockfile_path(model)
+            if not path.is_file():
+                hint = (f"copy lockfiles/{model}.lock here from the project that locks it" if proj.is_node
+                        else f"run `frt lock --model {model}` in the project")
+                raise LockfileError(f"no lockfile for model {model!r} (looked in {path}; {proj.describe()})",
+                                    exit_code=1, hints=[hint])
         lock = Lockfile.read(path)
         root = lock_root(lock)
     if lock.model != model:
@@ -183,7 +187,7 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
     from .loader import mirror_location  # noqa: PLC0415
     from .routes.resolver import refusal_error, resolve_all  # noqa: PLC0415
 
-    proj = _project(project)
+    proj = _project(project, lockfile)
     lock, root = find_lockfile(model, lockfile, proj)
     from .freshness import manifest_drift  # noqa: PLC0415
 
@@ -209,7 +213,9 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
             + "\n  ".join(r["reason"] for r in reasons[:40]), reasons=reasons,
             hints=[f"republish the objects named from a machine holding the verified files (`frt mirror {mdir} "
                    "--repair`); nothing unverified was used"] if isinstance(mdir, str) else
-                  ["`frt verify --mirror DIR` names damaged files; `frt mirror DIR` refills them"])
+                  ["`frt verify --mirror DIR` names damaged files; "
+                   + ("`frt mirror DIR --from URL` refills them from the fleet's store" if proj.is_node
+                      else "`frt mirror DIR` refills them")])
     plan = Plan(lock, hw, decisions, fallback, packages, binds, fns, probes)
     if stale:
         plan.notes.append(stale)

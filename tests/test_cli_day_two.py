@@ -20,8 +20,7 @@ from conftest import BUNDLED
 from factories import tiny_project
 
 FRT = str(Path(sys.executable).with_name("frt"))
-NOTE = (f"note: using the bundled demo project (read-only) at {BUNDLED}; run in your project's folder, "
-        "or pass --project DIR (`frt init` creates one)")
+NOTE = f"note: using the bundled demo project (read-only) at {BUNDLED} (--demo)"
 
 
 def _env(**extra) -> dict:
@@ -39,13 +38,15 @@ def frt(args, cwd, **kw) -> subprocess.CompletedProcess:
 # --- the bundled demo is never used silently ---------------------------------------------------
 
 
-def test_every_command_outside_a_project_names_the_bundled_demo_on_stderr(tmp_path):
+def test_every_command_on_the_demo_names_the_bundled_demo_on_stderr(tmp_path):
+    """Outside a project the demo is used only when asked for (`--demo`); then every command says so."""
     work = tmp_path / "empty"
     work.mkdir()
     bundled = {"root": str(BUNDLED), "kind": "bundled", "bundled": True}
     for argv, code in ((["lock", "--check"], 0), (["verify"], 0), (["mirror", str(tmp_path / "m")], 0),
                        (["resolve"], None), (["matrix"], 0), (["lock", "--export", "kernels"], 0),
                        (["qualify", "--route", "fused"], 1)):
+        argv = [*argv, "--demo"]
         r = frt(argv, work)
         assert code is None or r.returncode == code, (argv, r.stderr)
         assert r.stderr.splitlines()[0] == NOTE, (argv, r.stderr)
@@ -54,7 +55,7 @@ def test_every_command_outside_a_project_names_the_bundled_demo_on_stderr(tmp_pa
             j = frt([*argv, "--json"], work)
             assert j.stderr.splitlines() == [NOTE], (argv, j.stderr)  # stdout is the document; stderr says it
             assert json.loads(j.stdout)["project"] == bundled, argv
-    assert frt(["verify", "-q"], work).stderr == ""  # --quiet: nothing but errors
+    assert frt(["verify", "-q", "--demo"], work).stderr == ""  # --quiet: nothing but errors
 
 
 def test_json_documents_name_the_project_in_force(tmp_path):
@@ -127,7 +128,8 @@ def test_a_refusal_lost_only_on_state_hints_accept_supported_correct(tmp_path):
 
 def test_resolve_names_the_arch_as_an_arch(tmp_path):
     """The demo printed `rtx-5090 (cuda 12.0)` for the refused hardware, which reads as a CUDA version."""
-    r = frt(["resolve", "--arch", "12.0", "--device-class", "rtx-5090", "--software", "torch=2.13,cuda=12.8"], tmp_path)
+    r = frt(["resolve", "--demo", "--arch", "12.0", "--device-class", "rtx-5090", "--software", "torch=2.13,cuda=12.8"],
+            tmp_path)
     head = r.stdout.splitlines()[0]
     assert "hardware rtx-5090 (cuda, arch 12.0)" in head and "cuda 12.0" not in r.stdout, head
 
@@ -154,7 +156,7 @@ def _on_a_terminal(argv, cwd) -> str:
 
 
 def test_the_terminal_matrix_is_a_plain_table_and_a_pipe_gets_markdown(tmp_path):
-    shown = _on_a_terminal(["matrix"], tmp_path)
+    shown = _on_a_terminal(["matrix", "--demo"], tmp_path)
     assert "\\_" not in shown and "**" not in shown and "|" not in shown, shown
     lines = shown.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("phase "))
@@ -164,10 +166,10 @@ def test_the_terminal_matrix_is_a_plain_table_and_a_pipe_gets_markdown(tmp_path)
     assert decode.split()[:4] == ["decode", "1–16", "fp32", "cpu"] and "★ certified_fast" in decode
     # the columns line up: every route column starts where its heading does
     assert decode.index("★ certified_fast") == lines[head].index("fused")
-    piped = frt(["matrix"], tmp_path).stdout
+    piped = frt(["matrix", "--demo"], tmp_path).stdout
     assert piped.startswith("# frt route matrix") and "| phase | rows |" in piped and "*supported\\_correct*" in piped
-    assert frt(["matrix", "--format", "text"], tmp_path).stdout == shown
-    assert frt(["matrix", "--format", "md"], tmp_path).stdout == piped
+    assert frt(["matrix", "--demo", "--format", "text"], tmp_path).stdout == shown
+    assert frt(["matrix", "--demo", "--format", "md"], tmp_path).stdout == piped
 
 
 # --- no traceback on a full or read-only disk ----------------------------------------------------
@@ -210,7 +212,7 @@ def test_matrix_and_export_output_on_a_full_disk_name_the_file_and_leave_it_as_i
         (full / name).write_text("previous\n")
     _fill(full)
     for argv, name in ((["matrix"], "m.md"), (["lock", "--export", "kernels"], "kernels.lock")):
-        r = frt([*argv, "-o", str(full / name)], tmp_path)
+        r = frt([*argv, "--demo", "-o", str(full / name)], tmp_path)
         assert r.returncode == 2, r.stderr
         assert r.stderr.splitlines()[1:] == [
             f"error: -o {full / name}: cannot be written: No space left on device",
@@ -221,7 +223,7 @@ def test_matrix_and_export_output_on_a_full_disk_name_the_file_and_leave_it_as_i
 
 def test_matrix_output_into_a_read_only_folder_is_one_error(tmpfs, tmp_path):
     ro = tmpfs("ro", "ro")
-    r = frt(["matrix", "-o", str(ro / "m.html"), "--format", "html"], tmp_path)
+    r = frt(["matrix", "--demo", "-o", str(ro / "m.html"), "--format", "html"], tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.splitlines()[1:] == [
         f"error: -o {ro / 'm.html'}: cannot be written: Read-only file system",

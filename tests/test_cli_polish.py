@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import BUNDLED
 from frt_dist.cli import main
 
 FRT = str(Path(sys.executable).with_name("frt"))
@@ -39,11 +40,13 @@ def test_usage_errors_and_refusals_are_json_under_json(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["exit"] == 2 and doc["error"] == "unrecognized arguments: --chek" and doc["hints"] == [
         "--chek: did you mean --check?"]
-    assert main(["resolve", "--json", "--model", "no-such-model", "--arch", "9.0", "--device-class", "h200"]) == 2
+    assert main(["resolve", "--json", "--model", "no-such-model", "--arch", "9.0", "--device-class", "h200",
+                 "--project", str(BUNDLED)]) == 2
     out = capsys.readouterr()
     doc = json.loads(out.out)
     assert doc["exit"] == 2 and doc["error"].startswith("unknown model 'no-such-model'")
-    assert out.err.startswith("note: using the bundled demo project") and len(out.err.splitlines()) == 1
+    assert doc["error"] == f"unknown model 'no-such-model' in project {BUNDLED} (models: demo-decoder)"
+    assert out.err == ""  # a project (the checkout's own): nothing said on stderr when it is not a terminal
 
 
 def test_a_closed_stdout_ends_quietly():
@@ -69,13 +72,16 @@ def test_out_of_range_numbers_and_missing_output_folders_are_usage_errors(tmp_pa
 
 
 def test_the_bundled_demo_is_never_used_silently(tmp_path):
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("FRT_HOME", "FRT_LOCK")}
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("FRT_")}
     r = subprocess.run([FRT, "resolve", "--model", "demo-decoder", "--arch", "9.0", "--device-class", "h200"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
-    assert r.stderr.splitlines()[0].startswith("note: using the bundled demo project (read-only) at ")
-    assert "pass --project DIR (`frt init` creates one)" in r.stderr
-    r = subprocess.run([FRT, "resolve", "--model", "demo-decoder", "--arch", "9.0", "--device-class", "h200", "-q"],
+    assert r.returncode == 2 and r.stderr.startswith("error: no frt project here (")  # never the demo unasked
+    assert "hint: the bundled demo project (read-only): --demo" in r.stderr
+    r = subprocess.run([FRT, "--demo", "resolve", "--model", "demo-decoder", "--arch", "9.0", "--device-class", "h200"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert r.stderr.splitlines()[0] == f"note: using the bundled demo project (read-only) at {BUNDLED} (--demo)"
+    r = subprocess.run([FRT, "--demo", "resolve", "--model", "demo-decoder", "--arch", "9.0", "--device-class", "h200",
+                        "-q"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert "bundled demo" not in r.stderr
 
 
@@ -98,7 +104,7 @@ def test_every_subcommand_and_flag_has_help_text():
 
 
 def test_a_refusal_ends_with_the_next_step(tmp_path):
-    r = subprocess.run([FRT, "resolve", "--model", "demo-decoder", "--arch", "9.0", "--device-class", "h200"],
+    r = subprocess.run([FRT, "resolve", "--demo", "--model", "demo-decoder", "--arch", "9.0", "--device-class", "h200"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert r.stderr.splitlines()[-2:] == [

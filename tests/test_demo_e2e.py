@@ -42,16 +42,16 @@ def test_demo_runs_the_whole_lifecycle(tmp_path):
 
 
 def test_bundled_lockfile_resolves_after_install(tmp_path):
-    """`frt resolve --model demo-decoder` against the bundled lockfile, from any folder."""
-    r = run_frt(["resolve", "--model", "demo-decoder", "--arch", "x86_64", "--device-class", "amd-epyc",
+    """`frt --demo resolve --model demo-decoder` against the bundled lockfile, from any folder."""
+    r = run_frt(["--demo", "resolve", "--model", "demo-decoder", "--arch", "x86_64", "--device-class", "amd-epyc",
                  "--software", "torch=2.13,kernels=0.17.2", "--json"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     import json
 
     doc = json.loads(r.stdout)
     assert [d["route"] for d in doc["decisions"]] == ["fused", "fused"]
-    assert run_frt(["lock", "--check"], cwd=tmp_path).returncode == 0
-    assert run_frt(["verify"], cwd=tmp_path).returncode == 0
+    assert run_frt(["lock", "--check", "--demo"], cwd=tmp_path).returncode == 0
+    assert run_frt(["verify", "--demo"], cwd=tmp_path).returncode == 0
 
 
 # `make demo`'s temporary project, without the demo's minutes: every step stubbed

@@ -22,7 +22,7 @@ from prometheus_client import parser  # noqa: E402 - the test extra installs it
 def _start(tmp_path, *extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FRT_")}
     env["FRT_STORE"] = str(tmp_path / "store")
-    proc = subprocess.Popen([sys.executable, str(EXAMPLE), "--port", "0", *extra], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([sys.executable, str(EXAMPLE), "--port", "0", "--demo", *extra], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     for line in proc.stdout:  # start-up prints the decisions, then the address

@@ -133,8 +133,8 @@ def test_file_url_carries_receipts_too(hosts, tmp_path):
     assert _lock_job(tp, tmp_path, "job", url) == _lock_job(tp, tmp_path, "job-b", url)
 
 
-def test_pull_outside_a_project_refuses_to_write_into_the_bundled_demo(tmp_path, s3, bucket):
-    r = run_frt(["receipts", "pull", f"s3://{bucket}/q"], cwd=tmp_path)
+def test_pull_refuses_to_write_into_the_bundled_demo(tmp_path, s3, bucket):
+    r = run_frt(["receipts", "pull", f"s3://{bucket}/q", "--demo"], cwd=tmp_path)
     assert r.returncode == 2 and "bundled demo project is read-only" in r.stderr, r.stderr
 
 

@@ -40,7 +40,7 @@ def test_init_keeps_an_existing_pyproject(tmp_path):
     assert (tmp_path / "manifests" / "my-model.toml").is_file()
 
 
-def test_the_nearest_project_above_wins_and_the_checkout_is_the_bundled_demo(tmp_path, monkeypatch):
+def test_the_nearest_project_above_wins_and_the_checkout_is_its_own_project(tmp_path, monkeypatch):
     from pathlib import Path
 
     from frt_dist.project import bundled_root
@@ -53,5 +53,5 @@ def test_the_nearest_project_above_wins_and_the_checkout_is_the_bundled_demo(tmp
     assert Project.find(deep).root == tmp_path / "outer" / "a"
     monkeypatch.delenv("FRT_HOME", raising=False)
     inside = Path(bundled_root()) / "manifests"
-    found = Project.find(inside)
-    assert (found.kind, found.root, found.read_only) == ("bundled", bundled_root(), True)
+    found = Project.find(inside)  # the checkout's own project, read-write, not the bundled demo
+    assert (found.kind, found.root, found.read_only) == ("project", bundled_root(), False)

@@ -140,10 +140,15 @@ def test_installed_copy_imports_from_the_install_and_finds_its_bundled_project(i
 
 
 def test_installed_copy_resolves_the_bundled_lockfile(installed):
-    r = _frt(installed, "resolve", "--model", "demo-decoder", "--arch", "x86_64", "--device-class", "amd-epyc",
-             "--software", "torch=2.13,kernels=0.17.2", "--json")
+    site, _, _ = installed
+    argv = ["resolve", "--model", "demo-decoder", "--arch", "x86_64", "--device-class", "amd-epyc",
+            "--software", "torch=2.13,kernels=0.17.2", "--json"]
+    r = _frt(installed, *argv)  # outside a project: never the bundled demo unasked
+    assert r.returncode == 2 and json.loads(r.stdout)["error"].startswith("no frt project here"), r.stdout + r.stderr
+    r = _frt(installed, "--demo", *argv)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(r.stdout)
+    assert doc["project"] == {"root": str((site / BUNDLED).resolve()), "kind": "bundled", "bundled": True}
     assert [(d["phase"], d["decision"], d["route"]) for d in doc["decisions"]] == [
         ("decode", "route", "fused"), ("prefill", "route", "fused")]
 
@@ -153,6 +158,7 @@ def test_installed_copy_verifies_the_bundled_lockfile(installed):
     # the console script pip wrote for the installed copy (entry point frt_dist.cli:main)
     script = site / "bin" / "frt"
     argv = [str(script)] if script.is_file() else [sys.executable, "-m", "frt_dist.cli"]
-    r = subprocess.run([*argv, "verify"], cwd=cwd, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    r = subprocess.run([*argv, "verify", "--demo"], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=HANG_GUARD_S)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "lockfiles/demo-decoder.lock: ok" in r.stdout
