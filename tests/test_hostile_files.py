@@ -208,7 +208,13 @@ def test_a_signature_file_that_is_a_fifo_or_device_rejects_its_receipt_naming_wh
     rec = _receipt(tp)
     sig = Path(str(rec) + suffix)
     os.mkfifo(sig)
+    # the receipt the current lock serves its cell with is rejected: the lock would lose that cell, so
+    # `frt lock` refuses (exit 1, the lockfile as it was) naming the rejection; --allow-loss writes it
+    before = tp.lock_path.read_bytes()
     rc, _, err = bounded(lambda: run_main(["lock", "--project", str(tp.root)]), sig)
+    assert rc == 1 and f"receipts/tiny/{rec.name}{suffix}: {FIFO}" in err, err
+    assert tp.lock_path.read_bytes() == before
+    rc, _, err = bounded(lambda: run_main(["lock", "--project", str(tp.root), "--allow-loss"]), sig)
     assert rc == 0, err
     [rej] = Lockfile.read(tp.lock_path).rejected
     assert f"receipts/tiny/{rec.name}{suffix}: {FIFO}" in rej["reason"], rej
