@@ -199,13 +199,8 @@ def init_project(dest: str | os.PathLike, *, model: str = "my-model", org: str =
         raise UsageError(f"frt init: {dest} is already a project (it has manifests/)",
                          hints=[f"frt lock --project {dest}"])
     _refuse_links_and_clashes(dest, model)
-    made = [d for d in (dest, *dest.parents) if not d.exists()]  # what mkdir creates, removed on failure
-    staging = None
-    written: list[Path] = []
-    done = False
-    try:
-        dest.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".frt-init-", dir=dest))
+
+    def fill(staging: Path) -> None:
         (staging / "manifests").mkdir()
         (staging / "manifests" / f"{model}.toml").write_text(
             _MANIFEST.format(model=model, org=org, binding=model.replace("-", "_") + "_block"), "utf-8")
@@ -215,6 +210,24 @@ def init_project(dest: str | os.PathLike, *, model: str = "my-model", org: str =
         if not (dest / "pyproject.toml").exists():
             (staging / "pyproject.toml").write_text(_PYPROJECT, "utf-8")
         _validate(staging, model)
+
+    return _write_staged(dest, fill)
+
+
+def _write_staged(dest: Path, fill) -> list[Path]:
+    """Build a project in a staging folder inside ``dest`` (``fill(staging)``), then move each item
+    into ``dest``; the paths written, in order. A folder already in ``dest`` (receipts/, packages/)
+    keeps the user's files and gets ours beside them (clashes were refused before); lockfiles/ (or
+    anything else) already there is kept as it is. On ``OSError`` what was moved is removed and the
+    folders made for ``dest`` go: ``UsageError`` (exit 2) naming the path and the cause."""
+    made = [d for d in (dest, *dest.parents) if not d.exists()]  # what mkdir creates, removed on failure
+    staging = None
+    written: list[Path] = []
+    done = False
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".frt-init-", dir=dest))
+        fill(staging)
         for item in sorted(staging.iterdir()):
             target = dest / item.name
             if target.is_dir() and item.is_dir():  # receipts/ or packages/ already there: keep the user's,
@@ -263,40 +276,13 @@ def init_from_release(dest: str | os.PathLike, model: str, manifest_text: str) -
     if os.path.lexists(dest / "receipts" / model):
         raise UsageError(f"frt init: {dest / 'receipts' / model} already exists; frt init would write its own there",
                          hints=["move it away or pick another folder"])
-    made = [d for d in (dest, *dest.parents) if not d.exists()]
-    staging, written, done = None, [], False
-    try:
-        dest.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".frt-init-", dir=dest))
+
+    def fill(staging: Path) -> None:
         (staging / "manifests").mkdir()
         (staging / "manifests" / f"{model}.toml").write_text(manifest_text, "utf-8")
         (staging / "receipts" / model).mkdir(parents=True)
         (staging / "lockfiles").mkdir()
         if not (dest / "pyproject.toml").exists():
             (staging / "pyproject.toml").write_text(_PYPROJECT, "utf-8")
-        for item in sorted(staging.iterdir()):
-            target = dest / item.name
-            if target.is_dir() and item.is_dir():
-                for child in sorted(item.iterdir()):
-                    os.replace(child, target / child.name)
-                    written.append(target / child.name)
-                continue
-            if os.path.lexists(target):
-                continue
-            os.replace(item, target)
-            written.append(target)
-        done = True
-        return written
-    except OSError as exc:
-        for p in reversed(written):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-        raise _not_written(exc, dest) from None
-    finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        if not done:
-            for d in made:
-                try:
-                    d.rmdir()
-                except OSError:
-                    break
+
+    return _write_staged(dest, fill)
