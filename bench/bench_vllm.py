@@ -2,8 +2,8 @@
 
 1. **Engine start-up**, paired: each pair starts an engine without frt (``FRT_MODEL`` unset) and with
    frt (route ``eager`` bound from the lock), in fresh processes, in alternating order. ``cold``: the
-   pair's first start with an empty verified store (frt verifies and copies the package); ``warm``: the
-   following starts, store filled. Reported: the median with/without ratio, the median difference, and
+   pair's first start with an empty frt verified store (``FRT_STORE``: frt verifies and copies the
+   package; vLLM's own caches are shared by both sides); ``warm``: the following starts, store filled. Reported: the median with/without ratio, the median difference, and
    frt's own bind time from its log line ("bound in X s": decide, verify, import, smoke).
 2. **Decode tokens per second**, one engine, route vs vLLM's own op (``Engine.routed``), alternating
    rounds of greedy generation (8 sequences x 32 tokens). On a CPU this measures frt's per-call overhead
@@ -95,8 +95,9 @@ def main() -> None:
         off_env = vs.engine_env(None)
         cold, warm, binds = [], [], []
         for i in range(args.pairs):
-            cache = work / f"cache{i}"
-            on_env = vs.engine_env(proj, XDG_CACHE_HOME=cache)
+            # cold: an empty frt verified store (FRT_STORE) only; vLLM's and torch's own caches
+            # (XDG_CACHE_HOME) are the same for both sides, else "cold" charged frt with vLLM's cold caches
+            on_env = vs.engine_env(proj, FRT_STORE=work / f"store{i}")
             order = [("off", off_env), ("on", on_env)] if i % 2 == 0 else [("on", on_env), ("off", off_env)]
             got = {}
             for name, env in order:
@@ -108,7 +109,7 @@ def main() -> None:
                 got[name] = _start(model, env)
             warm.append((got["on"][0], got["off"][0]))
             binds.append(("warm", got["on"][1]))
-        env = vs.engine_env(proj, XDG_CACHE_HOME=work / "cache0")
+        env = vs.engine_env(proj, FRT_STORE=work / "store0")
         proc = subprocess.run([sys.executable, "-c", DECODE, str(model), str(args.rounds)], env=env,
                               capture_output=True, text=True, timeout=1800)
         m = re.search(r"^DECODE (.*)$", proc.stdout, re.M)
