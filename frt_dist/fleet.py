@@ -176,7 +176,7 @@ def _check_present(store: ObjectStore, key: str, n: int, sha256: str, item) -> t
     The size alone proves nothing (a same-size object planted before the first publish); the
     SHA-256 checksum the store keeps decides without a download; without one, the bytes are
     downloaded (at most ``n`` + 1) and hashed with the lock's algorithm."""
-    from .mirror import _new_hashes  # noqa: PLC0415
+    from .mirror import HashingWriter  # noqa: PLC0415
     from .objstore import ObjectMissing  # noqa: PLC0415
 
     info = store.stat(key)
@@ -188,16 +188,10 @@ def _check_present(store: ObjectStore, key: str, n: int, sha256: str, item) -> t
         if info.sha256 == sha256:
             return "present", "checksum"
         return "replace", "its SHA-256 checksum is not the locked file's"
-    hashes = _new_hashes(item.algorithm)
-
-    class _Hashing:
-        @staticmethod
-        def write(chunk) -> None:
-            for h in hashes.values():
-                h.update(chunk)
-
+    sink = HashingWriter(item.algorithm)
+    hashes = sink.hashes
     try:
-        got = store.get(key, _Hashing, limit=n)
+        got = store.get(key, sink, limit=n)
     except ObjectMissing:
         return "absent", ""
     if got == n and item.computed(hashes) == item.expected:

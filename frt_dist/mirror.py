@@ -277,6 +277,21 @@ def _new_hashes(algorithm: str) -> dict:
     return hashes
 
 
+class HashingWriter:
+    """A writer for ``ObjectStore.get`` that hashes every chunk with ``algorithm`` (and sha256)
+    into ``hashes`` and passes it on to ``out`` when one is given."""
+
+    def __init__(self, algorithm: str, out=None):
+        self.hashes = _new_hashes(algorithm)
+        self.out = out
+
+    def write(self, chunk) -> None:
+        for h in self.hashes.values():
+            h.update(chunk)
+        if self.out is not None:
+            self.out.write(chunk)
+
+
 def _hash_copy(src: Path, out, algorithm: str) -> tuple[dict, int]:
     """Copy ``src`` (outside the mirror) into the writer ``out`` (a ``SafeDir.new_file``), hashing
     the bytes as they go. A read failure is the source's ``OSError``; a write failure ``WriteError``."""
@@ -619,17 +634,10 @@ class _Mirror:
         trusted here: ``blob`` compares the digest with the lock before the bytes become visible."""
         from .objstore import ObjectMissing  # noqa: PLC0415
 
-        hashes = _new_hashes(item.algorithm)
-
-        class _Hashing:
-            @staticmethod
-            def write(chunk) -> None:
-                for h in hashes.values():
-                    h.update(chunk)
-                out.write(chunk)
-
+        sink = HashingWriter(item.algorithm, out)
+        hashes = sink.hashes
         try:
-            n = self.store.get(item.object_key, _Hashing)
+            n = self.store.get(item.object_key, sink)
         except ObjectMissing:
             raise _Fail(item, None, f"object {self.store.where(item.object_key)} is not in the store") from None
         out.sync()
