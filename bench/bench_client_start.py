@@ -4,7 +4,7 @@ imports the client and constructs it for one bucket (no request), against bare P
     PYTHONPATH=$PWD .venv/bin/python bench/bench_client_start.py [--repeat 7]
 
 Wall and CPU seconds (user + sys of the child) per process, median of --repeat, order alternated.
-frt_dist.objstore is what the node really runs: ``open_store(url, reading=True)``, with
+frt_dist.distribution.objstore is what the node really runs: ``open_store(url, reading=True)``, with
 ``FRT_STORE_CLIENT`` choosing the client.
 """
 
@@ -20,8 +20,8 @@ import time
 
 CODE = {
     "bare python": "pass",
-    "frt reader, obstore": "from frt_dist.objstore import open_store; open_store('s3://frt-bench/p', reading=True)",
-    "frt reader, boto3": "from frt_dist.objstore import open_store; open_store('s3://frt-bench/p', reading=True)",
+    "frt reader, obstore": "from frt_dist.distribution.objstore import open_store; open_store('s3://frt-bench/p', reading=True)",
+    "frt reader, boto3": "from frt_dist.distribution.objstore import open_store; open_store('s3://frt-bench/p', reading=True)",
 }
 
 

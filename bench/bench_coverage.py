@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_resolve import build_lock  # noqa: E402
-from frt_dist._record import replace  # noqa: E402
-from frt_dist.coverage import coverage_diff  # noqa: E402
-from frt_dist.locker import derive_index  # noqa: E402
-from frt_dist.lockfile import Lockfile  # noqa: E402
+from frt_dist.base.record import replace  # noqa: E402
+from frt_dist.lock.coverage import coverage_diff  # noqa: E402
+from frt_dist.lock.build import derive_index  # noqa: E402
+from frt_dist.documents.lockfile import Lockfile  # noqa: E402
 
 
 def main() -> int:

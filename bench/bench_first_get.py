@@ -14,7 +14,7 @@ try:
     code = """
 import io, time, sys
 t0 = time.perf_counter()
-from frt_dist.objstore import open_store
+from frt_dist.distribution.objstore import open_store
 st = open_store('s3://bkt/p', reading=True)
 t1 = time.perf_counter()
 st.get('sha256/' + '00' * 32, io.BytesIO())

@@ -79,10 +79,10 @@ def _frt(args, cwd, env):
 
 def _needed(lock, hw_kwargs, prefix: str, sizes: dict) -> dict:
     """{object key under the bucket: size} of what one node loads: the variants the resolved routes bind."""
-    from frt_dist.hardware import Hardware
-    from frt_dist.mirror import _items
+    from frt_dist.system.hardware import Hardware
+    from frt_dist.distribution.mirror import _items
     from frt_dist.routes.resolver import resolve_all
-    from frt_dist.serve import _binds
+    from frt_dist.serve.load import _binds
 
     decisions = resolve_all(lock, hardware=Hardware(**hw_kwargs), precision=None, fallback="refuse",
                             accept=("certified_fast",))
@@ -96,8 +96,8 @@ def _needed(lock, hw_kwargs, prefix: str, sizes: dict) -> dict:
 
 def _workloads(names, work: Path, env: dict, big_mb: int) -> dict:
     from factories import NORM_SRC, SCALE_SRC, tiny_project
-    from frt_dist.lockfile import Lockfile
-    from frt_dist.mirror import cell_machines
+    from frt_dist.documents.lockfile import Lockfile
+    from frt_dist.distribution.mirror import cell_machines
 
     out = {}
     if "demo" in names:

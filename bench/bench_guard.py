@@ -39,7 +39,7 @@ def setup(tmp: Path, inputs: int):
 
     import frt_dist
     from factories import CPU, TinyProject, impl_doc, manifest_doc
-    from frt_dist import serve
+    from frt_dist.serve import load as serve
 
     params = ", ".join(["x", "w", *(f"r{i}" for i in range(2, inputs))][:inputs])
     noop = f'"""no-op kernel"""\n\n\ndef noop({params}):\n    return x\n'

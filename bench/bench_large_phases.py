@@ -58,7 +58,7 @@ def _parts(raw: bytes) -> dict:
     import codecs
     from json.encoder import encode_basestring
 
-    from frt_dist import lockfile as L
+    from frt_dist.documents import lockfile as L
 
     view, chunk = memoryview(raw), 1 << 16
     spans = []
@@ -92,8 +92,8 @@ def _parts(raw: bytes) -> dict:
 def main() -> int:
     import rtoml
 
-    from frt_dist import lockfile as L
-    from frt_dist._schema import read_bytes
+    from frt_dist.documents import lockfile as L
+    from frt_dist.documents.schema import read_bytes
     from frt_dist.errors import LockfileError
     from frt_dist.routes.resolver import resolve_all
 

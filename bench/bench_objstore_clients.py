@@ -38,7 +38,7 @@ def boto3_ops(url):
 
 
 def _stream(c, k, p):
-    """What frt_dist.objstore.S3Store.get does: one GET, streamed in 1 MiB chunks to a file."""
+    """What frt_dist.distribution.objstore.S3Store.get does: one GET, streamed in 1 MiB chunks to a file."""
     with open(p, "wb") as f:
         for chunk in c.get_object(Bucket="frt-bench", Key=k)["Body"].iter_chunks(1 << 20):
             f.write(chunk)

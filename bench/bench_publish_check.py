@@ -5,7 +5,7 @@ moto S3 server, in one run:
 
 Each workload is N objects of M MiB (random bytes), put once with their SHA-256 checksum and once
 without (other keys). Then every object of a workload is checked the way ``frt mirror s3://…``
-checks a present object (``frt_dist.fleet._check_present``, 8 at once as publish runs them):
+checks a present object (``frt_dist.distribution.fleet._check_present``, 8 at once as publish runs them):
 
 - ``size only``: a HEAD and a size comparison (the rule before: it trusts a same-size plant);
 - ``checksum``: a HEAD with ``ChecksumMode=ENABLED``, the SHA-256 the server keeps compared with
@@ -60,8 +60,8 @@ def main() -> None:
             del os.environ[k]
         os.environ.update(srv.env())
         srv.client().create_bucket(Bucket="frt-bench")
-        from frt_dist.fleet import _check_present
-        from frt_dist.objstore import open_store
+        from frt_dist.distribution.fleet import _check_present
+        from frt_dist.distribution.objstore import open_store
 
         store = open_store("s3://frt-bench/p")
         rows = []

@@ -3,7 +3,7 @@
 Makes a fresh `frt init` project (its RMSNorm kernel, whose real effect on the demo block is
 about 1.00x, against the gate 1.05: the case that flipped between `certified_fast` 1.088x and
 `supported_correct` 0.849x), locks it, then qualifies route `fast-norm` N times, each run in a
-fresh process through `frt_dist.qualify.qualify` (what `frt qualify` calls), on every band.
+fresh process through `frt_dist.qualify.run.qualify` (what `frt qualify` calls), on every band.
 
 Per run and band it records the state the receipt says (the interval rule: the 95% sign-test
 interval of the median paired speedup must clear the gate; rounds extend adaptively from the
@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 ONE_RUN = r"""
 import json, sys
-from frt_dist.lockfile import Lockfile
-from frt_dist.qualify import qualify
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.qualify.run import qualify
 lock = Lockfile.read(sys.argv[1])
 out = []
 for r in qualify(lock, sys.argv[2], root=sys.argv[3]):
@@ -73,7 +73,7 @@ def main() -> int:
         elif not args.project:
             subprocess.run(frt + ["init", str(project), "--model", args.model, "-q"], check=True, env=env)
         subprocess.run(frt + ["lock", "-q"], check=True, cwd=project, env=env)
-        from frt_dist.lockfile import Lockfile  # noqa: PLC0415
+        from frt_dist.documents.lockfile import Lockfile  # noqa: PLC0415
 
         lockpath = project / "lockfiles" / f"{args.model}.lock"
         m = Lockfile.read(lockpath).manifest

@@ -49,7 +49,7 @@ def main() -> int:
               f"{time.perf_counter() - t0:.2f} s\n")
         proj = ["--project", str(c.root)]
         print(f"- `frt lock` (cold, {len(rd.packages())} packages): {timed(c, ['lock', '--model', rd.MODEL, *proj], tmp / 'hf1')}")
-        from frt_dist.lockfile import Lockfile
+        from frt_dist.documents.lockfile import Lockfile
 
         rejected = {r["file"].rsplit("/", 1)[-1] for r in Lockfile.read(c.lock_path).rejected}
         want = {s.file for s in c.specs if not s.admitted}

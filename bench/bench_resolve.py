@@ -46,14 +46,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("frt_dist") is None:  # not installed: use the checkout's sources
     sys.path.insert(0, str(ROOT))
 
-from frt_dist._schema import parse_toml as read_toml  # noqa: E402
+from frt_dist.documents.schema import parse_toml as read_toml  # noqa: E402
 from frt_dist.errors import LockfileError  # noqa: E402
-from frt_dist.canonical import digest  # noqa: E402
-from frt_dist.hardware import Hardware  # noqa: E402
-from frt_dist.lockfile import IndexEntry, LockedPackage, LockedVariant, Lockfile  # noqa: E402
-from frt_dist.locker import rank_candidates  # noqa: E402
-from frt_dist.manifest import Manifest  # noqa: E402
-from frt_dist.receipt import CellKey, Receipt  # noqa: E402
+from frt_dist.base.canonical import digest  # noqa: E402
+from frt_dist.system.hardware import Hardware  # noqa: E402
+from frt_dist.documents.lockfile import IndexEntry, LockedPackage, LockedVariant, Lockfile  # noqa: E402
+from frt_dist.lock.build import rank_candidates  # noqa: E402
+from frt_dist.documents.manifest import Manifest  # noqa: E402
+from frt_dist.documents.receipt import CellKey, Receipt  # noqa: E402
 from frt_dist.routes.resolver import resolve  # noqa: E402
 
 MODEL = "bench-model"
@@ -340,7 +340,7 @@ def main() -> int:
         if not args.no_cli:
             print()
             t_ver = cli_wall(["--version"])
-            print(f"`frt --version` (interpreter start + frt_dist.cli import): {t_ver * 1000:.0f} ms")
+            print(f"`frt --version` (interpreter start + frt_dist.cli.main import): {t_ver * 1000:.0f} ms")
             for n in args.sizes:
                 r = results[n]
                 wall, rc, out = r["cli"]

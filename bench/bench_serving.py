@@ -81,7 +81,7 @@ warnings.filterwarnings("ignore")
 import torch, kernels, pathlib  # both sides start with torch and kernels imported ...
 mode, mirror, plan = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 # ... and frt's side with the frt modules a load uses (their import cost is measured apart: import_time)
-import frt_dist, frt_dist.serve, frt_dist.loader, frt_dist.lockfile, frt_dist.routes.resolver, frt_dist.loader.smoke, frt_dist.project
+import frt_dist, frt_dist.serve.load, frt_dist.loader, frt_dist.documents.lockfile, frt_dist.routes.resolver, frt_dist.loader.smoke, frt_dist.project.discover
 hw = frt_dist.Hardware(arch="x86_64", device_class="amd-epyc", backend="cpu",
                        software={"torch": "2.13", "kernels": "0.17.2"})
 
@@ -98,14 +98,14 @@ t0 = time.perf_counter()
 if mode == "load":        # the whole serving start-up: verify lock, resolve, check + import, smoke at real shapes
     frt_dist.load("demo-decoder", mirror=mirror, hardware=hw)
 elif mode == "loader":    # lockfile read + trust/variant/arch/full digest verification of every package, then import
-    lock = frt_dist.lockfile.Lockfile.read(frt_dist.project.bundled_root() / "lockfiles" / "demo-decoder.lock")
+    lock = frt_dist.documents.lockfile.Lockfile.read(frt_dist.project.discover.bundled_root() / "lockfiles" / "demo-decoder.lock")
     batch = frt_dist.loader.CheckBatch()  # as load does: every package checked before any is imported
     ready = [frt_dist.loader.prepare_locked(lock, repo, mirror=mirror, hardware=hw, batch=batch)
              for repo in plan["route-repos"]]
     for r in ready:
         r.load()
 elif mode == "loader-each":  # the same, one load_locked (hub_kernel's path) per package
-    lock = frt_dist.lockfile.Lockfile.read(frt_dist.project.bundled_root() / "lockfiles" / "demo-decoder.lock")
+    lock = frt_dist.documents.lockfile.Lockfile.read(frt_dist.project.discover.bundled_root() / "lockfiles" / "demo-decoder.lock")
     for repo in plan["route-repos"]:
         frt_dist.loader.load_locked(lock, repo, mirror=mirror, hardware=hw)
 elif mode == "raw":       # plain kernels, no verification at all
@@ -155,9 +155,9 @@ def _bench_hardware():
 def warm_load(rounds: int = 15) -> dict:
     """Each measurement is a fresh process over a filled mirror, with bytecode cached for every module
     on both sides (``PYTHONPYCACHEPREFIX``; one untimed round first), as an installed deployment runs."""
-    from frt_dist.lockfile import Lockfile
-    from frt_dist.mirror import mirror_lock
-    from frt_dist.project import bundled_root
+    from frt_dist.documents.lockfile import Lockfile
+    from frt_dist.distribution.mirror import mirror_lock
+    from frt_dist.project.discover import bundled_root
 
     lock = Lockfile.read(bundled_root() / "lockfiles" / "demo-decoder.lock")
     tmp = Path(tempfile.mkdtemp(prefix="frt-bench-mirror-"))
@@ -220,7 +220,7 @@ def digest_throughput(size_mb: int = 256, repeats: int = 5) -> dict:
             "throughput-ratio": round(r / f, 2)}
 
 
-SERVING_MODULES = "frt_dist.serve, frt_dist.loader, frt_dist.lockfile, frt_dist.routes.resolver, frt_dist.loader.smoke, frt_dist.project"
+SERVING_MODULES = "frt_dist.serve.load, frt_dist.loader, frt_dist.documents.lockfile, frt_dist.routes.resolver, frt_dist.loader.smoke, frt_dist.project.discover"
 
 
 def import_time(rounds: int = 15) -> dict:

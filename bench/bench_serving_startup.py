@@ -56,7 +56,7 @@ ACCEPT = ("certified_fast", "supported_correct")
 if sys.argv[1] == "steps":
     import frt_dist
     from frt_dist import serve
-    from frt_dist.freshness import manifest_drift
+    from frt_dist.lock.freshness import manifest_drift
     from frt_dist.loader import mirror_dir
     from frt_dist.routes.resolver import refusal_error, resolve_all
     mark("import frt")

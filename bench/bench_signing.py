@@ -30,11 +30,11 @@ from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519  # noqa: E402
 
 from factories import receipt_doc, tiny_project  # noqa: E402
-from frt_dist import signing  # noqa: E402
-from frt_dist.hardware import Hardware  # noqa: E402
-from frt_dist.lockfile import Lockfile  # noqa: E402
-from frt_dist.locker import lock_model  # noqa: E402
-from frt_dist.verify import verify  # noqa: E402
+from frt_dist.provenance import signing  # noqa: E402
+from frt_dist.system.hardware import Hardware  # noqa: E402
+from frt_dist.documents.lockfile import Lockfile  # noqa: E402
+from frt_dist.lock.build import lock_model  # noqa: E402
+from frt_dist.lock.verify import verify  # noqa: E402
 
 
 def build(base: Path, n: int, kind: str):

@@ -106,13 +106,13 @@ def main() -> int:
     ap.add_argument("--before-project", type=Path, metavar="DIR",
                     help="run the before commands in this project (default: --project); the before checkout's own "
                          "demo project when the lockfile format changed, so each side reads a lock it can read")
-    ap.add_argument("--module", action="store_true", help="run `python -m frt_dist.cli` instead of the console script's code")
+    ap.add_argument("--module", action="store_true", help="run `python -m frt_dist.cli.main` instead of the console script's code")
     args = ap.parse_args()
     cache = tempfile.mkdtemp(prefix="frt-bench-pyc-")
     env = _env(not args.no_bytecode, cache)
     before_env = _env(not args.no_bytecode, cache + "-before", args.before.resolve()) if args.before else None
     # what the `frt` console script runs ([project.scripts] frt = frt_dist._entry:main), with this
-    # checkout first on the path; `--module` runs `python -m frt_dist.cli` (as the tests do) instead
+    # checkout first on the path; `--module` runs `python -m frt_dist.cli.main` (as the tests do) instead
     # -P: the working folder is not put first on sys.path, so each side imports the frt_dist its
     # PYTHONPATH names (the demo project is a checkout: its own frt_dist would win otherwise)
     base = ([sys.executable, "-P", "-m", "frt_dist.cli"] if args.module else

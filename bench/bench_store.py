@@ -68,8 +68,8 @@ if mode == "kernels":
     read = 0.0
 else:
     from frt_dist import loader
-    from frt_dist.hardware import Hardware
-    from frt_dist.lockfile import Lockfile
+    from frt_dist.system.hardware import Hardware
+    from frt_dist.documents.lockfile import Lockfile
     hw = Hardware(arch="x86_64", device_class="bench-cpu", backend="cpu", software={"torch": "2.13"})
     r0 = time.perf_counter()
     lock = Lockfile.read(lock_path)
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
         del so
         vdir = tp.root / "packages" / "scale" / "build" / "torch-cpu"
         so_mb = (vdir / "scale" / f"_bench_ops{EXT_SUFFIX}").stat().st_size / MB
-        from frt_dist.mirror import mirror_lock
+        from frt_dist.distribution.mirror import mirror_lock
 
         mirror = tmp / "mirror"  # what serving loads from; kernels loads the same files (its snapshot folder)
         mirror_lock(lock, mirror, variants=["torch-cpu"])

@@ -44,7 +44,7 @@ print("START", time.perf_counter() - t0, flush=True)
 DECODE = r'''
 import json, sys, time
 from vllm import LLM, SamplingParams
-from frt_dist.vllm import plugin
+from frt_dist.serve.vllm import plugin
 def main():
     llm = LLM(model=sys.argv[1], enforce_eager=True, dtype="float32", max_model_len=256, max_num_batched_tokens=256,
               max_num_seqs=8, seed=0, kv_cache_memory_bytes=32 << 20, skip_tokenizer_init=True,

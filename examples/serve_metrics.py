@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     where.add_argument("--demo", action="store_true", help="the bundled demo project")
     args = ap.parse_args(argv)
     if args.demo:
-        from frt_dist.project import bundled_root
+        from frt_dist.project.discover import bundled_root
 
         args.project = bundled_root()
     try:

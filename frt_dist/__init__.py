@@ -49,18 +49,18 @@ __all__ = [
 ]
 
 _LAZY = {
-    "load": ("serve", "load"),
-    "Plan": ("serve", "Plan"),
+    "load": ("serve.load", "load"),
+    "Plan": ("serve.load", "Plan"),
     "resolve": ("routes.resolver", "resolve"),
     "Decision": ("routes.resolver", "Decision"),
     "hub_kernel": ("loader.core", "hub_kernel"),
     "unavailable_report": ("loader.core", "unavailable_report"),
-    "Lockfile": ("lockfile", "Lockfile"),
-    "Manifest": ("manifest", "Manifest"),
-    "Receipt": ("receipt", "Receipt"),
-    "Hardware": ("hardware", "Hardware"),
-    "arch_admits": ("hardware", "arch_admits"),
-    "device_class": ("hardware", "device_class"),
+    "Lockfile": ("documents.lockfile", "Lockfile"),
+    "Manifest": ("documents.manifest", "Manifest"),
+    "Receipt": ("documents.receipt", "Receipt"),
+    "Hardware": ("system.hardware", "Hardware"),
+    "arch_admits": ("system.hardware", "arch_admits"),
+    "device_class": ("system.hardware", "device_class"),
 }
 
 

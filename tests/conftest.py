@@ -175,12 +175,12 @@ def project(tmp_path):
 
 
 def run_main(argv) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``frt argv`` through ``frt_dist.cli.main`` in this process,
+    """(exit code, stdout, stderr) of ``frt argv`` through ``frt_dist.cli.main.main`` in this process,
     with no traceback on stderr."""
     import io
     from contextlib import redirect_stderr, redirect_stdout
 
-    from frt_dist.cli import main
+    from frt_dist.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):

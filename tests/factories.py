@@ -32,11 +32,11 @@ from pathlib import Path
 
 import tomli_w
 
-from frt_dist.hardware import Hardware
-from frt_dist.lockfile import Lockfile
-from frt_dist.locker import lock_model
-from frt_dist.project import Project
-from frt_dist.variants import select_variants
+from frt_dist.system.hardware import Hardware
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.lock.build import lock_model
+from frt_dist.project.discover import Project
+from frt_dist.system.variants import select_variants
 
 __all__ = ["CPU", "cuda_hw", "SCALE_SRC", "NORM_SRC", "variant_files", "write_variant", "write_package",
            "manifest_doc", "impl_doc", "receipt_doc", "TinyProject", "tiny_project", "sha256_b64",
@@ -182,7 +182,7 @@ class TinyProject:
     manifest: dict = field(default_factory=manifest_doc)
     packages: dict = field(default_factory=lambda: {"scale": {"name": "scale", "source": SCALE_SRC},
                                                     "norm": {"name": "norm", "source": NORM_SRC}})
-    hub = None  # a frt_dist.hub.HubClient for manifests with Hub packages
+    hub = None  # a frt_dist.distribution.hub.HubClient for manifests with Hub packages
 
     def __post_init__(self):
         self.root = Path(self.root)

@@ -61,7 +61,7 @@ def _prepare(node: dict, hw) -> None:
     variant fetched and verified into the store (``prepare_locked``), nothing imported."""
     from frt_dist.loader import CheckBatch, prepare_locked  # noqa: PLC0415
     from frt_dist.routes.resolver import refusal_error, resolve_all  # noqa: PLC0415
-    from frt_dist.serve import _binds, find_lockfile  # noqa: PLC0415
+    from frt_dist.serve.load import _binds, find_lockfile  # noqa: PLC0415
 
     lock, root = find_lockfile(node["model"], node.get("lockfile"))
     decisions = resolve_all(lock, hardware=hw, precision=None, fallback="refuse", accept=("certified_fast",))
@@ -72,8 +72,8 @@ def _prepare(node: dict, hw) -> None:
     binds = sorted({(b.repo, b.variant) for b in _binds(lock, decisions)})
     mirror = node.get("mirror")
     if node.get("sync_dir"):  # the other design: fill a local mirror from the store, then load from it
-        from frt_dist.mirror import mirror_lock  # noqa: PLC0415
-        from frt_dist.objstore import open_store  # noqa: PLC0415
+        from frt_dist.distribution.mirror import mirror_lock  # noqa: PLC0415
+        from frt_dist.distribution.objstore import open_store  # noqa: PLC0415
 
         with open_store(mirror) as store:
             mirror_lock(lock, node["sync_dir"], variants=sorted({v for _, v in binds}), source=store, root=root)
@@ -89,9 +89,9 @@ def _node(i: int, node: dict, out: str) -> int:
         os.chdir(node.get("cwd") or os.getcwd())
         os.environ.update(node.get("env") or {})
         import frt_dist  # noqa: PLC0415
-        from frt_dist.hardware import Hardware  # noqa: PLC0415
+        from frt_dist.system.hardware import Hardware  # noqa: PLC0415
         from frt_dist.loader import remote  # noqa: PLC0415
-        from frt_dist.serve import find_lockfile  # noqa: PLC0415
+        from frt_dist.serve.load import find_lockfile  # noqa: PLC0415
 
         hw = Hardware(**node["hardware"])
         if node.get("mode") == "prepare":  # load's first half: resolve, fetch, verify into the store; no import
@@ -138,13 +138,13 @@ def main(argv: list[str]) -> int:
     spec = json.load(open(argv[0]))
     if spec.get("preimport_client", True):  # off: each node imports its S3 client itself, as a fresh process does
         import boto3  # noqa: F401,PLC0415 - what every node needs: imported once, before the fork
-        try:  # the read client when the environment allows it (frt_dist.objstore.read_client)
+        try:  # the read client when the environment allows it (frt_dist.distribution.objstore.read_client)
             import obstore  # noqa: F401,PLC0415
         except ImportError:  # pragma: no cover
             pass
     import torch  # noqa: F401,PLC0415
     import frt_dist  # noqa: F401,PLC0415
-    import frt_dist.serve  # noqa: F401,PLC0415
+    import frt_dist.serve.load  # noqa: F401,PLC0415
     from frt_dist.loader import _kernels_adapter  # noqa: PLC0415
     from frt_dist.loader import remote  # noqa: F401,PLC0415
 

@@ -236,7 +236,7 @@ def write_receipts(root: Path, lock, specs: list[Spec]) -> None:
     """Receipts as another machine's `frt qualify` writes them (``factories.receipt_doc``), with each
     impl's variant set to the one `kernels` selects there."""
     from factories import receipt_doc
-    from frt_dist.hardware import Hardware
+    from frt_dist.system.hardware import Hardware
 
     by_repo = {p["repo_id"]: p for p in packages()}
     rdir = root / "receipts" / MODEL
@@ -315,7 +315,7 @@ def build_corpus(root: Path, server) -> Corpus:
     """Publish the packages, write the project, lock it once (`frt lock`, a subprocess with its own
     HF_HOME) for the pins the receipts name, write the receipts, and remove that lockfile: the
     caller's `frt lock` is a cold one."""
-    from frt_dist.lockfile import Lockfile
+    from frt_dist.documents.lockfile import Lockfile
 
     c = Corpus(root, server, publish(server), receipt_specs())
     write_project(root)
@@ -339,7 +339,7 @@ def cli(args: list[str]) -> tuple[int, str, str]:
     import contextlib
     import io
 
-    from frt_dist.cli import main
+    from frt_dist.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

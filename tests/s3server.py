@@ -2,7 +2,7 @@
 separate process (``python -m moto.server``), on a free port, plus a tiny fault proxy of our own
 that sits in front of it (answers 500, stalls, or counts requests).
 
-Tests talk to it through the production client path (``frt_dist.objstore``, boto3): the only
+Tests talk to it through the production client path (``frt_dist.distribution.objstore``, boto3): the only
 thing a test sets is the standard AWS environment (``S3Server.env()``).
 """
 

@@ -14,12 +14,12 @@ import pytest
 
 from conftest import run_frt
 from factories import SCALE_SRC, cuda_hw, impl_doc, manifest_doc, receipt_doc, tiny_project, variant_files, write_variant
-from frt_dist.admissible import admission_problems, variant_problem
-from frt_dist.canonical import digest
-from frt_dist.hardware import Hardware
-from frt_dist.lockfile import LockedVariant, Lockfile
-from frt_dist.locker import derive_index, lock_model
-from frt_dist.receipt import Receipt
+from frt_dist.system.admissible import admission_problems, variant_problem
+from frt_dist.base.canonical import digest
+from frt_dist.system.hardware import Hardware
+from frt_dist.documents.lockfile import LockedVariant, Lockfile
+from frt_dist.lock.build import derive_index, lock_model
+from frt_dist.documents.receipt import Receipt
 from frt_dist.routes.matrix import _table, render_matrix
 from frt_dist.routes.resolver import ACCEPTABLE, resolve
 

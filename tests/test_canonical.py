@@ -15,7 +15,7 @@ import json
 import pytest
 
 from conftest import BUNDLED
-from frt_dist.canonical import canonical_json, digest
+from frt_dist.base.canonical import canonical_json, digest
 
 CASES = [
     ("umlaut", {"name": "ü"}, b'{"name":"\xc3\xbc"}'),
@@ -39,7 +39,7 @@ def test_canonical_bytes_and_digest_by_hand(value, expected):
 
 def test_a_receipt_digest_is_reproducible_without_frt():
     """The bundled lock's receipt digests, recomputed from the receipt files with hashlib and json alone."""
-    from frt_dist.lockfile import Lockfile
+    from frt_dist.documents.lockfile import Lockfile
 
     lock = Lockfile.read(BUNDLED / "lockfiles" / "demo-decoder.lock")
     for path in sorted((BUNDLED / "receipts" / "demo-decoder").glob("*.json")):
@@ -49,7 +49,7 @@ def test_a_receipt_digest_is_reproducible_without_frt():
 
 
 def test_one_short_digest_notation_in_reports():
-    from frt_dist.canonical import short_digest
+    from frt_dist.base.canonical import short_digest
 
     assert short_digest("sha256:" + "ab" * 32) == "sha256:" + "ab" * 6
     assert short_digest("0123456789abcdef0123456789abcdef01234567") == "0123456789ab"  # a commit

@@ -70,7 +70,7 @@ def test_detect_needs_no_torch(toy_project, tmp_path):
     # SPEC §18: with torch unimportable, --detect still reads the machine (NVML, the OS, package metadata)
     import subprocess, sys
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from frt_dist.cli import main\nraise SystemExit(main(['resolve', '--model', 'toy', '--detect', '--json']))")
+            "from frt_dist.cli.main import main\nraise SystemExit(main(['resolve', '--model', 'toy', '--detect', '--json']))")
     r = subprocess.run([sys.executable, "-c", code], cwd=toy_project, capture_output=True, text=True)
     assert r.returncode in (0, 1), r.stderr  # a decision (route or refusal), not a usage error
     assert json.loads(r.stdout)["hardware"]["backend"] in ("cpu", "cuda")
@@ -78,8 +78,8 @@ def test_detect_needs_no_torch(toy_project, tmp_path):
 
 def test_bundled_defaults_are_read_only(toy_project):
     from frt_dist.errors import FrtError
-    from frt_dist.locker import lock_model
-    from frt_dist.project import Project
+    from frt_dist.lock.build import lock_model
+    from frt_dist.project.discover import Project
 
     (toy_project / "lockfiles" / "toy.lock").unlink()
     with pytest.raises(FrtError, match="the bundled defaults are read-only") as ei:

@@ -256,7 +256,7 @@ def test_every_writing_command_on_a_read_only_project_ends_in_an_error_not_a_tra
 
 
 def test_the_last_resort_turns_an_oserror_into_one_line_and_keeps_other_defects(monkeypatch, capsys):
-    from frt_dist import cli
+    from frt_dist.cli import main as cli
 
     def denied(args):
         raise PermissionError(errno.EACCES, "Permission denied", "/srv/models/lockfiles/x.lock")
@@ -308,8 +308,8 @@ sys.meta_path.insert(0, _Slow())
 
 
 @pytest.mark.parametrize("module,argv,held", [
-    ("frt_dist.cli", ["verify"], False),  # the console script importing the CLI itself
-    ("frt_dist.locker", ["lock"], False),  # `frt lock` loading the locker
+    ("frt_dist.cli.main", ["verify"], False),  # the console script importing the CLI itself
+    ("frt_dist.lock.build", ["lock"], False),  # `frt lock` loading the locker
     ("torch", ["qualify", "--route", "fast-norm"], True),  # `import torch` in `frt qualify`: held until done
 ])
 def test_ctrl_c_during_start_up_ends_quietly_with_130(tmp_path, module, argv, held):

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from conftest import BUNDLED
-from frt_dist.cli import main
+from frt_dist.cli.main import main
 
 FRT = str(Path(sys.executable).with_name("frt"))
 
@@ -88,7 +88,7 @@ def test_the_bundled_demo_is_never_used_silently(tmp_path):
 def test_every_subcommand_and_flag_has_help_text():
     import argparse
 
-    from frt_dist.cli import build_parser
+    from frt_dist.cli.main import build_parser
 
     missing = []
     parser = build_parser()

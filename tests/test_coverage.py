@@ -1,5 +1,5 @@
 """Coverage never shrinks silently: `frt lock` compares each model's new route index with the
-lock it replaces (``frt_dist.coverage``), names every cell gained, lost or changed, and refuses
+lock it replaces (``frt_dist.lock.coverage``), names every cell gained, lost or changed, and refuses
 (exit 1, the old lockfile's bytes unchanged) a route lost in a cell or a state dropped to
 ``supported_correct`` unless ``--allow-loss``.
 
@@ -19,10 +19,10 @@ import tomli_w
 
 from conftest import run_frt
 from factories import receipt_doc, tiny_project
-from frt_dist.canonical import digest
-from frt_dist.coverage import coverage_diff
-from frt_dist.lockfile import Lockfile
-from frt_dist.locker import CoverageLoss, lock_model
+from frt_dist.base.canonical import digest
+from frt_dist.lock.coverage import coverage_diff
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.lock.build import CoverageLoss, lock_model
 from test_lock import REPO, lock as hub_lock, publish, setup_toy
 from test_formats import receipt_for
 

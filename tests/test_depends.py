@@ -19,8 +19,8 @@ from kernels.python_deps import validate_dependencies  # noqa: E402
 from kernels.validate import MinverValidator  # noqa: E402
 
 from factories import CPU, NORM_SRC, SCALE_SRC, tiny_project  # noqa: E402
-from frt_dist.hardware import Hardware  # noqa: E402
-from frt_dist.lockfile import Lockfile  # noqa: E402
+from frt_dist.system.hardware import Hardware  # noqa: E402
+from frt_dist.documents.lockfile import Lockfile  # noqa: E402
 from frt_dist.routes.resolver import resolve  # noqa: E402
 
 BOTH = [("fast", "decode"), ("fast", "prefill")]
@@ -111,7 +111,7 @@ def test_python_depends_installed_here_resolves(tmp_path, monkeypatch):
 ])
 def test_bad_requirement_fields_name_the_field(field, value, why):
     from frt_dist.errors import KernelUnavailable
-    from frt_dist.metadata import parse_variant_metadata
+    from frt_dist.documents.metadata import parse_variant_metadata
 
     meta = {"name": "addone", "id": "_addone_1", "version": 1, "license": "mit", "python-depends": [],
             "backend": {"type": "cpu"}, field: value}
@@ -171,7 +171,7 @@ def dep_hub(monkeypatch, tmp_path):
 
 def _hub_lock(tmp_path, server):
     from factories import hub_manifest
-    from frt_dist.hub import HubClient
+    from frt_dist.distribution.hub import HubClient
 
     tp = tiny_project(tmp_path, "hubproj", manifest=hub_manifest())
     tp.hub = HubClient(endpoint=server.url)
@@ -249,9 +249,9 @@ def test_a_dependency_only_an_edited_lock_names_is_never_prepared_let_alone_run(
     from factories import hub_manifest
     from frt_dist import loader
     from frt_dist.errors import KernelUnavailable
-    from frt_dist.hub import HubClient
-    from frt_dist.mirror import mirror_lock
-    from frt_dist.verify import verify
+    from frt_dist.distribution.hub import HubClient
+    from frt_dist.distribution.mirror import mirror_lock
+    from frt_dist.lock.verify import verify
     from test_verify import Edit
 
     server, publish, remote = dep_hub

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import ROOT
-from frt_dist import detect as det
-from frt_dist.hardware import Hardware
+from frt_dist.system import detect as det
+from frt_dist.system.hardware import Hardware
 
 
 class FakeNVML:
@@ -183,17 +183,17 @@ def test_cpu_torch_facts_on_a_gpu_machine_leave_cuda_out_with_a_note(tmp_path, m
 
 
 def test_hardware_detect_reads_nvml_and_imports_no_torch():
-    code = ("import sys, json; from frt_dist.hardware import Hardware;"
+    code = ("import sys, json; from frt_dist.system.hardware import Hardware;"
             "hw = Hardware.detect(); print(json.dumps([hw.detected, 'torch' in sys.modules, 'pynvml' in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == [True, False, True]
 
 
 def test_frt_resolve_with_default_detection_imports_neither_torch_nor_kernels():
-    code = ("import sys, json\nfrom frt_dist.cli import main\n"
+    code = ("import sys, json\nfrom frt_dist.cli.main import main\n"
             "try:\n    rc = main(['resolve', '--model', 'demo-decoder', '--json'])\nexcept SystemExit as e:\n    rc = e.code\n"
             "print(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules, 'kernels': 'kernels' in sys.modules,"
-            " 'detected': 'frt_dist.detect' in sys.modules}), file=sys.stderr)")
+            " 'detected': 'frt_dist.system.detect' in sys.modules}), file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)  # the demo project
     facts = json.loads(proc.stderr.strip().splitlines()[-1])
     # exit 1 is the resolver's "no" (no receipt for this CPU): still a decision, reached without torch
@@ -204,7 +204,7 @@ def test_frt_resolve_with_default_detection_imports_neither_torch_nor_kernels():
 def test_macos_version_is_a_software_fact_on_macos_only(monkeypatch):
     import platform
 
-    from frt_dist import detect
+    from frt_dist.system import detect
 
     monkeypatch.setattr(platform, "mac_ver", lambda: ("15.1.2", ("", "", ""), "arm64"))
     assert detect.macos_version() == "15.1"

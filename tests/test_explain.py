@@ -14,9 +14,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 import pytest  # noqa: E402
 
 from factories import CPU, tiny_project, write_package  # noqa: E402
-from frt_dist.cli import main  # noqa: E402
-from frt_dist.hardware import parse_cuda_arch  # noqa: E402
-from frt_dist.variants import select_variants  # noqa: E402
+from frt_dist.cli.main import main  # noqa: E402
+from frt_dist.system.hardware import parse_cuda_arch  # noqa: E402
+from frt_dist.system.variants import select_variants  # noqa: E402
 
 ARCHS = ["12.0a", "9.0", "10.0", "8.0"]  # as declared: not in order
 CPU_FLAGS = ["--arch", "x86_64", "--device-class", "test-cpu", "--software", "torch=2.13"]

@@ -16,8 +16,8 @@ import pytest  # noqa: E402
 
 from factories import tiny_project  # noqa: E402
 from frt_dist import loader  # noqa: E402
-from frt_dist.export import kernels_lock_json  # noqa: E402
-from frt_dist.mirror import mirror_lock  # noqa: E402
+from frt_dist.lock.export_kernels import kernels_lock_json  # noqa: E402
+from frt_dist.distribution.mirror import mirror_lock  # noqa: E402
 
 SRC = str(Path(loader.__file__).parents[2])
 
@@ -53,7 +53,7 @@ print("locked-layer-repository accepted it")
 
 
 def test_kernels_loads_the_export_offline_from_an_frt_mirror(proj, tmp_path):
-    from frt_dist.cli import main
+    from frt_dist.cli.main import main
 
     tp, lock = proj
     mirror = tmp_path / "mirror"
@@ -84,7 +84,7 @@ def test_one_repo_pinned_twice_across_models_is_an_error_naming_both(proj, tmp_p
 
 
 def test_export_errors_name_the_problem_and_write_nothing(proj, tmp_path, capsys):
-    from frt_dist.cli import main
+    from frt_dist.cli.main import main
 
     tp, _ = proj
     with pytest.raises(SystemExit) as exit_:
@@ -101,7 +101,7 @@ def test_kernels_runs_an_edited_mirror_file_so_the_export_points_to_verify_mirro
     """What README and `--help` say of the export, held true: `kernels` loads through it without
     checking a digest (an edited mirror file runs), `frt verify --mirror` catches the edit, and the
     export says to run it."""
-    from frt_dist.cli import build_parser, main
+    from frt_dist.cli.main import build_parser, main
 
     tp, lock = proj
     mirror = tmp_path / "mirror"

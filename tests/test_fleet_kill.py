@@ -5,7 +5,7 @@ reaches the server or after the server acted on it but before the publisher hear
 
 The publishers are forked from one process that has imported frt and boto3 once (a "zygote"),
 so 30 kills cost 30 forks, not 30 interpreter start-ups; each child is an ordinary process
-running ``frt_dist.cli.main`` and is killed with SIGKILL like any other."""
+running ``frt_dist.cli.main.main`` and is killed with SIGKILL like any other."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ import pytest  # noqa: E402
 
 from factories import tiny_project  # noqa: E402
 from frt_dist import KernelUnavailable  # noqa: E402
-from frt_dist.lockfile import Lockfile  # noqa: E402
-from frt_dist.mirror import mirror_lock, verify_mirror  # noqa: E402
-from frt_dist.objstore import lock_key, open_store  # noqa: E402
+from frt_dist.documents.lockfile import Lockfile  # noqa: E402
+from frt_dist.distribution.mirror import mirror_lock, verify_mirror  # noqa: E402
+from frt_dist.distribution.objstore import lock_key, open_store  # noqa: E402
 from s3server import FaultProxy, bucket, s3  # noqa: E402,F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")
@@ -34,8 +34,8 @@ pytestmark = pytest.mark.usefixtures("fresh_loader")
 _ZYGOTE = r"""
 import json, os, sys
 import boto3, botocore.session
-import frt_dist.cli, frt_dist.fleet, frt_dist.mirror, frt_dist.objstore
-frt_dist.objstore.open_store("s3://warm-up/p").close()  # a session for this environment, as a long-lived process has
+import frt_dist.cli.main, frt_dist.distribution.fleet, frt_dist.distribution.mirror, frt_dist.distribution.objstore
+frt_dist.distribution.objstore.open_store("s3://warm-up/p").close()  # a session for this environment, as a long-lived process has
 for line in sys.stdin:
     req = json.loads(line)
     r, w = os.pipe()
@@ -47,7 +47,7 @@ for line in sys.stdin:
         os.chdir(req["cwd"])
         fd = os.open(req["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1); os.dup2(fd, 2)
-        rc = frt_dist.cli.main(req["argv"])
+        rc = frt_dist.cli.main.main(req["argv"])
         sys.stdout.flush(); sys.stderr.flush()
         os._exit(rc)
     os.close(r)

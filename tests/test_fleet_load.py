@@ -24,7 +24,7 @@ from factories import CPU, tiny_project, variant_files, write_variant  # noqa: E
 from frt_dist import loader  # noqa: E402
 from frt_dist.errors import KernelUnavailable  # noqa: E402
 from frt_dist.loader import remote  # noqa: E402
-from frt_dist.objstore import StoreAccess  # noqa: E402
+from frt_dist.distribution.objstore import StoreAccess  # noqa: E402
 from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, run_traced, s3  # noqa: E402,F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")
@@ -45,8 +45,8 @@ def _project(tmp_path, receipts):
 def solo(tmp_path, bucket):
     """Receipts for route ``solo`` only (it binds ``t-org/scale``, not ``t-org/norm``); every variant
     of both packages published to ``s3://<bucket>/p``."""
-    from frt_dist.fleet import publish_lock
-    from frt_dist.objstore import open_store
+    from frt_dist.distribution.fleet import publish_lock
+    from frt_dist.distribution.objstore import open_store
 
     tp, lock = _project(tmp_path, [("solo", "decode"), ("solo", "prefill")])
     with open_store(f"s3://{bucket}/p") as store:  # what `frt mirror s3://… --all-variants` does, in process
@@ -99,7 +99,7 @@ def test_load_fetches_only_the_files_of_the_variant_the_chosen_route_binds(solo,
 _NODE = r"""
 import json, sys
 import frt_dist
-from frt_dist.hardware import Hardware
+from frt_dist.system.hardware import Hardware
 from frt_dist.loader import remote
 hw = Hardware(arch="x86_64", device_class="test-cpu", backend="cpu", software={"torch": "2.13"})
 plan = frt_dist.load("tiny", hardware=hw)
@@ -232,7 +232,7 @@ def hook(event, args):
         seen.append(list(addr) if isinstance(addr, tuple) else str(addr))
 sys.addaudithook(hook)
 import frt_dist
-from frt_dist.hardware import Hardware
+from frt_dist.system.hardware import Hardware
 hw = Hardware(arch="x86_64", device_class="test-cpu", backend="cpu", software={"torch": "2.13"})
 try:
     frt_dist.load("tiny", hardware=hw)
@@ -372,9 +372,9 @@ def test_a_full_verified_store_is_exit_2_naming_it_and_leaves_nothing(tmp_path, 
     import subprocess as sp
 
     from factories import NORM_SRC, manifest_doc
-    from frt_dist.fleet import publish_lock
+    from frt_dist.distribution.fleet import publish_lock
     from frt_dist.loader.remote import VerifiedStoreFull
-    from frt_dist.objstore import open_store
+    from frt_dist.distribution.objstore import open_store
     from test_mirror_disk import _mount_tmpfs
 
     full = tmp_path / "full"

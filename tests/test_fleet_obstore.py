@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import pytest  # noqa: E402
 
 from frt_dist.errors import UsageError  # noqa: E402
-from frt_dist.objstore import (  # noqa: E402
+from frt_dist.distribution.objstore import (  # noqa: E402
     ObjectMissing, ObstoreS3Reader, S3Store, StoreAccess, StoreUnavailable, open_store, read_client_why,
 )
 from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, s3  # noqa: E402,F401 (fixtures)
@@ -224,7 +224,7 @@ def test_a_child_forked_after_obstore_ran_reads_with_boto3_instead_of_hanging(s3
     s3.client().put_object(Bucket=bucket, Key=f"p/{KEY}", Body=DATA)
     code = f"""
 import io, os, sys
-from frt_dist.objstore import open_store, read_client_why
+from frt_dist.distribution.objstore import open_store, read_client_why
 st = open_store("s3://{bucket}/p", reading=True)
 assert type(st).__name__ == "ObstoreS3Reader" and st.get("{KEY}", io.BytesIO()) == {len(DATA)}
 pid = os.fork()

@@ -1,6 +1,6 @@
 """Issue 18 / SPEC §25: ``frt mirror URL`` publishes, ``frt mirror DIR --from URL`` syncs, against a
 real S3-protocol server (moto, its own process, tests/s3server.py) through the production client
-(boto3 in frt_dist/objstore.py, configured only by the standard AWS environment), and ``file://``."""
+(boto3 in frt_dist/distribution/objstore.py, configured only by the standard AWS environment), and ``file://``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 from conftest import run_frt  # noqa: E402
 from factories import CPU, tiny_project  # noqa: E402
 from frt_dist import loader  # noqa: E402
-from frt_dist.mirror import verify_mirror  # noqa: E402
+from frt_dist.distribution.mirror import verify_mirror  # noqa: E402
 from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, run_traced, s3  # noqa: E402,F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")
@@ -311,7 +311,7 @@ def hook(event, args):
     elif event == "socket.getaddrinfo":
         seen.append(["resolve", str(args[0]), args[1]])
 sys.addaudithook(hook)
-from frt_dist.cli import main
+from frt_dist.cli.main import main
 try:
     rc = main(sys.argv[2:])
 finally:
@@ -382,11 +382,11 @@ def test_locking_and_resolving_never_import_the_s3_client(proj):
     import subprocess
 
     tp, _ = proj
-    code = ("import sys; from frt_dist.cli import main\n"
+    code = ("import sys; from frt_dist.cli.main import main\n"
             "assert main(['lock', '--quiet']) == 0\n"
             "main(['resolve', '--arch', 'x86_64', '--device-class', 'test-cpu', '--software', 'torch=2.13', '--quiet'])\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore')\n"
-            "             or m in ('frt_dist.objstore', 'frt_dist.fleet')))")
+            "             or m in ('frt_dist.distribution.objstore', 'frt_dist.distribution.fleet')))")
     r = subprocess.run([sys.executable, "-c", code], cwd=tp.root, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"

@@ -18,8 +18,8 @@ import pytest  # noqa: E402
 
 from conftest import run_frt  # noqa: E402
 from factories import CPU, receipt_doc, tiny_project  # noqa: E402
-from frt_dist.canonical import digest  # noqa: E402
-from frt_dist.lockfile import Lockfile  # noqa: E402
+from frt_dist.base.canonical import digest  # noqa: E402
+from frt_dist.documents.lockfile import Lockfile  # noqa: E402
 from s3server import FAKE_KEY_ID, FAKE_SECRET, bucket, s3  # noqa: E402,F401 (fixtures)
 
 

@@ -1,4 +1,4 @@
-"""``frt_dist.objstore``: locations, keys, and the five verbs, the same contract for every backend
+"""``frt_dist.distribution.objstore``: locations, keys, and the five verbs, the same contract for every backend
 (s3:// against a real moto server, file:// on disk). A new backend (GCS, Azure) joins ``store``."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from frt_dist.objstore import (  # noqa: E402
+from frt_dist.distribution.objstore import (  # noqa: E402
     Location, ObjectMissing, StoreAccess, lock_key, locked_file_key, object_key, open_store, parse_location, receipt_key,
 )
 from s3server import bucket, s3  # noqa: E402,F401 (fixtures)

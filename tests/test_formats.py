@@ -9,10 +9,10 @@ import pytest
 
 from conftest import BUNDLED, toy_manifest
 from frt_dist.errors import LockfileError, ManifestError, ReceiptInvalid
-from frt_dist.canonical import digest
-from frt_dist.lockfile import Lockfile, render
-from frt_dist.manifest import Manifest, validate_repo_id
-from frt_dist.receipt import Receipt
+from frt_dist.base.canonical import digest
+from frt_dist.documents.lockfile import Lockfile, render
+from frt_dist.documents.manifest import Manifest, validate_repo_id
+from frt_dist.documents.receipt import Receipt
 
 
 def _m(tmp_path, text, name="toy.toml"):
@@ -335,7 +335,7 @@ def test_a_damaged_receipt_line_is_refused_when_first_used_naming_it(tmp_path):
 def test_embedded_receipts_compare_by_content():
     """A lockfile's lazily parsed receipts compare as the mapping they are (two different
     sets of receipts are not equal, whatever class holds them)."""
-    from frt_dist.lockfile import _LazyReceipts
+    from frt_dist.documents.lockfile import _LazyReceipts
 
     path = BUNDLED / "lockfiles" / "demo-decoder.lock"
     a, b = Lockfile.read(path), Lockfile.read(path)
@@ -354,7 +354,7 @@ def test_embedded_receipts_compare_by_content():
 def test_toml_reader_equals_tomllib_with_key_order(rel):
     import tomllib
 
-    from frt_dist._schema import parse_toml
+    from frt_dist.documents.schema import parse_toml
 
     raw = (BUNDLED / rel).read_bytes()
     got, want = parse_toml(raw, LockfileError, rel), tomllib.loads(raw.decode("utf-8"))

@@ -21,13 +21,13 @@ import pytest
 import tomli_w
 
 from conftest import BUNDLED
-from frt_dist import cli
-from frt_dist.canonical import digest
+from frt_dist.cli import main as cli
+from frt_dist.base.canonical import digest
 from frt_dist.errors import FrtError
-from frt_dist.lockfile import Lockfile
-from frt_dist.manifest import Manifest
-from frt_dist.metadata import parse_variant_metadata
-from frt_dist.receipt import Receipt
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.documents.manifest import Manifest
+from frt_dist.documents.metadata import parse_variant_metadata
+from frt_dist.documents.receipt import Receipt
 
 MODEL = "demo-decoder"
 N = {"lockfile": 700, "manifest": 450, "receipt": 450, "metadata": 450}  # 2,050 documents in all
@@ -257,7 +257,7 @@ def test_damaged_lines_in_frts_own_layout_give_documented_errors_only(demo, monk
     lock-digest recomputed): the reader then finds cells and receipts by their line heads and
     decodes only the lines a decision reads, so the damage reaches that path, and listing
     (verify, the matrix) reads the rest. Only documented errors may come out."""
-    from frt_dist import lockfile as L
+    from frt_dist.documents import lockfile as L
 
     rng = random.Random(23)
     lock_path = demo / "lockfiles" / f"{MODEL}.lock"

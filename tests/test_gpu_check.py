@@ -21,7 +21,7 @@ import pytest
 
 from conftest import ROOT
 from frt_dist.errors import KernelUnavailable, UsageError
-from frt_dist.hardware import Hardware
+from frt_dist.system.hardware import Hardware
 
 PKG = ROOT / "packages" / "frt-cuda-ops"
 VARIANT = "torch213-cxx11-cu128-x86_64-linux"  # what this CPU torch (2.13) would build against CUDA 12.8
@@ -184,8 +184,8 @@ def test_a_failed_assembly_leaves_the_previous_variant(build, tmp_path):
 @pytest.fixture
 def checked_project(build, gpu_check, tmp_path):
     """The check's project as steps 2-3 leave it, with assembled (never imported) builds."""
-    from frt_dist.locker import lock_model
-    from frt_dist.project import Project
+    from frt_dist.lock.build import lock_model
+    from frt_dist.project.discover import Project
 
     run = gpu_check.Run(tmp_path / "out", tmp_path / "work", 120)
     shutil.copytree(PKG / "project", run.project, ignore=shutil.ignore_patterns("__pycache__"))
@@ -201,7 +201,7 @@ DECLARED_H200 = "Hardware(arch='9.0', device_class='h200', backend='cuda', softw
 
 def test_the_12_0a_only_build_is_refused_on_an_h200_before_import(checked_project):
     from frt_dist.loader import load_locked
-    from frt_dist.lockfile import Lockfile
+    from frt_dist.documents.lockfile import Lockfile
 
     run, builds = checked_project
     with pytest.raises(KernelUnavailable) as exc:

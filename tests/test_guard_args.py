@@ -21,8 +21,8 @@ import torch  # noqa: E402
 
 from factories import CPU, NORM_SRC, impl_doc, manifest_doc, tiny_project  # noqa: E402
 from frt_dist import ContractViolation, ManifestError, loader  # noqa: E402
-from frt_dist.manifest import Manifest  # noqa: E402
-from frt_dist.serve import load  # noqa: E402
+from frt_dist.documents.manifest import Manifest  # noqa: E402
+from frt_dist.serve.load import load  # noqa: E402
 
 # act: x * w + r, three inputs, precision family float32/float64 (one per call)
 ADD_SRC = '"""tiny test kernel: scale and add."""\n\n\ndef scale_add(x, w, r):\n    return x * w + r\n'
@@ -334,7 +334,7 @@ def test_the_manifest_refuses_a_contract_its_smoke_contradicts(tmp_path):
 
 def _guard(device: str, fn, host=None):
     """A guarded entry for the ``act`` contract on ``device``, built without a load (no smoke)."""
-    from frt_dist.serve import _Contract, _Counts, _kernel_entry
+    from frt_dist.serve.load import _Contract, _Counts, _kernel_entry
 
     doc = _manifest()
     doc["seams"]["act"]["impls"]["add"]["contract"]["device"] = device
@@ -347,7 +347,7 @@ def _guard(device: str, fn, host=None):
 def test_off_the_cpu_every_input_is_on_the_contracts_device(monkeypatch):
     """The generated checks for a device with an index (here ``meta``, which runs anywhere):
     each input's device type, and one device for all; the fast path takes the good call."""
-    from frt_dist.serve import _fast_source
+    from frt_dist.serve.load import _fast_source
 
     def scale_add(x, w, r):
         return x
@@ -383,7 +383,7 @@ def test_a_cuda_contract_counts_calls_made_during_graph_capture_apart(monkeypatc
     """Inside CUDA graph capture the guard runs as in eager mode (its checks run at capture);
     a replay runs no Python, so captures are counted apart. The capture state is a device fact:
     faked here (no GPU), the generated counting is the real one."""
-    from frt_dist.serve import _fast_source
+    from frt_dist.serve.load import _fast_source
 
     capturing = [False]
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])

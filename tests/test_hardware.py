@@ -9,7 +9,7 @@ import pytest
 
 from frt_dist import Hardware, arch_admits, device_class
 from frt_dist.errors import UsageError
-from frt_dist.hardware import parse_software
+from frt_dist.system.hardware import parse_software
 
 # real declarations: flashrt-project/FlashRT-HF-kernels@0823390 build.toml, via shared/data/flashrt-packages.json
 DATA = Path(__file__).resolve().parent / "data" / "flashrt-archs.json"
@@ -139,7 +139,7 @@ def test_detect_this_machine():
 def test_software_facts_are_major_minor_read_with_packaging(given, read):
     from packaging.version import Version
 
-    from frt_dist.hardware import software_version
+    from frt_dist.system.hardware import software_version
 
     assert software_version(given) == read
     if given[0].isdigit() and "-" not in given:  # the oracle: packaging's own release tuple
@@ -235,8 +235,8 @@ def aarch64_project(tmp_path_factory):
                           backend="cuda", archs=["11.0", "12.1"])
     tp.lock()
     from factories import receipt_doc
-    from frt_dist.lockfile import Lockfile
-    from frt_dist.locker import lock_model
+    from frt_dist.documents.lockfile import Lockfile
+    from frt_dist.lock.build import lock_model
 
     lf = Lockfile.read(tp.lock_path)
     rdir = tp.root / "receipts" / tp.model
@@ -251,7 +251,7 @@ def aarch64_project(tmp_path_factory):
 
 
 def _frt(tp, capsys, *argv, phase="decode"):
-    from frt_dist.cli import main
+    from frt_dist.cli.main import main
 
     rc = main(["resolve", "--model", "tiny", "--project", str(tp.root), "--phase", phase, *argv])
     out, err = capsys.readouterr()
@@ -331,7 +331,7 @@ def test_software_version_without_packaging_reads_as_packaging_does(value):
     result is packaging's major.minor for every input."""
     from packaging.version import InvalidVersion, Version
 
-    from frt_dist.hardware import software_version
+    from frt_dist.system.hardware import software_version
 
     try:
         rel = (*Version(value).release, 0)

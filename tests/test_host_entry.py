@@ -1,5 +1,5 @@
 """The manifest's ``host-entry`` is found from the project root without ``PYTHONPATH``, and nothing in
-the project shadows an installed module (``frt_dist.project.import_entry``, docs/first-project.md §6)."""
+the project shadows an installed module (``frt_dist.project.discover.import_entry``, docs/first-project.md §6)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from frt_dist.errors import UsageError
-from frt_dist.project import import_entry
+from frt_dist.project.discover import import_entry
 
 
 @pytest.fixture

@@ -20,12 +20,12 @@ import pytest
 
 from conftest import run_main
 from factories import tiny_project
-from frt_dist._schema import read_bytes
-from frt_dist.canonical import digest
+from frt_dist.documents.schema import read_bytes
+from frt_dist.base.canonical import digest
 from frt_dist.errors import ReceiptInvalid, UsageError
-from frt_dist.fleet import pull_receipts
-from frt_dist.lockfile import Lockfile, write_atomic
-from frt_dist.objstore import open_store
+from frt_dist.distribution.fleet import pull_receipts
+from frt_dist.documents.lockfile import Lockfile, write_atomic
+from frt_dist.distribution.objstore import open_store
 
 FIFO = "is a FIFO (named pipe), not a regular file"
 DEVICE = "is a character device, not a regular file"
@@ -256,7 +256,7 @@ def test_sign_refuses_to_replace_a_sig_that_is_a_fifo(proj, tmp_path):
 
 
 def test_a_subject_given_only_as_sha512_is_named_sha512_not_sha256_none():
-    from frt_dist.signing import PREDICATE_TYPE, STATEMENT_TYPE, _statement_problem
+    from frt_dist.provenance.signing import PREDICATE_TYPE, STATEMENT_TYPE, _statement_problem
 
     st = {"_type": STATEMENT_TYPE, "predicateType": PREDICATE_TYPE,
           "subject": [{"name": "r.json", "digest": {"sha512": "ab" * 64}}]}
@@ -358,7 +358,7 @@ def pushed(proj, tmp_path):
     tp, _ = proj
     priv, _ = _keypair(tmp_path / "secrets")
     rec = _receipt(tp)
-    from frt_dist import signing
+    from frt_dist.provenance import signing
 
     signing.sign_receipt(rec, signing.load_private_key(priv))
     url = f"file://{tmp_path / 'store'}"

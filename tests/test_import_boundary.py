@@ -41,7 +41,7 @@ def test_import_frt_dist_is_light(tmp_path):
 
 @pytest.mark.parametrize("argv", [["lock", "--help"], ["verify", "--help"], ["resolve", "--help"], ["matrix", "--help"]])
 def test_help_is_light(tmp_path, argv):
-    body = f"from frt_dist.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
+    body = f"from frt_dist.cli.main import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
     assert _run(body, tmp_path) == ""
 
 
@@ -51,7 +51,7 @@ def test_lock_resolve_verify_matrix_are_light(tmp_path):
     (tmp_path / "manifests" / "toy.toml").write_text(
         toy_manifest(package_toml='[packages."testorg/addone"]\npath = "packages/addone"'))
     body = "\n".join([
-        "from frt_dist.cli import main",
+        "from frt_dist.cli.main import main",
         "import contextlib, io",
         "codes = []",
         "for argv in (['lock'], ['lock', '--check'], ['verify'], ['resolve', '--model', 'toy', '--arch', '12.0', '--device-class', 'h200', '--json'], ['matrix', '--format', 'html']):",
@@ -113,7 +113,7 @@ def _reachable(graph, start) -> set[str]:
 
 def test_no_import_cycles_between_frt_modules():
     graph = _import_graph()
-    assert {"frt_dist.cli", "frt_dist.qualify", "frt_dist.loader.core", "frt_dist.routes.resolver"} <= set(graph)
+    assert {"frt_dist.cli.main", "frt_dist.qualify.run", "frt_dist.loader.core", "frt_dist.routes.resolver"} <= set(graph)
     cycles = sorted(m for m in graph if m in _reachable(graph, m))
     assert cycles == [], f"import cycles through {cycles}"
 
@@ -121,11 +121,11 @@ def test_no_import_cycles_between_frt_modules():
 def test_lower_layers_do_not_import_the_upper_ones():
     graph = _import_graph()
     loader = _reachable(graph, "frt_dist.loader.core")
-    assert "frt_dist.locker" not in loader  # reading metadata.json is frt_dist.metadata's job
-    for low in ("frt_dist.loader.core", "frt_dist.routes.resolver", "frt_dist.locker", "frt_dist.qualify",
-                "frt_dist.serve", "frt_dist.mirror", "frt_dist.verify"):
-        assert "frt_dist.cli" not in _reachable(graph, low), low
-    assert "frt_dist.routes.matrix" not in _reachable(graph, "frt_dist.serve")
+    assert "frt_dist.lock.build" not in loader  # reading metadata.json is frt_dist.documents.metadata's job
+    for low in ("frt_dist.loader.core", "frt_dist.routes.resolver", "frt_dist.lock.build", "frt_dist.qualify.run",
+                "frt_dist.serve.load", "frt_dist.distribution.mirror", "frt_dist.lock.verify"):
+        assert "frt_dist.cli.main" not in _reachable(graph, low), low
+    assert "frt_dist.routes.matrix" not in _reachable(graph, "frt_dist.serve.load")
 
 
 def test_only_public_huggingface_hub_and_kernels_names_are_used():
@@ -153,23 +153,23 @@ def test_only_public_huggingface_hub_and_kernels_names_are_used():
 
 # what no read-only command may import: the machinery that loads and runs kernels, the Hub
 # client, and the standard-library pieces only other commands need (each costs start-up time)
-NEVER = ("torch", "kernels", "huggingface_hub", "frt_dist.loader", "frt_dist.serve", "frt_dist.qualify",
-         "frt_dist.mirror", "frt_dist.kernelize", "frt_dist.detect", "frt_dist.demo", "numpy", "requests",
+NEVER = ("torch", "kernels", "huggingface_hub", "frt_dist.loader", "frt_dist.serve.load", "frt_dist.qualify.run",
+         "frt_dist.distribution.mirror", "frt_dist.serve.kernelize", "frt_dist.system.detect", "frt_dist.demo", "numpy", "requests",
          "httpx", "packaging", "platform", "tempfile", "threading", "subprocess",
          # the object-store, fleet, signing and SBOM layers and their clients (none of them reads a lock)
-         "boto3", "botocore", "obstore", "sigstore", "cryptography", "cyclonedx", "frt_dist.objstore",
-         "frt_dist.fleet", "frt_dist.signing", "frt_dist.sbom",
-         # value classes come from frt_dist._record: `dataclasses` would import `inspect` (~8 ms)
+         "boto3", "botocore", "obstore", "sigstore", "cryptography", "cyclonedx", "frt_dist.distribution.objstore",
+         "frt_dist.distribution.fleet", "frt_dist.provenance.signing", "frt_dist.provenance.sbom",
+         # value classes come from frt_dist.base.record: `dataclasses` would import `inspect` (~8 ms)
          "dataclasses", "inspect")
 # and per command, what it does not use either
 NOT_FOR = {
-    "resolve": ("frt_dist.locker", "frt_dist.verify", "frt_dist.hub", "frt_dist.routes.matrix",
+    "resolve": ("frt_dist.lock.build", "frt_dist.lock.verify", "frt_dist.distribution.hub", "frt_dist.routes.matrix",
                 "frt_dist.routes.explain", "tomli_w", "datetime", "importlib.util",
-                "frt_dist.publisher"),  # a manifest without signature/signer keys needs no policy classes
-    "verify": ("frt_dist.hub", "frt_dist.routes.matrix", "tomli_w", "datetime", "importlib.util"),
-    "lock": ("frt_dist.verify", "frt_dist.routes", "frt_dist.routes.matrix"),
-    "matrix": ("frt_dist.locker", "frt_dist.verify", "frt_dist.hub", "tomli_w", "datetime", "importlib.util",
-               "frt_dist.publisher"),
+                "frt_dist.provenance.publisher"),  # a manifest without signature/signer keys needs no policy classes
+    "verify": ("frt_dist.distribution.hub", "frt_dist.routes.matrix", "tomli_w", "datetime", "importlib.util"),
+    "lock": ("frt_dist.lock.verify", "frt_dist.routes", "frt_dist.routes.matrix"),
+    "matrix": ("frt_dist.lock.build", "frt_dist.lock.verify", "frt_dist.distribution.hub", "tomli_w", "datetime", "importlib.util",
+               "frt_dist.provenance.publisher"),
 }
 IMPORT_SET = """
 import atexit, sys
@@ -190,14 +190,14 @@ sys.exit(main())
 def test_each_command_imports_only_what_it_uses(tmp_path, argv):
     """`frt resolve|verify|lock --check|matrix` on the bundled demo, as the console script runs them:
     the modules loaded when the process exits hold none of the forbidden ones (issue 20: start-up)."""
-    from frt_dist.project import bundled_root
+    from frt_dist.project.discover import bundled_root
 
     r = subprocess.run([sys.executable, "-c", IMPORT_SET, *argv, "--project", str(bundled_root())], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120, env=_env(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "MODULES=" in r.stderr, r.stderr
     loaded = set(r.stderr.rsplit("MODULES=", 1)[1].split())
-    assert {"frt_dist.cli", "frt_dist.lockfile"} <= loaded  # the probe saw the command run
+    assert {"frt_dist.cli.main", "frt_dist.documents.lockfile"} <= loaded  # the probe saw the command run
     banned = NEVER + NOT_FOR[argv[0]]
     bad = sorted(m for m in loaded if any(m == b or m.startswith(b + ".") for b in banned))
     assert bad == [], f"frt {argv[0]} imported {bad}"
@@ -206,7 +206,7 @@ def test_each_command_imports_only_what_it_uses(tmp_path, argv):
 def test_only_the_named_subcommands_flags_are_built_and_nothing_else_changes(capsys):
     """Start-up builds the parser for the one subcommand being run (issue 20); `frt --help` and each
     subcommand's flags, errors and suggestions are what the whole parser gives."""
-    from frt_dist import cli
+    from frt_dist.cli import main as cli
 
     assert cli._named_command(["resolve", "--json"]) == "resolve"
     assert cli._named_command(["--project", "resolve", "lock"]) == "lock"  # a project folder named like a command

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import tomllib
 
-from frt_dist.cli import main
-from frt_dist.manifest import Manifest
-from frt_dist.project import Project
+from frt_dist.cli.main import main
+from frt_dist.documents.manifest import Manifest
+from frt_dist.project.discover import Project
 
 
 def test_init_creates_a_project_found_from_below(tmp_path, capsys):
@@ -43,7 +43,7 @@ def test_init_keeps_an_existing_pyproject(tmp_path):
 def test_the_nearest_project_above_wins_and_the_checkout_is_its_own_project(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from frt_dist.project import bundled_root
+    from frt_dist.project.discover import bundled_root
 
     (tmp_path / "outer" / "manifests").mkdir(parents=True)
     deep = tmp_path / "outer" / "a" / "b"

@@ -18,7 +18,7 @@ from kernels import Mode, kernelize, use_kernel_forward_from_hub, use_kernel_map
 
 from factories import CPU, SCALE_SRC, tiny_project  # noqa: E402
 from frt_dist import ContractViolation, KernelUnavailable, UsageError  # noqa: E402
-from frt_dist.serve import load  # noqa: E402
+from frt_dist.serve.load import load  # noqa: E402
 
 LAYERS_SRC = '''import torch.nn as nn
 

@@ -18,9 +18,9 @@ from factories import (  # noqa: E402
     tiny_project, write_package,
 )
 from frt_dist import KernelUnavailable, hub_kernel, loader, unavailable_report  # noqa: E402
-from frt_dist.hub import HubClient  # noqa: E402
-from frt_dist.lockfile import Lockfile  # noqa: E402
-from frt_dist.mirror import mirror_lock  # noqa: E402
+from frt_dist.distribution.hub import HubClient  # noqa: E402
+from frt_dist.documents.lockfile import Lockfile  # noqa: E402
+from frt_dist.distribution.mirror import mirror_lock  # noqa: E402
 
 SCALE = "t-org/scale"
 PIN = loader.pin_env_name(SCALE)
@@ -235,7 +235,7 @@ def test_no_declared_archs_loads_with_a_note(proj):
 def test_load_applies_the_admissibility_rule_of_resolve_and_lock(tmp_path):
     """SPEC §19: a CUDA build that declares no archs makes no arch claim, but it is no CPU build:
     admissible.variant_problem refuses it on a CPU cell, and so does the loader, before import."""
-    from frt_dist.admissible import variant_problem
+    from frt_dist.system.admissible import variant_problem
 
     cuda_pkg = {"name": "scale", "variant": "torch-cuda", "backend": "cuda"}
     tp = tiny_project(tmp_path, packages={"scale": cuda_pkg, "norm": {"name": "norm", "source": NORM_SRC}})
@@ -458,7 +458,7 @@ def test_with_a_mirror_or_offline_no_connection_is_attempted(hub, tmp_path, monk
 
 
 def test_importing_frt_modules_imports_neither_torch_nor_kernels():
-    code = ("import sys, frt_dist, frt_dist.loader, frt_dist.serve, frt_dist.mirror, frt_dist.loader.smoke, "
+    code = ("import sys, frt_dist, frt_dist.loader, frt_dist.serve.load, frt_dist.distribution.mirror, frt_dist.loader.smoke, "
             "frt_dist.loader.integrity; frt_dist.hub_kernel; frt_dist.load; "
             "print(sorted(m for m in ('torch', 'kernels', 'huggingface_hub') if m in sys.modules))")
     env = dict(os.environ, PYTHONPATH=str(Path(loader.__file__).parents[2]))

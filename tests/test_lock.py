@@ -13,11 +13,11 @@ import tomllib
 import pytest
 
 from conftest import kernel_variant_files, run_frt, toy_manifest, write_files
-from frt_dist._schema import parse_toml
-from frt_dist.metadata import parse_variant_metadata
+from frt_dist.documents.schema import parse_toml
+from frt_dist.documents.metadata import parse_variant_metadata
 from frt_dist.errors import KernelUnavailable, LockfileError
-from frt_dist.lockfile import Lockfile
-from frt_dist.manifest import Manifest
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.documents.manifest import Manifest
 from test_formats import receipt_for
 
 REPO = "testorg/addone"

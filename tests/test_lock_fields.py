@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from frt_dist._schema import parse_toml
-from frt_dist.canonical import digest
-from frt_dist.cli import main
+from frt_dist.documents.schema import parse_toml
+from frt_dist.base.canonical import digest
+from frt_dist.cli.main import main
 from frt_dist.errors import FrtError, LockfileError
-from frt_dist.lockfile import Lockfile, render
+from frt_dist.documents.lockfile import Lockfile, render
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "lockfiles" / "demo-decoder.lock"
@@ -144,7 +144,7 @@ def _sparse(path: Path, size: int) -> None:
 
 
 def test_a_lockfile_over_the_size_limit_is_refused_before_parsing(demo_copy, capsys):
-    from frt_dist._schema import MAX_BYTES
+    from frt_dist.documents.schema import MAX_BYTES
 
     lockpath = demo_copy / "lockfiles" / "demo-decoder.lock"
     original = lockpath.read_bytes()

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from frt_dist import lockfile as L
-from frt_dist._schema import parse_toml
-from frt_dist.canonical import digest
+from frt_dist.documents import lockfile as L
+from frt_dist.documents.schema import parse_toml
+from frt_dist.base.canonical import digest
 from frt_dist.errors import LockfileError
-from frt_dist.lockfile import Lockfile
-from frt_dist.project import bundled_root
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.project.discover import bundled_root
 
 DEMO = bundled_root() / "lockfiles" / "demo-decoder.lock"
 # what a cut text may hold (no control character but the line feed) and what JSON escapes

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from frt_dist import lockfile as L
-from frt_dist._schema import parse_toml
-from frt_dist.canonical import digest
+from frt_dist.documents import lockfile as L
+from frt_dist.documents.schema import parse_toml
+from frt_dist.base.canonical import digest
 from frt_dist.errors import LockfileError
-from frt_dist.hardware import Hardware
-from frt_dist.lockfile import Lockfile
-from frt_dist.project import bundled_root
-from frt_dist.receipt import CellKey
+from frt_dist.system.hardware import Hardware
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.project.discover import bundled_root
+from frt_dist.documents.receipt import CellKey
 from frt_dist.routes import resolver
 from frt_dist.routes.resolver import resolve_all
 

@@ -22,9 +22,9 @@ import pytest
 
 from factories import CPU, tiny_project
 from frt_dist import loader
-from frt_dist.cli import main
-from frt_dist.lockfile import Lockfile
-from frt_dist.variants import select_variants
+from frt_dist.cli.main import main
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.system.variants import select_variants
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = Path("packages/rmsnorm/build/torch-cpu/rmsnorm/__init__.py")

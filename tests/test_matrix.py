@@ -19,7 +19,7 @@ import pytest
 from conftest import run_frt
 from frt_dist.errors import FrtError, UsageError
 from frt_dist.routes.matrix import STATE_CLASSES, render_matrix
-from frt_dist.project import Project
+from frt_dist.project.discover import Project
 from resolver_support import build_case
 
 V128 = "torch213-cxx11-cu128-x86_64-linux"
@@ -450,7 +450,7 @@ def test_lock_without_receipts_renders_every_cell_unknown(tmp_path):
 
 
 def test_matrix_imports_neither_torch_nor_kernels(proj):
-    code = ("import sys; from frt_dist.routes.matrix import render_matrix; from frt_dist.project import Project; "
+    code = ("import sys; from frt_dist.routes.matrix import render_matrix; from frt_dist.project.discover import Project; "
             f"render_matrix(Project(__import__('pathlib').Path({str(proj.root)!r}), 'project'), fmt='html'); "
             "bad = [m for m in ('torch', 'kernels') if m in sys.modules]; assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from frt_dist.project import Project
+from frt_dist.project.discover import Project
 from frt_dist.routes.matrix import STATE_CLASSES, render_matrix
 from pngread import count_colours, read_png
 from resolver_support import build_case

@@ -19,9 +19,9 @@ from kernels._rust import Metadata  # noqa: E402 - the oracle: kernels' own meta
 
 from factories import CPU, REMOTE, hub_manifest, start_hub, tiny_project  # noqa: E402
 from frt_dist import KernelUnavailable, loader  # noqa: E402
-from frt_dist.hub import HubClient  # noqa: E402
-from frt_dist.lockfile import Lockfile  # noqa: E402
-from frt_dist.metadata import parse_variant_metadata  # noqa: E402
+from frt_dist.distribution.hub import HubClient  # noqa: E402
+from frt_dist.documents.lockfile import Lockfile  # noqa: E402
+from frt_dist.documents.metadata import parse_variant_metadata  # noqa: E402
 
 SCALE = "t-org/scale"
 
@@ -124,7 +124,7 @@ def test_universal_variant_without_metadata_json_is_refused_with_a_hint(tmp_path
     build = tp.root / "packages" / "scale" / "build"
     (build / "torch-cpu").rename(build / "torch-universal")
     (build / "torch-universal" / "metadata.json").unlink()
-    from frt_dist.locker import lock_model
+    from frt_dist.lock.build import lock_model
 
     with pytest.raises(KernelUnavailable) as ei:
         lock_model(tp.project, tp.model, warn=lambda m: None)

@@ -17,8 +17,8 @@ import pytest  # noqa: E402
 
 from factories import CPU, NORM_SRC, REMOTE, cuda_hw, hub_manifest, sha256_b64, start_hub, tiny_project  # noqa: E402
 from frt_dist import KernelUnavailable, UsageError, loader  # noqa: E402
-from frt_dist.hub import HubClient  # noqa: E402
-from frt_dist.mirror import mirror_lock, verify_mirror  # noqa: E402
+from frt_dist.distribution.hub import HubClient  # noqa: E402
+from frt_dist.distribution.mirror import mirror_lock, verify_mirror  # noqa: E402
 
 SRC = str(Path(loader.__file__).parents[2])
 SCALE_DIR = "kernels--t-org--scale"
@@ -154,7 +154,7 @@ def test_selection_of_variants(tmp_path):
 
 _WORKER = """
 import json, os, sys, time
-from frt_dist.mirror import mirror_lock
+from frt_dist.distribution.mirror import mirror_lock
 print("ready", flush=True)
 while not os.path.exists(sys.argv[3]):  # every worker imported: all start at once, on an empty mirror
     time.sleep(0.005)

@@ -18,9 +18,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 import pytest  # noqa: E402
 
 from factories import tiny_project  # noqa: E402
-from frt_dist.cli import main  # noqa: E402
+from frt_dist.cli.main import main  # noqa: E402
 from frt_dist.loader import repo_folder  # noqa: E402
-from frt_dist.mirror import LOCKS, RUNS, STALE_S, TMP, verify_mirror  # noqa: E402
+from frt_dist.distribution.mirror import LOCKS, RUNS, STALE_S, TMP, verify_mirror  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX links and dir_fd"),
               pytest.mark.usefixtures("fresh_loader")]

@@ -19,8 +19,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 import pytest  # noqa: E402
 
 from factories import NORM_SRC, hub_manifest, manifest_doc, start_hub, tiny_project  # noqa: E402
-from frt_dist.hub import HubClient  # noqa: E402
-from frt_dist.mirror import LOCKS, RUNS, STALE_S, TMP, mirror_lock, sweep_locks, sweep_temp, verify_mirror  # noqa: E402
+from frt_dist.distribution.hub import HubClient  # noqa: E402
+from frt_dist.distribution.mirror import LOCKS, RUNS, STALE_S, TMP, mirror_lock, sweep_locks, sweep_temp, verify_mirror  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL and flock semantics"),
               pytest.mark.usefixtures("fresh_loader")]  # conftest: no outside mirror, lock or offline setting
@@ -159,7 +159,7 @@ def test_an_interrupted_run_says_what_it_kept_and_the_next_run_resumes(monkeypat
 
 
 def _lock(tp):
-    from frt_dist.lockfile import Lockfile
+    from frt_dist.documents.lockfile import Lockfile
 
     return Lockfile.read(tp.lock_path)
 
@@ -307,8 +307,8 @@ def test_a_run_starts_even_when_another_run_removes_a_folder_it_is_making_a_fold
     before it made ``frt-runs`` or its own folder in it: the mkdir in the removed folder fails
     (ENOENT) and the run walks again from the mirror's root, instead of failing (seen once in four
     concurrent runs under load, test_mirror.py::test_concurrent_runs_fetch_each_blob_once)."""
-    from frt_dist import mirror as M
-    from frt_dist.safedir import SafeDir
+    from frt_dist.distribution import mirror as M
+    from frt_dist.base.safedir import SafeDir
 
     real_child, raced = SafeDir.child, []
 

@@ -19,8 +19,8 @@ import pytest  # noqa: E402
 
 from factories import NORM_SRC, manifest_doc, tiny_project  # noqa: E402
 from frt_dist import loader  # noqa: E402
-from frt_dist.cli import main  # noqa: E402
-from frt_dist.mirror import LOCKS, TMP  # noqa: E402
+from frt_dist.cli.main import main  # noqa: E402
+from frt_dist.distribution.mirror import LOCKS, TMP  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="tmpfs mounts and POSIX permissions"),
               pytest.mark.usefixtures("fresh_loader")]

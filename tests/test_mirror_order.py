@@ -16,10 +16,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 import pytest  # noqa: E402
 
 from factories import tiny_project  # noqa: E402
-from frt_dist import mirror as mirror_mod  # noqa: E402
-from frt_dist import safedir  # noqa: E402
+from frt_dist.distribution import mirror as mirror_mod  # noqa: E402
+from frt_dist.base import safedir  # noqa: E402
 from frt_dist.loader import repo_folder  # noqa: E402
-from frt_dist.mirror import LOCKS, TMP, mirror_lock, verify_mirror  # noqa: E402
+from frt_dist.distribution.mirror import LOCKS, TMP, mirror_lock, verify_mirror  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX dir_fd"),
               pytest.mark.usefixtures("fresh_loader")]

@@ -18,14 +18,14 @@ import pytest  # noqa: E402
 
 from factories import (CPU, NORM_SRC, REMOTE, SCALE_SRC, TinyProject, hub_manifest, manifest_doc,  # noqa: E402
                        receipt_doc, start_hub, tiny_project)
-from frt_dist.cli import main  # noqa: E402
-from frt_dist.hardware import Hardware  # noqa: E402
-from frt_dist.hub import HubClient  # noqa: E402
-from frt_dist.lockfile import Lockfile  # noqa: E402
-from frt_dist.locker import lock_model  # noqa: E402
+from frt_dist.cli.main import main  # noqa: E402
+from frt_dist.system.hardware import Hardware  # noqa: E402
+from frt_dist.distribution.hub import HubClient  # noqa: E402
+from frt_dist.documents.lockfile import Lockfile  # noqa: E402
+from frt_dist.lock.build import lock_model  # noqa: E402
 from frt_dist.errors import KernelUnavailable  # noqa: E402
-from frt_dist.mirror import mirror_lock, verify_mirror  # noqa: E402
-from frt_dist.variants import select_variants  # noqa: E402
+from frt_dist.distribution.mirror import mirror_lock, verify_mirror  # noqa: E402
+from frt_dist.system.variants import select_variants  # noqa: E402
 
 ARM = "torch213-cxx11-cu128-aarch64-linux"  # a build for GH200's Grace CPU
 SW = {"torch": "2.13", "cuda": "12.8"}

@@ -16,9 +16,9 @@ import torch  # noqa: E402
 
 from factories import CPU, impl_doc, manifest_doc, tiny_project  # noqa: E402
 from frt_dist.errors import ManifestError  # noqa: E402
-from frt_dist.manifest import Manifest  # noqa: E402
+from frt_dist.documents.manifest import Manifest  # noqa: E402
 from frt_dist.routes.resolver import resolve  # noqa: E402
-from frt_dist.serve import load  # noqa: E402
+from frt_dist.serve.load import load  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")

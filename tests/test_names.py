@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from frt_dist.errors import ManifestError
-from frt_dist.names import check, problem
+from frt_dist.base.names import check, problem
 
 # (vector, why it is dangerous)
 BAD = [

@@ -20,8 +20,8 @@ import pytest
 import tomli_w
 
 from conftest import BUNDLED
-from frt_dist import cli
-from frt_dist.canonical import digest
+from frt_dist.cli import main as cli
+from frt_dist.base.canonical import digest
 from test_names import BAD
 
 MODEL = "demo-decoder"

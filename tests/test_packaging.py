@@ -132,7 +132,7 @@ def _frt(installed, *args: str) -> subprocess.CompletedProcess:
 def test_installed_copy_imports_from_the_install_and_finds_its_bundled_project(installed):
     site, env, cwd = installed
     assert not (cwd / "manifests").exists()
-    out = _python("import frt_dist, frt_dist.project as p; print(frt_dist.__file__, p.bundled_root())",
+    out = _python("import frt_dist, frt_dist.project.discover as p; print(frt_dist.__file__, p.bundled_root())",
                   cwd=cwd, env=env)
     module, bundled = out.split(" ")
     assert Path(module).resolve() == (site / "frt_dist" / "__init__.py").resolve()
@@ -155,7 +155,7 @@ def test_installed_copy_resolves_the_bundled_lockfile(installed):
 
 def test_installed_copy_verifies_the_bundled_lockfile(installed):
     site, env, cwd = installed
-    # the console script pip wrote for the installed copy (entry point frt_dist.cli:main)
+    # the console script pip wrote for the installed copy (entry point frt_dist.cli.main:main)
     script = site / "bin" / "frt"
     argv = [str(script)] if script.is_file() else [sys.executable, "-m", "frt_dist.cli"]
     r = subprocess.run([*argv, "verify", "--demo"], cwd=cwd, env=env, capture_output=True, text=True,

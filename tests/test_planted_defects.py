@@ -24,7 +24,7 @@ from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, s3  # noqa: F
 
 def test_a_client_configuration_error_never_shows_the_credentials(monkeypatch):
     """Defect: the configuration error's text no longer scrubbed of credentials (``_scrub`` dropped)."""
-    from frt_dist.objstore import StoreAccess, open_store
+    from frt_dist.distribution.objstore import StoreAccess, open_store
 
     for var, value in {"AWS_ACCESS_KEY_ID": FAKE_KEY_ID, "AWS_SECRET_ACCESS_KEY": FAKE_SECRET,
                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
@@ -50,7 +50,7 @@ def test_a_resumed_read_never_splices_an_object_replaced_after_the_cut(s3, bucke
     between the cut and the resume: the read must fail (or return one whole object), never the
     first object's head joined to the second's tail."""
     from frt_dist.errors import FrtError
-    from frt_dist.objstore import open_store
+    from frt_dist.distribution.objstore import open_store
 
     key = "sha256/" + "cd" * 32
     old, new = os.urandom(1 << 20), os.urandom(1 << 20)
@@ -83,8 +83,8 @@ def test_verify_refuses_a_signature_by_a_key_the_lock_pins_but_the_policy_does_n
     lock edited to pin an intruder's key (and to embed the intruder's envelope) verifies the receipt."""
     from test_receipt_signing import _locked, edit_lock, sig_problems, verify_json
 
-    from frt_dist import signing
-    from frt_dist.receipt import Receipt
+    from frt_dist.provenance import signing
+    from frt_dist.documents.receipt import Receipt
 
     p, _, pub = _locked(tmp_path)
     intruder, intruder_pub = p.key("intruder")
@@ -121,7 +121,7 @@ def test_verify_refuses_a_signature_by_a_key_the_lock_pins_but_the_policy_does_n
 ])
 def test_a_publisher_workflow_is_matched_as_a_whole_name_never_a_prefix(signed_by, ok):
     """Defect: the workflow matched as a bare prefix (``release.yml`` accepting ``release.yml-evil``)."""
-    from frt_dist.publisher import SignerFacts, SignerPolicy, signer_problems
+    from frt_dist.provenance.publisher import SignerFacts, SignerPolicy, signer_problems
 
     repo = "https://github.com/org/kernels"
     policy = SignerPolicy(repo, (f"{repo}/.github/workflows/release.yml",))
@@ -147,7 +147,7 @@ def _clock(host_times, route_times):
 def test_the_recorded_speedup_median_is_the_median_not_the_mean():
     """Defect: the mean of the per-round speedups recorded as ``speedup-median``. The ratios here
     are skewed (one round 10x) so that the two differ."""
-    from frt_dist.qualify import _timing
+    from frt_dist.qualify.run import _timing
 
     host = [1.0] * 7 + [10.0]
     route = [1.0, 0.8, 0.9, 1.0, 0.5, 0.8, 1.0, 1.0]
@@ -163,7 +163,7 @@ def test_certified_fast_under_a_gate_below_1_needs_the_interval_to_clear_1():
     """Defect: ``certified_fast`` decided on the interval's low end clearing a gate below 1 alone:
     a route whose speedup may be 0.95x (the interval's low end) is not certified as fast, whatever
     the gate; qualify's decision and the lock's rule agree."""
-    from frt_dist.qualify import _ci_decision, speed_state
+    from frt_dist.qualify.run import _ci_decision, speed_state
 
     ci = {"level": 0.95, "low": 0.95, "high": 1.4, "method": "sign-test-median", "ranks": [2, 9], "coverage": 0.96}
     timing = {"rounds": 10, "speedup-median": 1.2, "speedup-ci": ci, "host-median-ms": 1.2, "route-median-ms": 1.0}
@@ -177,8 +177,8 @@ def test_certified_fast_under_a_gate_below_1_needs_the_interval_to_clear_1():
 def test_the_lock_rejects_certified_fast_whose_interval_starts_under_1_with_a_gate_below_1(tmp_path):
     from factories import manifest_doc, receipt_doc, tiny_project
 
-    from frt_dist.locker import lock_model
-    from frt_dist.lockfile import Lockfile
+    from frt_dist.lock.build import lock_model
+    from frt_dist.documents.lockfile import Lockfile
 
     doc = manifest_doc()
     doc["routes"]["fast"]["gate"] = {"min-speedup": 0.9}

@@ -266,7 +266,7 @@ def test_frt_lock_mirror_from_is_labelled_with_the_locks_model(fleet, tmp_path, 
 
 
 def test_the_checkout_root_is_its_own_project_read_write(monkeypatch):
-    from frt_dist.project import Project, bundled_root
+    from frt_dist.project.discover import Project, bundled_root
 
     assert bundled_root() == ROOT  # this suite runs from a checkout (an editable install)
     for where in (ROOT, ROOT / "manifests", ROOT / "packages"):

@@ -36,12 +36,12 @@ import pytest
 import tomli_w
 
 from factories import NORM_SRC, SCALE_SRC, NetworkTripwire, manifest_doc, tiny_project
-from frt_dist import publisher
-from frt_dist.canonical import digest
+from frt_dist.provenance import publisher
+from frt_dist.base.canonical import digest
 from conftest import run_main as _run
 from frt_dist.errors import UsageError
-from frt_dist.lockfile import Lockfile
-from frt_dist.publisher import KERNELS_COMMUNITY, SignatureRefused, SignerPolicy, verify_bundle
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.provenance.publisher import KERNELS_COMMUNITY, SignatureRefused, SignerPolicy, verify_bundle
 
 DATA = Path(__file__).parent / "data" / "sigstore"  # real Sigstore test vectors (see its README)
 WHEEL = DATA / "rfc8785-0.1.2-py3-none-any.whl"
@@ -344,7 +344,7 @@ def sig_hub(monkeypatch, tmp_path):
     bundle) and a project whose ``act`` seam uses it."""
     from factories import start_hub
     from hubserver import kernel_variant_files
-    from frt_dist.hub import HubClient
+    from frt_dist.distribution.hub import HubClient
 
     for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
@@ -365,13 +365,13 @@ def sig_hub(monkeypatch, tmp_path):
 
 
 def _lock_in_process(tp):
-    from frt_dist.locker import lock_model
+    from frt_dist.lock.build import lock_model
 
     return lock_model(tp.project, tp.model, hub=tp.hub, warn=lambda msg: None)
 
 
 def test_a_hub_variant_signed_by_another_workflow_is_refused_under_kernels_default_policy(sig_hub):
-    from frt_dist.locker import LockFailed
+    from frt_dist.lock.build import LockFailed
 
     server, tp, _ = sig_hub
     with pytest.raises(LockFailed) as e:
@@ -413,7 +413,7 @@ def test_a_signed_hub_variant_is_locked_mirrored_and_verified(sig_hub, monkeypat
     _lock_in_process(tp)
     assert server.request_count() == 0
     # the organisation's policy now names another repository: the pin is judged again, and refused
-    from frt_dist.locker import LockFailed
+    from frt_dist.lock.build import LockFailed
 
     m["trust"]["publishers"]["kernels-community"]["signer"]["repository"] = "https://github.com/huggingface/kernels-community"
     (tp.root / "manifests/tiny.toml").write_text(tomli_w.dumps(m))

@@ -10,11 +10,11 @@ import sys
 import pytest
 
 from conftest import kernel_variant_files, needs_no_gpu, run_frt, write_files, TESTS
-from frt_dist.lockfile import Lockfile
-from frt_dist.locker import lock_model
-from frt_dist.project import Project
-from frt_dist.qualify import qualify
-from frt_dist.receipt import Receipt
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.lock.build import lock_model
+from frt_dist.project.discover import Project
+from frt_dist.qualify.run import qualify
+from frt_dist.documents.receipt import Receipt
 
 KERNELS = {
     "fastscale": b"def scale(x, w):\n    return x * w\n",
@@ -94,11 +94,11 @@ def test_correct_but_slower_route_is_supported_correct(qproject):
 
 
 def _frt_in_process(argv, cwd, monkeypatch, capsys) -> subprocess.CompletedProcess:
-    """``frt argv`` through ``frt_dist.cli.main`` in this process, in ``cwd``: what ``run_frt`` checks
+    """``frt argv`` through ``frt_dist.cli.main.main`` in this process, in ``cwd``: what ``run_frt`` checks
     (exit code, stdout, stderr) without a new interpreter importing torch again (~2 s). ``toyhost``
     is found on this process's path (tests/), as ``PYTHONPATH=tests`` finds it for ``run_frt``; the
     console command's own process is tested by ``test_cli_writes_receipts_that_lock_embeds``."""
-    from frt_dist import cli
+    from frt_dist.cli import main as cli
 
     monkeypatch.chdir(cwd)
     capsys.readouterr()
@@ -143,7 +143,7 @@ def test_a_mistyped_route_or_phase_is_refused_before_torch_is_imported(qproject,
     """The names are checked before ``frt qualify`` imports torch and kernels (seconds): here torch
     cannot be imported at all, and the refusal still comes, naming the valid names (exit 2)."""
     code = ("import sys; sys.modules['torch'] = None; sys.modules['kernels'] = None\n"
-            "from frt_dist.cli import main; sys.exit(main(sys.argv[1:]))")
+            "from frt_dist.cli.main import main; sys.exit(main(sys.argv[1:]))")
     r = subprocess.run([sys.executable, "-c", code, "qualify", "--model", "toyq", *argv], cwd=qproject,
                        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(TESTS)})
     assert r.returncode == 2 and why in r.stderr, r.stderr

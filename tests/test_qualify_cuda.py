@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from factories import CPU, TinyProject, receipt_doc
-from frt_dist import detect as det
-from frt_dist import qualify as q
+from frt_dist.system import detect as det
+from frt_dist.qualify import run as q
 from frt_dist.errors import ReceiptInvalid, UsageError
-from frt_dist.lockfile import Lockfile
-from frt_dist.receipt import Receipt
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.documents.receipt import Receipt
 from test_detect import FakeNVML
 from test_qualify import _lock, qproject  # noqa: F401 - the fixture
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from conftest import BUNDLED
-from frt_dist import qualify as q
-from frt_dist.manifest import Manifest
-from frt_dist.receipt import Receipt
+from frt_dist.qualify import run as q
+from frt_dist.documents.manifest import Manifest
+from frt_dist.documents.receipt import Receipt
 
 MANIFEST = Manifest.read(BUNDLED / "manifests" / "demo-decoder.toml", label="manifests/demo-decoder.toml")
 CERTIFIED = json.loads((BUNDLED / "receipts" / "demo-decoder" / "fused--decode--fp32--amd-epyc.json").read_text())

@@ -32,12 +32,12 @@ def qualify(project, *extra, env=None):
 
 @pytest.fixture
 def qualify_in_process(monkeypatch, capsys):
-    """``frt qualify`` through ``frt_dist.cli.main`` in this process (torch is already imported here:
+    """``frt qualify`` through ``frt_dist.cli.main.main`` in this process (torch is already imported here:
     a subprocess spends ~2 s importing it again), with ``env["PYTHONPATH"]``'s first folder put
     first on ``sys.path`` and any ``toyhost`` already imported set aside, as a fresh process with
     that PYTHONPATH would see it. The real-process path (exit code of the console command) is
     covered by ``test_a_factory_with_the_wrong_signature_is_named``, which still uses ``qualify``."""
-    from frt_dist import cli
+    from frt_dist.cli import main as cli
 
     def run(project, *extra, env):
         monkeypatch.chdir(project)
@@ -188,7 +188,7 @@ def test_both_sides_of_the_timing_run_on_one_block_with_its_seams_switched(qproj
     the one block, the host's seam callable bound for one and the route's for the other."""
     import toyhost
 
-    from frt_dist import qualify as q
+    from frt_dist.qualify import run as q
     from test_qualify import _lock
 
     seen = []

@@ -19,14 +19,14 @@ import tomli_w
 
 from conftest import ROOT, TESTS, needs_no_gpu, run_frt
 from factories import receipt_doc, tiny_project
-from frt_dist import signing
-from frt_dist.canonical import digest
+from frt_dist.provenance import signing
+from frt_dist.base.canonical import digest
 from frt_dist.errors import UsageError
-from frt_dist.lockfile import Lockfile
-from frt_dist.locker import lock_model
-from frt_dist.manifest import Manifest
-from frt_dist.qualify import check_signing_policy, keep_previous, write_receipt
-from frt_dist.receipt import superseded_path
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.lock.build import lock_model
+from frt_dist.documents.manifest import Manifest
+from frt_dist.qualify.run import check_signing_policy, keep_previous, write_receipt
+from frt_dist.documents.receipt import superseded_path
 
 pytest.importorskip("cryptography")
 from test_qualify import qproject  # noqa: E402,F401 - a project with a host-entry and CPU packages
@@ -125,7 +125,7 @@ def test_lock_and_push_pass_a_kept_receipt_by(signed):
     tp, lk, folder, path, key, old = signed
     write_receipt(receipt_doc(lk, "fast", "decode", H200, speedup=1.4), folder)
     assert [p.name for p in folder.glob("*.json")] == [path.name]
-    from frt_dist.locker import _Locker
+    from frt_dist.lock.build import _Locker
 
     found = _Locker(tp.project).receipts_for(Manifest.read(tp.root / "manifests" / "tiny.toml"))
     assert [label for label, _, _ in found] == ["receipts/tiny/fast--decode--fp32--h200.json"]
@@ -175,7 +175,7 @@ def test_qualify_without_sign_under_a_policy_is_exit_2_before_measuring(qproject
 
 def test_check_signing_policy_rules(tmp_path):
     priv, pub = make_key(tmp_path / "keys", "ci")
-    from frt_dist.manifest import ReceiptPolicy
+    from frt_dist.documents.manifest import ReceiptPolicy
 
     policy = ReceiptPolicy(keys=("keys/ci.pub",), device_classes=("h200",))
     key = signing.load_private_key(priv)
@@ -215,6 +215,6 @@ def test_requalifying_keeps_the_previous_receipt_and_its_signature(qproject, tmp
 
 
 def _project(root):
-    from frt_dist.project import Project
+    from frt_dist.project.discover import Project
 
     return Project(root, "project", {})

@@ -37,7 +37,7 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lock(corpus):
-    from frt_dist.lockfile import Lockfile
+    from frt_dist.documents.lockfile import Lockfile
 
     return Lockfile.read(corpus.lock_path)
 

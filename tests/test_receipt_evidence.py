@@ -12,7 +12,7 @@ import pytest
 
 from conftest import BUNDLED, run_frt
 from frt_dist.errors import ReceiptInvalid
-from frt_dist.receipt import Receipt
+from frt_dist.documents.receipt import Receipt
 
 RECEIPTS = BUNDLED / "receipts" / "demo-decoder"
 CERTIFIED = json.loads((RECEIPTS / "fused--decode--fp32--amd-epyc.json").read_text())
@@ -71,7 +71,7 @@ def _lock(root, *extra):
 
 
 def _rejected(root) -> list[dict]:
-    from frt_dist.lockfile import Lockfile  # noqa: PLC0415
+    from frt_dist.documents.lockfile import Lockfile  # noqa: PLC0415
 
     return Lockfile.read(root / "lockfiles" / "demo-decoder.lock").rejected
 
@@ -120,8 +120,8 @@ def test_a_folder_named_like_a_receipt_is_rejected_without_a_traceback(demo):
 
 
 def test_frt_verify_names_a_huge_number_in_an_embedded_receipt(demo):
-    from frt_dist.locker import lock_model  # noqa: PLC0415
-    from frt_dist.project import Project  # noqa: PLC0415
+    from frt_dist.lock.build import lock_model  # noqa: PLC0415
+    from frt_dist.project.discover import Project  # noqa: PLC0415
     from test_verify import Edit, lockpath  # noqa: PLC0415
 
     lock_model(Project(demo, "project", {}), "demo-decoder", warn=lambda m: None)

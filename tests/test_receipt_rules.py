@@ -15,10 +15,10 @@ import shutil
 import pytest
 
 from conftest import BUNDLED
-from frt_dist.locker import lock_model
-from frt_dist.manifest import Manifest
-from frt_dist.project import Project
-from frt_dist.receipt import EVIDENCE_RULES, MIN_CERT_ROUNDS, Receipt
+from frt_dist.lock.build import lock_model
+from frt_dist.documents.manifest import Manifest
+from frt_dist.project.discover import Project
+from frt_dist.documents.receipt import EVIDENCE_RULES, MIN_CERT_ROUNDS, Receipt
 
 MANIFEST = Manifest.read(BUNDLED / "manifests" / "demo-decoder.toml", label="manifests/demo-decoder.toml")
 RECEIPTS = BUNDLED / "receipts" / "demo-decoder"

@@ -21,14 +21,14 @@ import tomli_w
 
 from conftest import BUNDLED, run_frt
 from factories import receipt_doc, tiny_project
-from frt_dist._schema import parse_toml
-from frt_dist.canonical import canonical_json, digest
+from frt_dist.documents.schema import parse_toml
+from frt_dist.base.canonical import canonical_json, digest
 from frt_dist.errors import LockfileError, ManifestError, UsageError
-from frt_dist.hardware import Hardware
-from frt_dist.lockfile import Lockfile, render
-from frt_dist.locker import lock_model
-from frt_dist import signing
-from frt_dist.signing import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, check_bundle, pae
+from frt_dist.system.hardware import Hardware
+from frt_dist.documents.lockfile import Lockfile, render
+from frt_dist.lock.build import lock_model
+from frt_dist.provenance import signing
+from frt_dist.provenance.signing import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, check_bundle, pae
 
 crypto = pytest.importorskip("cryptography")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -682,7 +682,7 @@ def test_trusted_root_is_the_file_the_sigstore_wheel_ships():
 
 def test_a_lock_without_a_policy_imports_no_cryptography(tmp_path):
     p = Proj(tmp_path)
-    code = ("import sys\nfrom frt_dist.cli import main\nrc = main(['lock', '--quiet'])\n"
+    code = ("import sys\nfrom frt_dist.cli.main import main\nrc = main(['lock', '--quiet'])\n"
             "print('CRYPTO=' + str('cryptography' in sys.modules or 'sigstore' in sys.modules))")
     import sys
 
@@ -717,7 +717,7 @@ def test_qualify_sign_signs_what_it_writes_and_lock_accepts_it(qproject, tmp_pat
 
 
 def TinyRoot(root):
-    from frt_dist.project import Project
+    from frt_dist.project.discover import Project
 
     return Project(root, "project", {})
 
@@ -776,8 +776,8 @@ def test_verify_accepts_a_bundle_by_its_recorded_identity_and_refuses_another(tm
     identity and issuer are compared with the certificate's."""
     from types import SimpleNamespace
 
-    from frt_dist.manifest import ReceiptPolicy
-    from frt_dist.verify import _check_receipt_signatures, _Findings
+    from frt_dist.documents.manifest import ReceiptPolicy
+    from frt_dist.lock.verify import _check_receipt_signatures, _Findings
 
     dig = "sha256:" + hashlib.sha256(WHEEL.read_bytes()).hexdigest()
     rec = SimpleNamespace(device_class="h200", file="receipts/w.json", state="certified_fast")
@@ -798,7 +798,7 @@ def test_verify_accepts_a_bundle_by_its_recorded_identity_and_refuses_another(tm
 
 def test_the_sbom_of_a_signed_lock_names_each_receipt_signer(tmp_path):
     """Issue 19 item 5 meets items 1-2: `frt lock --export cyclonedx` on a lock made under a
-    policy carries each receipt's signer and signature kind (frt_dist.sbom reads Lockfile.signatures)."""
+    policy carries each receipt's signer and signature kind (frt_dist.provenance.sbom reads Lockfile.signatures)."""
     pytest.importorskip("cyclonedx")
     p, _, pub = _locked(tmp_path)
     r = run_frt(["lock", "--export", "cyclonedx", "--model", "tiny"], cwd=p.root)

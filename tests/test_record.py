@@ -1,4 +1,4 @@
-"""frt_dist._record: the value classes on the start-up path behave as `dataclasses` made them (issue 20)."""
+"""frt_dist.base.record: the value classes on the start-up path behave as `dataclasses` made them (issue 20)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from frt_dist import _record
+from frt_dist.base import record as _record
 
 
 def _pair(frozen: bool):
@@ -126,8 +126,8 @@ def test_what_it_does_not_do_is_refused_at_class_creation():
 
 def test_frt_value_classes_are_equal_and_hash_as_before():
     """The classes moved off `dataclasses`: equality, hashing and replace as the tests and code use them."""
-    from frt_dist.hardware import Hardware
-    from frt_dist.lockfile import LockedVariant
+    from frt_dist.system.hardware import Hardware
+    from frt_dist.documents.lockfile import LockedVariant
 
     h = Hardware(arch="x86_64", device_class="amd-epyc", software={"torch": "2.13"})
     assert h == Hardware(arch="x86_64", device_class="AMD EPYC", software={"torch": "2.13"})

@@ -16,8 +16,8 @@ import shutil
 import pytest
 
 from conftest import run_frt
-from frt_dist.lockfile import Lockfile
-from frt_dist.locker import lock_model
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.lock.build import lock_model
 from frt_dist.routes.resolver import resolve
 
 pytest.importorskip("cryptography")

@@ -1,4 +1,4 @@
-"""Releases on the Hub (frt_dist/release.py): ``frt release push``, ``frt init --from``, ``frt lock``
+"""Releases on the Hub (frt_dist/release/consume.py): ``frt release push``, ``frt init --from``, ``frt lock``
 of a project that names a ``[release]``, ``--upgrade-release``, ``frt release trust``, own receipts
 beside a release's, ``frt mirror`` / offline lock / ``frt verify``.
 
@@ -18,9 +18,9 @@ import tomli_w
 
 from conftest import run_main
 from factories import NORM_SRC, SCALE_SRC, TinyProject, impl_doc, manifest_doc, receipt_doc
-from frt_dist._schema import parse_toml
-from frt_dist.hardware import Hardware
-from frt_dist.lockfile import Lockfile
+from frt_dist.documents.schema import parse_toml
+from frt_dist.system.hardware import Hardware
+from frt_dist.documents.lockfile import Lockfile
 
 crypto = pytest.importorskip("cryptography")
 from cryptography.hazmat.primitives import serialization  # noqa: E402
@@ -435,8 +435,8 @@ def test_mirror_carries_the_release_and_an_offline_lock_reads_it(published, trus
 def test_verify_flags_a_release_receipt_accepted_without_a_policy(published, trusted):
     """A hand-edited lock that keeps the release receipts but drops the policy: verify re-derives the
     release rule from the lock alone."""
-    from frt_dist.lockfile import Lockfile as L
-    from frt_dist.manifest import Manifest
+    from frt_dist.documents.lockfile import Lockfile as L
+    from frt_dist.documents.manifest import Manifest
 
     lf = lock_of(trusted)
     raw = dict(lf.manifest.raw)

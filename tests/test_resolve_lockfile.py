@@ -10,7 +10,7 @@ import tomllib
 import pytest
 
 from conftest import run_frt
-from frt_dist.manifest import Manifest
+from frt_dist.documents.manifest import Manifest
 from resolver_support import build_case
 from test_matrix import CASE
 
@@ -113,7 +113,7 @@ def test_stale_check_never_follows_an_unsafe_manifest_file(root):
 
 
 def test_verify_without_a_lockfile_is_a_no(tmp_path, capsys):
-    from frt_dist.cli import main
+    from frt_dist.cli.main import main
 
     (tmp_path / "manifests").mkdir()
     (tmp_path / "lockfiles").mkdir()
@@ -122,7 +122,7 @@ def test_verify_without_a_lockfile_is_a_no(tmp_path, capsys):
 
 
 def test_mirror_without_a_lockfile_is_a_no(tmp_path, capsys):
-    from frt_dist.cli import main
+    from frt_dist.cli.main import main
 
     (tmp_path / "manifests").mkdir()
     assert main(["mirror", str(tmp_path / "m"), "--project", str(tmp_path)]) == 1

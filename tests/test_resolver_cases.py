@@ -16,8 +16,8 @@ import random
 import pytest
 
 from frt_dist import errors as frt_errors
-from frt_dist.canonical import digest
-from frt_dist.receipt import CellKey
+from frt_dist.base.canonical import digest
+from frt_dist.documents.receipt import CellKey
 from frt_dist.routes.resolver import Reporter
 from resolver_support import (
     build_case,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from factories import NORM_SRC, hub_manifest, tiny_project
-from frt_dist import publisher
+from frt_dist.provenance import publisher
 from conftest import run_main as _run
 
 DATA = Path(__file__).parent / "data" / "sigstore"  # real Sigstore test vectors (see its README)
@@ -32,7 +32,7 @@ def project(monkeypatch, tmp_path):
     carrying a publisher bundle (sigstore's Verifier stood in for, as in test_publisher.py), and
     accepted receipts."""
     from factories import start_hub
-    from frt_dist.hub import HubClient
+    from frt_dist.distribution.hub import HubClient
     from test_publisher import _SigstoreStandIn
 
     for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE"):
@@ -158,7 +158,7 @@ def test_several_models_need_model_and_a_missing_library_is_named(tmp_path, monk
 def test_a_receipt_signer_the_lock_records_is_in_the_sbom(tmp_path):
     """A lock made under a [trust.receipts] policy records each accepted receipt's signer
     (``Lockfile.signatures``, SPEC §26); the SBOM carries it beside the receipt."""
-    from frt_dist.sbom import cyclonedx_json
+    from frt_dist.provenance.sbom import cyclonedx_json
 
     tp = tiny_project(tmp_path)
     lock = tp.lock(receipts=[("fast", "decode")])
@@ -179,8 +179,8 @@ def test_a_key_signed_receipt_names_the_key_file_the_lock_pins_and_validates(tmp
     from cyclonedx.validation.json import JsonStrictValidator
     from test_receipt_signing import _locked
 
-    from frt_dist.lockfile import Lockfile
-    from frt_dist.sbom import cyclonedx_json
+    from frt_dist.documents.lockfile import Lockfile
+    from frt_dist.provenance.sbom import cyclonedx_json
 
     p, _, pub = _locked(tmp_path)
     lock = Lockfile.read(p.tp.lock_path)
@@ -218,8 +218,8 @@ def test_source_date_epoch_gives_the_timestamp_and_a_bad_one_is_exit_2(tmp_path,
 def test_a_licence_is_taken_only_from_the_metadata_json_the_lock_pins(tmp_path):
     """``metadata.json`` edited after the lock (its sha256 no longer the locked one) gives no licence:
     the SBOM states only what the lock vouches for."""
-    from frt_dist.lockfile import Lockfile
-    from frt_dist.sbom import package_licences
+    from frt_dist.documents.lockfile import Lockfile
+    from frt_dist.provenance.sbom import package_licences
 
     tp = tiny_project(tmp_path)
     tp.lock()

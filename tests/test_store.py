@@ -32,7 +32,7 @@ import pytest  # noqa: E402
 from factories import CPU, NORM_SRC, SCALE_SRC, sha256_b64, tiny_project  # noqa: E402
 from frt_dist import KernelUnavailable, loader  # noqa: E402
 from frt_dist.loader import core, importer, store  # noqa: E402
-from frt_dist.mirror import mirror_lock  # noqa: E402
+from frt_dist.distribution.mirror import mirror_lock  # noqa: E402
 
 SCALE = "t-org/scale"
 MID = "_frt_test_scale_v1"
@@ -297,9 +297,9 @@ import os, sys, time
 from pathlib import Path
 sys.dont_write_bytecode = True
 from frt_dist import loader
-from frt_dist.hardware import Hardware
+from frt_dist.system.hardware import Hardware
 from frt_dist.loader import store
-from frt_dist.lockfile import Lockfile
+from frt_dist.documents.lockfile import Lockfile
 
 barrier = Path(sys.argv[2])
 real = store.Store.commit

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from frt_dist.objstore import (  # noqa: E402
+from frt_dist.distribution.objstore import (  # noqa: E402
     ObstoreS3Reader, S3Store, StoreAccess, StoreUnavailable, endpoint_problem, open_store, read_client_why,
 )
 from hostile import Hostile  # noqa: E402

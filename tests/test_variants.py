@@ -14,7 +14,7 @@ import pytest
 from packaging.version import Version
 
 from frt_dist import Hardware
-from frt_dist.variants import parse_variant, select_variants, valid_variant_name
+from frt_dist.system.variants import parse_variant, select_variants, valid_variant_name
 
 # every variant name flashrt-project/FlashRT-HF-kernels@0823390 publishes (shared/data/flashrt-packages.json)
 FLASHRT = ["torch211-cxx11-cu128-x86_64-linux", "torch211-cxx11-cu130-aarch64-linux", "torch211-cxx11-cu130-x86_64-linux",

@@ -16,16 +16,16 @@ import pytest
 
 from conftest import BUNDLED, run_frt
 from factories import CPU as CPU_HW, NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, sha256_b64, start_hub, tiny_project
-from frt_dist._schema import parse_toml
-from frt_dist.canonical import digest
+from frt_dist.documents.schema import parse_toml
+from frt_dist.base.canonical import digest
 from frt_dist.errors import LockfileError
-from frt_dist.hardware import Hardware
-from frt_dist.hub import HubClient
-from frt_dist.receipt import CellKey
-from frt_dist.lockfile import Lockfile, index_text, manifest_text, render
-from frt_dist.locker import lock_model
-from frt_dist.project import Project
-from frt_dist.verify import verify
+from frt_dist.system.hardware import Hardware
+from frt_dist.distribution.hub import HubClient
+from frt_dist.documents.receipt import CellKey
+from frt_dist.documents.lockfile import Lockfile, index_text, manifest_text, render
+from frt_dist.lock.build import lock_model
+from frt_dist.project.discover import Project
+from frt_dist.lock.verify import verify
 from test_depends import HELPER, USES_HELPER, _hub_lock, dep_hub  # noqa: F401 - the Hub fixture: a lock with kernel-depends
 
 MODEL = "demo-decoder"
@@ -419,7 +419,7 @@ def test_publisher_trusted_is_read_strictly(tmp_path):
 
 def _hub_project_mirrored(tmp_path, server):
     """(project, lock, mirror) of the Hub manifest locked from ``server``, its torch-cpu mirrored."""
-    from frt_dist.mirror import mirror_lock
+    from frt_dist.distribution.mirror import mirror_lock
 
     tp = tiny_project(tmp_path, "hubproj", manifest=hub_manifest())
     tp.hub = HubClient(endpoint=server.url)
@@ -480,7 +480,7 @@ def _one(problems: list[dict], kind: str, path_end: str) -> dict:
 
 def test_kernel_depends_packages_are_accepted_and_nothing_else(dep_hub, tmp_path):
     from frt_dist.errors import KernelUnavailable
-    from frt_dist.locker import _Locker, depends_cycle
+    from frt_dist.lock.build import _Locker, depends_cycle
 
     server, publish, remote = dep_hub
     publish(HELPER, "helper", b"K = 3\n")
@@ -658,7 +658,7 @@ def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp
 def test_a_stale_lock_fails_verify_naming_the_manifest(tmp_path):
     import tomllib
 
-    from frt_dist.manifest import Manifest
+    from frt_dist.documents.manifest import Manifest
 
     tp = tiny_project(tmp_path)
     lock = tp.lock()

@@ -163,7 +163,7 @@ def test_inert_without_frt_model():
             "from vllm.config.logging import LoggingConfig\n"
             "vllm.logger.configure_logging(LoggingConfig())  # as every vLLM process does before loading plugins\n"
             "from vllm.model_executor.custom_op import op_registry_oot\n"
-            "from frt_dist.vllm import plugin\n"
+            "from frt_dist.serve.vllm import plugin\n"
             "plugin.register(); plugin.register()\n"
             "print('OOT', sorted(op_registry_oot))\n")
     proc = subprocess.run([sys.executable, "-c", code], env=vs.engine_env(None), capture_output=True, text=True,

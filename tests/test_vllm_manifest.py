@@ -10,7 +10,7 @@ import pytest
 
 import vllm_support as vs
 from frt_dist.errors import ManifestError, UsageError
-from frt_dist.manifest import Manifest
+from frt_dist.documents.manifest import Manifest
 
 
 def _read(doc):
@@ -53,7 +53,7 @@ def test_an_impl_names_an_entry_or_a_layer():
 
 def test_the_plugin_is_registered_with_vllm():
     eps = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
-    assert eps.get("frt") == "frt_dist.vllm.plugin:register"
+    assert eps.get("frt") == "frt_dist.serve.vllm.plugin:register"
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def project(tmp_path, monkeypatch):
 
 
 def test_plugin_refuses_an_op_it_does_not_route(project):
-    from frt_dist.vllm.plugin import Engine
+    from frt_dist.serve.vllm.plugin import Engine
 
     project(**{"vllm-op": "FusedMoE"})
     with pytest.raises(UsageError, match=r"seams\.norm\.vllm-op: frt does not route vLLM's 'FusedMoE' "
@@ -86,7 +86,7 @@ def test_plugin_refuses_an_op_it_does_not_route(project):
     ("FRT_ACCEPT", "fast", "FRT_ACCEPT: expected states among certified_fast, supported_correct"),
 ])
 def test_plugin_refuses_bad_configuration(project, monkeypatch, var, value, text):
-    from frt_dist.vllm.plugin import Engine
+    from frt_dist.serve.vllm.plugin import Engine
 
     project()
     monkeypatch.setenv(var, value)
@@ -96,7 +96,7 @@ def test_plugin_refuses_bad_configuration(project, monkeypatch, var, value, text
 
 
 def test_plugin_refuses_a_binding_that_is_not_vllm(monkeypatch):
-    from frt_dist.vllm.plugin import Engine
+    from frt_dist.serve.vllm.plugin import Engine
 
     from conftest import ROOT
 

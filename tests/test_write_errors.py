@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from frt_dist.cli import main
+from frt_dist.cli.main import main
 
 
 

@@ -100,7 +100,7 @@ def package_specs() -> dict:
 
 def engine_hardware():
     """What the plugin decides with on this machine: the detected hardware plus vLLM's version."""
-    from frt_dist.vllm.plugin import Engine
+    from frt_dist.serve.vllm.plugin import Engine
 
     return Engine.hardware()
 
@@ -167,7 +167,7 @@ def _run(config: dict) -> None:
               skip_tokenizer_init=True, enable_prefix_caching=False)
     started = time.perf_counter() - t0
     out = {"start-s": started}
-    from frt_dist.vllm import plugin
+    from frt_dist.serve.vllm import plugin
 
     eng = plugin.engine()
     out["active"] = eng is not None and eng.plan is not None

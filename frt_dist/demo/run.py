@@ -18,7 +18,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from frt_dist.project import bundled_root
+from frt_dist.project.discover import bundled_root
 
 MODEL = "demo-decoder"
 

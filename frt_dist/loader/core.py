@@ -11,7 +11,7 @@ package request into one imported module, or a ``KernelUnavailable`` whose
    caller passes ``allow_pins=True``.
 2. **trust** – with a lockfile, the lock's recorded decision; without one, the
    Hub's trusted-publisher flag or ``trust=True``; offline, only ``trust=True``.
-3. **variant** – ``frt_dist.variants.select_variants`` for the (declared or
+3. **variant** – ``frt_dist.system.variants.select_variants`` for the (declared or
    detected) hardware.
 4. **arch** – the variant's backend and ``backend.archs`` against the device with
    ``admissible.variant_problem``, the one rule lock, verify, resolve and the matrix
@@ -98,17 +98,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import FrtError, KernelUnavailable
-from ..admissible import variant_problem
-from ..hardware import Hardware
-from ..project import lock_root  # noqa: F401 - lives with the project rules; re-exported here
+from ..system.admissible import variant_problem
+from ..system.hardware import Hardware
+from ..project.discover import lock_root  # noqa: F401 - lives with the project rules; re-exported here
 from ._kernels_adapter import forget as forget_registered, loading_context, read_metadata, register, validate
 from .importer import forget as forget_module, import_verified, package_dir
 from .integrity import Expected, format_problems, real_dir
 from .store import StoreUnusable, admit, open_store, rehash_requested
-from ..variants import select_variants, valid_variant_name
+from ..system.variants import select_variants, valid_variant_name
 
 if TYPE_CHECKING:
-    from ..lockfile import LockedVariant
+    from ..documents.lockfile import LockedVariant
     from .store import Entry
 
 __all__ = ["hub_kernel", "load_package", "load_locked", "prepare_locked", "unavailable_report", "LoadedPackage",
@@ -255,7 +255,7 @@ def repo_folder(repo: str) -> str:
 
 
 def _as_lock(lock):
-    from ..lockfile import Lockfile  # noqa: PLC0415
+    from ..documents.lockfile import Lockfile  # noqa: PLC0415
 
     return Lockfile.of(lock)
 
@@ -397,7 +397,7 @@ def _path_source(want: _Want) -> tuple[Path, Path] | None:
     if not vdir.is_dir():
         return None
     if want.pinned and want.expected is None:
-        from ..canonical import digest, tree_digests  # noqa: PLC0415
+        from ..base.canonical import digest, tree_digests  # noqa: PLC0415
 
         if digest(tree_digests(want.path_root)) != want.revision:
             return None  # the path source holds other content than the pinned revision
@@ -461,7 +461,7 @@ def _locate(want: _Want, mirror: Path | None, offline: bool) -> tuple[Path, Path
 def _read_metadata(want: _Want, vdir: Path, data: bytes) -> dict:
     """The variant's metadata, from ``data``: the verified bytes (hashed by the check, held by the store)."""
     try:
-        from .._schema import json_loads  # noqa: PLC0415 - the bounded reader (JSONInvalid is a ValueError)
+        from ..documents.schema import json_loads  # noqa: PLC0415 - the bounded reader (JSONInvalid is a ValueError)
 
         meta = json_loads(data)
         if not isinstance(meta, dict):
@@ -474,7 +474,7 @@ def _read_metadata(want: _Want, vdir: Path, data: bytes) -> dict:
 
 def _self_declared(want: _Want, vdir: Path) -> None:
     """No lock facts for this revision: take archs, id and file digests from its metadata."""
-    from ..metadata import parse_variant_metadata  # noqa: PLC0415
+    from ..documents.metadata import parse_variant_metadata  # noqa: PLC0415
 
     try:
         raw = (vdir / "metadata.json").read_bytes()
@@ -586,7 +586,7 @@ def _depends_problems(want: _Want, meta_bytes: bytes) -> list[dict]:
     refuses the load before a dependency is prepared."""
     if want.lock_depends is None:
         return []
-    from ..metadata import parse_variant_metadata  # noqa: PLC0415
+    from ..documents.metadata import parse_variant_metadata  # noqa: PLC0415
 
     where = f"build/{want.variant}/metadata.json"
     try:
@@ -895,7 +895,7 @@ def load_package(repo: str, version: int, *, trust: bool | None = None, lockfile
 
 
 def _want_unlocked(repo: str, version: int, trust: bool | None, hw: Hardware, mirror: Path | None) -> _Want:
-    from ..manifest import validate_repo_id  # noqa: PLC0415
+    from ..documents.manifest import validate_repo_id  # noqa: PLC0415
 
     why = validate_repo_id(repo)
     if why:
@@ -926,7 +926,7 @@ def _trust_unlocked(repo: str, trust: bool | None, offline: bool) -> str:
     if offline:
         raise _refuse(repo, [f"publisher {org!r} cannot be verified offline and no lockfile is in force"],
                       hints=["pass trust=True after reviewing the package, or load it through a lockfile"])
-    from ..hub import HubClient  # noqa: PLC0415
+    from ..distribution.hub import HubClient  # noqa: PLC0415
 
     try:
         trusted = HubClient(endpoint=_hub_endpoint()).publisher_trusted(repo)
@@ -951,7 +951,7 @@ def _branch_commit(repo: str, version: int, mirror: Path | None, offline: bool) 
                 return commit
         raise _refuse(repo, [f"version {version} is not in {', '.join(str(b) for b in bases)} "
                              f"(no refs/v{version}) and the Hub is offline"])
-    from ..hub import HubClient  # noqa: PLC0415
+    from ..distribution.hub import HubClient  # noqa: PLC0415
 
     try:
         return HubClient(endpoint=_hub_endpoint()).branch_commit(repo, version)
@@ -970,7 +970,7 @@ def _variant_names(want: _Want, mirror: Path | None, offline: bool) -> list[str]
                 return sorted(p.name for p in build.iterdir() if p.is_dir())
         raise _refuse(want.repo, [f"revision {want.revision} is not in {', '.join(str(b) for b in bases)} "
                                   "and the Hub is offline"], revision=want.revision)
-    from ..hub import HubClient  # noqa: PLC0415
+    from ..distribution.hub import HubClient  # noqa: PLC0415
 
     try:
         return HubClient(endpoint=_hub_endpoint()).variant_names(want.repo, want.revision)

@@ -13,7 +13,7 @@ object store:
 2. **Cold**: under a per-entry lock (``flock`` on ``<store>/.fetch-<key>.lock``, so processes
    sharing one store fetch an entry once and the others wait, then use it), a temporary entry is
    made and every locked file of the variant is fetched by the key its locked digest gives
-   (``<algorithm>/<hex>``, ``frt_dist.objstore``), several at once, each streamed into its file
+   (``<algorithm>/<hex>``, ``frt_dist.distribution.objstore``), several at once, each streamed into its file
    in the temporary entry while it is hashed. Every digest is compared with the lock; one
    missing, truncated or altered object discards the whole entry (nothing becomes visible,
    nothing is imported) and the refusal names each object and the locked file it stands for.
@@ -96,7 +96,7 @@ def reset_stats() -> None:
 def location_of(text) -> str | None:
     """The normalised URL when ``text`` names an object store, else ``None`` (a folder).
     A malformed URL is ``StoreAccess`` (exit 2) naming it."""
-    from ..objstore import is_url, parse_location  # noqa: PLC0415
+    from ..distribution.objstore import is_url, parse_location  # noqa: PLC0415
 
     if text is None or not is_url(os.fspath(text)):
         return None
@@ -104,7 +104,7 @@ def location_of(text) -> str | None:
 
 
 def _client(url: str):
-    from ..objstore import open_store  # noqa: PLC0415
+    from ..distribution.objstore import open_store  # noqa: PLC0415
 
     key = (url, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "FRT_STORE_")))))
     with _lock:
@@ -142,7 +142,7 @@ def fetch_variant(want, url: str) -> tuple[Entry, bytes]:
     """The verified store entry of ``want`` (a ``core._Want`` decided from the lock), fetched
     from the object store at ``url`` when the store does not hold it yet, and its verified
     ``metadata.json`` bytes. See the module docstring."""
-    from ..objstore import ObjectMissing, StoreUnavailable  # noqa: PLC0415
+    from ..distribution.objstore import ObjectMissing, StoreUnavailable  # noqa: PLC0415
 
     if want.expected is None or want.expected.metadata_sha256 is None or want.module_id is None:
         raise _refuse(want, [{"kind": "store", "reason": f"{url} is an object-store mirror: it serves only what a "
@@ -219,7 +219,7 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
     """Fetch every file of the variant into ``vdir`` (a fresh temporary entry), hashing each as
     it arrives; the problems (``check_variant_dir``'s form plus ``object``), empty when all match.
     ``StoreAccess`` (no credentials, denied, no bucket) is raised: it is no fault of one file."""
-    from ..objstore import ObjectMissing, StoreAccess, StoreUnavailable, locked_file_key  # noqa: PLC0415
+    from ..distribution.objstore import ObjectMissing, StoreAccess, StoreUnavailable, locked_file_key  # noqa: PLC0415
 
     exp = want.expected
     prefix = f"build/{want.variant}/"

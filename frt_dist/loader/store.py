@@ -19,7 +19,7 @@ refused (``StoreUnusable``), never used.
                                                   matched an entry (see "warm" below)
     <store>/.tmp-* / .trash-*                     entries being built / being removed
 
-``<key>`` is the hex of ``frt_dist.canonical.digest`` over the whole identity:
+``<key>`` is the hex of ``frt_dist.base.canonical.digest`` over the whole identity:
 ``{"format", "algorithm", "files": {rel: digest}, "metadata": "sha256:…", "module": id}``.
 Nothing in an entry is ever ``__pycache__`` or ``*.pyc``.
 
@@ -122,7 +122,7 @@ import stat
 from pathlib import Path
 from typing import Callable
 
-from ..canonical import canonical_json, digest, scan_tree
+from ..base.canonical import canonical_json, digest, scan_tree
 from ..errors import FrtError
 from .integrity import (METADATA, Expected, _IGNORED_TOP, _inside, _link_target, _open_checked, _problem,
                         _real_dir, missing_problems)

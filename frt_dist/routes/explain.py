@@ -4,7 +4,7 @@ is on the serving path."""
 
 from __future__ import annotations
 
-from ..variants import select_variants
+from ..system.variants import select_variants
 from .resolver import Reporter, _facts_for
 
 __all__ = ["Trace", "candidates"]

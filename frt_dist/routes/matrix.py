@@ -35,12 +35,12 @@ import html
 import json
 import re
 
-from .._record import dataclass, field
-from ..admissible import admission_problems
+from ..base.record import dataclass, field
+from ..system.admissible import admission_problems
 from ..errors import FrtError, UsageError
-from ..canonical import short_digest
-from ..lockfile import Lockfile
-from ..receipt import Receipt
+from ..base.canonical import short_digest
+from ..documents.lockfile import Lockfile
+from ..documents.receipt import Receipt
 
 __all__ = ["render_matrix", "STATE_CLASSES"]
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import NamedTuple
 
-from .._record import dataclass, field
+from ..base.record import dataclass, field
 from ..errors import RouteRefused, UsageError
-from ..admissible import variant_problem
-from ..hardware import Hardware
-from ..lockfile import Lockfile
-from ..metadata import requirement_problem
-from ..receipt import CellKey, Receipt
-from ..variants import select_variants
+from ..system.admissible import variant_problem
+from ..system.hardware import Hardware
+from ..documents.lockfile import Lockfile
+from ..documents.metadata import requirement_problem
+from ..documents.receipt import CellKey, Receipt
+from ..system.variants import select_variants
 
 __all__ = ["resolve", "resolve_all", "Decision", "Reason", "Reporter", "FALLBACKS", "ACCEPTABLE"]
 

@@ -31,7 +31,7 @@ ROOT = HERE.parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from frt_dist.errors import UsageError  # noqa: E402
-from frt_dist.hardware import parse_cuda_arch  # noqa: E402
+from frt_dist.system.hardware import parse_cuda_arch  # noqa: E402
 from redigest_packages import compute_digest, render  # noqa: E402 - the digest the bundled packages use
 
 NAME, PYTHON_NAME, VERSION = "frt-cuda-ops", "frt_cuda_ops", 1

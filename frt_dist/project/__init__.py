@@ -1,0 +1,1 @@
+"""A project's folders (manifests/, receipts/, lockfiles/): finding one, and `frt init`."""

@@ -1,0 +1,1 @@
+"""Who vouches for what: receipt signatures, publisher signatures, the SBOM."""

@@ -1,0 +1,1 @@
+"""`frt qualify`: measuring a route against its host and writing the receipt."""

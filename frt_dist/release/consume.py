@@ -1,0 +1,731 @@
+"""Releases on the Hub: a model's manifest, its accepted receipts (with their signature files) and its
+lockfile, published as one commit on branch ``v<N>`` of a Hub *model* repo, and consumed by other
+projects (``frt release push``, ``frt init --from``, a manifest's ``[release]`` table).
+
+Publishing (``frt_dist.release.push``): the project's lock must be up to date (``frt lock --check``), no accepted receipt
+may rest on a path package (a folder only the publisher has), and the upload is one
+``huggingface_hub`` commit whose ``parent_commit`` is the branch head read before it: a branch that
+moved meanwhile refuses the commit, nothing is half-published. Files of this model no longer in the
+release (a receipt the lock dropped) are deleted in the same commit; other models' files stay.
+
+Consuming: ``frt lock`` reads the release at a commit (``Fetched``): the branch's head the first time
+or under ``--upgrade-release``, else the commit the lock pins. The release's receipts are judged like
+the project's own, with one rule more: a release receipt is accepted only when signed by a signer the
+*project's* ``[trust.receipts]`` policy names (``device-classes`` does not exempt it); with no policy
+every one is rejected (``NO_POLICY``). The release's lockfile supplies the package pins its receipts
+were measured on (never its trust facts: those are the consumer's to derive). The lock records the
+release as a ``[release]`` table: ``repo``, ``version``, ``commit``, the sha256 of every release file
+read (``files``: what ``frt mirror`` carries and ``frt verify --mirror`` checks), and for each cell of
+the route index whose evidence serves it (``cells``: ``release`` or ``project``).
+
+Trust is never taken silently: the signers a release's lockfile names are trusted only by
+``frt release trust`` (or ``frt init --from ... --trust``), which writes each key's PEM under
+``keys/<org>/<name>/`` and adds it (or the Sigstore identity) to the manifest's policy, printing each.
+A later commit signed by a key the policy does not list is rejected until the consumer runs it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from ..base import names
+from ..base.record import dataclass, field
+from ..errors import FrtError, UsageError
+from .record import NO_POLICY, is_release_label, label_prefix, release_receipts  # noqa: F401 (re-exported)
+
+__all__ = ["Fetched", "LockRelease", "ReleaseError", "parse_ref", "fetch", "for_lock", "trust", "signers",
+           "change", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",
+           "mirror_files", "mirror_problems", "stale_reasons", "release_manifest", "models_of", "api", "hub_call",
+           "branch_commit", "SIG_SUFFIXES"]
+
+REPO_TYPE = "model"
+MAX_FILE_BYTES = 16 << 20  # a release file (manifest, receipt, signature, lockfile) is read whole, at most this
+_REF = re.compile(r"^hf://([^@/]+/[^@/]+)(?:@v(\d+))?$")
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+SIG_SUFFIXES = (".sig", ".sigstore")
+
+
+class ReleaseError(FrtError):
+    """A release that cannot be read or published (exit 1: a "no"; the Hub said no, or moved)."""
+
+
+def parse_ref(url: str, *, flag: str = "URL", need_version: bool = False) -> tuple[str, int | None]:
+    """``hf://ORG/NAME[@vN]`` -> (repo, version or None); a bad one is a usage error (exit 2)."""
+    m = _REF.match(url or "")
+    if m is None or names.problem("repo", m.group(1)):
+        raise UsageError(f"{flag} {url!r}: expected hf://ORG/NAME" + ("@vN" if need_version else "[@vN]"),
+                         hints=["for example hf://acme/qwen-kernels@v1"])
+    if need_version and m.group(2) is None:
+        raise UsageError(f"{flag} {url!r}: name the version: hf://{m.group(1)}@v<N>",
+                         hints=[f"hf://{m.group(1)}@v1"])
+    return m.group(1), None if m.group(2) is None else int(m.group(2))
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# the Hub, through huggingface_hub's own client
+
+
+def api(token: bool = False):
+    from huggingface_hub import HfApi, get_token  # noqa: PLC0415
+
+    return HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, library_name="frt-dist",
+                 token=get_token() if token else None)
+
+
+def hub_call(repo: str, what: str, fn, *, writing: bool = False):
+    """``fn()`` with huggingface_hub's errors as frt errors naming the release repo."""
+    import httpx2  # noqa: PLC0415
+    from huggingface_hub import errors as hf_errors  # noqa: PLC0415
+
+    from ..distribution.hub import apply_timeout  # noqa: PLC0415 - the CLI's FRT_HUB_TIMEOUT on the shared client
+
+    apply_timeout()
+    try:
+        return fn()
+    except hf_errors.OfflineModeIsEnabled:
+        raise ReleaseError(f"release {repo!r}: the Hub cannot be asked: offline mode is on ({what})",
+                           hints=["unset HF_HUB_OFFLINE, or lock from a mirror that holds the release "
+                                  "(`frt mirror DIR` where the Hub is reachable; [tool.frt] mirror or FRT_MIRROR)"]) from None
+    except hf_errors.RepositoryNotFoundError:
+        raise ReleaseError(f"release {repo!r}: no such model repo on the Hub ({what})",
+                           hints=["check [release] repo in the manifest, or HF_ENDPOINT"]) from None
+    except hf_errors.RevisionNotFoundError:
+        raise ReleaseError(f"release {repo!r}: revision not found ({what})",
+                           hints=["the branch or commit may have been deleted; `frt lock --upgrade-release` "
+                                  "reads the version's branch again"]) from None
+    except hf_errors.HfHubHTTPError as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if writing and status in (401, 403):
+            raise UsageError(f"release {repo!r}: no write access on {api().endpoint} (HTTP {status}, {what}); "
+                             "nothing was committed",
+                             reasons=[{"repo": repo, "reason": f"HTTP {status}"}],
+                             hints=["use a token that may write to the repo's organisation: set HF_TOKEN, or "
+                                    "`hf auth login`"]) from None
+        if writing and status == 412:
+            raise ReleaseError(f"release {repo!r}: the branch moved under you ({what}): another commit landed "
+                               "after this push read the branch head; nothing was committed",
+                               reasons=[{"repo": repo, "reason": "branch moved (HTTP 412)"}],
+                               hints=["look at what was pushed (`frt init --from ...` in a scratch folder), then "
+                                      "run `frt release push` again"]) from None
+        raise ReleaseError(f"release {repo!r}: the Hub answered HTTP {status} ({what})",
+                           hints=["retry later; nothing was written"]) from None
+    except httpx2.HTTPError as exc:
+        raise ReleaseError(f"release {repo!r}: cannot reach the Hub: {exc} ({what})",
+                           hints=["check the network or HF_ENDPOINT; nothing was written"]) from None
+
+
+def branch_commit(api, repo: str, version: int) -> str | None:
+    refs = hub_call(repo, "refs", lambda: api.list_repo_refs(repo, repo_type=REPO_TYPE))
+    return next((b.target_commit for b in refs.branches if b.name == f"v{version}"), None)
+
+
+# ---------------------------------------------------------------------------
+# reading a release at a commit
+
+
+@dataclass
+class Fetched:
+    """The release files of one model at one commit: where they lie and the sha256 of each."""
+
+    repo: str
+    version: int
+    commit: str
+    model: str
+    root: Path  # the snapshot folder (hub cache or mirror layout)
+    files: dict[str, str] = field(default_factory=dict)  # release path -> sha256:<hex>
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel
+
+    def read(self, rel: str) -> bytes:
+        from ..documents.schema import read_bytes  # noqa: PLC0415
+
+        return read_bytes(self.root / rel, ReleaseError, f"{self.repo}@{self.commit[:12]}/{rel}", limit=MAX_FILE_BYTES)
+
+
+def _wanted(model: str, rel: str) -> bool:
+    if rel in (f"manifests/{model}.toml", f"lockfiles/{model}.lock"):
+        return True
+    return rel.startswith(f"receipts/{model}/") and rel.endswith((".json", ".json.sig", ".json.sigstore"))
+
+
+def _patterns(model: str) -> list[str]:
+    return [f"manifests/{model}.toml", f"lockfiles/{model}.lock", f"receipts/{model}/*"]
+
+
+def cache_folder(repo: str) -> str:
+    """The hub-cache folder of a model repo: ``models--<org>--<name>``."""
+    return "models--" + "--".join(repo.split("/"))
+
+
+def _scan(root: Path, model: str) -> dict[str, str]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and _wanted(model, rel) and not names.problem("path", rel):
+            out[rel] = _sha256(p.read_bytes())
+    return out
+
+
+def _local_snapshot(repo: str, commit: str, want: dict[str, str] | None, dirs: list[Path]) -> Path | None:
+    """A snapshot folder of ``repo`` at ``commit`` in a mirror or a hub cache holding every file of
+    ``want`` with its recorded sha256 (``want`` None: the folder, whatever it holds)."""
+    for d in dirs:
+        snap = d / cache_folder(repo) / "snapshots" / commit
+        if not snap.is_dir():
+            continue
+        if want is None:
+            return snap
+        try:
+            if all((snap / rel).is_file() and _sha256((snap / rel).read_bytes()) == sha for rel, sha in want.items()):
+                return snap
+        except OSError:
+            continue
+    return None
+
+
+def _local_ref(repo: str, version: int, dirs: list[Path]) -> str | None:
+    for d in dirs:
+        p = d / cache_folder(repo) / "refs" / f"v{version}"
+        try:
+            text = p.read_text("ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if _HEX40.match(text):
+            return text
+    return None
+
+
+def _dirs(mirror: str | None) -> list[Path]:
+    from ..loader.core import cache_dirs  # noqa: PLC0415
+
+    out = []
+    if mirror and "://" not in mirror:
+        out.append(Path(mirror))
+    return out + cache_dirs()
+
+
+def fetch(repo: str, version: int, model: str, *, commit: str | None = None, recorded: dict | None = None,
+          mirror: str | None = None) -> Fetched:
+    """The release files of ``model`` in ``repo`` at ``commit`` (None: the head of branch ``v<version>``).
+    A commit whose recorded files (``recorded``: path -> sha256) are all in a mirror or the hub cache
+    asks the Hub nothing; offline (``HF_HUB_OFFLINE``) the mirror and the caches are all there is."""
+    from ..loader.core import is_offline  # noqa: PLC0415
+
+    dirs = _dirs(mirror)
+    offline = is_offline()
+    if commit is None:
+        commit = _local_ref(repo, version, dirs) if offline else branch_commit(api(), repo, version)
+        if commit is None:
+            raise ReleaseError(f"release {repo!r}: no branch v{version}" + (" in the mirror or the hub cache "
+                                                                             "(offline)" if offline else ""),
+                               hints=["publish it (`frt release push`), or change [release] version"]
+                               + (["mirror it where the Hub is reachable: `frt mirror DIR`"] if offline else []))
+    root = _local_snapshot(repo, commit, recorded, dirs) if recorded else None
+    if root is None and offline:
+        root = _local_snapshot(repo, commit, None, dirs)
+        if root is None:
+            raise ReleaseError(f"release {repo!r}: commit {commit} is not in the mirror or the hub cache, and the "
+                               "Hub is offline (HF_HUB_OFFLINE)",
+                               hints=["mirror the release where the Hub is reachable (`frt mirror DIR`), and name "
+                                      "the mirror ([tool.frt] mirror, FRT_MIRROR)"])
+    if root is None:
+        from huggingface_hub import snapshot_download  # noqa: PLC0415
+
+        root = Path(hub_call(repo, f"files at {commit[:12]}", lambda: snapshot_download(
+            repo, repo_type=REPO_TYPE, revision=commit, allow_patterns=_patterns(model),
+            endpoint=os.environ.get("HF_ENDPOINT") or None)))
+    got = Fetched(repo, version, commit, model, root, _scan(root, model))
+    if recorded:
+        bad = sorted(rel for rel, sha in recorded.items() if got.files.get(rel) != sha)
+        if bad:
+            raise ReleaseError(f"release {repo!r} at {commit[:12]}: {', '.join(bad)} differ from the sha256 the "
+                               "lock records (a damaged mirror or cache)",
+                               hints=["remove the damaged copy and run `frt lock` again where the Hub is reachable"])
+    return got
+
+
+# ---------------------------------------------------------------------------
+# frt lock
+
+
+class LockRelease:
+    """The release one ``frt lock`` of a model reads: its receipts, its package pins, and the
+    ``[release]`` record the lock writes."""
+
+    def __init__(self, fetched: Fetched, *, previous: dict | None):
+        self.fetched = fetched
+        self.previous = previous  # the [release] record of the lock this one replaces
+        self.prefix = label_prefix(fetched.repo)
+
+    def owns(self, label: str) -> bool:
+        return label.startswith(self.prefix)
+
+    def receipts(self) -> list[tuple[str, object, Path]]:
+        """(label, Receipt or its ReceiptInvalid, path) for every receipt of the release."""
+        from ..errors import ReceiptInvalid  # noqa: PLC0415
+        from ..documents.receipt import Receipt  # noqa: PLC0415
+
+        out = []
+        for rel in sorted(self.fetched.files):
+            if not rel.endswith(".json"):
+                continue
+            label, path = self.prefix + rel, self.fetched.path(rel)
+            try:
+                out.append((label, Receipt.read(path, label=label), path))
+            except ReceiptInvalid as exc:
+                out.append((label, exc, path))
+        return out
+
+    def package_base(self, old):
+        """The lock whose package pins `frt lock` starts from: the project's own while it pins this
+        same release commit, else the release's lockfile (the pins its receipts were measured on),
+        with every publisher fact dropped so that trust is derived again from the consumer's manifest."""
+        if old is not None and self.previous and self.previous.get("commit") == self.fetched.commit:
+            return old
+        rel = f"lockfiles/{self.fetched.model}.lock"
+        if rel not in self.fetched.files:
+            return old
+        from ..base.record import replace  # noqa: PLC0415
+        from ..errors import LockfileError  # noqa: PLC0415
+        from ..documents.lockfile import Lockfile  # noqa: PLC0415
+
+        try:
+            theirs = Lockfile.read(self.fetched.path(rel), label=self.prefix + rel)
+        except LockfileError:
+            return old
+        theirs.packages = {r: replace(p, publisher_trusted=None) for r, p in theirs.packages.items()
+                           if p.source == "hub"}
+        return theirs
+
+    def record(self) -> dict:
+        f = self.fetched
+        return {"repo": f.repo, "version": f.version, "commit": f.commit, "files": dict(sorted(f.files.items()))}
+
+
+def for_lock(project, manifest, old, *, upgrade: bool = False) -> LockRelease | None:
+    """The release ``manifest`` names, read at the commit the lock pins (or, the first time, under
+    ``upgrade``, or when the manifest names another release or version, at the branch's head)."""
+    ref = getattr(manifest, "release", None)
+    if ref is None:
+        return None
+    prev = getattr(old, "release", None) if old is not None else None
+    pinned = prev if prev and prev.get("repo") == ref.repo and prev.get("version") == ref.version else None
+    mirror = os.environ.get("FRT_MIRROR") or project.mirror
+    if pinned and not upgrade:
+        fetched = fetch(ref.repo, ref.version, manifest.model, commit=pinned["commit"],
+                        recorded=pinned.get("files") or None, mirror=mirror)
+    else:
+        fetched = fetch(ref.repo, ref.version, manifest.model, mirror=mirror)
+    return LockRelease(fetched, previous=prev)
+
+
+def change(old, new) -> dict | None:
+    """What a re-lock changed in the release (None when it pins the same commit): the commit from ->
+    to, and each receipt added, removed or edited (by its release path; file sha256 before and after),
+    with its verdict in the new lock (``accepted <digest>`` or ``rejected: <reason>``)."""
+    a = getattr(old, "release", None) if old is not None else None
+    b = new.release
+    if not b or (a and a.get("commit") == b["commit"] and a.get("repo") == b["repo"]):
+        return None
+    before = {k: v for k, v in (a or {}).get("files", {}).items() if k.endswith(".json")} if a and a.get("repo") == b["repo"] else {}
+    after = {k: v for k, v in b["files"].items() if k.endswith(".json")}
+    sigs_a = {k: v for k, v in (a or {}).get("files", {}).items() if k.endswith(SIG_SUFFIXES)}
+    sigs_b = {k: v for k, v in b["files"].items() if k.endswith(SIG_SUFFIXES)}
+    prefix = label_prefix(b["repo"])
+    accepted = {rec.file: rec.digest for rec in new.receipts.values()}
+    rejected = {r["file"]: r["reason"] for r in new.rejected}
+
+    def verdict(rel: str) -> str:
+        label = prefix + rel
+        if label in accepted:
+            return f"accepted {accepted[label]}"
+        return "rejected: " + rejected.get(label, "not read")
+
+    out = {"repo": b["repo"], "version": b["version"], "from": (a or {}).get("commit"), "to": b["commit"],
+           "added": [], "removed": [], "edited": []}
+    for rel in sorted(set(before) | set(after)):
+        x, y = before.get(rel), after.get(rel)
+        resigned = any(sigs_a.get(rel + s) != sigs_b.get(rel + s) for s in SIG_SUFFIXES)
+        if x is None:
+            out["added"].append({"file": rel, "sha256": y, "verdict": verdict(rel)})
+        elif y is None:
+            out["removed"].append({"file": rel, "sha256": x})
+        elif x != y or resigned:
+            out["edited"].append({"file": rel, "from": x, "to": y, "signature-changed": resigned,
+                                  "verdict": verdict(rel)})
+    return out
+
+
+def change_lines(ch: dict) -> list[str]:
+    """The upgrade report, one line per change."""
+    from ..base.canonical import short_digest  # noqa: PLC0415
+
+    head = f"release {ch['repo']} v{ch['version']}: "
+    lines = [head + (f"commit {ch['from'][:12]} -> {ch['to'][:12]}" if ch["from"] else f"pinned at commit {ch['to'][:12]}")]
+    for it in ch["added"]:
+        lines.append(f"  + {it['file']} ({short_digest(it['sha256'])}): {it['verdict']}")
+    for it in ch["edited"]:
+        what = "edited" if it["from"] != it["to"] else "signature changed"
+        lines.append(f"  ~ {it['file']} ({what}: {short_digest(it['from'])} -> {short_digest(it['to'])}): {it['verdict']}")
+    for it in ch["removed"]:
+        lines.append(f"  - {it['file']} ({short_digest(it['sha256'])}): removed from the release")
+    return lines
+
+
+def stale_reasons(old, new) -> list[str]:
+    """``frt lock --check``: why the release part of ``old`` is not what ``new`` derives."""
+    a, b = getattr(old, "release", None), getattr(new, "release", None)
+    if a == b or (a and b and {k: a.get(k) for k in ("repo", "version", "commit", "files")}
+                  == {k: b.get(k) for k in ("repo", "version", "commit", "files")}):
+        return []
+    if not a:
+        return [f"release {b['repo']} v{b['version']} is not pinned by the lock"]
+    if not b:
+        return [f"the lock pins release {a['repo']}, which the manifest no longer names"]
+    if a.get("commit") != b["commit"]:
+        return [f"release {b['repo']}: commit {a.get('commit')} in the lock, {b['commit']} now"]
+    return [f"release {b['repo']}: its files differ from those the lock records"]
+
+
+# ---------------------------------------------------------------------------
+# trust: the explicit step
+
+
+def signers(fetched: Fetched) -> list[dict]:
+    """The signers the release's lockfile records for its receipts: ``{"kind": "key", "keyid", "pem",
+    "receipts"}`` (the PEM as that lock pins it, its keyid checked) or ``{"kind": "sigstore",
+    "identity", "issuer", "receipts"}``."""
+    from ..errors import LockfileError  # noqa: PLC0415
+    from ..documents.lockfile import Lockfile  # noqa: PLC0415
+
+    rel = f"lockfiles/{fetched.model}.lock"
+    if rel not in fetched.files:
+        raise ReleaseError(f"release {fetched.repo!r} at {fetched.commit[:12]} has no {rel}: no signer to trust")
+    try:
+        theirs = Lockfile.read(fetched.path(rel), label=f"{fetched.repo}/{rel}")
+    except LockfileError as exc:
+        raise ReleaseError(f"release {fetched.repo!r}: {exc}") from None
+    pems = {pin["keyid"]: pin for pin in theirs.receipt_keys.values()}
+    found: dict[tuple, dict] = {}
+    for row in theirs.signatures.values():
+        if row["kind"] == "key":
+            pin = pems.get(row["signer"])
+            if pin is None:
+                continue
+            from ..provenance.signing import key_from_pin  # noqa: PLC0415
+
+            key, why = key_from_pin(row["signer"], pin)
+            if key is None:
+                continue
+            s = found.setdefault(("key", key.keyid), {"kind": "key", "keyid": key.keyid, "pem": key.pem, "receipts": 0})
+        else:
+            s = found.setdefault(("sigstore", row["signer"], row.get("issuer")),
+                                 {"kind": "sigstore", "identity": row["signer"], "issuer": row.get("issuer"),
+                                  "receipts": 0})
+        s["receipts"] += 1
+    return [found[k] for k in sorted(found)]
+
+
+def trust(project, model: str, fetched: Fetched) -> list[dict]:
+    """Trust the signers of ``fetched`` in ``model``'s manifest: each key's PEM written to
+    ``keys/<org>/<name>/<keyid>.pub`` and listed under ``[trust.receipts] keys``, each Sigstore
+    identity under ``identities``. Returns one row per signer with ``"added"`` true or false (already
+    listed). Nothing is written when the manifest's policy cannot be edited in place."""
+    from ..documents.schema import load_toml  # noqa: PLC0415
+    from ..errors import ManifestError  # noqa: PLC0415
+    from ..documents.lockfile import write_atomic  # noqa: PLC0415
+    from ..documents.manifest import Manifest  # noqa: PLC0415
+
+    found = signers(fetched)
+    if not found:
+        raise ReleaseError(f"release {fetched.repo!r} at {fetched.commit[:12]}: its lockfile records no receipt "
+                           "signature: there is no signer to trust",
+                           hints=["ask the publisher to sign the receipts (`frt sign`) under a [trust.receipts] "
+                                  "policy and push again"])
+    mpath = project.manifest_path(model)
+    label = project.rel(mpath)
+    data = load_toml(mpath, ManifestError, label)
+    policy = data.get("trust", {}).get("receipts", {})
+    keys, idents = list(policy.get("keys", [])), [dict(i) for i in policy.get("identities", [])]
+    have = set()
+    if keys:
+        from ..provenance.signing import read_policy_keys  # noqa: PLC0415
+
+        m = Manifest.read(mpath, label=label)
+        have = {k.keyid for k in read_policy_keys(project.root, m.receipt_policy, manifest_file=label).values()}
+    org, name = fetched.repo.split("/", 1)
+    new_files, rows = {}, []
+    for s in found:
+        if s["kind"] == "key":
+            rel = f"keys/{org}/{name}/{s['keyid'].removeprefix('sha256:')[:16]}.pub"
+            added = s["keyid"] not in have
+            if added:
+                keys.append(rel)
+                new_files[rel] = s["pem"].encode("ascii")
+            rows.append({**{k: v for k, v in s.items() if k != "pem"}, "file": rel, "added": added})
+        else:
+            ident = {"issuer": s["issuer"], "identity": s["identity"]}
+            added = ident not in idents
+            if added:
+                idents.append(ident)
+            rows.append({**s, "added": added})
+    if not any(r["added"] for r in rows):
+        return rows
+    text = mpath.read_text("utf-8")
+    new_text = set_policy(text, keys, idents, note=f"{fetched.repo}@{fetched.commit[:12]}")
+    want = dict(data)
+    want["trust"] = {**data.get("trust", {}), "receipts": {**policy, "keys": keys, **({"identities": idents} if idents else {})}}
+    if not keys:
+        want["trust"]["receipts"].pop("keys")
+    from ..documents.schema import parse_toml  # noqa: PLC0415
+
+    try:
+        ok = new_text is not None and parse_toml(new_text.encode("utf-8"), ManifestError, label) == want
+    except ManifestError:
+        ok = False
+    if not ok:
+        lines = [f"keys = {_toml_list(keys)}"] + ([f"identities = {_toml_idents(idents)}"] if idents else [])
+        raise UsageError(f"{label}: [trust.receipts] is written in a form frt cannot edit in place; nothing was "
+                         "written", hints=["set these under [trust.receipts] yourself, and write the key files "
+                                           "from the release's lockfile (receipt-keys): " + "; ".join(lines)])
+    for rel, pem in new_files.items():
+        p = project.root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(p, pem)
+    write_atomic(mpath, new_text.encode("utf-8"))
+    Manifest.read(mpath, label=label)  # it must read back (a failure here names the field)
+    return rows
+
+
+def _toml_list(items: list[str]) -> str:
+    import json  # noqa: PLC0415
+
+    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+
+def _toml_idents(idents: list[dict]) -> str:
+    import json  # noqa: PLC0415
+
+    return "[" + ", ".join(f"{{ issuer = {json.dumps(i['issuer'])}, identity = {json.dumps(i['identity'])} }}"
+                           for i in idents) + "]"
+
+
+_HEADER = re.compile(r"^\s*\[")
+
+
+def _section(lines: list[str], header: str) -> tuple[int, int] | None:
+    """(first line after the ``[header]`` line, the line where the next table starts) or None."""
+    start = next((i for i, ln in enumerate(lines) if re.match(r"^\s*\[" + re.escape(header) + r"\]\s*(#.*)?$", ln)), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start + 1, len(lines)) if _HEADER.match(lines[i])), len(lines))
+    return start + 1, end
+
+
+def _value_span(lines: list[str], a: int, b: int, key: str) -> tuple[int, int] | None:
+    """The lines ``[i, j)`` of ``key = [ ... ]`` in ``lines[a:b]`` (brackets counted outside strings)."""
+    for i in range(a, b):
+        if re.match(r"^\s*" + re.escape(key) + r"\s*=", lines[i]):
+            depth, quote = 0, None
+            for j in range(i, b):
+                k, s = 0, lines[j]
+                while k < len(s):
+                    c = s[k]
+                    if quote:
+                        if c == "\\" and quote == '"':
+                            k += 1
+                        elif c == quote:
+                            quote = None
+                    elif c in "\"'":
+                        quote = c
+                    elif c == "#":
+                        break
+                    elif c == "[":
+                        depth += 1
+                    elif c == "]":
+                        depth -= 1
+                        if depth == 0:
+                            return i, j + 1
+                    k += 1
+            return None
+    return None
+
+
+def set_policy(text: str, keys: list[str], idents: list[dict], *, note: str) -> str | None:
+    """``text`` (a manifest) with ``[trust.receipts]`` listing ``keys`` and ``idents``: the table's
+    ``keys``/``identities`` lines replaced (or added under its header), or the table appended."""
+    lines = text.splitlines(keepends=True)
+    new = {"keys": f"keys = {_toml_list(keys)}\n"} if keys else {}
+    if idents:
+        new["identities"] = f"identities = {_toml_idents(idents)}\n"
+    sec = _section(lines, "trust.receipts")
+    if sec is None:
+        if re.search(r"^\s*receipts\s*=", text, re.M):
+            return None
+        tail = "" if text.endswith("\n") else "\n"
+        return (text + tail + f"\n# Receipt signers this project accepts. Added by `frt release trust` from {note}'s "
+                "lockfile:\n# review them; a release receipt signed by anyone else is rejected.\n[trust.receipts]\n"
+                + "".join(new.values()))
+    a, b = sec
+    for key in ("identities", "keys"):
+        if key not in new:
+            continue
+        span = _value_span(lines, a, b, key)
+        if span is None:
+            if any(re.match(r"^\s*" + key + r"\s*=", ln) for ln in lines[a:b]):
+                return None
+            lines[a:a] = [new[key]]
+        else:
+            lines[span[0]:span[1]] = [new[key]]
+        sec = _section(lines, "trust.receipts")
+        a, b = sec
+    return "".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# frt init --from
+
+
+def strip_policy(text: str) -> tuple[str, bool]:
+    """``text`` without its ``[trust.receipts]`` table (the publisher's signers are not the
+    consumer's until it says so); True when one was removed."""
+    lines = text.splitlines(keepends=True)
+    sec = _section(lines, "trust.receipts")
+    if sec is None:
+        return text, False
+    a, b = sec
+    kept = lines[:a - 1] + ["# [trust.receipts]: the publisher's policy, left out by `frt init --from`: trust the\n",
+                            "# release's signers with `frt release trust` (it lists and adds them).\n"] + lines[b:]
+    return "".join(kept), True
+
+
+def release_manifest(fetched: Fetched) -> str:
+    """The consumer's manifest: the release's, its receipt policy left out, plus ``[release]``."""
+    from ..documents.schema import parse_toml  # noqa: PLC0415
+    from ..errors import ManifestError  # noqa: PLC0415
+    from ..documents.manifest import Manifest  # noqa: PLC0415
+
+    rel = f"manifests/{fetched.model}.toml"
+    raw = fetched.read(rel)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReleaseError(f"release {fetched.repo!r}: {rel} is not UTF-8") from None
+    label = f"{fetched.repo}/{rel}"
+    original = parse_toml(raw, ManifestError, label)
+    if "release" in original:
+        raise ReleaseError(f"release {fetched.repo!r}: {rel} names a release itself ([release]); frt consumes one "
+                           "release per project")
+    out, stripped = strip_policy(text)
+    out = out + ("" if out.endswith("\n") else "\n") + (
+        f"\n# The release this project consumes (`frt init --from hf://{fetched.repo}@v{fetched.version}`): `frt lock` "
+        "reads its receipts\n# at the commit it pins; `frt lock --upgrade-release` moves to the branch's head.\n"
+        f"[release]\nrepo = \"{fetched.repo}\"\nversion = {fetched.version}\n")
+    data = parse_toml(out.encode("utf-8"), ManifestError, label)
+    want = dict(original)
+    if stripped:
+        want["trust"] = {k: v for k, v in original.get("trust", {}).items() if k != "receipts"}
+        if not want["trust"]:
+            del want["trust"]
+    want["release"] = {"repo": fetched.repo, "version": fetched.version}
+    if data != want:
+        raise ReleaseError(f"release {fetched.repo!r}: {rel} is written in a form frt cannot take apart "
+                           "([trust.receipts] as an inline table?)",
+                           hints=["write the manifest by hand: the release's, without [trust.receipts], plus "
+                                  f"[release] repo = \"{fetched.repo}\", version = {fetched.version}"])
+    Manifest.from_dict(data, file=label)
+    return out
+
+
+def models_of(repo: str, version: int) -> tuple[str, list[str]]:
+    """(the branch's head commit, the models the release publishes there)."""
+    from huggingface_hub.hf_api import RepoFile  # noqa: PLC0415
+
+    client = api()
+    commit = branch_commit(client, repo, version)
+    if commit is None:
+        raise ReleaseError(f"release {repo!r}: no branch v{version}",
+                           hints=[f"the publisher pushes it with `frt release push hf://{repo} --version {version}`"])
+    entries = hub_call(repo, "list manifests", lambda: list(client.list_repo_tree(
+        repo, path_in_repo="manifests", revision=commit, repo_type=REPO_TYPE)))
+    models = sorted(e.path[len("manifests/"):-len(".toml")] for e in entries
+                    if isinstance(e, RepoFile) and e.path.endswith(".toml"))
+    return commit, [m for m in models if not names.problem("name", m)]
+
+
+# ---------------------------------------------------------------------------
+# frt mirror / frt verify --mirror: the release's files beside the packages'
+
+
+def mirror_files(lock, top, tmp, *, progress=None) -> list[dict]:
+    """Write the release files ``lock`` records into the mirror ``top`` (a ``SafeDir``), hub-cache
+    layout (``models--<org>--<name>/blobs``, ``snapshots/<commit>/...``, ``refs/v<N>`` last), each
+    verified against its recorded sha256 first. Returns the problems (a file that could not be supplied)."""
+    rel = getattr(lock, "release", None)
+    if not rel or not rel.get("files"):
+        return []
+    from ..loader.core import is_offline  # noqa: PLC0415
+
+    problems = []
+    try:
+        src = fetch(rel["repo"], rel["version"], lock.model, commit=rel["commit"], recorded=rel["files"])
+    except FrtError as exc:
+        if is_offline():
+            return [{"kind": "missing", "path": f"{cache_folder(rel['repo'])}/snapshots/{rel['commit']}",
+                     "reason": f"release {rel['repo']}: {exc}"}]
+        raise
+    with top.child(cache_folder(rel["repo"]), create=True) as folder, folder.child("blobs", create=True) as blobs:
+        for path, sha in sorted(rel["files"].items()):
+            data = src.path(path).read_bytes()
+            if _sha256(data) != sha:
+                problems.append({"kind": "mismatched", "path": path, "expected": sha, "computed": _sha256(data),
+                                 "reason": f"release {rel['repo']} {path}: not the bytes the lock records"})
+                continue
+            blob = sha.removeprefix("sha256:")
+            if blobs.lstat(blob) is None:
+                name = tmp.write_file("release-", data)
+                tmp.replace(name, blobs, blob)
+            parts = ["snapshots", rel["commit"], *path.split("/")]
+            with folder.walk(*parts[:-1], create=True) as here:
+                target = "../" * (len(parts) - 1) + f"blobs/{blob}"
+                if here.readlink(parts[-1]) != target:
+                    link = f"release-link-{os.urandom(8).hex()}"
+                    tmp.symlink(target, link)
+                    tmp.replace(link, here, parts[-1])
+            if progress:
+                progress({"event": "file", "repo": rel["repo"], "variant": "release", "path": path,
+                          "action": "fetched", "bytes": len(data)})
+        if not problems:
+            with folder.child("refs", create=True) as refs:
+                name = tmp.write_file("release-ref-", rel["commit"].encode("ascii"))
+                tmp.replace(name, refs, f"v{rel['version']}")
+    return problems
+
+
+def mirror_problems(lock, dest: Path) -> list[dict]:
+    """``frt verify --mirror``: every release file the lock records, present in ``dest`` with its sha256."""
+    rel = getattr(lock, "release", None)
+    if not rel:
+        return []
+    out = []
+    base = f"{cache_folder(rel['repo'])}/snapshots/{rel['commit']}"
+    for path, sha in sorted(rel.get("files", {}).items()):
+        p = dest / base / path
+        where = f"{base}/{path}"
+        if not p.is_file():
+            out.append({"kind": "missing", "path": where, "expected": sha, "computed": None,
+                        "reason": f"release {rel['repo']} file {path} is not in the mirror"})
+            continue
+        got = _sha256(p.read_bytes())
+        if got != sha:
+            out.append({"kind": "mismatched", "path": where, "expected": sha, "computed": got,
+                        "reason": f"release {rel['repo']} file {path}: expected {sha}, computed {got}"})
+    return out

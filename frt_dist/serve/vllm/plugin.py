@@ -1,0 +1,515 @@
+"""frt as a vLLM general plugin (entry point ``frt`` in ``vllm.general_plugins``).
+
+vLLM calls ``register()`` in every process it starts (the API server, the engine core,
+each worker), possibly more than once. Configuration is the environment:
+
+``FRT_MODEL``     the frt model name; unset: the plugin does nothing (it says so once)
+``FRT_PROJECT``   the project folder (default: found upward from the current folder)
+``FRT_LOCK``, ``FRT_MIRROR``   as everywhere in frt
+``FRT_FALLBACK``  ``refuse`` (default) or ``host``
+``FRT_ACCEPT``    comma-separated receipt states (default ``certified_fast``)
+
+``register()`` reads the lockfile (no torch, no kernel import) and registers, for each
+seam's ``vllm-op``, frt's routing class in vLLM's out-of-tree op registry
+(``frt_dist.serve.vllm.ops``). Nothing else happens until vLLM builds the first such op in a
+process: then ``Engine.ensure_plan`` decides every phase band for this process's device
+from the lock (``frt_dist.load``: no measurement), refuses a decision or package the
+policy does not allow (the engine's start fails with ``error:`` lines, one reason per
+route), checks each route's ``assembly`` against the form the engine runs (eager or
+compiled), verifies and imports the packages once, smokes each layer on a real op, and
+logs every band's decision once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+
+from ...errors import FrtError
+
+__all__ = ["register", "engine", "FrtStartupError", "ENGINE_FORMS"]
+
+# the assembly a receipt names, per form vLLM runs the model in
+ENGINE_FORMS = {"eager": "eager", "compile": "compile", "compile-then-capture": "compile-then-capture"}
+
+_lock = threading.RLock()
+_engine = None  # the Engine of this process, once FRT_MODEL was seen
+_inactive_said = False
+
+
+class FrtStartupError(RuntimeError):
+    """The engine must not start: frt refused (the message is frt's ``error:`` and reasons)."""
+
+
+def _log() -> logging.Logger:
+    # a child of vLLM's "vllm" logger: vLLM's handler and format print it
+    return logging.getLogger("vllm.frt")
+
+
+def engine():
+    """This process's ``Engine`` (``None`` while the plugin is inactive)."""
+    return _engine
+
+
+def register() -> None:
+    """vLLM's plugin hook: idempotent, cheap, and inert without ``FRT_MODEL``."""
+    global _engine, _inactive_said
+    with _lock:
+        if _engine is not None:
+            return
+        model = os.environ.get("FRT_MODEL")
+        if not model:
+            if not _inactive_said:
+                _inactive_said = True
+                _log().info("frt: FRT_MODEL is not set; the frt plugin is inactive in this process")
+            return
+        try:
+            eng = Engine.from_env(model)
+            eng.register_ops()
+            from .metrics import install_collector  # noqa: PLC0415
+
+            install_collector()
+        except FrtError as exc:
+            raise _startup_error(exc) from None
+        _engine = eng
+
+
+_last_error = None  # the FrtError behind the last start-up refusal in this process (frt qualify re-raises it)
+
+
+def last_error():
+    return _last_error
+
+
+def _startup_error(exc: FrtError) -> FrtStartupError:
+    """Log frt's error the way the CLI prints it (``error:``, one line per reason, ``hint:``)."""
+    global _last_error
+    _last_error = exc
+    lines = [f"error: {str(exc).splitlines()[0]}"]
+    for r in getattr(exc, "reasons", None) or []:
+        where = " ".join(f"{k} {r[k]}" for k in ("phase", "route", "seam") if r.get(k))
+        lines.append(f"  {where + ': ' if where else ''}{r.get('reason', r)}")
+    hints = list(getattr(exc, "hints", None) or [])
+    from ...errors import RouteRefused  # noqa: PLC0415
+
+    if isinstance(exc, RouteRefused):  # the plugin's policy is the environment, not load()'s argument
+        hints = [h for h in hints if "fallback=" not in h] + [
+            "qualify the route on this machine (`frt qualify`), set FRT_ACCEPT=certified_fast,supported_correct, or "
+            "set FRT_FALLBACK=host to start on vLLM's own ops in those bands"]
+    lines += [f"hint: {h}" for h in hints]
+    log = _log()
+    for line in lines:
+        log.error("frt: %s", line)
+    return FrtStartupError("\n".join(lines))
+
+
+@dataclasses.dataclass
+class Band:
+    """One phase band of one seam in this engine: rows, the layer serving it (None: vLLM's own op)."""
+
+    phase: str
+    lo: int
+    hi: int
+    layer: object
+    counts: object  # the plan's counters of (seam, phase)
+    contract: dict
+    warm: int = 0  # calls during vLLM's dummy runs (profiling, warm-up, capture)
+
+    def __post_init__(self):
+        import torch  # noqa: PLC0415
+
+        c = self.contract
+        self._dtypes = tuple(getattr(torch, n) for n in c.get("dtypes", ()) if hasattr(torch, n))
+        self._device = c.get("device")
+        self._width = c.get("width")
+        self._contiguous = c.get("layout", "contiguous") == "contiguous"
+
+    def problems(self, x) -> list:
+        out = []
+        if x.device.type != self._device:
+            out.append(("device", f"device {x.device.type} not {self._device}"))
+        if x.dtype not in self._dtypes:
+            out.append(("dtype", f"dtype {str(x.dtype).removeprefix('torch.')} not in {list(self.contract['dtypes'])}"))
+        if self._width is not None and x.shape[-1] != self._width:
+            out.append(("width", f"width {x.shape[-1]} not {self._width}"))
+        if self._contiguous and not x.is_contiguous():
+            out.append(("layout", "not contiguous"))
+        return out
+
+
+class SeamTable:
+    """The bands of one seam, and what a miss does under the engine's policy."""
+
+    def __init__(self, seam: str, bands: list, fallback: str, compiled_layer=None, compiled_counts=()):
+        self.seam, self.bands, self.fallback = seam, bands, fallback
+        self.shown = ", ".join(f"{b.phase} {b.lo}..{b.hi}" for b in bands)
+        self.compiled_layer = compiled_layer  # the one layer a compiled graph runs (None: vLLM's own op)
+        self.compiled_counts = compiled_counts
+
+    def miss(self, band, problems, own, args, kwargs, warming: bool):
+        from ...errors import ContractViolation  # noqa: PLC0415
+
+        if warming and (band is None or problems[0][0] == "rows"):
+            (band or self.bands[0]).warm += 1
+            return own(*args, **kwargs)  # a dummy run outside every band: not traffic
+        st = (band or self.bands[0]).counts
+        if band is None:
+            st.calls += 1
+        for kind, _ in problems:
+            st.misses[kind] = st.misses.get(kind, 0) + 1
+        if self.fallback == "host":
+            st.fallbacks += 1
+            return own(*args, **kwargs)
+        st.contract_refusals += 1
+        text = "; ".join(r for _, r in problems)
+        raise ContractViolation(f"seam {self.seam!r}: {text}",
+                                reasons=[{"seam": self.seam, "kind": k, "reason": r} for k, r in problems],
+                                hints=["set FRT_FALLBACK=host to run vLLM's own op for such calls (counted)"])
+
+    def traced(self, op, own, args, kwargs):
+        """Inside ``torch.compile``: one graph serves every batch size, so no band is picked;
+        the engine routed this seam only if one layer covers every row count (or none does)."""
+        for st in self.compiled_counts:
+            st.compiled = True
+        if self.compiled_layer is None:
+            return own(*args, **kwargs)
+        return self.compiled_layer.forward(op, *args, **kwargs)
+
+
+class Engine:
+    """What the plugin holds in one process."""
+
+    def __init__(self, model: str, lock, project, fallback: str, accept: tuple, mirror):
+        self.model, self.lock, self.project = model, lock, project
+        self.fallback, self.accept, self.mirror = fallback, accept, mirror
+        self.plan = None
+        self.table: dict = {}
+        self.form = None
+        self.warming = False
+        self.host_bands: dict = {}  # (seam, phase) -> why vLLM's own op serves it
+        self.ops: dict = {}  # seam -> vllm op name
+
+    @classmethod
+    def from_env(cls, model: str) -> "Engine":
+        from ...errors import UsageError  # noqa: PLC0415
+        from ...project.discover import Project  # noqa: PLC0415
+        from ..load import find_lockfile  # noqa: PLC0415
+
+        fallback = os.environ.get("FRT_FALLBACK") or "refuse"
+        if fallback not in ("refuse", "host"):
+            raise UsageError(f"FRT_FALLBACK: expected refuse or host, got {fallback!r}")
+        accept = tuple(s.strip() for s in (os.environ.get("FRT_ACCEPT") or "certified_fast").split(",") if s.strip())
+        bad = [s for s in accept if s not in ("certified_fast", "supported_correct")]
+        if bad or not accept:
+            raise UsageError(f"FRT_ACCEPT: expected states among certified_fast, supported_correct, got {bad or accept}")
+        project = Project.find(explicit=os.environ.get("FRT_PROJECT") or None)
+        lock, _root = find_lockfile(model, None, project)
+        m = lock.manifest
+        if m.host != "vllm":
+            raise UsageError(f"{m.file}: host is {m.host!r}; the vLLM plugin serves a vLLM binding (host = \"vllm\")",
+                             hints=["set FRT_MODEL to a model whose manifest says host = \"vllm\""])
+        eng = cls(model, lock, project, fallback, accept, os.environ.get("FRT_MIRROR") or None)
+        from .ops import ADAPTERS  # noqa: PLC0415
+
+        for seam in m.seams.values():
+            if seam.vllm_op not in ADAPTERS:
+                raise UsageError(f"{m.file}: seams.{seam.name}.vllm-op: frt does not route vLLM's {seam.vllm_op!r} "
+                                 f"(it routes {', '.join(sorted(ADAPTERS))})")
+            eng.ops[seam.name] = seam.vllm_op
+        return eng
+
+    # -- registration (every process) -----------------------------------------
+    def register_ops(self) -> None:
+        from vllm.model_executor.custom_op import CustomOp, op_registry_oot  # noqa: PLC0415
+
+        from ...errors import UsageError  # noqa: PLC0415
+        from .ops import ADAPTERS, route_class, vllm_op_class  # noqa: PLC0415
+
+        for seam, op in self.ops.items():
+            have = op_registry_oot.get(op)
+            if have is not None:
+                if getattr(have, "_frt_seam", None) is not None:
+                    continue  # ours, from an earlier load of the plugin in this process
+                raise UsageError(f"vLLM op {op} is already replaced by {have.__module__}.{have.__qualname__}; "
+                                 "frt cannot route it", hints=["remove the other plugin (VLLM_PLUGINS=frt,...)"])
+            base = vllm_op_class(ADAPTERS[op])
+            cls = route_class(base, seam, self)
+            CustomOp.register_oot(cls, name=op)
+            # keep vLLM's own name for its `custom_ops` setting (register_oot sets the class name)
+            cls.name = base.name
+
+    # -- the plan (processes that build a model) -------------------------------
+    def ensure_plan(self) -> None:
+        with _lock:
+            if self.plan is None:
+                try:
+                    self._bind()
+                except FrtError as exc:
+                    raise _startup_error(exc) from None
+
+    def _form(self) -> tuple[str, str]:
+        from vllm.config import get_current_vllm_config  # noqa: PLC0415
+        from vllm.config.compilation import CompilationMode  # noqa: PLC0415
+
+        cc = get_current_vllm_config().compilation_config
+        if cc.mode == CompilationMode.NONE:
+            return "eager", "compilation mode NONE (enforce_eager)"
+        graphs = cc.cudagraph_mode is not None and str(cc.cudagraph_mode.name) != "NONE"
+        from vllm.platforms import current_platform  # noqa: PLC0415
+
+        if graphs and current_platform.is_cuda_alike():
+            return "compile-then-capture", f"compilation mode {cc.mode.name}, CUDA graphs {cc.cudagraph_mode.name}"
+        return "compile", f"compilation mode {cc.mode.name}, no CUDA graphs"
+
+    @staticmethod
+    def hardware():
+        """This machine's hardware facts (``Hardware.detect``) with vLLM's version among the software."""
+        from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+        from ...system.hardware import Hardware, software_version  # noqa: PLC0415
+
+        hw = Hardware.detect()
+        try:
+            import vllm  # noqa: PLC0415
+
+            v = vllm.__version__
+        except (ImportError, AttributeError):
+            try:
+                v = version("vllm")
+            except PackageNotFoundError:
+                v = None
+        soft = dict(hw.software)
+        if v and software_version(v):
+            soft["vllm"] = software_version(v)
+        return dataclasses.replace(hw, software=soft)
+
+    def _bind(self) -> None:
+        import time  # noqa: PLC0415
+
+        from ...errors import KernelUnavailable, RouteRefused  # noqa: PLC0415
+        from ..load import load  # noqa: PLC0415
+        from .ops import ADAPTERS, smoke_layer, vllm_op_class  # noqa: PLC0415
+
+        t0 = time.perf_counter()
+        log = _log()
+        m = self.lock.manifest
+        self.form, why_form = self._form()
+        hw = Engine.hardware()
+        qualifying = os.environ.get("FRT_QUALIFY_ROUTE")
+        if qualifying:  # `frt qualify` in this process: the route in the bands asked for, no receipt
+            plan = self._qualify_plan(qualifying, hw)
+        else:
+            plan = load(self.model, fallback=self.fallback, accept=self.accept, lockfile=self.lock,
+                        mirror=self.mirror, hardware=hw, project=self.project)
+        # the form the engine runs must be the form each receipt measured
+        refusals = []
+        for phase, d in plan.decisions.items():
+            if d.decision != "route":
+                continue
+            assembly = m.routes[d.route].assembly
+            if assembly != self.form:
+                why = (f"route {d.route!r} was qualified with assembly {assembly!r}; this engine runs "
+                       f"{self.form!r} ({why_form})")
+                refusals.append({"phase": phase, "route": d.route, "reason": why})
+        smoked = {}
+        for (seam, phase), layer in sorted(plan.fns.items()):
+            if any(r["phase"] == phase for r in refusals):
+                continue
+            impl = plan._impls[(seam, phase)].impl
+            op = self.ops[seam]
+            key = (seam, impl.name)
+            if key not in smoked:
+                band = m.phases[phase]
+                smoked[key] = smoke_layer(ADAPTERS[op], vllm_op_class(ADAPTERS[op]), layer, impl,
+                                          max(band.rows[0], 1))
+            if smoked[key]:
+                raise _startup_error(KernelUnavailable(
+                    f"model {self.model!r}: the layer of seam {seam!r} failed its smoke on vLLM's {op}",
+                    reasons=[{"seam": seam, "phase": phase, "reason": smoked[key]}]))
+        if self.form != "eager":
+            refusals += self._compiled_coverage(plan)
+        if refusals and self.fallback != "host":
+            plan.detach()
+            raise _startup_error(RouteRefused(
+                f"model {self.model!r}: {len(refusals)} band(s) cannot run their route in this engine",
+                reasons=refusals, hints=["qualify the route in the form the engine runs (`assembly` in the manifest), "
+                                         "or start with FRT_FALLBACK=host to run vLLM's own ops there"]))
+        hostless = {r["phase"] for r in refusals}
+        self._build_table(plan, hostless)
+        for r in refusals:
+            log.warning("frt: %s band runs vLLM's own ops (FRT_FALLBACK=host): %s", r["phase"], r["reason"])
+        self.plan = plan
+        self._log_decisions(refusals)
+        for seam, op in sorted(self.ops.items()):
+            base = vllm_op_class(ADAPTERS[op])
+            if self.form != "eager" and seam in self.table and self.table[seam].compiled_layer is not None \
+                    and not base.enabled():
+                from vllm.config import get_current_vllm_config  # noqa: PLC0415
+
+                log.info("frt: vLLM's custom_ops %s would run %s's native form here; frt's layer replaces it inside "
+                         "the compiled graph", list(get_current_vllm_config().compilation_config.custom_ops), op)
+        self._hook_dummy_runs()
+        from .metrics import start_writer  # noqa: PLC0415
+
+        start_writer(self)
+        log.info("frt: model %s bound in %.2f s (engine form %s)", self.model, time.perf_counter() - t0, self.form)
+
+    def _qualify_plan(self, route: str, hw):
+        from ...loader import load_locked, lock_root  # noqa: PLC0415
+        from ..load import plan_for_route  # noqa: PLC0415
+
+        m = self.lock.manifest
+        phases = [p for p in (os.environ.get("FRT_QUALIFY_PHASES") or "").split(",") if p] or list(m.phases)
+        packages = {repo: load_locked(self.lock, repo, hardware=hw, root=lock_root(self.lock))
+                    for repo in m.route_packages(route)}
+        fns = {}
+        for seam, name in m.routes[route].seams.items():
+            impl = m.impl(seam, name)
+            from ..kernelize import layer_problem  # noqa: PLC0415
+
+            why = layer_problem(packages[impl.package].module, impl.layer)
+            if why:
+                from ...errors import KernelUnavailable  # noqa: PLC0415
+
+                raise KernelUnavailable(f"package {impl.package} {why}", reasons=[{"seam": seam, "reason": why}])
+            for ph in phases:
+                fns[(seam, ph)] = vars(packages[impl.package].module.layers)[impl.layer]
+        return plan_for_route(self.lock, route, phases, hw, packages, fns)
+
+    def routed(self, on: bool) -> None:
+        """Qualification: switch between the route (True) and vLLM's own ops (False) in one engine."""
+        if not hasattr(self, "_routed_table"):
+            self._routed_table = self.table
+        self.table = self._routed_table if on else {}
+
+    def perturb(self, seam: str, on: bool) -> None:
+        """Qualification's negative control: the seam's layers perturbed (x (1 + 1e-2) + 1e-3)."""
+        import torch.nn as nn  # noqa: PLC0415
+
+        for band in self._routed_table[seam].bands if hasattr(self, "_routed_table") else self.table[seam].bands:
+            if on and band.layer is not None and not hasattr(band, "_good"):
+                good = band._good = band.layer
+
+                def forward(op, *args, _good=good, **kwargs):
+                    out = _good.forward(op, *args, **kwargs)
+                    if isinstance(out, tuple):
+                        return (out[0] * (1 + 1e-2) + 1e-3,) + tuple(out[1:])
+                    return out * (1 + 1e-2) + 1e-3
+
+                band.layer = type("Perturbed", (nn.Module,), {"forward": forward})
+            elif not on and hasattr(band, "_good"):
+                band.layer = band._good
+                del band._good
+
+    def _compiled_coverage(self, plan) -> list:
+        """Under compilation one graph serves every row count 1..max_num_batched_tokens: a seam is
+        routed there only when one impl serves every one of them."""
+        from vllm.config import get_current_vllm_config  # noqa: PLC0415
+
+        m = self.lock.manifest
+        top = get_current_vllm_config().scheduler_config.max_num_batched_tokens
+        out = []
+        for seam in m.seams:
+            impls = {plan._impls[(seam, p)].impl.name for p in plan.decisions if (seam, p) in plan._impls}
+            covered = sorted(m.phases[p].rows for p in plan.decisions if (seam, p) in plan._impls)
+            reach, gap = 0, None
+            for lo, hi in covered:
+                if lo > reach + 1:
+                    gap = reach + 1
+                    break
+                reach = max(reach, hi)
+            if not impls:
+                continue
+            if len(impls) > 1:
+                why = (f"seam {seam!r} runs impls {', '.join(sorted(impls))} in different bands; a compiled graph "
+                       "serves every batch size with one")
+            elif gap is not None or reach < top:
+                miss = gap if gap is not None else reach + 1
+                why = (f"seam {seam!r}: rows {miss} (of 1..{top}, max_num_batched_tokens) are in no routed band; a "
+                       "compiled graph serves every batch size with one impl")
+            else:
+                continue
+            out.extend({"phase": p, "route": plan.decisions[p].route, "seam": seam, "reason": why}
+                       for p in plan.decisions if (seam, p) in plan._impls)
+        return out
+
+    def _build_table(self, plan, hostless: set) -> None:
+        m = self.lock.manifest
+        for seam in m.seams:
+            bands, layers = [], set()
+            for phase, ph in sorted(m.phases.items(), key=lambda kv: kv[1].rows):
+                key = (seam, phase)
+                layer = plan.fns.get(key) if phase not in hostless else None
+                contract = plan._impls[key].impl.contract if key in plan._impls else {}
+                if layer is None:
+                    self.host_bands[key] = ("host decision" if plan.decisions[phase].decision == "host" else
+                                            "refused in this engine form" if phase in hostless else "not bound")
+                else:
+                    layers.add(layer)
+                bands.append(Band(phase, ph.rows[0], ph.rows[1], layer, plan._counts[key], contract))
+            compiled = next(iter(layers)) if len(layers) == 1 and not hostless else None
+            self.table[seam] = SeamTable(seam, bands, self.fallback, compiled, [b.counts for b in bands])
+
+    def _log_decisions(self, refusals) -> None:
+        log = _log()
+        plan = self.plan
+        log.info("frt: model %s, lock %s, hardware %s, fallback %s, engine form %s", self.model,
+                 self.lock.lock_digest[:19], plan.hardware.device_class, self.fallback, self.form)
+        refused = {r["phase"] for r in refusals}
+        for phase, d in plan.decisions.items():
+            rows = self.lock.manifest.phases[phase].rows
+            if d.decision == "route" and phase not in refused:
+                seams = ", ".join(f"{s}={self.ops[s]}" for s in sorted(self.ops) if (s, phase) in plan._impls)
+                log.info("frt: band %s rows %d..%d: route %s (%s, receipt %s) replaces %s", phase, rows[0], rows[1],
+                         d.route, d.state, (d.receipt or "")[:19], seams)
+            else:
+                why = "; ".join(f"{r.route}: {r.reason}" for r in d.reasons) or "refused in this engine form"
+                log.info("frt: band %s rows %d..%d: host (vLLM's own ops): %s", phase, rows[0], rows[1], why)
+
+    def _hook_dummy_runs(self) -> None:
+        """Mark vLLM's dummy runs (profiling, compile warm-up, CUDA-graph capture) as warm-up."""
+        import sys  # noqa: PLC0415
+
+        mod = sys.modules.get("vllm.v1.worker.gpu_model_runner")
+        runner = getattr(mod, "GPUModelRunner", None)
+        if runner is None or getattr(runner._dummy_run, "_frt_hooked", False):
+            return
+        original = runner._dummy_run
+        eng = self
+
+        def _dummy_run(self, *args, **kwargs):
+            was, eng.warming = eng.warming, True
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                eng.warming = was
+
+        _dummy_run._frt_hooked = True
+        runner._dummy_run = _dummy_run
+
+    # -- the ledger --------------------------------------------------------------
+    def ledger(self) -> dict:
+        """``plan.ledger()`` plus, per seam and band, ``warmup-calls`` (vLLM's dummy runs) and
+        the engine form."""
+        snap = self.plan.ledger()
+        for seam, t in self.table.items():
+            s = snap["seams"][seam]
+            s["warmup-calls"] = sum(b.warm for b in t.bands)
+            for b in t.bands:
+                s["phases"][b.phase]["warmup-calls"] = b.warm
+        snap["engine-form"] = self.form
+        snap["vllm-ops"] = dict(self.ops)
+        return snap
+
+    def detach(self) -> None:
+        """vLLM's own ops serve every call from now on (qualification's host side). Eager engines
+        only: a compiled graph holds what it traced, the route included."""
+        from ...errors import UsageError  # noqa: PLC0415
+
+        if self.form != "eager":
+            raise UsageError(f"frt: cannot detach a {self.form!r} engine: its compiled graph holds the route; "
+                             "compare against an engine started without FRT_MODEL")
+        self.plan.detach()
+        self.table = {}
