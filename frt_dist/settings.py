@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, NamedTuple
 
-__all__ = ["Setting", "SETTINGS", "FAMILIES", "declared", "value", "flag", "number"]
+__all__ = ["Setting", "SETTINGS", "FAMILIES", "declared", "raw", "value", "flag", "number"]
 
 
 class Setting(NamedTuple):
@@ -118,6 +118,13 @@ def declared(name: str) -> Setting:
     if s is None:
         raise KeyError(f"{name} is not declared in frt_dist.settings")
     return s
+
+
+def raw(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The variable exactly as set (``None`` when unset): for a variable whose empty value means
+    something of its own (``CUDA_VISIBLE_DEVICES=""``: no device)."""
+    declared(name)
+    return (os.environ if environ is None else environ).get(name)
 
 
 def value(name: str, environ: Mapping[str, str] | None = None) -> str | None:

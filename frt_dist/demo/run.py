@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from .. import settings
 from pathlib import Path
 
 from frt_dist.project.discover import bundled_root
@@ -103,10 +104,10 @@ def _demo(work: Path) -> None:
         (work / d).mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FRT_", "KERNELS_"))}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    rounds = os.environ.get("FRT_DEMO_ROUNDS", "20")
+    rounds = settings.value("FRT_DEMO_ROUNDS")
     # the cap of qualify's adaptive timing (`frt qualify --max-rounds`); unset: qualify's own default.
     # The test of the demo sets it to the rounds: it checks the lifecycle, not how decided a speedup is
-    max_rounds = os.environ.get("FRT_DEMO_MAX_ROUNDS")
+    max_rounds = settings.value("FRT_DEMO_MAX_ROUNDS")
     cap = ["--max-rounds", max_rounds] if max_rounds else []
     print(f"frt demo: a temporary project in {work}")
     print("The bundled binding is one Qwen2.5-0.5B-shaped decoder block (hidden 896, intermediate 4864, fp32, CPU)")

@@ -92,6 +92,7 @@ from ..loader import cache_dirs, is_offline, lock_root, repo_folder
 from ..provenance.publisher import BUNDLE
 from ..base.safedir import SafeDir, UnsafePath, WriteError
 from ..system.variants import parse_variant, select_variants
+from ..errors import MirrorUnsafe, MirrorUnwritable  # noqa: F401 - defined with every FrtError
 
 __all__ = ["mirror_lock", "verify_mirror", "MirrorReport", "MirrorUnsafe", "MirrorUnwritable", "select_for_mirror",
            "cell_machines", "machine_label", "sweep_temp", "sweep_locks"]
@@ -781,18 +782,6 @@ def _write_if_changed(folder: SafeDir, name: str, text: str, tmp: SafeDir) -> No
         tmp.replace(staged, folder, name)
     finally:
         tmp.unlink(staged)
-
-
-class MirrorUnsafe(FrtError):
-    """A folder inside the mirror is a symbolic link (or not a folder): refused, nothing followed."""
-
-    exit_code = 2
-
-
-class MirrorUnwritable(FrtError):
-    """The mirror cannot be written: a full disk, a read-only or denied folder."""
-
-    exit_code = 2
 
 
 @contextmanager

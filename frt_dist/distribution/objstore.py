@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import FrtError, UsageError
+from ..errors import ObjectMissing, StoreAccess, StoreUnavailable  # noqa: F401 - defined with every FrtError
 
 __all__ = ["Location", "parse_location", "is_url", "open_store", "ObjectStore", "S3Store", "FileStore",
            "ObstoreS3Reader", "read_client", "read_client_why",
@@ -79,31 +80,6 @@ _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
 _ALGO = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,31}$")
 _HEX = re.compile(r"^[0-9a-f]{16,256}$")
 _CHUNK = 1 << 20
-
-
-class StoreAccess(FrtError):
-    """The store refused us or does not exist: no credentials, access denied, no such bucket,
-    a malformed URL. Bad input (exit 2), with a hint."""
-
-    exit_code = 2
-
-
-class StoreUnavailable(FrtError):
-    """The store did not answer well enough: timeouts or server errors that persisted through the
-    bounded retries, or a connection refused (exit 1)."""
-
-    exit_code = 1
-
-
-class ObjectMissing(FrtError):
-    """An object the caller needs is not in the store (exit 1). The caller adds which locked file
-    it stands for."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, *, key: str = "", **kw):
-        super().__init__(message, **kw)
-        self.key = key
 
 
 # ---------------------------------------------------------------------------

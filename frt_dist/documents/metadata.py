@@ -24,6 +24,7 @@ from ..base.canonical import IGNORED_PARTS, sha256_hex
 from ..errors import KernelUnavailable
 from .lockfile import LockedVariant
 from ..system.variants import valid_variant_name
+from ..errors import PackageDigestMismatch  # noqa: F401 - defined with every FrtError
 
 __all__ = ["parse_variant_metadata", "with_computed_digests", "requirement_problem", "variant_file_digests",
            "digest_mismatches", "PackageDigestMismatch", "MAX_METADATA_BYTES"]
@@ -167,32 +168,6 @@ def digest_mismatches(declared: dict[str, str], computed: dict[str, str]) -> lis
     that is not there (computed ``None``). Empty when they agree."""
     return [(rel, declared.get(rel), computed.get(rel)) for rel in sorted(set(declared) | set(computed))
             if declared.get(rel) != computed.get(rel)]
-
-
-class PackageDigestMismatch(KernelUnavailable):
-    """A path package whose files are not the ones its variants' ``metadata.json`` digests name
-    (a kernel edited after it was digested). ``variants`` is ``[(variant, [(relpath, expected,
-    computed)])]``; the hint is the command that re-digests the package (``frt digest PATH``)."""
-
-    def __init__(self, repo: str, label: str, variants: list[tuple[str, list]], *, fix: str):
-        def one(rel, want, got):
-            if want is None:
-                return f"{rel} (not in metadata.json; computed {got})"
-            if got is None:
-                return f"{rel} (metadata.json has {want}; the file is missing)"
-            return f"{rel} (expected {want}, computed {got})"
-
-        parts = [f"{label}/build/{v}/metadata.json digests do not match the files: " + ", ".join(one(*m) for m in ms)
-                 for v, ms in variants]
-        super().__init__(
-            f"package {repo!r}: " + "; ".join(parts),
-            reasons=[{"package": repo, "variant": v, "path": f"{label}/build/{v}/{rel}", "expected": want,
-                      "computed": got, "reason": "file digest does not match metadata.json"}
-                     for v, ms in variants for rel, want, got in ms],
-            hints=[f"the package changed since its digests were written; after reviewing the change, "
-                   f"re-digest it with `{fix}` (rewrites the digests in each build/<variant>/metadata.json), "
-                   "then run `frt lock`"])
-        self.repo, self.variants, self.fix = repo, variants, fix
 
 
 def with_computed_digests(v: LockedVariant, files: dict[str, bytes], *, repo: str) -> LockedVariant:

@@ -47,16 +47,9 @@ from pathlib import Path
 from ..errors import FrtError, KernelUnavailable
 from .integrity import METADATA, _problem, format_problems
 from .store import STORE_ENV, VARIANT, Entry, StoreUnusable, identity_of, open_store as open_verified_store
+from ..errors import VerifiedStoreFull  # noqa: F401 - defined with every FrtError
 
 __all__ = ["fetch_variant", "location_of", "stats", "reset_stats", "VerifiedStoreFull"]
-
-
-class VerifiedStoreFull(FrtError):
-    """The verified store's file system has no room (or quota) for what the lock names: bad input for
-    this machine (exit 2), naming the store; the partial entry is removed, nothing is imported. Not a
-    fault of the object store, so no republish would help."""
-
-    exit_code = 2
 
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)

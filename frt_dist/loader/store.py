@@ -123,9 +123,10 @@ from pathlib import Path
 from typing import Callable
 
 from ..base.canonical import canonical_json, digest, scan_tree
-from ..errors import FrtError
 from .integrity import (METADATA, Expected, _IGNORED_TOP, _inside, _link_target, _open_checked, _problem,
                         _real_dir, missing_problems)
+from ..errors import StoreUnusable  # noqa: F401 - defined with every FrtError
+from .. import settings
 
 __all__ = ["STORE_ENV", "REHASH_ENV", "FORMAT", "StoreUnusable", "Entry", "Admitted", "Store", "store_path",
            "open_store", "identity_of", "admit", "seal_holds", "rehash_requested"]
@@ -146,17 +147,13 @@ def _unique() -> str:
     return os.urandom(12).hex()
 
 
-class StoreUnusable(FrtError):
-    """The verified store cannot be used (wrong owner, writable by others, not a directory, I/O)."""
-
-
 # ---------------------------------------------------------------------------
 # where the store is, and whether it may be used
 
 
 def store_path() -> Path:
     """``$FRT_STORE``, else ``platformdirs.user_cache_path("frt-dist") / "store"``."""
-    env = os.environ.get(STORE_ENV)
+    env = settings.value(STORE_ENV)
     if env:
         return Path(os.path.expanduser(env))
     import platformdirs  # noqa: PLC0415 - only when no FRT_STORE is given
@@ -276,7 +273,7 @@ def seal_holds(st: os.stat_result, seal) -> bool:
 def rehash_requested() -> bool:
     """``FRT_STORE_REHASH`` set (to anything but ``""``/``0``/``false``/``no``/``off``): every
     extension module is hashed against the lock at each load, whatever its seal says."""
-    return os.environ.get(REHASH_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return settings.flag(REHASH_ENV)
 
 
 def _source_fingerprint(st: os.stat_result) -> list[int]:

@@ -27,6 +27,7 @@ from ..documents.metadata import (MAX_METADATA_BYTES, PackageDigestMismatch, dig
 from ..project.discover import Project
 from ..provenance.publisher import BUNDLE
 from ..documents.receipt import STATES, CellKey, Receipt, superseded_path
+from ..errors import CoverageLoss, LockFailed  # noqa: F401 - defined with every FrtError
 
 __all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "CoverageLoss", "loss_hints", "rank_candidates", "derive_index", "derive_trust", "receipt_verdict",
            "derive_path_package", "judge_signature"]
@@ -119,46 +120,6 @@ class LockSession:
 
             self._hub = HubClient()
         return self._hub
-
-
-class LockFailed(KernelUnavailable):
-    """Packages of one model that could not be locked (nothing written for the model).
-    ``failures`` is ``[(repo, error)]``, every package that failed, in manifest order;
-    ``reasons`` has one ``{"model", "package", "reason"}`` per failure."""
-
-    def __init__(self, model: str, failures: list[tuple[str, FrtError]]):
-        reasons = [{"model": model, "package": repo, "reason": _package_reason(repo, exc)} for repo, exc in failures]
-        super().__init__(f"model {model!r}: " + "; ".join(f"{r['package']}: {r['reason']}" for r in reasons),
-                         reasons=reasons, hints=list(dict.fromkeys(h for _, exc in failures for h in exc.hints)))
-        self.model, self.failures = model, failures
-        self.exit_code = max(exc.exit_code for _, exc in failures)
-
-
-class CoverageLoss(FrtError):
-    """The new lock of a model loses coverage the lock it replaces had (a route lost in a cell, or
-    a state dropped to ``supported_correct``): nothing is written unless ``allow_loss``.
-    ``result`` is the ``LockResult`` (its ``coverage`` the whole diff); ``reasons`` has one
-    ``{"model", "kind", "cell", "route", "before", "after", "file", "reason"}`` per loss."""
-
-    exit_code = 1
-
-    def __init__(self, result: LockResult, label: str, hints: list[str]):
-        losses = result.coverage.losses
-        reasons = [{"model": result.model, **{k: v for k, v in c.to_dict().items()
-                                               if k in ("kind", "cell", "route", "before", "after", "file", "reason")}}
-                   for c in losses]
-        n = result.coverage.counts()
-        self.summary = (f"the new lock loses coverage ({n['lost']} lost, {n['dropped']} dropped to supported_correct); "
-                        f"{label} is unchanged")
-        super().__init__(f"model {result.model!r}: {self.summary}", reasons=reasons, hints=hints)
-        self.model, self.result = result.model, result
-
-
-def _package_reason(repo: str, exc: FrtError) -> str:
-    """The error's message without the ``package 'org/name'`` its line is already prefixed with."""
-    msg = str(exc)
-    head = f"package {repo!r}"
-    return msg[len(head):].lstrip(": ") if msg.startswith(head) else msg
 
 
 class _Locker:

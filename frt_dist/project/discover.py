@@ -25,6 +25,7 @@ from ..base import names
 from ..base.record import dataclass, field
 from ..documents.schema import parse_toml
 from ..errors import FrtError, NoProject, UsageError
+from .. import settings as env
 
 __all__ = ["Project", "bundled_root", "import_entry", "lock_root", "no_project"]
 
@@ -149,8 +150,8 @@ class Project:
                 raise UsageError(f"--demo and --project {explicit} each name the project; give one")
             return cls.demo()
         source = "--project"
-        if explicit is None and os.environ.get("FRT_PROJECT"):
-            explicit, source = os.environ["FRT_PROJECT"], "FRT_PROJECT"
+        if explicit is None and env.value("FRT_PROJECT"):
+            explicit, source = env.value("FRT_PROJECT"), "FRT_PROJECT"
         if explicit is not None:
             root = Path(explicit).resolve()
             if not root.is_dir():
@@ -162,10 +163,10 @@ class Project:
         found = _project_above(here)
         if found is not None:
             return found
-        home = os.environ.get("FRT_HOME")
+        home = env.value("FRT_HOME")
         if home:
             return cls(Path(home).resolve(), "frt-home", _settings(Path(home)) or {})
-        given = lockfile if lockfile is not None else os.environ.get("FRT_LOCK")
+        given = lockfile if lockfile is not None else env.value("FRT_LOCK")
         if given:  # a lockfile named outside any project: the folder it lives in (its project or node)
             lock = Path(given).resolve()
             found = _project_above(lock.parent)

@@ -38,7 +38,9 @@ import os
 from pathlib import Path
 
 from ..base.record import dataclass
-from ..errors import KernelUnavailable, UsageError
+from ..errors import UsageError
+from ..errors import SignatureRefused  # noqa: F401 - defined with every FrtError
+from .. import settings
 
 __all__ = ["BUNDLE", "SIGNATURE_MODES", "GITHUB_ISSUER", "KERNELS_COMMUNITY", "SignerPolicy", "PublisherPolicy",
            "SignerFacts", "SignatureRefused", "verify_bundle", "signer_problems", "trusted_root_path",
@@ -112,21 +114,6 @@ class SignerFacts:
         return f"{self.identity} (issuer {self.issuer or 'not stated'})"
 
 
-class SignatureRefused(KernelUnavailable):
-    """A publisher signature that is missing where required, does not verify, or names a signer
-    the policy does not accept. ``facts`` is the signer found (``None`` when none could be read)."""
-
-    def __init__(self, message: str, *, repo: str, variant: str, reason: str, facts: SignerFacts | None = None,
-                 hints=None):
-        r = {"package": repo, "variant": variant, "reason": reason}
-        if facts is not None:
-            r["signer"] = facts.identity
-            r["issuer"] = facts.issuer
-        super().__init__(message, reasons=[r], hints=hints or [])
-        self.facts = facts
-        self.reason = reason
-
-
 def signer_problems(facts: SignerFacts, signer: SignerPolicy) -> list[str]:
     """Each clause of ``signer`` that ``facts`` does not meet, named; ``[]`` when all are met."""
     out = []
@@ -182,7 +169,7 @@ def record_problems(rec: dict | None, policy: PublisherPolicy) -> list[str]:
 def trusted_root_path() -> Path:
     """The pinned Sigstore trusted root: ``FRT_SIGSTORE_TRUSTED_ROOT`` when set, else the
     production ``trusted_root.json`` shipped inside the installed ``sigstore`` wheel."""
-    env = os.environ.get("FRT_SIGSTORE_TRUSTED_ROOT")
+    env = settings.value("FRT_SIGSTORE_TRUSTED_ROOT")
     if env:
         return Path(env)
     sigstore = _sigstore()

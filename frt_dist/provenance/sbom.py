@@ -49,11 +49,11 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-import os
 import uuid
 from pathlib import Path
 
 from ..errors import UsageError
+from .. import settings
 
 __all__ = ["cyclonedx_json", "purl_of", "package_licences", "source_date"]
 
@@ -84,10 +84,10 @@ def _hex(algorithm: str, b64: str) -> str:
     return base64.b64decode(b64).hex()
 
 
-def source_date(environ=os.environ) -> datetime.datetime | None:
+def source_date(environ=None) -> datetime.datetime | None:
     """The instant ``SOURCE_DATE_EPOCH`` names (reproducible-builds.org: whole seconds since 1970,
     UTC), or None when it is unset or empty. Anything else is a usage error naming the variable."""
-    raw = (environ.get("SOURCE_DATE_EPOCH") or "").strip()
+    raw = (settings.value("SOURCE_DATE_EPOCH", environ) or "").strip()
     if not raw:
         return None
     try:

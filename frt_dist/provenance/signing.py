@@ -39,6 +39,7 @@ from ..documents.schema import JSONInvalid, json_loads, read_bytes
 from ..base.canonical import canonical_json
 from ..errors import FrtError, UsageError
 from ..documents.manifest import Identity, ReceiptPolicy  # the policy's shape is the manifest's; judged here
+from ..errors import SigningUnavailable  # noqa: F401 - defined with every FrtError
 
 __all__ = ["PAYLOAD_TYPE", "STATEMENT_TYPE", "PREDICATE_TYPE", "SIG_SUFFIX", "BUNDLE_SUFFIX", "pae", "statement",
            "ReceiptPolicy", "Identity", "PolicyKey", "Signed", "load_private_key", "load_public_key", "keyid",
@@ -56,10 +57,6 @@ BUNDLE_SUFFIX = ".sigstore"  # <receipt>.json.sigstore: a Sigstore bundle signed
 MAX_KEY_BYTES = 64 << 10  # a PEM key is a few hundred bytes
 MAX_SIGNATURE_BYTES = 1 << 20  # an envelope is about 1 KB, a Sigstore bundle about 10 KB
 _EXTRA = "pip install 'frt-dist[provenance]'"
-
-
-class SigningUnavailable(UsageError):
-    """A signature or a policy is in use and ``cryptography``/``sigstore`` is not installed."""
 
 
 def _need(module: str, what: str):

@@ -35,6 +35,8 @@ from ..base import names
 from ..base.record import dataclass, field
 from ..errors import FrtError, UsageError
 from .record import NO_POLICY, is_release_label, label_prefix, release_receipts  # noqa: F401 (re-exported)
+from ..errors import ReleaseError  # noqa: F401 - defined with every FrtError
+from .. import settings
 
 __all__ = ["Fetched", "LockRelease", "ReleaseError", "parse_ref", "fetch", "for_lock", "trust", "signers",
            "change", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",
@@ -46,10 +48,6 @@ MAX_FILE_BYTES = 16 << 20  # a release file (manifest, receipt, signature, lockf
 _REF = re.compile(r"^hf://([^@/]+/[^@/]+)(?:@v(\d+))?$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 SIG_SUFFIXES = (".sig", ".sigstore")
-
-
-class ReleaseError(FrtError):
-    """A release that cannot be read or published (exit 1: a "no"; the Hub said no, or moved)."""
 
 
 def parse_ref(url: str, *, flag: str = "URL", need_version: bool = False) -> tuple[str, int | None]:
@@ -75,7 +73,7 @@ def _sha256(data: bytes) -> str:
 def api(token: bool = False):
     from huggingface_hub import HfApi, get_token  # noqa: PLC0415
 
-    return HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, library_name="frt-dist",
+    return HfApi(endpoint=settings.value("HF_ENDPOINT"), library_name="frt-dist",
                  token=get_token() if token else None)
 
 
@@ -241,7 +239,7 @@ def fetch(repo: str, version: int, model: str, *, commit: str | None = None, rec
 
         root = Path(hub_call(repo, f"files at {commit[:12]}", lambda: snapshot_download(
             repo, repo_type=REPO_TYPE, revision=commit, allow_patterns=_patterns(model),
-            endpoint=os.environ.get("HF_ENDPOINT") or None)))
+            endpoint=settings.value("HF_ENDPOINT"))))
     got = Fetched(repo, version, commit, model, root, _scan(root, model))
     if recorded:
         bad = sorted(rel for rel, sha in recorded.items() if got.files.get(rel) != sha)
@@ -318,7 +316,7 @@ def for_lock(project, manifest, old, *, upgrade: bool = False) -> LockRelease | 
         return None
     prev = getattr(old, "release", None) if old is not None else None
     pinned = prev if prev and prev.get("repo") == ref.repo and prev.get("version") == ref.version else None
-    mirror = os.environ.get("FRT_MIRROR") or project.mirror
+    mirror = settings.value("FRT_MIRROR") or project.mirror
     if pinned and not upgrade:
         fetched = fetch(ref.repo, ref.version, manifest.model, commit=pinned["commit"],
                         recorded=pinned.get("files") or None, mirror=mirror)

@@ -20,8 +20,8 @@ as its CPU with the reason saying so; declare it instead (``--arch gfx942 --devi
 
 from __future__ import annotations
 
-import os
 import re
+from .. import settings
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -62,7 +62,7 @@ def _visible_handle(nvml):
 
     NVML numbers devices in PCI order, which is CUDA's order when ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
     and on single-GPU machines; a UUID entry names its device either way."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = settings.raw("CUDA_VISIBLE_DEVICES")
     if visible is None:
         if nvml.nvmlDeviceGetCount() < 1:
             return None, "NVML reports no NVIDIA device"

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import threading
 import time
+from ... import settings
 from pathlib import Path
 
 __all__ = ["ledger_dir", "start_writer", "install_collector", "read_ledgers", "FAMILIES"]
@@ -42,7 +43,7 @@ _made_here = None
 
 def ledger_dir() -> Path:
     global _made_here
-    d = os.environ.get("FRT_LEDGER_DIR")
+    d = settings.value("FRT_LEDGER_DIR")
     if not d:
         d = tempfile.mkdtemp(prefix="frt-ledger-")
         os.environ["FRT_LEDGER_DIR"] = d  # inherited by the engine processes vLLM starts

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 
 from ...errors import FrtError
+from ... import settings
 
 __all__ = ["register", "engine", "FrtStartupError", "ENGINE_FORMS"]
 
@@ -59,7 +59,7 @@ def register() -> None:
     with _lock:
         if _engine is not None:
             return
-        model = os.environ.get("FRT_MODEL")
+        model = settings.value("FRT_MODEL")
         if not model:
             if not _inactive_said:
                 _inactive_said = True
@@ -197,20 +197,20 @@ class Engine:
         from ...project.discover import Project  # noqa: PLC0415
         from ..load import find_lockfile  # noqa: PLC0415
 
-        fallback = os.environ.get("FRT_FALLBACK") or "refuse"
+        fallback = settings.value("FRT_FALLBACK")
         if fallback not in ("refuse", "host"):
             raise UsageError(f"FRT_FALLBACK: expected refuse or host, got {fallback!r}")
-        accept = tuple(s.strip() for s in (os.environ.get("FRT_ACCEPT") or "certified_fast").split(",") if s.strip())
+        accept = tuple(s.strip() for s in settings.value("FRT_ACCEPT").split(",") if s.strip())
         bad = [s for s in accept if s not in ("certified_fast", "supported_correct")]
         if bad or not accept:
             raise UsageError(f"FRT_ACCEPT: expected states among certified_fast, supported_correct, got {bad or accept}")
-        project = Project.find(explicit=os.environ.get("FRT_PROJECT") or None)
+        project = Project.find(explicit=settings.value("FRT_PROJECT"))
         lock, _root = find_lockfile(model, None, project)
         m = lock.manifest
         if m.host != "vllm":
             raise UsageError(f"{m.file}: host is {m.host!r}; the vLLM plugin serves a vLLM binding (host = \"vllm\")",
                              hints=["set FRT_MODEL to a model whose manifest says host = \"vllm\""])
-        eng = cls(model, lock, project, fallback, accept, os.environ.get("FRT_MIRROR") or None)
+        eng = cls(model, lock, project, fallback, accept, settings.value("FRT_MIRROR"))
         from .ops import ADAPTERS  # noqa: PLC0415
 
         for seam in m.seams.values():
@@ -297,7 +297,7 @@ class Engine:
         m = self.lock.manifest
         self.form, why_form = self._form()
         hw = Engine.hardware()
-        qualifying = os.environ.get("FRT_QUALIFY_ROUTE")
+        qualifying = settings.value("FRT_QUALIFY_ROUTE")
         if qualifying:  # `frt qualify` in this process: the route in the bands asked for, no receipt
             plan = self._qualify_plan(qualifying, hw)
         else:
@@ -361,7 +361,7 @@ class Engine:
         from ..load import plan_for_route  # noqa: PLC0415
 
         m = self.lock.manifest
-        phases = [p for p in (os.environ.get("FRT_QUALIFY_PHASES") or "").split(",") if p] or list(m.phases)
+        phases = [p for p in (settings.value("FRT_QUALIFY_PHASES") or "").split(",") if p] or list(m.phases)
         packages = {repo: load_locked(self.lock, repo, hardware=hw, root=lock_root(self.lock))
                     for repo in m.route_packages(route)}
         fns = {}
