@@ -115,3 +115,11 @@ def test_every_link_into_the_reference_names_a_heading_of_it():
         if path == DOC:
             bad += [f"docs/reference.md: #{a}" for a in re.findall(r"\]\(#([\w-]+)\)", text) if a not in anchors]
     assert not bad, f"links to headings docs/reference.md does not have: {bad}"
+
+
+def test_every_error_class_of_frt_dist_errors_is_in_the_errors_section():
+    import frt_dist.errors  # noqa: PLC0415
+
+    section = _sections("###")["Errors"]
+    missing = [name for name in frt_dist.errors.__all__ if f"`{name}`" not in section]
+    assert not missing, f"in frt_dist.errors, not in docs/reference.md#errors: {missing}"
