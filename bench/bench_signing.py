@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: what a [trust.receipts] policy costs `frt lock` and `frt verify` (SPEC §26).
+"""Benchmark: what a [trust.receipts] policy costs `frt lock` and `frt verify` (docs/reference.md#receipt-signatures).
 
 Builds one tiny project (two path packages, phases decode/prefill) with N valid receipts on
 distinct device classes, signs each with an Ed25519 key and an EC P-256 key (in two projects),

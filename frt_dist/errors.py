@@ -48,7 +48,7 @@ class FrtWarning(UserWarning):
 class FrtError(ValueError):
     """Base of every frt-dist error.
 
-    ``exit_code`` is what the command line returns for it (SPEC §4): 1 for a
+    ``exit_code`` is what the command line returns for it (docs/reference.md#exit-codes): 1 for a
     "no" (refusal, stale, failed verification), 2 for bad invocation or input.
     ``hints`` are next steps printed as ``hint:`` lines.
     """

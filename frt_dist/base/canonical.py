@@ -1,4 +1,4 @@
-"""Canonical JSON and the digests built on it (SPEC §3, "Digests and names").
+"""Canonical JSON and the digests built on it (docs/reference.md#digests-and-names).
 
 Every frt digest is ``"sha256:" + hexdigest`` of the canonical JSON of a value,
 so receipts written by other tools on other machines digest identically.

@@ -1,4 +1,4 @@
-"""One validator for every name that can reach the filesystem (SPEC §21).
+"""One validator for every name that can reach the filesystem (docs/reference.md#names).
 
 Repo ids, variant names, file paths inside a variant, and model, phase, route,
 seam, impl, precision and device-class names come from documents (manifests,

@@ -1,4 +1,4 @@
-"""Manifests: ``manifests/<model>.toml``, written by people (SPEC §3, §7).
+"""Manifests: ``manifests/<model>.toml``, written by people (docs/reference.md#manifest).
 
 A manifest declares one model binding: packages, phase bands, seams with their
 impls and contracts, and routes. ``Manifest.read`` parses strictly and names
@@ -47,8 +47,9 @@ class Package:
     version: int | None = None
     path: str | None = None
     trust: bool = False
-    # publisher signatures (SPEC §27; frt_dist.provenance.publisher): the package's own `signature` mode and
-    # `signer` policy, when it sets them (else its organisation's, see Manifest.publisher_policy)
+    # publisher signatures (docs/reference.md#publisher-signatures; frt_dist.provenance.publisher): the package's
+    # own `signature` mode and `signer` policy, when it sets them (else its organisation's, see
+    # Manifest.publisher_policy)
     signature: str | None = None
     signer: Any = None  # frt_dist.provenance.publisher.SignerPolicy
 
@@ -107,8 +108,8 @@ class Route:
     seams: dict[str, str]  # seam -> impl name
     gate: dict
     precision: str
-    # computes ``digest`` (SPEC §3 route digest) when first asked: serving never needs it,
-    # only locking, qualifying and checking receipts do
+    # computes ``digest`` (the route-digest, docs/reference.md#digests-and-names) when first asked: serving never
+    # needs it, only locking, qualifying and checking receipts do
     digest_of: Callable[[], str] = field(repr=False, compare=False)
 
     @cached_property
@@ -180,7 +181,7 @@ class Manifest:
     digest: str = ""
     # [trust.publishers."<org>"]: {"signature": mode or None, "signer": SignerPolicy or None}
     publishers: dict = field(default_factory=dict, compare=False)
-    # [trust.receipts] (SPEC §26): the receipt signers the project accepts; None: no policy
+    # [trust.receipts] (docs/reference.md#receipt-signatures): the receipt signers the project accepts; None: no policy
     receipt_policy: ReceiptPolicy | None = None
     # [release]: the Hub release whose receipts this project consumes (frt_dist.release.consume); None: none
     release: ReleaseRef | None = None
@@ -232,7 +233,7 @@ class Manifest:
                 raise r.fail(p, "exactly one of `version` or `path` is required")
             if version is not None and version < 0:
                 raise r.fail(p + ".version", "must be a non-negative integer")
-            if path is not None:  # relative to the project root, and inside it (SPEC §8.2, §21)
+            if path is not None:  # relative to the project root, inside it (docs/reference.md#names)
                 names.check("path", path, p + ".path", ManifestError, file=file)
             packages[repo] = Package(repo, version, path, trust, signature, signer)
         if not packages:
@@ -392,10 +393,10 @@ class Manifest:
 
 
 def _read_trust(r: Reader, trust: dict) -> ReceiptPolicy | None:
-    """``[trust.receipts]`` of the manifest's ``[trust]`` table (SPEC §26): ``keys`` (PEM public key
-    files, relative to the project root and inside it), ``identities`` (``{issuer, identity}``
-    Sigstore signers) and optional ``device-classes`` (normalised, SPEC §17). Only the shape is
-    checked here; the key files are read when the policy is used (``signing.read_policy_keys``)."""
+    """``[trust.receipts]`` of the manifest's ``[trust]`` table (docs/reference.md#receipt-signatures): ``keys``
+    (PEM public key files, relative to the project root and inside it), ``identities`` (``{issuer, identity}``
+    Sigstore signers) and optional ``device-classes`` (normalised, docs/reference.md#digests-and-names). Only the
+    shape is checked here; the key files are read when the policy is used (``signing.read_policy_keys``)."""
     t = r.get(trust, "receipts", dict, "trust", required=False)
     if t is None:
         return None
@@ -580,8 +581,8 @@ def _shape(r: Reader, t: dict, p: str) -> None:
 
 
 def route_digest_of(route_table: dict, seams: dict[str, Seam]) -> str:
-    """SPEC §3: the route's table without ``gate``, each impl name replaced by
-    that impl's table without ``smoke``."""
+    """The route-digest (docs/reference.md#digests-and-names): the route's table without ``gate``, each impl
+    name replaced by that impl's table without ``smoke``."""
     t = {k: v for k, v in route_table.items() if k != "gate"}
     t["seams"] = {
         seam: {k: v for k, v in seams[seam].impls[impl].table.items() if k != "smoke"}

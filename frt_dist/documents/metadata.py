@@ -1,4 +1,4 @@
-"""A variant's ``metadata.json``: the facts frt reads from it (SPEC §1, §3).
+"""A variant's ``metadata.json``: the facts frt reads from it (docs/reference.md#metadata).
 
 The one reader of the file, used by ``frt lock`` (from the Hub or a path
 package) and by the loader (from the bytes it verified). Unknown keys are
@@ -191,7 +191,7 @@ def with_computed_digests(v: LockedVariant, files: dict[str, bytes], *, repo: st
 
 
 # ---------------------------------------------------------------------------
-# what a locked variant needs of the machine (checked by resolve, SPEC §6)
+# what a locked variant needs of the machine (checked by resolve, docs/reference.md#metadata)
 
 _RELEASE_RE = re.compile(r"^([0-9]+)\.([0-9]+)(?:\.([0-9]+))?")
 

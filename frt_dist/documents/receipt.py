@@ -1,11 +1,11 @@
-"""Receipts: measured evidence for one route in one cell (SPEC §3, §7).
+"""Receipts: measured evidence for one route in one cell (docs/reference.md#receipt).
 
 ``Receipt.parse`` checks the shape (every required field, its type, no unknown
 key) and raises ``ReceiptInvalid`` naming file and field. ``Receipt.problems(manifest)``
 lists every reason the receipt cannot stand: its cell is not one the manifest defines,
 or its evidence contradicts itself or does not support the claimed state (one function
 per rule, ``EVIDENCE_RULES``). ``frt lock`` records a receipt with problems under
-``[[rejected-receipts]]`` (SPEC §8.7); ``frt verify`` applies the same rules again.
+``[[rejected-receipts]]`` (docs/reference.md#frt-lock); ``frt verify`` applies the same rules again.
 """
 
 from __future__ import annotations
@@ -236,13 +236,14 @@ class Receipt:
 
     @functools.cached_property
     def device_class(self) -> str:
-        """The cell's device class, normalised (SPEC §17: ``NVIDIA H200`` is ``h200``) as every
-        other entry point normalises it; the receipt (and its digest) keeps what it recorded."""
+        """The cell's device class, normalised (docs/reference.md#digests-and-names: ``NVIDIA H200`` is
+        ``h200``) as every other entry point normalises it; the receipt (and its digest) keeps what it recorded."""
         return device_class(self.cell["hardware"]["device-class"])
 
     @functools.cached_property
     def software(self) -> dict:
-        """The cell's software facts as ``major.minor`` (SPEC §16); the receipt itself keeps what it recorded."""
+        """The cell's software facts as ``major.minor`` (docs/reference.md#cells-and-software); the receipt itself
+        keeps what it recorded."""
         return {k: software_version(v) for k, v in self.cell["software"].items()}
 
     @property
@@ -307,8 +308,8 @@ class Receipt:
 
 
 # ---------------------------------------------------------------------------
-# Evidence rules (SPEC §3 "Receipt", §20): each takes (receipt, route, manifest) and returns
-# the reasons it finds, [] when the receipt keeps the rule. One function per rule, so each has
+# Evidence rules (docs/reference.md#receipt, docs/reference.md#verification): each takes (receipt, route,
+# manifest) and returns the reasons it finds, [] when the receipt keeps the rule. One function per rule, so each has
 # its own test (tests/test_receipt_rules.py) and a rule cannot go missing unnoticed.
 
 SPEEDUP_SLACK = 0.01

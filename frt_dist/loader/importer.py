@@ -1,4 +1,4 @@
-"""Import a package from its verified store entry, and from nothing else (SPEC §22).
+"""Import a package from its verified store entry, and from nothing else (docs/reference.md#verified-store).
 
 A meta-path finder, first on ``sys.meta_path``, answers for each registered
 import id and every name below it, and maps those names to the files of one

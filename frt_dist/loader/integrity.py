@@ -1,5 +1,5 @@
 """Integrity of one build-variant directory, checked before anything in it is imported
-(SPEC §6 "Integrity before import", §8.8).
+(docs/reference.md#verified-store: integrity before import; problem kinds as docs/reference.md#verification).
 
 A variant directory is compared with what it must hold: the ``metadata.json``
 the lock pinned (by its sha256) and every file the metadata's ``digest`` names

@@ -1,4 +1,4 @@
-"""Bind-time smoke (SPEC §6 "Bind-time smoke", §8.11).
+"""Bind-time smoke (docs/reference.md#loading-and-guard; ``smoke.expect``: docs/reference.md#manifest).
 
 Before ``load`` hands out an impl for a phase band it makes one real call of
 the impl's entry with inputs built from the manifest's ``smoke.inputs``:

@@ -1,4 +1,4 @@
-"""The verified store: what is imported is what was verified, by construction (SPEC §6, §22).
+"""The verified store: what is imported is what was verified, by construction (docs/reference.md#verified-store).
 
 A load never imports from the place it found a variant (mirror, hub cache, path
 package): those are writable by whoever fills them. It imports from a private,
@@ -414,7 +414,7 @@ class Store:
 
     def fs_now(self) -> int:
         """The file system's current time (ns), read from a file created for the purpose: the
-        clock that stamps ctimes (frt reads no wall clock on the serving path, SPEC §6)."""
+        clock that stamps ctimes (frt reads no wall clock on the serving path, docs/reference.md#loading-and-guard)."""
         probe = self.root / f".clock-{_unique()}"
         try:
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)

@@ -1,4 +1,4 @@
-"""Where a project keeps ``manifests/``, ``receipts/`` and ``lockfiles/`` (SPEC §4).
+"""Where a project keeps ``manifests/``, ``receipts/`` and ``lockfiles/`` (docs/reference.md#operators-rules).
 
 In order: ``--project DIR`` (``explicit=``), else ``FRT_PROJECT``, else the
 nearest project at or above the current directory (a folder whose
@@ -81,7 +81,7 @@ class Project:
     def mirror(self) -> str | None:
         m = self.settings.get("mirror")
         if m and re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", str(m)):
-            return str(m)  # an object-store URL (SPEC §25), taken as written
+            return str(m)  # an object-store URL (docs/reference.md#object-stores), taken as written
         return str((self.root / m).resolve()) if m else None
 
     def rel(self, path: Path) -> str:
@@ -119,7 +119,7 @@ class Project:
 
     def existing_lockfile(self, model: str) -> Path:
         """``lockfiles/<model>.lock`` for a command that reads it. A missing one is a "no" (exit 1,
-        SPEC §4, as ``frt lock --check`` has it) whose hint is the command that writes it; a model
+        docs/reference.md#exit-codes, as ``frt lock --check`` has it) whose hint is the command that writes it; a model
         with no manifest either is a usage error naming the models there are."""
         path = self.lockfile_path(model)
         if not path.exists():  # something else there (a FIFO, a folder) is the reader's to refuse, naming it

@@ -46,7 +46,7 @@ _PYPROJECT = """\
 
 _MANIFEST = """\
 # {model}: the manifest of one model binding (written by people, read by `frt lock`).
-# Reference: SPEC §3 and §7; `frt lock` names the file and field of any mistake.
+# Reference: frt-dist's docs/reference.md#manifest; `frt lock` names the file and field of any mistake.
 schema = "frt.manifest/1"
 model = "{model}"
 binding = "{binding}"

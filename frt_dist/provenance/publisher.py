@@ -1,4 +1,4 @@
-"""Publisher signatures: a variant's ``metadata.json.sigstore`` (SPEC §27).
+"""Publisher signatures: a variant's ``metadata.json.sigstore`` (docs/reference.md#publisher-signatures).
 
 A kernel publisher's build workflow signs each variant's ``metadata.json`` keylessly with
 Sigstore; the bundle sits beside it as ``metadata.json.sigstore``. The ``digest`` inside that

@@ -1,8 +1,8 @@
-"""Receipt signatures (SPEC §26): who vouches for a qualification receipt.
+"""Receipt signatures (docs/reference.md#receipt-signatures): who vouches for a qualification receipt.
 
 A receipt stays what it is; its signature is an **envelope beside it** (the pattern of DSSE,
 Sigstore bundles and in-toto): ``<receipt>.json.sig`` is a DSSE envelope whose payload is an
-in-toto Statement v1 naming the receipt's canonical digest (SPEC §3) as its one subject. The
+in-toto Statement v1 naming the receipt's canonical digest (docs/reference.md#digests-and-names) as its one subject. The
 signature is over the DSSE pre-authentication encoding (``pae``) of the payload type and the
 payload bytes, so the type cannot be swapped under a valid signature. Verification returns
 the statement only after the signature held, and only that statement is trusted: the
@@ -107,7 +107,7 @@ def bundle_path(receipt_path: Path) -> Path:
 
 
 def keyid(public_key) -> str:
-    """``sha256:`` + hex sha256 of the public key's DER SubjectPublicKeyInfo (SPEC §26)."""
+    """``sha256:`` + hex sha256 of the public key's DER SubjectPublicKeyInfo (docs/reference.md#digests-and-names)."""
     from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
 
     der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)

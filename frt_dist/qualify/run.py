@@ -1,7 +1,7 @@
 """The qualification door: ``frt qualify --model X --route R``.
 
 Runs the route and the unmodified host in one process on this machine and
-writes one receipt per phase band (SPEC §3 "Receipt", §7). Never called by
+writes one receipt per phase band (docs/reference.md#receipt). Never called by
 ``load``. What it measures, per band:
 
 - **parity** at the output boundary (the whole binding's output, not a seam's)
@@ -567,7 +567,7 @@ def _qualify_vllm(lock, route_name, *, phases, rounds, seed, root, progress, max
 
 
 def receipt_filename(receipt: dict) -> str:
-    """``<route>--<phase>--<precision>--<device class>.json``: each part checked as a name (SPEC §21),
+    """``<route>--<phase>--<precision>--<device class>.json``: each part checked as a name (docs/reference.md#names),
     so the receipt is written inside the folder it is meant for."""
     c = receipt["cell"]
     parts = {"cell.route": c["route"], "cell.phase": c["phase"], "cell.precision": c["precision"],

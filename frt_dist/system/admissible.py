@@ -1,4 +1,4 @@
-"""The one admissibility rule (SPEC §19): may a locked variant stand for a cell's hardware?
+"""The one admissibility rule (docs/reference.md#admissibility): may a locked variant stand for a cell's hardware?
 
 A receipt measured a route with one locked variant per package. The receipt can
 only stand for its cell when every one of those variants would run there: a

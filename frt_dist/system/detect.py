@@ -1,4 +1,4 @@
-"""Reading the running system without importing torch (SPEC §18).
+"""Reading the running system without importing torch (docs/reference.md#hardware-and-detection).
 
 ``frt resolve`` decides before anything runs, on machines where importing torch costs seconds
 and may initialise a GPU context, so detection reads only:

@@ -20,7 +20,7 @@ _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 _MAJOR_MINOR = re.compile(r"^(\d+)\.(\d+)")
 
 # ---------------------------------------------------------------------------
-# device class (SPEC §3)
+# device class (docs/reference.md#digests-and-names)
 
 _DROP_WORDS = {"nvidia", "geforce", "cpu", "processor"}
 
@@ -39,7 +39,7 @@ def device_class(name: str) -> str:
 
 
 # ---------------------------------------------------------------------------
-# arch rule (SPEC §6)
+# arch rule (docs/reference.md#admissibility)
 
 _CUDA_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
 _ROCM_ARCH = re.compile(r"^gfx[0-9a-f]+$")
@@ -186,7 +186,7 @@ _NUMERIC = re.compile(r"^[0-9]+(?:\.[0-9]+)*$")
 
 
 def software_version(value: str | None) -> str | None:
-    """A dispatch-relevant software version as ``major.minor`` (SPEC §16), read with
+    """A dispatch-relevant software version as ``major.minor`` (docs/reference.md#cells-and-software), read with
     ``packaging``: ``2.13.0+cpu`` → ``2.13``, ``0.17.2`` → ``0.17``, ``12`` → ``12.0``.
     ``None`` when it is not a version. A cell's software facts (torch, CUDA/ROCm,
     `kernels`) are compared in this form, so a patch release never splits a cell."""
@@ -212,8 +212,8 @@ def software_version(value: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Hardware:
-    """The facts about one machine that decisions depend on (SPEC §17: every machine can be
-    declared on any machine).
+    """The facts about one machine that decisions depend on (docs/reference.md#hardware-and-detection: every
+    machine can be declared on any machine).
 
     - ``arch``: CUDA capability ``M.m`` (``"12.0"``; ``sm_90`` or ``90`` is a ``UsageError``
       whose hint names ``9.0``), a ROCm ``gfx…`` name, or for ``backend="cpu"`` the CPU
@@ -300,8 +300,8 @@ class Hardware:
 
     @classmethod
     def detect(cls, nvml=None) -> "Hardware":
-        """Read the running system without importing torch (SPEC §18): the NVIDIA device NVML
-        sees, else the CPU. The facts come from ``frt_dist.system.detect.read_system`` (``nvml``: a
+        """Read the running system without importing torch (docs/reference.md#hardware-and-detection): the
+        NVIDIA device NVML sees, else the CPU. The facts come from ``frt_dist.system.detect.read_system`` (``nvml``: a
         stand-in for the ``pynvml`` module, for tests)."""
         from .detect import read_system  # noqa: PLC0415 - NVML is opened on use only
 
