@@ -1,8 +1,9 @@
 """Every environment variable frt reads, declared once: its name, its default and what it means.
 
 Code reads the environment through this module (``value``, ``flag``, ``number``), never through
-``os.environ`` with a name of its own, so this table is the whole list: ``docs/reference.md``'s
-environment section is checked against it (``tests/test_settings.py``). Variables that belong to
+``os.environ`` with a name of its own, so this table is the whole list (``tests/test_settings.py``
+scans the package for reads that bypass it), and ``docs/reference.md``'s environment section is
+checked against it (``tests/test_reference_doc.py``). Variables that belong to
 another tool (``HF_*``, ``AWS_*``, ``KERNELS_CACHE``, ...) are declared too, with the tool that defines
 them as ``owner``: frt reads them to find what that tool would find, and never gives them another
 meaning.
