@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .. import settings
 from ..errors import FrtError, UsageError
 
 
@@ -27,10 +28,10 @@ def find_project(args):
 
 def find_lock(project, model: str, explicit: str | None):
     """The lockfile in force: ``--lockfile``, else ``FRT_LOCK``, else the project's. A missing
-    lockfile is a "no" (exit 1, SPEC §4) wherever it was named; one that does not parse is bad input."""
+    lockfile is a "no" (exit 1, docs/reference.md#exit-codes) wherever it was named; one that does not parse is bad input."""
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
 
-    for source, given in (("--lockfile", explicit), ("FRT_LOCK", os.environ.get("FRT_LOCK"))):
+    for source, given in (("--lockfile", explicit), ("FRT_LOCK", settings.value("FRT_LOCK"))):
         if given:
             if not os.path.isfile(given):  # False, not OSError, for a name too long to stat
                 raise FrtError(f"no lockfile at {given} ({source})",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from .. import settings
 from ..base.canonical import short_digest
 from ..errors import FrtError, UsageError
 from .context import find_lock, find_project, hardware_from_args
@@ -68,7 +68,7 @@ def _cmd_mirror(args, project, store, publish: bool) -> int:
     from ..distribution.mirror import mirror_lock, select_for_mirror  # noqa: PLC0415
     from ..errors import KernelUnavailable  # noqa: PLC0415
 
-    if os.environ.get("FRT_LOCK"):  # the lockfile named is the one model mirrored, under its own name
+    if settings.value("FRT_LOCK"):  # the lockfile named is the one model mirrored, under its own name
         lock = find_lock(project, args.model or "MODEL", None)
         models, locks = [lock.model], {lock.model: lock}
     else:

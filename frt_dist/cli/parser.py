@@ -19,7 +19,7 @@ ARGV: list[str] = []  # what main() parses: the parser's errors look at it for -
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse exits 2 too; keep SPEC's one-line form
+    def error(self, message):  # argparse exits 2 too; keep frt's one-line `error:` form
         hints = _suggestions(self, message)
         if "--json" in ARGV:
             print_json({"error": message, "hints": hints, "exit": 2})
@@ -85,7 +85,7 @@ def common_options(p: argparse.ArgumentParser) -> None:
 
 
 def hardware_flags(p: argparse.ArgumentParser) -> None:
-    """The declared-hardware flags (SPEC §17: any machine can be declared on any machine);
+    """The declared-hardware flags (any machine can be declared on any machine: docs/reference.md#hardware-and-detection);
     ``hardware_from_args(args)`` turns them into a ``Hardware``."""
     from ..system.hardware import BACKENDS, CPUS, OSES  # noqa: PLC0415
 

@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs and host weights (default 0)")
     sign = s.add_mutually_exclusive_group()
     sign.add_argument("--sign", metavar="KEY", help="sign each receipt written with the PEM private key KEY (EC P-256 or "
-                                                    "Ed25519): writes <receipt>.json.sig beside it (SPEC §26)")
+                                                    "Ed25519): writes <receipt>.json.sig beside it (docs/reference.md#receipt-signatures)")
     sign.add_argument("--unsigned", action="store_true",
                       help="qualify without signing where the manifest's [trust.receipts] policy covers this "
                            "machine (otherwise refused before measuring): sign the receipts afterwards with frt sign")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
+from .. import settings
 from ..errors import UsageError
 from .context import find_project, the_model
 from .parser import Parser, common_options
@@ -66,7 +66,7 @@ def run(args) -> int:
         if old.release and old.release["repo"] == m.release.repo and old.release["version"] == m.release.version:
             pinned = old.release
     fetched = release.fetch(m.release.repo, m.release.version, model, commit=pinned and pinned["commit"],
-                            recorded=pinned and pinned.get("files"), mirror=os.environ.get("FRT_MIRROR") or project.mirror)
+                            recorded=pinned and pinned.get("files"), mirror=settings.value("FRT_MIRROR") or project.mirror)
     rows = release.trust(project, model, fetched)
     emit(args, {"ok": True, "release": {"repo": fetched.repo, "commit": fetched.commit}, "trusted": rows},
           "\n".join(trust_lines(rows, fetched.repo, fetched.commit)))

@@ -69,7 +69,7 @@ def write_output(out: Path, data: bytes) -> None:
 
 
 def report(args, exc: FrtError) -> int:
-    if getattr(args, "json", False):  # SPEC §24: under --json every outcome is JSON, errors included
+    if getattr(args, "json", False):  # docs/reference.md#json-output: under --json every outcome is JSON, errors included
         print_json({"error": str(exc), "hints": exc.hints, "exit": exc.exit_code, "reasons": exc.reasons})
         return exc.exit_code
     print(f"error: {exc}", file=sys.stderr)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
+from .. import settings
 from ..base.canonical import short_digest
 from .context import find_lock, find_project, hardware_from_args, the_model
 from .parser import common_options, hardware_flags
@@ -37,7 +37,7 @@ def run(args) -> int:
     from ..routes.resolver import check_policy, resolve_all  # noqa: PLC0415
 
     project = find_project(args)
-    if args.model is None and (args.lockfile or os.environ.get("FRT_LOCK")):
+    if args.model is None and (args.lockfile or settings.value("FRT_LOCK")):
         lock = find_lock(project, "MODEL", args.lockfile)  # the lockfile named says which model
     else:
         lock = find_lock(project, the_model(project, args), args.lockfile)
@@ -74,7 +74,7 @@ def run(args) -> int:
                    f"(`frt qualify --model {lock.model} --route ROUTE`, then `frt lock`), and bring the new lockfile "
                    "to this node" if project.is_node else
                    f"qualify a route on the machine itself (`frt qualify --model {lock.model} --route ROUTE`), then `frt lock`")
-        hints = _software_hints(decisions, hw) or _state_hints(decisions, refused, accept) or [
+        hints = _software_hints(lock, decisions, hw, precision) or _state_hints(decisions, refused, accept) or [
             qualify, "`--explain` shows every candidate and why it lost; `--fallback host` decides the host path instead"]
         for h in hints:
             print(f"hint: {h}", file=sys.stderr)
@@ -82,7 +82,7 @@ def run(args) -> int:
 
 
 def _stale_warning(lock) -> list[str]:
-    """SPEC §23: resolve uses a stale lock (it is what was reviewed) but says so, once."""
+    """Resolve uses a stale lock (it is what was reviewed) but says so, once (docs/reference.md#freshness)."""
     from ..lock.freshness import manifest_drift  # noqa: PLC0415
     from ..project.discover import lock_root  # noqa: PLC0415 - not the loader's: resolve imports no loader
 
@@ -90,33 +90,36 @@ def _stale_warning(lock) -> list[str]:
     return [stale] if stale else []
 
 
-def _software_hints(decisions, hw) -> list[str]:
-    """For each "software not declared: torch (receipt: 2.13), ..." reason, the ``--software``
-    value that declares what the receipt recorded on top of what was declared."""
-    import re  # noqa: PLC0415
+def _software_hints(lock, decisions, hw, precision) -> list[str]:
+    """For each band where a route lost for software the receipt recorded and the declared
+    system does not name (kind ``software-not-declared``), the ``--software`` value that declares
+    what the receipt recorded on top of what was declared: read from the receipt itself."""
+    from ..documents.receipt import CellKey  # noqa: PLC0415
 
     out: list[str] = []
     for d in decisions.values():
         for r in d.reasons:
-            if not r.reason.startswith("software not declared: "):
+            if r.kind != "software-not-declared":
                 continue
-            recorded = dict(re.findall(r"([^\s,]+) \(receipt: ([^)]+)\)", r.reason))
-            facts = ",".join(f"{k}={v}" for k, v in sorted({**hw.software, **recorded}.items()))
-            hint = f"declare the software the receipt recorded: --software {facts}"
-            if hint not in out:
-                out.append(hint)
+            entry = lock.index.get(CellKey(d.phase, precision, hw.backend, hw.arch, hw.device_class))
+            for cand in entry.candidates if entry is not None else ():
+                recorded = {k: v for k, v in lock.receipts[cand.receipt].software.items() if k not in hw.software}
+                if cand.route != r.route or not recorded:
+                    continue
+                facts = ",".join(f"{k}={v}" for k, v in sorted({**hw.software, **recorded}.items()))
+                hint = f"declare the software the receipt recorded: --software {facts}"
+                if hint not in out:
+                    out.append(hint)
+                break  # the route's best receipt, as the reason is
     return out
 
 
-STATE_LOSS = "receipt is supported_correct; accept is "  # the resolver's reason for a route lost on its state
-
-
 def _state_hints(decisions, refused: list[str], accept) -> list[str]:
-    """When every refused band had a route that lost only on its state (a correct receipt,
-    ``supported_correct``, under ``accept`` certified_fast), the flag that accepts it."""
+    """When every refused band had a route that lost only on its state (kind ``state-below-accept``:
+    a correct receipt, ``supported_correct``, under ``accept`` certified_fast), the flag that accepts it."""
     if "supported_correct" in accept:
         return []
-    if all(any(r.reason.startswith(STATE_LOSS) for r in decisions[p].reasons) for p in refused):
+    if all(any(r.kind == "state-below-accept" for r in decisions[p].reasons) for p in refused):
         return ["the qualified routes here are supported_correct (correct, no speed claim): "
                 "`--accept supported_correct` serves them; only certified_fast is accepted by default"]
     return []

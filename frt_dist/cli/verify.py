@@ -30,7 +30,7 @@ def run(args) -> int:
     problems = report.problems
 
     def line(p: dict) -> str:
-        if p["kind"] == "stale":  # SPEC §23: the message names the manifest and both digests
+        if p["kind"] == "stale":  # docs/reference.md#freshness: the message names the manifest and both digests
             return f"stale: {p['message']}"
         if "derived" in p:  # a re-derivation: what the lock records vs what verify derived
             return f"{p['kind']}: {p['path']}: recorded {p['recorded']}, derived {p['derived']}"

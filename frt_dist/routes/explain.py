@@ -27,7 +27,7 @@ class Trace(Reporter):
 
 
 def candidates(lock, decisions, hardware, *, verbose: bool = False) -> list[dict]:
-    """Every route of the binding per decided band (SPEC §8.1): won or lost and why,
+    """Every route of the binding per decided band (docs/reference.md#frt-resolve, ``--explain``): won or lost and why,
     its route-digest, every failing package of the route (``problems``; the decision's
     reason names the first only), and per package its revision, its locked
     ``variants`` and the ``variant`` this system selects, for every candidate, not
