@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from .parser import output_options
 from .render import emit
 
 
@@ -18,8 +19,7 @@ def add_parser(sub) -> None:
                        epilog="example: frt digest packages/rmsnorm && frt lock")
     s.add_argument("paths", nargs="+", metavar="PATH", help="a package folder (with build/) or one variant folder")
     s.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale variant and file")
-    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    s.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    output_options(s, verbose="also each file whose digest changed, with its old and new digest")
 
 
 def run(args) -> int:
@@ -33,6 +33,8 @@ def run(args) -> int:
     for vd in found:
         state = ("stale" if args.check else "updated") if vd.changed else "up to date"
         lines.append(f"{vd.metadata}: {state}" + (f" ({', '.join(r for r, _, _ in vd.changed)})" if vd.changed else ""))
+        if args.verbose:
+            lines += [f"  {rel}: {old} -> {new}" for rel, old, new in vd.changed]
         if vd.written and vd.signed:
             print(f"warning: {vd.metadata}.sigstore no longer matches the rewritten metadata.json: sign it again "
                   "or remove it", file=sys.stderr)

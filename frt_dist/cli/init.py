@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UsageError
+from .parser import output_options
 from .release import signer_lines, trust_lines
 from .render import emit
 
@@ -20,8 +21,7 @@ def add_parser(sub) -> None:
                         "`frt lock` then reads the release's receipts (docs/releases-consume.md)")
     s.add_argument("--trust", action="store_true",
                    help="with --from: trust the release's signers now (as `frt release trust` does, printing each)")
-    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    s.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    output_options(s)
 
 
 def run(args) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from ..base.canonical import short_digest
 from ..errors import FrtError, UsageError
 from .context import find_project
 from .parser import common_options, output_file_arg
@@ -13,7 +14,7 @@ from .render import emit, progress_bar
 def add_parser(sub) -> None:
     """``frt lock``'s flags."""
     s = sub.add_parser("lock", help="lock every manifest (or one) into lockfiles/")
-    common_options(s)
+    common_options(s, verbose="also each locked package, at its revision, with its variants")
     s.add_argument("--model", help="lock one model")
     s.add_argument("--check", action="store_true", help="write nothing; exit 1 naming what is stale")
     s.add_argument("--strict", action="store_true", help="exit 1 when any receipt is rejected")
@@ -27,12 +28,12 @@ def add_parser(sub) -> None:
                    help="move the manifest's [release] to its branch's head (otherwise the locked release commit "
                         "is kept) and report each receipt added, removed or edited")
     s.add_argument("--export", choices=["kernels", "cyclonedx"],
-                   help="write nothing to lockfiles/: print the locked pins in another tool's lock format "
-                        "(kernels: a kernels.lock for kernels.load_kernel / LockedLayerRepository). kernels checks "
-                        "no file digest when it loads: an edited file in the mirror runs; check the mirror with "
-                        "`frt verify --mirror DIR` before such a load (frt_dist.load checks every file itself). "
-                        "cyclonedx: one model's lock as a CycloneDX 1.6 JSON SBOM (packages at their commits, "
-                        "file hashes, publisher signers, route receipts)")
+                   help="deprecated: use `frt export --format FMT`. Write nothing to lockfiles/: print the locked "
+                        "pins in another tool's lock format (kernels: a kernels.lock for kernels.load_kernel / "
+                        "LockedLayerRepository). kernels checks no file digest when it loads: an edited file in the "
+                        "mirror runs; check the mirror with `frt verify --mirror DIR` before such a load "
+                        "(frt_dist.load checks every file itself). cyclonedx: one model's lock as a CycloneDX 1.6 "
+                        "JSON SBOM")
     s.add_argument("-o", "--output", metavar="FILE", type=output_file_arg,
                    help="with --export: write to FILE instead of stdout")
 
@@ -44,9 +45,9 @@ def run(args) -> int:
     from ..lock.build import CoverageLoss, LockFailed, LockSession, lock_model  # noqa: PLC0415
 
     if args.export:
-        from .export import run_export  # noqa: PLC0415
+        from . import export  # noqa: PLC0415
 
-        return run_export(args)
+        return export.run(args)
     project = find_project(args)
     project.need_manifests("lock")
     models = [args.model] if args.model is not None else project.models()
@@ -104,6 +105,9 @@ def run(args) -> int:
                          + ("; first lock" if cov.first else f"; {cov.summary()}" if cov.changes else
                             "; coverage unchanged" if r.written else "") + ")")
         lines += [f"  {c}" for c in cov.lines(limit=None if r.model in refused else 20)]
+        if args.verbose:
+            lines += [f"  package {repo} @ {short_digest(p.revision)}: {', '.join(sorted(p.variants))}"
+                      for repo, p in sorted(r.lockfile.packages.items())]
         if r.written and cov.losses and not args.json and not args.quiet:
             n = cov.counts()
             print(f"warning: {r.model}: written with less coverage than {rel} had ({n['lost']} lost, "

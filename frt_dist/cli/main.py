@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import FrtError, UsageError
 from .parser import ARGV, COMMAND_NAMES, build_parser, named_command
-from .render import os_error, report
+from .render import DEPRECATED, os_error, report, say_deprecated, show_warnings
 
 __all__ = ["main"]
 
@@ -58,11 +58,21 @@ def _main(argv: list[str] | None) -> int:
     # torch warns once when numpy is absent; frt never hands tensors to numpy
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     ARGV[:] = list(sys.argv[1:] if argv is None else argv)
+    DEPRECATED.clear()
     parser = build_parser(only=named_command(ARGV))
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help(sys.stderr)
         return 2
+    with warnings.catch_warnings():  # what the command changes in warnings' state is undone after it
+        show_warnings(args)
+        try:
+            return _run(args)
+        finally:
+            say_deprecated()
+
+
+def _run(args) -> int:
     try:
         _global_project(args)
         if args.command in ("lock", "mirror", "release", "init"):

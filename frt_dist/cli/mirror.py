@@ -11,31 +11,39 @@ from ..base.canonical import short_digest
 from ..errors import FrtError, UsageError
 from .context import find_lock, find_project, hardware_from_args
 from .parser import common_options, hardware_flags
-from .render import emit, print_json, progress_bar
+from .render import deprecated, emit, print_json, progress_bar
 
 
 def add_parser(sub) -> None:
     """``frt mirror``'s flags."""
-    s = sub.add_parser("mirror", help="fill DIR (or publish to an object store) with every locked file the selection needs",
+    s = sub.add_parser("mirror", help="fill DIR with every locked file the selection needs (from a store: --from URL)",
                        description="Fill DIR with every locked file the selection needs. Select by --variant, "
                                    "--all-variants, the machines you ship to (the hardware flags for one, "
                                    "--machine for each further one), or --cells; default: this machine. "
-                                   "With an object-store URL (s3://bucket/prefix, file:///path) instead of DIR: "
-                                   "publish those files there, then the lockfile(s). With --from URL: fill DIR "
-                                   "from such a store, every file verified against the local lockfile.",
+                                   "With --from URL: fill DIR from an object store (s3://bucket/prefix, "
+                                   "file:///path), every file verified against the local lockfile. (An object-store "
+                                   "URL instead of DIR publishes there: deprecated, use `frt publish URL`.)",
                        epilog="example: frt mirror DIR --arch 9.0 --device-class h200 --software torch=2.13,cuda=12.8 "
                               "--machine 'arch=12.0,device-class=rtx-5090,software=torch=2.13;cuda=12.8'; "
-                              "frt mirror s3://bucket/frt --cells; frt mirror /srv/kernels --from s3://bucket/frt "
+                              "frt mirror /srv/kernels --from s3://bucket/frt "
                               "(AWS_ENDPOINT_URL, AWS_PROFILE, AWS_ACCESS_KEY_ID... as the AWS tools read them)")
-    common_options(s)
-    s.add_argument("dir", metavar="DIR|URL", help="the mirror folder (a hub-cache layout; created when needed), or "
-                                                  "an object store to publish to: s3://bucket/prefix, file:///path")
+    common_options(s, verbose=VERBOSE)
+    s.add_argument("dir", metavar="DIR", help="the mirror folder (a hub-cache layout; created when needed); an "
+                                              "object-store URL here publishes (deprecated: `frt publish URL`)")
     s.add_argument("--from", dest="from_url", metavar="URL",
                    help="fill DIR from this object store (s3://bucket/prefix, file:///path) instead of the "
                         "packages' own sources; the project's lockfile decides what and verifies every byte")
-    s.add_argument("--repair", action="store_true",
-                   help="publishing: send every selected object again, even one already present with the right size")
+    s.add_argument("--repair", action="store_true", help="with an object-store URL (deprecated): as `frt publish --repair`")
+    selection_flags(s)
+
+
+VERBOSE = "also each file as it is written (or sent), on stderr"
+
+
+def selection_flags(s) -> None:
+    """What ``frt mirror`` and ``frt publish`` select: the lockfile(s), then variants or machines."""
     s.add_argument("--model", help="one model's lockfile (default: every lockfile of the project)")
+    s.add_argument("--lockfile", metavar="FILE", help="this lockfile only (its model, under its own name), as FRT_LOCK")
     s.add_argument("--variant", action="append", help="a variant to mirror (repeatable); default: this system's")
     s.add_argument("--all-variants", action="store_true", help="every locked variant of every package")
     hardware_flags(s)
@@ -50,9 +58,11 @@ def run(args) -> int:
     from ..distribution.objstore import is_url, open_store  # noqa: PLC0415
 
     publish = is_url(args.dir)
+    if publish and not getattr(args, "publishing", False):
+        deprecated("frt mirror URL", "frt publish URL")
     if publish and args.from_url:
         raise UsageError(f"frt mirror {args.dir} --from {args.from_url}: publish to a store, or fill a folder "
-                         "from one; not both", hints=["frt mirror DIR --from URL fills DIR; frt mirror URL publishes"])
+                         "from one; not both", hints=["frt mirror DIR --from URL fills DIR; frt publish URL publishes"])
     if args.repair and not publish:
         raise UsageError("--repair applies when publishing to an object store (frt mirror s3://... --repair)")
     project = find_project(args)  # no project here: said before any store is opened or folder made
@@ -68,8 +78,8 @@ def _cmd_mirror(args, project, store, publish: bool) -> int:
     from ..distribution.mirror import mirror_lock, select_for_mirror  # noqa: PLC0415
     from ..errors import KernelUnavailable  # noqa: PLC0415
 
-    if settings.value("FRT_LOCK"):  # the lockfile named is the one model mirrored, under its own name
-        lock = find_lock(project, args.model or "MODEL", None)
+    if args.lockfile or settings.value("FRT_LOCK"):  # the lockfile named is the one model mirrored, its own name
+        lock = find_lock(project, args.model or "MODEL", args.lockfile)
         models, locks = [lock.model], {lock.model: lock}
     else:
         models = [args.model] if args.model is not None else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
@@ -92,6 +102,8 @@ def _cmd_mirror(args, project, store, publish: bool) -> int:
 
         def progress(ev: dict, bar=bar) -> None:
             if ev.get("event") == "file":
+                if args.verbose and not args.quiet:
+                    print(f"  {ev.get('repo')} {ev.get('path')}", file=sys.stderr)
                 bar.update(ev.get("bytes") or 0)
                 bar.set_postfix_str(f"{ev.get('repo')} {ev.get('path')}")
 
@@ -193,7 +205,8 @@ def _interrupted(args, msg: str, hint: str) -> int:
 def _publish_interrupted(args) -> int:
     return _interrupted(args, f"interrupted; the objects already sent stay in {args.dir}, and no lockfile was published "
                               "for the model being sent, so no reader takes it as a release",
-                        "run the same `frt mirror` again: it skips what is already there")
+                        f"run the same `frt {'publish' if getattr(args, 'publishing', False) else 'mirror'}` again: "
+                        "it skips what is already there")
 
 
 def _mirror_interrupted(args) -> int:

@@ -12,8 +12,8 @@ from .render import print_json
 
 # every command, in the order `frt --help` lists them; each is the module cli/<name>.py, with
 # add_parser(sub) (its flags) and run(args) (the command)
-COMMAND_NAMES = ("lock", "resolve", "verify", "mirror", "receipts", "qualify", "sign", "init", "release",
-                 "digest", "matrix")
+COMMAND_NAMES = ("lock", "export", "resolve", "verify", "mirror", "publish", "receipts", "qualify", "sign", "init",
+                 "release", "digest", "matrix", "completion")
 
 ARGV: list[str] = []  # what main() parses: the parser's errors look at it for --json and suggestions
 
@@ -76,12 +76,21 @@ def output_file_arg(text: str) -> str:
     return text
 
 
-def common_options(p: argparse.ArgumentParser) -> None:
+def common_options(p: argparse.ArgumentParser, verbose: str | None = None) -> None:
+    """``--project``, ``--demo`` and the output options of a command that works on a project."""
     p.add_argument("--project", metavar="DIR", help="project root (default: FRT_PROJECT, else the project or node at or "
                                                     "above this folder, else FRT_HOME; none is exit 2)")
     p.add_argument("--demo", action="store_true", help="use the bundled demo project (read-only)")
+    output_options(p, verbose)
+
+
+def output_options(p: argparse.ArgumentParser, verbose: str | None = None) -> None:
+    """``--json``, ``-q/--quiet`` and, where the command has more to say, ``-v/--verbose``
+    (``verbose``: what it adds, for ``--help``)."""
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    if verbose is not None:
+        p.add_argument("-v", "--verbose", action="store_true", help=verbose)
 
 
 def hardware_flags(p: argparse.ArgumentParser) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..errors import FrtError
+from ..errors import FrtError, UsageError
 from .context import find_lock, find_project, the_model
 from .parser import common_options, count_arg
-from .render import emit, progress_bar
+from .render import deprecated, emit, progress_bar
 
 
 def add_parser(sub) -> None:
@@ -22,11 +22,15 @@ def add_parser(sub) -> None:
     s.add_argument("--rounds", type=count_arg, help="paired timing rounds (default: the manifest's [qualify] rounds)")
     s.add_argument("--max-rounds", type=count_arg, help="the cap of adaptive timing while the speedup is undecided "
                                                      "(default: [qualify] max-rounds, else 4x the rounds)")
-    s.add_argument("--out", metavar="DIR", help="receipts folder (default: the project's receipts/<model>/)")
+    s.add_argument("--output-dir", dest="out", metavar="DIR",
+                   help="receipts folder (default: the project's receipts/<model>/)")
+    s.add_argument("--out", dest="out_old", metavar="DIR", help="deprecated spelling of --output-dir")
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs and host weights (default 0)")
     sign = s.add_mutually_exclusive_group()
-    sign.add_argument("--sign", metavar="KEY", help="sign each receipt written with the PEM private key KEY (EC P-256 or "
-                                                    "Ed25519): writes <receipt>.json.sig beside it (docs/reference.md#receipt-signatures)")
+    sign.add_argument("--key", metavar="KEY", help="sign each receipt written with the PEM private key KEY (EC P-256 or "
+                                                   "Ed25519): writes <receipt>.json.sig beside it "
+                                                   "(docs/reference.md#receipt-signatures)")
+    sign.add_argument("--sign", dest="sign_old", metavar="KEY", help="deprecated spelling of --key")
     sign.add_argument("--unsigned", action="store_true",
                       help="qualify without signing where the manifest's [trust.receipts] policy covers this "
                            "machine (otherwise refused before measuring): sign the receipts afterwards with frt sign")
@@ -35,17 +39,18 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ..qualify.run import check_receipt_folder, check_route, qualify, write_receipt  # noqa: PLC0415
 
+    _old_spellings(args)
     key = None
-    if args.sign:  # a bad key is refused before minutes of measuring, not after
+    if args.key:  # a bad key is refused before minutes of measuring, not after
         from ..provenance.signing import load_private_key  # noqa: PLC0415
 
-        key = load_private_key(args.sign)
+        key = load_private_key(args.key)
     project = find_project(args)
     project.need_manifests("qualify")
     args.model = the_model(project, args)
     lock = find_lock(project, args.model, None)
     if project.read_only and not args.out:
-        raise FrtError("the bundled defaults are read-only; pass --out DIR for the receipts",
+        raise FrtError("the bundled defaults are read-only; pass --output-dir DIR for the receipts",
                        hints=["or run in a project folder (manifests/, receipts/, lockfiles/)"])
     out = Path(args.out) if args.out else project.receipts_dir / args.model
     check_receipt_folder(out, show=project.rel)  # before minutes of measuring, not after
@@ -112,6 +117,18 @@ def run(args) -> int:
         return 0
     print("error: qualification failed for " + ", ".join(r.phase for r in results if not r.passed), file=sys.stderr)
     return 1
+
+
+def _old_spellings(args) -> None:
+    """``--out DIR`` and ``--sign KEY`` still work, with a deprecation note."""
+    if args.out_old is not None:
+        deprecated("frt qualify --out", "frt qualify --output-dir")
+        if args.out is not None and args.out != args.out_old:
+            raise UsageError(f"--output-dir {args.out} and --out {args.out_old} differ; give one")
+        args.out = args.out_old
+    if args.sign_old is not None:
+        deprecated("frt qualify --sign", "frt qualify --key")
+        args.key = args.sign_old
 
 
 def _import_holding_ctrl_c(*modules: str) -> None:

@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
     rsub = s.add_subparsers(dest="receipts_command", metavar="ACTION", parser_class=Parser, required=True,
                             help="push: send receipts to a store; pull: fetch them into receipts/")
     r = rsub.add_parser("push", help="send receipts to URL, each under its canonical digest")
-    common_options(r)
+    common_options(r, verbose="also each receipt sent")
     r.add_argument("url", metavar="URL", help="s3://bucket/prefix or file:///path")
     r.add_argument("paths", metavar="PATH", nargs="*",
                    help="receipt files or folders (default: the project's receipts/ folder)")
@@ -51,7 +51,8 @@ def run(args) -> int:
             res = push_receipts(store, paths, label=lambda p: project.rel(Path(p)))
             emit(args, {"ok": True, **res.to_dict()},
                   f"{len(res.sent)} receipt(s) sent to {store.url}, {len(res.present)} already there"
-                  + (f"; {len(res.signatures)} signature file(s) sent" if res.signatures else ""))
+                  + (f"; {len(res.signatures)} signature file(s) sent" if res.signatures else "")
+                  + "".join(f"\n  {x}" for x in (res.sent if args.verbose else ())))
             return 0
         if args.model is not None:
             from ..base import names  # noqa: PLC0415

@@ -10,6 +10,45 @@ from pathlib import Path
 from ..errors import FrtError, UsageError
 
 
+def show_warnings(args) -> None:
+    """Every ``FrtWarning`` library code raises while the command runs is printed as
+    ``warning: <message>`` on stderr, each time (never inside ``--json`` stdout); ``--quiet``
+    without ``--json`` silences them, as it silences everything but errors."""
+    import warnings  # noqa: PLC0415
+
+    from ..errors import FrtWarning  # noqa: PLC0415
+
+    quiet = getattr(args, "quiet", False) and not getattr(args, "json", False)
+    warnings.simplefilter("ignore" if quiet else "always", FrtWarning)
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, FrtWarning):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
+DEPRECATED: list[str] = []  # the old spellings this run used, said when it ends (``say_deprecated``)
+
+
+def deprecated(old: str, new: str) -> None:
+    """An old spelling that still works: noted now, said on stderr when the command ends without
+    an error (after its output, so the lines a script reads stay where they were; never in
+    ``--json`` stdout)."""
+    line = f"warning: '{old}' is deprecated and will be removed in the next release; use '{new}'"
+    if line not in DEPRECATED:
+        DEPRECATED.append(line)
+
+
+def say_deprecated() -> None:
+    for line in DEPRECATED:
+        print(line, file=sys.stderr)
+    DEPRECATED.clear()
+
+
 def print_json(doc: dict) -> None:
     print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
 
@@ -69,6 +108,9 @@ def write_output(out: Path, data: bytes) -> None:
 
 
 def report(args, exc: FrtError) -> int:
+    """The error (and its hints) as ``error:``/``hint:`` lines, or under ``--json`` as one JSON
+    document; the exit code. An error is said alone: no deprecation note follows it."""
+    DEPRECATED.clear()
     if getattr(args, "json", False):  # docs/reference.md#json-output: under --json every outcome is JSON, errors included
         print_json({"error": str(exc), "hints": exc.hints, "exit": exc.exit_code, "reasons": exc.reasons})
         return exc.exit_code

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..base.canonical import short_digest
 from ..errors import UsageError
+from .parser import output_options
 from .render import emit
 
 
@@ -24,8 +25,7 @@ def add_parser(sub) -> None:
     how.add_argument("--sigstore", action="store_true",
                      help="sign keylessly with this CI's OIDC identity through Sigstore (network): writes "
                           "<receipt>.json.sigstore, a bundle over the receipt's canonical JSON")
-    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    s.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    output_options(s)
 
 
 def run(args) -> int:

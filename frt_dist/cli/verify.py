@@ -13,7 +13,7 @@ from .render import emit
 def add_parser(sub) -> None:
     """``frt verify``'s flags."""
     s = sub.add_parser("verify", help="check lockfile digests and receipts (and a mirror)")
-    common_options(s)
+    common_options(s, verbose="also each lockfile checked, with its result, when some have problems")
     s.add_argument("--model", help="verify one model's lockfile (default: every lockfile of the project)")
     s.add_argument("--mirror", metavar="DIR", help="also check that DIR holds every locked file")
     s.add_argument("--variant", action="append", help="with --mirror: variants to check (default: this system's)")
@@ -36,7 +36,9 @@ def run(args) -> int:
             return f"{p['kind']}: {p['path']}: recorded {p['recorded']}, derived {p['derived']}"
         return f"{p['kind']}: {p['path']}: expected {p['expected']}, computed {p['computed']}"
 
-    text = "\n".join(([f"{c}: ok" for c in report.lockfiles] if not problems else [line(p) for p in problems])
+    at_fault = {p["path"].split(": ", 1)[0] for p in problems}
+    checked = [f"{c}: {'problems' if c in at_fault else 'ok'}" for c in report.lockfiles] if args.verbose else []
+    text = "\n".join(([f"{c}: ok" for c in report.lockfiles] if not problems else checked + [line(p) for p in problems])
                      + [f"note: {n}" for n in report.notes])
     emit(args, report.to_dict(), text)
     if problems:
