@@ -9,7 +9,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-
 from conftest import run_frt
 from factories import tiny_project
 
@@ -85,6 +84,30 @@ def test_publish_needs_a_store_and_mirror_still_fills_a_folder(tmp_path, proj):
     assert "  t-org/scale " in r.stderr  # -v: each file as it is written
 
 
+def test_mirror_and_publish_take_the_lockfile_named(tmp_path, proj):
+    tp, lock = proj
+    r = run_frt(["publish", f"file://{tmp_path / 's'}", "--lockfile", str(lock.path), "--variant", "torch-cpu"],
+                cwd=tp.root)
+    assert r.returncode == 0 and r.stdout.startswith("tiny: "), r.stderr
+    r = run_frt(["mirror", str(tmp_path / "m"), "--lockfile", str(tmp_path / "none.lock"), "--variant", "torch-cpu"],
+                cwd=tp.root)
+    assert r.returncode == 1 and r.stderr.startswith(f"error: no lockfile at {tmp_path / 'none.lock'} (--lockfile)")
+
+
+def test_digest_verbose_names_each_file_with_both_digests(tmp_path, proj):
+    tp, _ = proj
+    pkg = next(p for p in (tp.root / "packages").iterdir() if (p / "build").is_dir())
+    changed = next(f for f in (pkg / "build").rglob("*.py"))
+    changed.write_text(changed.read_text() + "\n# edited\n")
+    r = run_frt(["digest", "--check", "-v", str(pkg)], cwd=tp.root)
+    assert r.returncode == 1, r.stderr
+    variant = pkg / "build" / changed.relative_to(pkg / "build").parts[0]
+    [line] = [x for x in r.stdout.splitlines() if x.startswith(f"  {changed.relative_to(variant)}: ")]
+    old, new = line.split(": ", 1)[1].split(" -> ")
+    assert old != new and old and new, r.stdout
+    assert "->" not in run_frt(["digest", "--check", str(pkg)], cwd=tp.root).stdout  # without -v: the names only
+
+
 # --- frt qualify --output-dir / --key (were --out / --sign) ----------------------------------------
 
 
@@ -144,7 +167,7 @@ def test_qualify_key_and_its_old_spelling(tmp_path, measured, capsys):
     for flag, warned in (("--key", False), ("--sign", True)):
         rc, out, err = _qualify(capsys, tp, flag, str(key))
         assert rc == 0 and (dep in err.splitlines()) is warned, err
-        rc, out, err = _qualify(capsys, tp, flag, str(bad))
+        rc, _, err = _qualify(capsys, tp, flag, str(bad))
         assert rc == 2 and err.startswith(f"error: {bad}: not a PEM private key") and dep not in err, err
         with pytest.raises(SystemExit):
             _qualify(capsys, tp, flag, str(key), "--unsigned")
@@ -155,7 +178,7 @@ def test_qualify_key_and_its_old_spelling(tmp_path, measured, capsys):
 
 
 def test_verbose_adds_detail_and_quiet_keeps_errors_only(tmp_path, proj):
-    tp, lock = proj
+    tp, _ = proj
     r = run_frt(["lock", "-v"], cwd=tp.root)
     assert r.returncode == 0 and "  package t-org/scale @ sha256:" in r.stdout, r.stdout + r.stderr
     assert "package t-org/scale" not in run_frt(["lock"], cwd=tp.root).stdout

@@ -7,8 +7,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
-
 from factories import tiny_project
+
 from frt_dist.routes import resolver
 from frt_dist.routes.resolver import REASON_KINDS, Decision, Reason
 
