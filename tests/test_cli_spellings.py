@@ -165,7 +165,7 @@ def test_qualify_key_and_its_old_spelling(tmp_path, measured, capsys):
     bad.write_text("nope")
     dep = _deprecated("frt qualify --sign", "frt qualify --key")
     for flag, warned in (("--key", False), ("--sign", True)):
-        rc, out, err = _qualify(capsys, tp, flag, str(key))
+        rc, _, err = _qualify(capsys, tp, flag, str(key))
         assert rc == 0 and (dep in err.splitlines()) is warned, err
         rc, _, err = _qualify(capsys, tp, flag, str(bad))
         assert rc == 2 and err.startswith(f"error: {bad}: not a PEM private key") and dep not in err, err

@@ -40,6 +40,10 @@ def test_every_reason_has_a_declared_kind_and_the_json_carries_it(tmp_path, caps
     assert all(set(r) == {"route", "reason", "kind"} and r["kind"] in REASON_KINDS for r in reasons), reasons
     kinds = {(r["route"], r["kind"]) for r in reasons}
     assert ("fast", "state-below-accept") in kinds and ("solo", "no-receipt") in kinds
+    rc, out, _ = _frt(capsys, tp.root, *HW, "--json", "--explain")
+    cands = json.loads(out)["candidates"]
+    assert {(c["route"], c["kind"]) for c in cands if c["phase"] == "decode"} == {
+        ("fast", "state-below-accept"), ("solo", "no-receipt")}
 
 
 def test_the_accept_hint_is_chosen_by_kind_not_wording(tmp_path, capsys, monkeypatch):
