@@ -53,7 +53,8 @@ def test_resolve_human_and_json(toy_project):
     assert doc["project"] == {"root": str(toy_project.resolve()), "kind": "project", "bundled": False}
     assert doc["warnings"] == []  # a fresh lock (test_resolve_lockfile.py: a stale one)
     assert doc["decisions"][0] == {"phase": "decode", "decision": "host", "route": None, "state": "unknown",
-                                   "receipt": None, "reasons": [{"route": "fast", "reason": "no receipt for this cell"}]}
+                                   "receipt": None, "reasons": [{"route": "fast", "reason": "no receipt for this cell",
+                                                                "kind": "no-receipt"}]}
 
 
 def test_resolve_explain_lists_every_candidate(toy_project):

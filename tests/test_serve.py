@@ -72,8 +72,9 @@ def test_a_refused_band_stops_load_before_anything_is_imported(tmp_path):
         load("tiny", lockfile=lock.path, hardware=CPU)
     assert set(sys.modules) == before and loader._LOADED == {} and loader.unavailable_report() == []
     assert ei.value.reasons == [
-        {"phase": "prefill", "route": "fast", "reason": "no receipt for this cell: receipts cover phase decode, not prefill"},
-        {"phase": "prefill", "route": "solo", "reason": "no receipt for this cell"}]
+        {"phase": "prefill", "route": "fast", "reason": "no receipt for this cell: receipts cover phase decode, not prefill",
+         "kind": "phase-not-covered"},
+        {"phase": "prefill", "route": "solo", "reason": "no receipt for this cell", "kind": "no-receipt"}]
 
 
 def test_host_decided_band_needs_the_callers_host(tmp_path):

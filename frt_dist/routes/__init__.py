@@ -10,6 +10,14 @@ Neither imports torch or `kernels`; neither measures anything.
 
 from __future__ import annotations
 
-from .resolver import ACCEPTABLE, FALLBACKS, Decision, Reason, Reporter, resolve, resolve_all
+from .resolver import (
+    ACCEPTABLE,
+    FALLBACKS,
+    Decision,
+    Reason,
+    Reporter,
+    resolve,
+    resolve_all,
+)
 
 __all__ = ["resolve", "resolve_all", "Decision", "Reason", "Reporter", "FALLBACKS", "ACCEPTABLE"]

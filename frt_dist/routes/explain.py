@@ -27,7 +27,8 @@ class Trace(Reporter):
 
 
 def candidates(lock, decisions, hardware, *, verbose: bool = False) -> list[dict]:
-    """Every route of the binding per decided band (SPEC §8.1): won or lost and why,
+    """Every route of the binding per decided band (docs/reference.md#frt-resolve, ``--explain``): won or lost and why
+    (``reason``, and its ``kind``: ``None`` for the route taken),
     its route-digest, every failing package of the route (``problems``; the decision's
     reason names the first only), and per package its revision, its locked
     ``variants`` and the ``variant`` this system selects, for every candidate, not
@@ -37,7 +38,7 @@ def candidates(lock, decisions, hardware, *, verbose: bool = False) -> list[dict
     m = lock.manifest
     facts = _facts_for(lock, hardware)
     for phase, d in decisions.items():
-        reasons = {r.route: r.reason for r in d.reasons}
+        reasons = {r.route: r for r in d.reasons}
         for rname, rt in m.routes.items():
             variants = facts.route(rname)[0]
             pk = {}
@@ -50,7 +51,9 @@ def candidates(lock, decisions, hardware, *, verbose: bool = False) -> list[dict
                     pk[repo]["accepted"] = list(choice.accepted)
                     pk[repo]["rejected"] = [{"variant": v, "reason": why} for v, why in choice.rejected]
             out.append({"phase": phase, "route": rname, "route-digest": rt.digest,
-                        "won": d.route == rname, "reason": reasons.get(rname, "chosen" if d.route == rname else ""),
+                        "won": d.route == rname,
+                        "reason": reasons[rname].reason if rname in reasons else "chosen" if d.route == rname else "",
+                        "kind": reasons[rname].kind if rname in reasons else None,
                         "problems": list(facts.problems(rname)), "packages": pk,
                         "receipts": sorted(r.digest for r in lock.receipts.values()
                                            if r.route == rname and r.key.phase == phase)})

@@ -1,8 +1,8 @@
-"""``frt matrix``: the cell × route state matrix, read from the lockfiles (SPEC §4).
+"""``frt matrix``: the cell × route state matrix, read from the lockfiles (docs/reference.md#frt-matrix).
 
 One table per model. Rows are cells — phase band, precision, hardware (backend,
 arch, device class) and, where receipts of one cell differ in it, the software
-they measured (SPEC §2: software that affects dispatch is part of the cell).
+they measured (software that affects dispatch is part of the cell: docs/reference.md#cells-and-software).
 Columns are the manifest's routes, in manifest order. A table cell shows the
 state of the route there — ``certified_fast``, ``supported_correct`` or
 ``unknown`` (``n/a`` when the route's precision is not the row's) — with the
@@ -10,7 +10,7 @@ receipt's key figures: median speedup with its min–max and the worst parity
 error (max-abs). ``★`` marks the row's winner: the first receipt of the lock's
 ranking (certified_fast first, then higher median speedup), which is what
 ``resolve`` takes when its state is accepted and the system matches. A receipt whose
-measured variants do not admit the row's arch (``admissible.admission_problems``, SPEC §19)
+measured variants do not admit the row's arch (``admissible.admission_problems``, docs/reference.md#admissibility)
 is left out, as ``frt lock`` and resolve leave it out, even from a lock written before that
 rule: the matrix never shows a winner that resolve refuses.
 
@@ -35,12 +35,12 @@ import html
 import json
 import re
 
-from ..base.record import dataclass, field
-from ..system.admissible import admission_problems
-from ..errors import FrtError, UsageError
 from ..base.canonical import short_digest
+from ..base.record import dataclass, field
 from ..documents.lockfile import Lockfile
 from ..documents.receipt import Receipt
+from ..errors import FrtError, UsageError
+from ..system.admissible import admission_problems
 
 __all__ = ["render_matrix", "STATE_CLASSES"]
 
@@ -118,7 +118,7 @@ def _table(lock: Lockfile, label: str) -> Table:
         for cand in entry.candidates:
             rec = lock.receipts[cand.receipt]
             if admission_problems(lock.packages, rec.cell):
-                continue  # the lock rejects such a receipt and resolve refuses it (SPEC §19): never a winner here
+                continue  # the lock rejects such a receipt and resolve refuses it (docs/reference.md#admissibility): never a winner here
             sw = tuple(sorted(rec.software.items()))
             groups.setdefault(sw, []).append((cand, rec))
         for sw, cands in groups.items():

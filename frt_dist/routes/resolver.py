@@ -15,28 +15,57 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from ..base.record import dataclass, field
-from ..errors import RouteRefused, UsageError
-from ..system.admissible import variant_problem
-from ..system.hardware import Hardware
 from ..documents.lockfile import Lockfile
 from ..documents.metadata import requirement_problem
 from ..documents.receipt import CellKey, Receipt
+from ..errors import RouteRefused, UsageError
+from ..system.admissible import variant_problem
+from ..system.hardware import Hardware
 from ..system.variants import select_variants
 
-__all__ = ["resolve", "resolve_all", "Decision", "Reason", "Reporter", "FALLBACKS", "ACCEPTABLE"]
+__all__ = ["resolve", "resolve_all", "Decision", "Reason", "Reporter", "FALLBACKS", "ACCEPTABLE", "REASON_KINDS"]
 
 FALLBACKS = ("refuse", "host")
 ACCEPTABLE = ("certified_fast", "supported_correct")
 
 
+# Why a route was not taken, as a short stable identifier (like resolvelib's criteria): callers
+# choose what to do or say by the kind, never by the wording of ``Reason.reason``, which may change.
+REASON_KINDS = MappingProxyType({
+    # the route's packages on this system (``_RouteFacts.package``)
+    "package-not-locked": "a package the route needs is not in the lockfile",
+    "variant-not-locked": "no locked variant of a package is one this system can select",
+    "variant-not-admitted": "the selected variant is a build for another backend",
+    "arch-not-declared": "the selected variant does not declare the device's arch",
+    "requirement-unmet": "the selected variant needs something this system lacks (kernels version, Python packages)",
+    # a receipt of the cell that does not match this system (``_resolve``)
+    "software-mismatch": "the receipt recorded a software fact with another value than this system's",
+    "software-not-declared": "the receipt recorded software facts this (declared) system does not name",
+    "variant-mismatch": "the receipt measured another variant than this system selects",
+    "state-below-accept": "the receipt's state is not one the caller accepts (supported_correct under certified_fast)",
+    "outranked": "another route of the cell ranked higher at lock time and was taken",
+    "precision-mismatch": "the route is bound for another precision than the one asked for",
+    # no receipt of the route covers the cell (``_nearest_miss``)
+    "receipt-rejected": "a receipt for this band and device class was rejected by `frt lock`",
+    "device-not-covered": "the route's receipts were measured on another device class",
+    "arch-not-covered": "the route's receipts were measured on another arch",
+    "backend-not-covered": "the route's receipts were measured on another backend",
+    "phase-not-covered": "the route's receipts on this machine cover other phase bands",
+    "precision-not-covered": "the route's receipts on this machine cover other precisions",
+    "no-receipt": "no receipt of the route near this cell",
+})
+
+
 class Reason(NamedTuple):
-    """Why one candidate route was not taken (a named tuple: several per decision)."""
+    """Why one candidate route was not taken (a named tuple: several per decision): ``reason`` is
+    the sentence for people, ``kind`` (one of ``REASON_KINDS``) what a program decides on."""
 
     route: str
     reason: str
+    kind: str = "no-receipt"
 
     def to_dict(self) -> dict:
-        return {"route": self.route, "reason": self.reason}
+        return {"route": self.route, "reason": self.reason, "kind": self.kind}
 
 
 @dataclass(frozen=True)
@@ -93,53 +122,66 @@ def check_policy(lock: Lockfile, *, precision: str | None, phase: str | None, fa
     return precision, accept
 
 
+_Why = tuple[str, str]  # (kind, sentence): a reason before it is given its route
+
+
 class _RouteFacts:
     """Per-route facts that do not depend on the phase: variants the system
     selects and the arch verdict of every package. Computed once per call."""
 
     def __init__(self, lock: Lockfile, hw: Hardware):
         self.lock, self.hw = lock, hw
-        self._pkg: dict[str, tuple[str | None, str | None]] = {}
-        self._route: dict[str, tuple[dict, tuple[str, ...]]] = {}
+        self._pkg: dict[str, tuple[str | None, _Why | None]] = {}
+        self._route: dict[str, tuple[dict, tuple[_Why, ...]]] = {}
 
     def package(self, repo: str) -> tuple[str | None, str | None]:
         """(selected variant, problem) for one locked package on this hardware."""
+        sel, why = self.package_why(repo)
+        return sel, (why[1] if why else None)
+
+    def package_why(self, repo: str) -> tuple[str | None, _Why | None]:
+        """(selected variant, (kind, problem) or None) for one locked package on this hardware."""
         if repo in self._pkg:
             return self._pkg[repo]
         pkg = self.lock.packages.get(repo)
         if pkg is None:
-            res = (None, f"package {repo} is not locked")
+            res = (None, ("package-not-locked", f"package {repo} is not locked"))
         else:
             choice = select_variants(pkg.variants, self.hw)
             if choice.selected is None:
-                res = (None, f"variant for this system not locked: {repo} has {', '.join(sorted(pkg.variants))}")
+                res = (None, ("variant-not-locked",
+                              f"variant for this system not locked: {repo} has {', '.join(sorted(pkg.variants))}"))
             else:
                 # defence in depth: the lock already rejected receipts whose variant this rule refuses
-                why = variant_problem(pkg.variants[choice.selected], self.hw.backend, self.hw.arch)
+                variant = pkg.variants[choice.selected]
+                why = variant_problem(variant, self.hw.backend, self.hw.arch)
                 if why:
                     short = repo.split("/", 1)[1]
-                    res = (choice.selected, f"package {short} {why}; device is {self.hw.arch}")
+                    # variant_problem judges the backend first, then the archs
+                    kind = "arch-not-declared" if variant.backend == self.hw.backend else "variant-not-admitted"
+                    res = (choice.selected, (kind, f"package {short} {why}; device is {self.hw.arch}"))
                 else:
-                    res = (choice.selected, requirement_problem(repo, pkg.variants[choice.selected], self.hw))
+                    need = requirement_problem(repo, variant, self.hw)
+                    res = (choice.selected, ("requirement-unmet", need) if need else None)
         self._pkg[repo] = res
         return res
 
-    def route(self, route: str) -> tuple[dict, str | None]:
-        """(variant per package, first failing package's problem): a decision's reason
+    def route(self, route: str) -> tuple[dict, _Why | None]:
+        """(variant per package, first failing package's (kind, problem)): a decision's reason
         stays one line; ``problems`` has every failing package for ``--explain``."""
         variants, problems = self._facts(route)
         return variants, (problems[0] if problems else None)
 
     def problems(self, route: str) -> tuple[str, ...]:
-        """Every failing package of the route, in manifest order."""
-        return self._facts(route)[1]
+        """Every failing package's problem of the route, in manifest order."""
+        return tuple(text for _, text in self._facts(route)[1])
 
-    def _facts(self, route: str) -> tuple[dict, tuple[str, ...]]:
+    def _facts(self, route: str) -> tuple[dict, tuple[_Why, ...]]:
         hit = self._route.get(route)
         if hit is None:
             variants, problems = {}, []
             for repo in self.lock.manifest.route_packages(route):
-                sel, why = self.package(repo)
+                sel, why = self.package_why(repo)
                 variants[repo] = sel
                 if why:
                     problems.append(why)
@@ -147,7 +189,7 @@ class _RouteFacts:
         return hit
 
 
-def _software_problem(rec: Receipt, hw: Hardware) -> str | None:
+def _software_problem(rec: Receipt, hw: Hardware) -> _Why | None:
     """The first software fact that differs, else every fact the receipt records that the
     hardware lacks, each with the receipt's value, so one try names all of them."""
     missing = []
@@ -157,15 +199,16 @@ def _software_problem(rec: Receipt, hw: Hardware) -> str | None:
             missing.append(f"{key} (receipt: {want})")
         elif have != want:
             verb = "running" if hw.detected else "declared"
-            return f"receipt software {key} {want}, {verb} {have}"
-    return f"software not declared: {', '.join(missing)}" if missing else None
+            return "software-mismatch", f"receipt software {key} {want}, {verb} {have}"
+    return ("software-not-declared", f"software not declared: {', '.join(missing)}") if missing else None
 
 
-def _variant_problem(rec: Receipt, variants: dict) -> str | None:
+def _variant_problem(rec: Receipt, variants: dict) -> _Why | None:
     for seam, it in sorted(rec.cell["impls"].items()):
         sel = variants.get(it["package"])
         if sel != it["variant"]:
-            return f"receipt measured variant {it['variant']} of {it['package']}; this system selects {sel}"
+            return ("variant-mismatch",
+                    f"receipt measured variant {it['variant']} of {it['package']}; this system selects {sel}")
     return None
 
 
@@ -238,41 +281,43 @@ class _MissIndex:
         return hit
 
 
-def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> str:
+def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> _Why:
     """Why no receipt of ``route`` covers this cell, naming the closest one."""
     # a receipt of this route measured on this very band and device class that `frt lock` rejected
     # is the reason, before any nearer accepted receipt (which would only say what is covered)
     rejected = [r for r in lock.rejected if r.get("route") == route and r.get("phase") == key.phase
                 and r.get("device-class") == key.device_class]
     if rejected:
-        return (f"no receipt for this cell: {len(rejected)} rejected at lock time "
-                f"({rejected[0]['file']}: {rejected[0]['reason']})")
+        return ("receipt-rejected", f"no receipt for this cell: {len(rejected)} rejected at lock time "
+                                    f"({rejected[0]['file']}: {rejected[0]['reason']})")
     ix = lock.memo.get("miss")
     if ix is None:
         ix = lock.memo["miss"] = _MissIndex(lock)
     # the closest receipt of this band and precision: same backend first, then by device class, arch
     for dc, arch in ix.low.get((route, key.phase, key.precision, key.backend), ()):
         if dc != key.device_class:
-            return f"no receipt for this cell: receipt measured on {dc}, device is {key.device_class}"
+            return "device-not-covered", f"no receipt for this cell: receipt measured on {dc}, device is {key.device_class}"
         if arch != key.arch:
-            return f"no receipt for this cell: receipt measured on arch {arch}, device is {key.arch}"
+            return "arch-not-covered", f"no receipt for this cell: receipt measured on arch {arch}, device is {key.arch}"
     others = [(*ix.low[(route, key.phase, key.precision, b)][0], b)
               for b in ix.backends.get((route, key.phase, key.precision), ()) if b != key.backend]
     if others:
         dc, arch, backend = min(others)
         if dc != key.device_class:
-            return f"no receipt for this cell: receipt measured on {dc}, device is {key.device_class}"
+            return "device-not-covered", f"no receipt for this cell: receipt measured on {dc}, device is {key.device_class}"
         if arch != key.arch:
-            return f"no receipt for this cell: receipt measured on arch {arch}, device is {key.arch}"
-        return f"no receipt for this cell: receipt measured on backend {backend}, device is {key.backend}"
+            return "arch-not-covered", f"no receipt for this cell: receipt measured on arch {arch}, device is {key.arch}"
+        return ("backend-not-covered",
+                f"no receipt for this cell: receipt measured on backend {backend}, device is {key.backend}")
     cells = ix.hw(key.backend, key.arch, key.device_class).get(route, ())
     phases = sorted({ph for ph, prec in cells if prec == key.precision})
     if phases and key.phase not in phases:
-        return f"no receipt for this cell: receipts cover phase {', '.join(phases)}, not {key.phase}"
+        return "phase-not-covered", f"no receipt for this cell: receipts cover phase {', '.join(phases)}, not {key.phase}"
     precisions = sorted({prec for _, prec in cells})
     if precisions and key.precision not in precisions:
-        return f"no receipt for this cell: receipts cover precision {', '.join(precisions)}, not {key.precision}"
-    return "no receipt for this cell"
+        return ("precision-not-covered",
+                f"no receipt for this cell: receipts cover precision {', '.join(precisions)}, not {key.precision}")
+    return "no-receipt", "no receipt for this cell"
 
 
 def _facts_for(lock: Lockfile, hw: Hardware) -> _RouteFacts:
@@ -291,7 +336,7 @@ def _facts_for(lock: Lockfile, hw: Hardware) -> _RouteFacts:
 def resolve(lock, *, hardware: Hardware, precision: str | None = None, phase: str,
             fallback: str = "refuse", accept=("certified_fast",), reporter: Reporter | None = None,
             _facts: _RouteFacts | None = None) -> Decision:
-    """One phase band → one ``Decision`` (SPEC §5, §6)."""
+    """One phase band → one ``Decision`` (docs/reference.md#python-api)."""
     lock = Lockfile.of(lock)
     memo_key = None
     if reporter is None:
@@ -318,7 +363,7 @@ def _resolve(lock: Lockfile, *, hardware: Hardware, precision, phase, fallback, 
     facts = _facts or _facts_for(lock, hardware)
     m = lock.manifest
     key = CellKey(phase, precision, hardware.backend, hardware.arch, hardware.device_class)
-    reasons: dict[str, str] = {}
+    reasons: dict[str, _Why] = {}
     outranked: set[str] = set()
     entry = lock.index.get(key)
     chosen = None
@@ -335,15 +380,15 @@ def _resolve(lock: Lockfile, *, hardware: Hardware, precision, phase, fallback, 
             variants, problem = facts.route(cand.route)
             why = (problem or _software_problem(rec, hardware) or _variant_problem(rec, variants))
             if why is None and cand.state not in accept:
-                why = f"receipt is {cand.state}; accept is {','.join(accept)}"
+                why = "state-below-accept", f"receipt is {cand.state}; accept is {','.join(accept)}"
             if why is not None:
                 reasons.setdefault(cand.route, why)
             elif chosen is None:
                 chosen = (cand, rec, variants)
             else:
                 win = chosen[0]
-                reasons[cand.route] = (f"ranked below {win.route} in this cell at lock time "
-                                       f"({_fig(cand)} vs {_fig(win)})")
+                reasons[cand.route] = ("outranked", f"ranked below {win.route} in this cell at lock time "
+                                                    f"({_fig(cand)} vs {_fig(win)})")
                 outranked.add(cand.route)
     ordered: list[Reason] = []
     for rname, rt in m.routes.items():
@@ -352,12 +397,12 @@ def _resolve(lock: Lockfile, *, hardware: Hardware, precision, phase, fallback, 
         why = reasons.get(rname)
         if why is None:
             if rt.precision != precision:
-                why = f"route precision is {rt.precision}; requested {precision}"
+                why = "precision-mismatch", f"route precision is {rt.precision}; requested {precision}"
             else:
                 _, problem = facts.route(rname)
                 why = problem or _nearest_miss(lock, rname, key, hardware)
-        rep.rejecting(phase, rname, why)  # once per route, with the reason the decision carries
-        ordered.append(Reason(rname, why))
+        rep.rejecting(phase, rname, why[1])  # once per route, with the reason the decision carries
+        ordered.append(Reason(rname, why[1], why[0]))
     if chosen:
         cand, rec, variants = chosen
         rep.choosing(phase, cand.route, "route")

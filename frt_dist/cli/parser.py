@@ -1,0 +1,181 @@
+"""The ``frt`` argument parser: the tree of subcommands (each command module adds its own flags),
+the options they share, and argparse's errors in frt's one-line form with suggestions."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from .render import print_json
+
+# every command, in the order `frt --help` lists them; each is the module cli/<name>.py, with
+# add_parser(sub) (its flags) and run(args) (the command)
+COMMAND_NAMES = ("lock", "export", "resolve", "verify", "mirror", "publish", "receipts", "qualify", "sign", "init",
+                 "release", "digest", "matrix", "completion")
+
+ARGV: list[str] = []  # what main() parses: the parser's errors look at it for --json and suggestions
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse exits 2 too; keep frt's one-line `error:` form
+        hints = _suggestions(self, message)
+        if "--json" in ARGV:
+            print_json({"error": message, "hints": hints, "exit": 2})
+        else:
+            self.print_usage(sys.stderr)
+            print(f"error: {message}", file=sys.stderr)
+            for h in hints:
+                print(f"hint: {h}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _suggestions(parser: argparse.ArgumentParser, message: str) -> list[str]:
+    """``did you mean ...`` for a mistyped subcommand, flag or choice (like git and uv)."""
+    import difflib  # noqa: PLC0415
+    import re  # noqa: PLC0415
+
+    m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if m:
+        choices = re.findall(r"'([^']*)'", m.group(2))
+        close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.5)
+        return [f"did you mean {close[0]!r}?"] if close else []
+    options = set(parser._option_string_actions)
+    for action in parser._actions:  # the subcommand's own flags, when one was named
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if name in ARGV:
+                    options |= set(sub._option_string_actions)
+    out = []
+    for word in ARGV:  # every flag given that the command does not know (argparse may name another error first)
+        flag = word.split("=", 1)[0]
+        if flag.startswith("-") and flag not in options and not flag.lstrip("-").replace(".", "").isdigit():
+            close = difflib.get_close_matches(flag, sorted(options), n=1, cutoff=0.6)
+            if close:
+                out.append(f"{flag}: did you mean {close[0]}?")
+    return out
+
+
+def count_arg(text: str) -> int:
+    """An argparse type: a whole number >= 1 (``--rounds 0`` is a usage error, not an empty run)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {n}")
+    return n
+
+
+def output_file_arg(text: str) -> str:
+    """An argparse type for ``-o FILE``: its folder must exist (no silent ``mkdir -p``)."""
+    parent = Path(text).expanduser().resolve().parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"folder {parent} does not exist")
+    return text
+
+
+def common_options(p: argparse.ArgumentParser, verbose: str | None = None) -> None:
+    """``--project``, ``--demo`` and the output options of a command that works on a project."""
+    p.add_argument("--project", metavar="DIR", help="project root (default: FRT_PROJECT, else the project or node at or "
+                                                    "above this folder, else FRT_HOME; none is exit 2)")
+    p.add_argument("--demo", action="store_true", help="use the bundled demo project (read-only)")
+    output_options(p, verbose)
+
+
+def output_options(p: argparse.ArgumentParser, verbose: str | None = None) -> None:
+    """``--json``, ``-q/--quiet`` and, where the command has more to say, ``-v/--verbose``
+    (``verbose``: what it adds, for ``--help``)."""
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    if verbose is not None:
+        p.add_argument("-v", "--verbose", action="store_true", help=verbose)
+
+
+def hardware_flags(p: argparse.ArgumentParser) -> None:
+    """The declared-hardware flags (any machine can be declared on any machine: docs/reference.md#hardware-and-detection);
+    ``hardware_from_args(args)`` turns them into a ``Hardware``."""
+    from ..system.hardware import BACKENDS, CPUS, OSES  # noqa: PLC0415
+
+    g = p.add_argument_group("hardware (declared, or --detect)")
+    g.add_argument("--arch", help="compute capability as major.minor (12.0, not sm_120), gfx name (gfx942), "
+                                  "or the CPU (x86_64) on the cpu backend")
+    g.add_argument("--device-class", help="device name, normalised: 'NVIDIA H200' is h200")
+    g.add_argument("--backend", choices=BACKENDS, help="default: from --arch")
+    g.add_argument("--cpu", metavar="CPU", help=f"the host CPU variants are built for: {', '.join(CPUS)} "
+                                                "(default: this machine's)")
+    g.add_argument("--os", metavar="OS", help=f"the host OS: {', '.join(OSES)} (default: this machine's)")
+    g.add_argument("--software", metavar="K=V,...",
+                   help="dispatch-relevant software, e.g. torch=2.13,cuda=12.8 (also rocm, xpu, cann, tvm-ffi, macos)")
+    g.add_argument("--detect", action="store_true",
+                   help="read the running system; the default when no hardware is declared")
+
+
+class _Unused:
+    """Stands for a subcommand that this run does not parse (``build_parser(only=)``): neither it
+    nor its flags are built. ``frt --help`` (no subcommand named) builds them all, as before."""
+
+    def add_argument(self, *args, **kwargs):
+        return None
+
+    def add_argument_group(self, *args, **kwargs):
+        return self
+
+    def add_mutually_exclusive_group(self, *args, **kwargs):
+        return self
+
+    def add_subparsers(self, *args, **kwargs):  # a subcommand with actions of its own (`frt receipts push`)
+        return self
+
+    def add_parser(self, *args, **kwargs):
+        return self
+
+    def set_defaults(self, **kwargs):
+        return None
+
+
+class _OnlySubparsers:
+    """``add_subparsers()``'s action, handing back ``_Unused`` for every subcommand but ``only``
+    (which is then the only one made: the top-level usage names ``COMMAND``, not the list)."""
+
+    def __init__(self, action, only: str | None):
+        self._action, self._only = action, only
+
+    def add_parser(self, name, **kwargs):
+        if self._only is not None and name != self._only:
+            return _Unused()
+        return self._action.add_parser(name, **kwargs)
+
+
+def named_command(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` runs when that is certain from its head (only ``--project DIR``
+    before it), else ``None``: then every subcommand's flags are built, as for ``--help``."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--project":
+            i += 2
+        elif a.startswith("--project=") or a == "--demo":
+            i += 1
+        else:
+            return a if a in COMMAND_NAMES else None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``frt`` parser. ``only``: build that one subcommand and its flags (start-up: building
+    all eight costs more than `frt resolve`'s own work); ``None``: all of them."""
+    p = Parser(prog="frt", description="Distribution layer for qualified GPU kernel packages.")
+    p.add_argument("--version", action="version", version=f"frt {__import__('frt_dist').__version__}")
+    p.add_argument("--project", metavar="DIR", dest="global_project",
+                   help="project root for the command that follows (`frt --project DIR lock`); the same as the "
+                        "command's own --project")
+    p.add_argument("--demo", action="store_true", dest="global_demo",
+                   help="use the bundled demo project (read-only) for the command that follows (`frt --demo resolve`)")
+    sub = _OnlySubparsers(p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser), only)
+
+    for name in COMMAND_NAMES:
+        if only is None or name == only:
+            importlib.import_module(f"{__package__}.{name}").add_parser(sub)
+    return p

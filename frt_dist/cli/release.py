@@ -1,0 +1,99 @@
+"""``frt release push|trust``: Hub releases (docs/reference.md#frt-release)."""
+
+from __future__ import annotations
+
+import sys
+
+from .. import settings
+from ..errors import UsageError
+from .context import find_project, the_model
+from .parser import Parser, common_options
+from .render import emit
+
+
+def add_parser(sub) -> None:
+    """``frt release``'s flags."""
+    s = sub.add_parser("release", help="publish a model's receipts and lock as a Hub release; trust a release's signers",
+                       description="push: upload the model's manifest, the receipts its lock accepted (with their "
+                                   "signature files) and the lockfile as one commit on branch vN of a Hub model repo "
+                                   "(HF_ENDPOINT, HF_TOKEN). trust: add the signers the consumed release's lockfile "
+                                   "names to the manifest's [trust.receipts], printing each (docs/releases-publish.md, docs/releases-consume.md).",
+                       epilog="example: frt release push hf://acme/qwen-kernels --version 1; "
+                              "frt release trust --model qwen")
+    rsub = s.add_subparsers(dest="release_command", metavar="ACTION", parser_class=Parser, required=True,
+                            help="push: publish; trust: accept the release's signers")
+    r = rsub.add_parser("push", help="publish as one commit on branch vN of hf://ORG/NAME (created if missing)")
+    common_options(r)
+    r.add_argument("url", metavar="hf://ORG/NAME", help="the Hub model repo")
+    r.add_argument("--model", help="the model to publish; may be left out when the project has one")
+    r.add_argument("--version", type=int, default=None, help="the release version: branch vN (default: 1)")
+    r = rsub.add_parser("trust", help="trust the signers of the release the manifest names (keys and identities)")
+    common_options(r)
+    r.add_argument("--model", help="the consuming model; may be left out when the project has one")
+
+
+def run(args) -> int:
+    """``frt release push hf://ORG/NAME [--model M] [--version N]`` / ``frt release trust [--model M]``."""
+    from ..release import consume as release  # noqa: PLC0415
+
+    project = find_project(args)
+    model = the_model(project, args)
+    if args.release_command == "push":
+        repo, at = release.parse_ref(args.url, flag="frt release push")
+        if at is not None and args.version is not None and at != args.version:
+            raise UsageError(f"{args.url} names v{at}, --version {args.version}: give one")
+        version = args.version if args.version is not None else (at if at is not None else 1)
+        if version < 0:
+            raise UsageError(f"--version {version}: must be a non-negative integer")
+        from ..release.push import push  # noqa: PLC0415
+
+        res = push(project, model, repo, version)
+        what = ("nothing changed: the branch already holds this release" if res["unchanged"] else
+                f"commit {res['commit'][:12]} on {res['branch']} (parent {res['parent'][:12]})")
+        emit(args, {"ok": True, **res}, f"release {repo} v{version}: {what}; {res['receipts']} receipt(s), "
+                                         f"{len(res['files'])} file(s)" + (f", {len(res['deleted'])} removed" if res["deleted"] else ""))
+        return 0
+    from ..documents.lockfile import Lockfile  # noqa: PLC0415
+    from ..documents.manifest import Manifest  # noqa: PLC0415
+
+    m = Manifest.read(project.manifest_path(model), label=project.rel(project.manifest_path(model)))
+    if m.release is None:
+        raise UsageError(f"{m.file}: names no [release] to trust", hints=["frt init --from hf://ORG/NAME@vN"])
+    lpath = project.lockfile_path(model)
+    pinned = None
+    if lpath.is_file():
+        old = Lockfile.read(lpath, label=project.rel(lpath))
+        if old.release and old.release["repo"] == m.release.repo and old.release["version"] == m.release.version:
+            pinned = old.release
+    fetched = release.fetch(m.release.repo, m.release.version, model, commit=pinned and pinned["commit"],
+                            recorded=pinned and pinned.get("files"), mirror=settings.value("FRT_MIRROR") or project.mirror)
+    rows = release.trust(project, model, fetched)
+    emit(args, {"ok": True, "release": {"repo": fetched.repo, "commit": fetched.commit}, "trusted": rows},
+          "\n".join(trust_lines(rows, fetched.repo, fetched.commit)))
+    if any(r["added"] for r in rows) and not (args.quiet or args.json):
+        print("hint: run `frt lock` to judge the release's receipts under the policy", file=sys.stderr)
+    return 0
+
+
+def signer_lines(found, repo, commit) -> list[str]:
+    if not found:
+        return [f"note: the receipts of {repo}@{commit[:12]} carry no signature its lockfile records: with no "
+                "signer to trust, `frt lock` rejects every one"]
+    out = [f"the receipts of {repo}@{commit[:12]} are signed by (its lockfile says; none is trusted yet):"]
+    out += [f"  {_signer(s)} ({s['receipts']} receipt(s))" for s in found]
+    out.append("review them, then `frt release trust` (or `frt init --from ... --trust`); until then `frt lock` "
+               "rejects every release receipt")
+    return out
+
+
+def _signer(s: dict) -> str:
+    return f"key {s['keyid']}" if s["kind"] == "key" else f"identity {s['identity']} (issuer {s['issuer']})"
+
+
+def trust_lines(rows, repo, commit) -> list[str]:
+    out = []
+    for r in rows:
+        where = f" -> {r['file']}" if r.get("file") else ""
+        out.append(f"{'trusted' if r['added'] else 'already trusted'}: {_signer(r)}{where} "
+                   f"(signs {r['receipts']} receipt(s) of {repo}@{commit[:12]})")
+    return out
