@@ -335,7 +335,7 @@ def test_a_damaged_receipt_line_is_refused_when_first_used_naming_it(tmp_path):
 def test_embedded_receipts_compare_by_content():
     """A lockfile's lazily parsed receipts compare as the mapping they are (two different
     sets of receipts are not equal, whatever class holds them)."""
-    from frt_dist.documents.lockfile import _LazyReceipts
+    from frt_dist.documents.lock_index import _LazyReceipts
 
     path = BUNDLED / "lockfiles" / "demo-decoder.lock"
     a, b = Lockfile.read(path), Lockfile.read(path)

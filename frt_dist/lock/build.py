@@ -20,7 +20,9 @@ from ..system.admissible import admission_problems
 from ..base.canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
 from .coverage import CoverageDiff, coverage_diff
 from ..errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid, UsageError
-from ..documents.lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile, same_bytes, write_atomic
+from ..documents.lock_index import CellIndex
+from ..documents.lock_writer import same_bytes, write_atomic
+from ..documents.lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile
 from ..documents.manifest import Manifest, Package
 from ..documents.metadata import (MAX_METADATA_BYTES, PackageDigestMismatch, digest_mismatches, parse_variant_metadata, variant_file_digests,
                        with_computed_digests)
@@ -64,12 +66,12 @@ def rank_candidates(receipts: list[Receipt]) -> tuple[Candidate, ...]:
     return tuple(Candidate(r.route, r.state, r.digest, r.speedup) for r in sorted(receipts, key=key))
 
 
-def derive_index(receipts) -> dict[CellKey, IndexEntry]:
+def derive_index(receipts) -> CellIndex:
     """The route index of a set of accepted receipts: grouped by cell, each cell ranked."""
     groups: dict[CellKey, list[Receipt]] = {}
     for rec in receipts:
         groups.setdefault(rec.key, []).append(rec)
-    return {k: IndexEntry(k, rank_candidates(v)) for k, v in groups.items()}
+    return CellIndex((k, IndexEntry(k, rank_candidates(v))) for k, v in groups.items())
 
 
 def receipt_verdict(lock: Lockfile, rec: Receipt) -> list[str]:

@@ -37,7 +37,9 @@ def kernels_lock_json(locks) -> str:
     """``kernels.lock`` text for every package of ``locks`` (a ``frt_dist.Lockfile`` or several:
     one project's models share one ``kernels.lock``; a repo pinned differently by two of them
     is an error naming both)."""
-    locks = [locks] if hasattr(locks, "packages") else list(locks)
+    from ..documents.lockfile import Lockfile  # noqa: PLC0415
+
+    locks = [locks] if isinstance(locks, Lockfile) else list(locks)
     pins: dict = {}
     for lf in locks:
         for repo, pkg in lf.packages.items():

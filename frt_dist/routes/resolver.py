@@ -189,9 +189,9 @@ class _MissIndex:
 
     def __init__(self, lock: Lockfile):
         self._hw: dict[tuple, dict] = {}
-        near, routes_of = getattr(lock, "nearest", None), getattr(lock.index, "routes_of", None)
-        if near is not None and routes_of is not None:
-            self.low, self.backends, self._cells, self._routes_of = near, {}, None, routes_of
+        near, index = lock.nearest, lock.index
+        if near is not None and index.lazy:  # (an index with every entry built is grouped below, as cheaply)
+            self.low, self.backends, self._cells, self._routes_of = near, {}, None, index.routes_of
             for route, phase, precision, backend in near:
                 self.backends.setdefault((route, phase, precision), set()).add(backend)
             self._pairs = sorted({(g[1], g[2]) for g in near})
@@ -199,10 +199,8 @@ class _MissIndex:
         # (route, phase, precision, backend) -> the two smallest (device_class, arch), ascending
         low: dict[tuple, list] = {}
         backends: dict[tuple, set] = {}  # (route, phase, precision) -> {backend}
-        cells = lock.index.cell_routes() if hasattr(lock.index, "cell_routes") else (
-            (k, {c.route for c in entry.candidates}) for k, entry in lock.index.items())
         self._cells = []
-        for k, routes in cells:  # a lazily read index gives these without building every entry
+        for k, routes in index.cell_routes():  # (a lazy index gives these without building every entry)
             phase, precision, backend, arch, dc = k
             self._cells.append((k, routes))
             v = (dc, arch)

@@ -52,13 +52,15 @@ def _project(project, lockfile=None):
     """The project ``load`` uses: ``project=`` (a ``Project`` or a folder), else found as the CLI
     finds it (``FRT_PROJECT``, upward, ``FRT_HOME``, the lockfile named); none is ``NoProject``,
     never the bundled demo."""
+    from ..documents.lockfile import Lockfile  # noqa: PLC0415
     from ..project.discover import Project  # noqa: PLC0415
 
     if isinstance(project, Project):
         return project
     if project is not None:
         return Project.find(explicit=project)
-    named = lockfile if isinstance(lockfile, (str, os.PathLike)) else getattr(lockfile, "path", None)
+    named = (lockfile if isinstance(lockfile, (str, os.PathLike)) else
+             lockfile.path if isinstance(lockfile, Lockfile) else None)
     return Project.find(lockfile=named, python=True)
 
 
