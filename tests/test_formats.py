@@ -203,7 +203,7 @@ def test_lockfile_embeds_the_manifest_as_one_json_literal_in_manifest_order():
 def test_lockfile_manifest_text_no_literal_can_hold_still_round_trips(tmp_path, description):
     lock = _bundled_lock()
     raw = {**lock.manifest.raw, "description": description}
-    new = dataclasses.replace(lock, manifest=Manifest.from_dict(raw, file="m.toml"), path=None, memo={})
+    new = dataclasses.replace(lock, manifest=Manifest.from_dict(raw, file="m.toml"), path=None)  # (a fresh cache: replace never copies it)
     p = tmp_path / "x.lock"
     p.write_bytes(new.render())
     assert "\nmanifest = '''" not in p.read_text("utf-8")  # the escaped basic-string form instead

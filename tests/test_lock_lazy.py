@@ -23,7 +23,7 @@ from frt_dist.documents.schema import parse_toml
 from frt_dist.base.canonical import digest
 from frt_dist.errors import LockfileError
 from frt_dist.system.hardware import Hardware
-from frt_dist.documents.lockfile import Lockfile
+from frt_dist.documents.lockfile import LockCache, Lockfile
 from frt_dist.project.discover import bundled_root
 from frt_dist.documents.receipt import CellKey
 from frt_dist.routes import resolver
@@ -319,7 +319,7 @@ def test_nearest_miss_reasons_match_the_full_grouping():
 
         lock = Fake()
         lock.index = type("I", (), {"lazy": False, "cell_routes": lambda self: iter(index.items())})()
-        lock.memo, lock.rejected = {}, []
+        lock.cache, lock.rejected = LockCache(), []
         for _ in range(10):
             key = CellKey(*(rnd.choice(v) for v in vals.values()))
             route = rnd.choice("RST")

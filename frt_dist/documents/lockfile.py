@@ -32,7 +32,7 @@ from .manifest import Manifest
 from .receipt import Receipt
 from .schema import Reader, parse_toml, read_bytes
 
-__all__ = ["Lockfile", "LockedPackage", "LockedVariant", "IndexEntry", "Candidate", "RouteIndex", "CellIndex",  # and lock_writer's (__getattr__)
+__all__ = ["Lockfile", "LockCache", "LockedPackage", "LockedVariant", "IndexEntry", "Candidate", "RouteIndex", "CellIndex",  # and lock_writer's (__getattr__)
            "embedded_receipt_rows", "TRUST_DECISIONS"]
 
 SCHEMA = "frt.lock/1.1"  # 1.1: the `nearest` summary (SPEC §8.12)
@@ -117,6 +117,45 @@ class LockedPackage:
         return out
 
 
+class LockCache:
+    """What is derived from one ``Lockfile`` once and kept with it (``Lockfile.cache``). Each
+    entry is a pure function of the lock and its key, so dropping any (``clear``) changes no
+    answer, only its cost. Declared here with who fills it and its key: nothing else hangs data
+    on a lock. The tables are bounded (``put``): a long-lived process asking about ever new
+    machines keeps the last few, not all."""
+
+    __slots__ = ("decisions", "route_facts", "miss_index", "roots")
+    DECISIONS_MAX = 4096
+    ROUTE_FACTS_MAX = 64
+
+    def __init__(self):
+        # (the values' types are the resolver's, named here in words: this module imports no route code)
+        # routes.resolver.resolve, asked without a reporter: (hardware fingerprint, precision,
+        # phase, fallback, accept) -> its Decision
+        self.decisions: dict[tuple, object] = {}
+        # routes.resolver._facts_for: a machine's variant-selection facts (backend, arch, cpu, os,
+        # cxx11 abi, detected, software) -> the per-route facts (_RouteFacts) they decide
+        self.route_facts: dict[tuple, object] = {}
+        # routes.resolver._nearest_miss: the index grouped for refusal reasons (_MissIndex),
+        # made when a reason first asks
+        self.miss_index: object | None = None
+        # project.discover.lock_root: the lock's path when asked (None: built in memory) -> the
+        # project root its path packages are relative to
+        self.roots: dict[str | None, Path] = {}
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        self.__init__()
+
+    @staticmethod
+    def put(table: dict, key, value, limit: int):
+        """``table[key] = value``, emptying the table first when it holds ``limit`` entries."""
+        if len(table) >= limit:
+            table.clear()
+        table[key] = value
+        return value
+
+
 @dataclass
 class Lockfile:
     """A lockfile: the embedded manifest, the package pins, the receipts and the route index."""
@@ -136,8 +175,9 @@ class Lockfile:
     # the file (``read_document`` gives both as text)
     _doc: dict = field(default_factory=dict, repr=False)
     _texts: dict = field(default_factory=dict, repr=False)
-    # derived, read-only facts the resolver computes once per lockfile (indexes, decisions)
-    memo: dict = field(default_factory=dict, repr=False, compare=False)
+    # what is derived from this lock once and kept with it (``LockCache``); never copied by
+    # ``replace`` (a changed lock starts empty)
+    cache: LockCache = field(default_factory=LockCache, init=False, repr=False, compare=False)
     # under a [trust.receipts] policy (SPEC §26): the policy's public keys as pinned at lock
     # (project-relative path -> {"keyid", "pem"}), and each accepted covered receipt's signature
     # (receipt digest -> {"receipt", "file", "kind", "signer"[, "issuer"], "envelope" | "bundle"});

@@ -245,9 +245,9 @@ def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> str
     if rejected:
         return (f"no receipt for this cell: {len(rejected)} rejected at lock time "
                 f"({rejected[0]['file']}: {rejected[0]['reason']})")
-    ix = lock.memo.get("miss")
+    ix = lock.cache.miss_index
     if ix is None:
-        ix = lock.memo["miss"] = _MissIndex(lock)
+        ix = lock.cache.miss_index = _MissIndex(lock)
     # the closest receipt of this band and precision: same backend first, then by device class, arch
     for dc, arch in ix.low.get((route, key.phase, key.precision, key.backend), ()):
         if dc != key.device_class:
@@ -276,13 +276,11 @@ def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> str
 def _facts_for(lock: Lockfile, hw: Hardware) -> _RouteFacts:
     """Per-route facts for this system, kept with the lockfile: they depend on the
     variant-selection facts and the arch only, not on device class or phase."""
-    memo = lock.memo.setdefault("facts", {})
+    cache = lock.cache
     fp = (hw.backend, hw.arch, hw.cpu, hw.os, hw.cxx11_abi, hw.detected, tuple(hw.software.items()))
-    facts = memo.get(fp)
+    facts = cache.route_facts.get(fp)
     if facts is None:
-        if len(memo) >= 64:
-            memo.clear()
-        facts = memo[fp] = _RouteFacts(lock, hw)
+        facts = cache.put(cache.route_facts, fp, _RouteFacts(lock, hw), cache.ROUTE_FACTS_MAX)
     return facts
 
 
@@ -291,20 +289,17 @@ def resolve(lock, *, hardware: Hardware, precision: str | None = None, phase: st
             _facts: _RouteFacts | None = None) -> Decision:
     """One phase band → one ``Decision`` (SPEC §5, §6)."""
     lock = Lockfile.of(lock)
-    memo_key = None
+    key = None
     if reporter is None:
-        # a decision is a pure function of these: serve it from the lock's memo when asked again
-        memo_key = (hardware.fingerprint, precision, phase, fallback, (accept,) if isinstance(accept, str) else tuple(accept))
-        hit = lock.memo.get("decisions", {}).get(memo_key)
+        # a decision is a pure function of these: serve it from the lock's cache when asked again
+        key = (hardware.fingerprint, precision, phase, fallback, (accept,) if isinstance(accept, str) else tuple(accept))
+        hit = lock.cache.decisions.get(key)
         if hit is not None:
             return hit
     decision = _resolve(lock, hardware=hardware, precision=precision, phase=phase, fallback=fallback,
                         accept=accept, reporter=reporter, _facts=_facts)
-    if memo_key is not None:
-        memo = lock.memo.setdefault("decisions", {})
-        if len(memo) >= 4096:
-            memo.clear()
-        memo[memo_key] = decision
+    if key is not None:
+        lock.cache.put(lock.cache.decisions, key, decision, lock.cache.DECISIONS_MAX)
     return decision
 
 
