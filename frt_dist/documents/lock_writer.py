@@ -86,7 +86,7 @@ def signatures_text(rows) -> str:
 
 
 def render(doc: dict, lock_digest: str) -> bytes:
-    """TOML bytes with ``schema`` first and ``lock-digest`` second (SPEC §8.12).
+    """TOML bytes with ``schema`` first and ``lock-digest`` second (docs/reference.md#lockfile).
 
     The embedded manifest, route index and receipts are JSON, each one TOML
     multi-line literal string among the top-level keys (a reader takes each with

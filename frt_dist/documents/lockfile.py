@@ -1,4 +1,4 @@
-"""Lockfiles: ``lockfiles/<model>.lock``, written only by ``frt lock`` (SPEC §3, §8.12).
+"""Lockfiles: ``lockfiles/<model>.lock``, written only by ``frt lock`` (docs/reference.md#lockfile).
 
 TOML, strict, deterministic. The lock embeds the manifest it was made from, so
 serving needs nothing but the lockfile (and the package bytes it pins). The
@@ -35,7 +35,7 @@ from .schema import Reader, parse_toml, read_bytes
 __all__ = ["Lockfile", "LockCache", "LockedPackage", "LockedVariant", "IndexEntry", "Candidate", "RouteIndex", "CellIndex",  # and lock_writer's (__getattr__)
            "embedded_receipt_rows", "TRUST_DECISIONS"]
 
-SCHEMA = "frt.lock/1.1"  # 1.1: the `nearest` summary (SPEC §8.12)
+SCHEMA = "frt.lock/1.1"  # 1.1: the `nearest` summary (docs/reference.md#lockfile)
 SCHEMA_RELEASE = "frt.lock/1.2"  # 1.2: the `[release]` table, written only by a lock that consumes a Hub release
 SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.lock", 1
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -63,7 +63,7 @@ class LockedVariant:
     kernels_minver: str | None = None
     python_depends: tuple[str, ...] = ()
     kernel_depends: tuple[tuple[str, int], ...] = ()
-    # the publisher's signature over metadata.json (metadata.json.sigstore, SPEC §27), as `frt lock`
+    # the publisher's signature over metadata.json (metadata.json.sigstore, docs/reference.md#publisher-signatures), as `frt lock`
     # verified it: {"bundle-sha256", "identity", "issuer", "repository"?, "build-signer"?, "policy"};
     # None: the variant carries no bundle (or the policy reads none)
     signature: dict | None = None
@@ -103,7 +103,8 @@ class LockedPackage:
 
     @property
     def snapshot(self) -> str:
-        """The hub-cache snapshot directory name (SPEC §8.9 for path packages)."""
+        """The hub-cache snapshot directory name: the commit, or for a path package the first 40 hex
+        digits of its content digest (docs/reference.md#mirrors)."""
         return self.revision.split(":", 1)[1][:40] if self.revision.startswith("sha256:") else self.revision
 
     def to_toml(self) -> dict:
@@ -178,7 +179,7 @@ class Lockfile:
     # what is derived from this lock once and kept with it (``LockCache``); never copied by
     # ``replace`` (a changed lock starts empty)
     cache: LockCache = field(default_factory=LockCache, init=False, repr=False, compare=False)
-    # under a [trust.receipts] policy (SPEC §26): the policy's public keys as pinned at lock
+    # under a [trust.receipts] policy (docs/reference.md#receipt-signatures): the policy's public keys as pinned at lock
     # (project-relative path -> {"keyid", "pem"}), and each accepted covered receipt's signature
     # (receipt digest -> {"receipt", "file", "kind", "signer"[, "issuer"], "envelope" | "bundle"});
     # both empty, and absent from the file, without a policy
@@ -417,7 +418,7 @@ SIGNATURE_KINDS = ("key", "sigstore")
 
 
 def _read_signing(r: Reader, data: dict) -> tuple[dict, dict]:
-    """``receipt-keys`` and ``receipt-signatures`` (SPEC §26), checked by field. Whether they hold
+    """``receipt-keys`` and ``receipt-signatures`` (docs/reference.md#receipt-signatures), checked by field. Whether they hold
     (keyids, signatures, signers) is ``frt verify``'s to re-derive; reading only takes the shape."""
     keys = {}
     for rel, t in r.get(data, "receipt-keys", dict, "", required=False, default={}).items():
@@ -492,7 +493,7 @@ def _signature(r: Reader, vt: dict, vp: str) -> dict | None:
 
 
 def _rel_path(r: Reader, t: dict, p: str, file: str) -> str | None:
-    """A path package's ``path``: relative to the project root and inside it (SPEC §8.2, §21)."""
+    """A path package's ``path``: relative to the project root and inside it (docs/reference.md#names)."""
     path = r.get(t, "path", str, p, required=False)
     return None if path is None else names.check("path", path, p + ".path", LockfileError, file=file)
 

@@ -287,7 +287,7 @@ def _facts_for(lock: Lockfile, hw: Hardware) -> _RouteFacts:
 def resolve(lock, *, hardware: Hardware, precision: str | None = None, phase: str,
             fallback: str = "refuse", accept=("certified_fast",), reporter: Reporter | None = None,
             _facts: _RouteFacts | None = None) -> Decision:
-    """One phase band → one ``Decision`` (SPEC §5, §6)."""
+    """One phase band → one ``Decision`` (docs/reference.md#python-api, #loading-and-guard)."""
     lock = Lockfile.of(lock)
     key = None
     if reporter is None:

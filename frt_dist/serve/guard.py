@@ -69,7 +69,7 @@ class _Contract:
 
     The call's inputs are the impl's ``smoke.inputs``, in order: input *i* is the
     *i*-th positional argument, or the entry's parameter at that position passed by
-    keyword (SPEC §7). Every input is checked (inputs are numbered from 1 in reasons):
+    keyword (docs/reference.md#qualification). Every input is checked (inputs are numbered from 1 in reasons):
 
     - **arity**: each input is present; a call the entry's signature cannot take
       (too many positional arguments, an unknown keyword) is a miss too. With

@@ -1,4 +1,4 @@
-"""Serving: ``load(model)`` → ``Plan`` (SPEC §5, §6, §8.5, §8.6).
+"""Serving: ``load(model)`` → ``Plan`` (docs/reference.md#python-api, #loading-and-guard).
 
 ``load`` is decision, then supply, then bind; it never measures:
 
@@ -21,9 +21,11 @@ The ``Plan`` (``plan``) hands out guarded callables per (seam, phase band)
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
-from ..errors import KernelUnavailable, LockfileError, UsageError
+from .. import settings
+from ..errors import FrtWarning, KernelUnavailable, LockfileError, UsageError
 from ..system.hardware import Hardware
 from .ledger import CAPTURED, NOT_OBSERVED
 from .plan import Plan
@@ -52,7 +54,7 @@ def _project(project, lockfile=None):
 
 
 def find_lockfile(model: str, lockfile=None, project=None):
-    """(Lockfile, project root for its path packages), in SPEC §8.4 order: ``lockfile=``,
+    """(Lockfile, project root for its path packages), in this order: ``lockfile=``,
     ``FRT_LOCK``, the project's ``lockfiles/<model>.lock``."""
     from ..loader import lock_root  # noqa: PLC0415
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
@@ -62,7 +64,7 @@ def find_lockfile(model: str, lockfile=None, project=None):
         lock = lockfile
         root = lock_root(lock) if lock.path else proj.root
     else:
-        path = lockfile if lockfile is not None else os.environ.get("FRT_LOCK") or None
+        path = lockfile if lockfile is not None else settings.value("FRT_LOCK")
         if path is None:
             path = proj.lockfile_path(model)
             if not path.is_file():
@@ -172,7 +174,8 @@ def _check_binds(lock, binds, packages) -> tuple[dict, dict, list[dict]]:
 def load(model: str, *, precision: str | None = None, fallback: str = "refuse", accept=("certified_fast",),
          lockfile=None, mirror=None, hardware: Hardware | None = None, allow_pins: bool = False,
          project=None) -> "Plan":
-    """Resolve, supply and bind ``model`` for this (or the declared) hardware (SPEC §5, §8.6)."""
+    """Resolve, supply and bind ``model`` for this (or the declared) hardware
+    (docs/reference.md#loading-and-guard)."""
     from ..loader import mirror_location  # noqa: PLC0415
     from ..routes.resolver import refusal_error, resolve_all  # noqa: PLC0415
 
@@ -181,10 +184,8 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
     from ..lock.freshness import manifest_drift  # noqa: PLC0415
 
     stale = manifest_drift(lock, root)
-    if stale:  # SPEC §23: the lock is what was reviewed; say once that the manifest moved on
-        import sys  # noqa: PLC0415
-
-        print(f"warning: {stale}", file=sys.stderr)
+    if stale:  # the lock is what was reviewed: say once that the manifest moved on (docs/reference.md#freshness)
+        warnings.warn(stale, FrtWarning, stacklevel=2)
     hw = hardware or Hardware.detect()
     decisions = resolve_all(lock, hardware=hw, precision=precision, fallback=fallback, accept=accept)
     refused = refusal_error(model, decisions)

@@ -44,7 +44,7 @@ class Plan:
 
     # -- entries --------------------------------------------------------------
     def entry(self, seam: str, phase: str, host: Callable | None = None) -> Callable:
-        """The guarded callable for ``seam`` in ``phase`` (SPEC §8.5).
+        """The guarded callable for ``seam`` in ``phase`` (docs/reference.md#loading-and-guard).
 
         A route-decided band gives the kernel entry, guarded by its contract;
         ``host`` is what a contract miss falls back to under ``fallback="host"``.
@@ -101,8 +101,8 @@ class Plan:
         self.fns = {}
 
     # -- ledger ---------------------------------------------------------------
-    def ledger(self, format: str | None = None):  # noqa: A002 - the SPEC's keyword
-        """A snapshot of the counts (SPEC §8.5); ``format="prometheus"`` for text exposition.
+    def ledger(self, format: str | None = None):  # noqa: A002 - the documented keyword
+        """A snapshot of the counts (docs/reference.md#loading-and-guard); ``format="prometheus"`` for text exposition.
 
         ``{"model", "lock-digest", "hardware", "fallback", "detached", "host-bands",
         "seams": {seam: {...}}, "totals": {"calls", "fallbacks", "host-decisions", "host-calls", "refusals"},
