@@ -132,7 +132,7 @@ def _lock_digest(body: dict, literal=(), _raw=None) -> str | None:
     update(b"{")
     for n, key in enumerate(sorted(body)):
         value = body[key]
-        update(((b"," if n else b"") + encode_basestring(key).encode("utf-8") + b":"))
+        update((b"," if n else b"") + encode_basestring(key).encode("utf-8") + b":")
         checked = key in literal
         if checked and key in _raw:
             buf = _raw[key]

@@ -21,7 +21,7 @@ from .manifest import Manifest
 from .receipt import STATES, CellKey, Receipt
 from .schema import JSONInvalid, Reader, json_loads
 
-__all__ = ["Candidate", "IndexEntry", "RouteIndex", "CellIndex", "read_index", "read_receipts", "embedded_receipt_rows"]
+__all__ = ["Candidate", "CellIndex", "IndexEntry", "RouteIndex", "embedded_receipt_rows", "read_index", "read_receipts"]
 
 _SHA = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -86,13 +86,13 @@ class _Cut:
     given as ``str``, encoded once. Searched as bytes; decoded where a part is used, or whole by
     ``str()`` (``frt verify``, iterating every entry)."""
 
-    __slots__ = ("buf", "start", "end")
+    __slots__ = ("buf", "end", "start")
 
     def __init__(self, buf: bytes, start: int = 0, end: int | None = None):
         self.buf, self.start, self.end = buf, start, len(buf) if end is None else end
 
     @classmethod
-    def of(cls, value) -> "_Cut | None":
+    def of(cls, value) -> _Cut | None:
         if isinstance(value, cls):
             return value
         if isinstance(value, str):

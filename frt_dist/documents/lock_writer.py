@@ -14,8 +14,8 @@ from pathlib import Path
 
 from .schema import open_regular
 
-__all__ = ["manifest_text", "index_text", "receipts_text", "nearest_rows", "nearest_text", "signatures_text",
-           "render", "write_atomic", "same_bytes"]
+__all__ = ["index_text", "manifest_text", "nearest_rows", "nearest_text", "receipts_text", "render", "same_bytes",
+           "signatures_text", "write_atomic"]
 
 _JSON_TEXT = ("manifest", "index", "nearest", "receipts", "receipt-signatures")
 

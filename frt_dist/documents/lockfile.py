@@ -125,7 +125,7 @@ class LockCache:
     on a lock. The tables are bounded (``put``): a long-lived process asking about ever new
     machines keeps the last few, not all."""
 
-    __slots__ = ("decisions", "route_facts", "miss_index", "roots")
+    __slots__ = ("decisions", "miss_index", "roots", "route_facts")
     DECISIONS_MAX = 4096
     ROUTE_FACTS_MAX = 64
 
@@ -247,7 +247,7 @@ class Lockfile:
 
     # -- reading ------------------------------------------------------------
     @classmethod
-    def of(cls, lock) -> "Lockfile":
+    def of(cls, lock) -> Lockfile:
         """``lock`` itself, or the lockfile read (and verified) from a path: what every
         API taking ``lock`` accepts."""
         if isinstance(lock, cls):
@@ -258,7 +258,7 @@ class Lockfile:
 
     @classmethod
     def read(cls, path: str | os.PathLike, *, verify: bool = True, label: str | None = None,
-             index_refs: bool = True) -> "Lockfile":
+             index_refs: bool = True) -> Lockfile:
         label = label or str(path)
         raw = read_bytes(Path(path), LockfileError, label)
         fast = read_fast(raw)  # frt's own layout: the index and receipts texts not run through the TOML reader
@@ -268,7 +268,7 @@ class Lockfile:
         return lf
 
     @classmethod
-    def from_document(cls, data: dict, *, file: str, verify: bool = True, index_refs: bool = True) -> "Lockfile":
+    def from_document(cls, data: dict, *, file: str, verify: bool = True, index_refs: bool = True) -> Lockfile:
         """The lockfile in ``data`` (a parsed TOML document). With ``verify`` the lock-digest and
         the manifest digest must hold. With ``index_refs`` (the default) an index candidate that
         names a receipt the lock does not embed is refused; ``frt verify`` reads without it and
@@ -277,7 +277,7 @@ class Lockfile:
 
     @classmethod
     def _from_parts(cls, data: dict, texts: dict, *, file: str, verify: bool, index_refs: bool,
-                    computed: str | None = None) -> "Lockfile":
+                    computed: str | None = None) -> Lockfile:
         """``from_document`` of ``data`` with the ``texts`` the fast reader cut out of it (its
         ``computed`` lock-digest covers both)."""
         r = Reader(file, LockfileError)

@@ -15,7 +15,7 @@ Python, so the ledger counts captures apart and says that replays are not counte
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import ContractViolation, RouteRefused
 from .ledger import _Counts

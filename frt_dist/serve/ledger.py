@@ -4,7 +4,7 @@ See ``docs/reference.md#loading-and-guard``."""
 
 from __future__ import annotations
 
-__all__ = ["NOT_OBSERVED", "CAPTURED", "snapshot", "phase_view"]
+__all__ = ["CAPTURED", "NOT_OBSERVED", "phase_view", "snapshot"]
 
 NOT_OBSERVED = "not observed under compilation"
 CAPTURED = "captured in CUDA graphs"

@@ -30,7 +30,7 @@ from ..system.hardware import Hardware
 from .ledger import CAPTURED, NOT_OBSERVED
 from .plan import Plan
 
-__all__ = ["load", "Plan", "find_lockfile", "NOT_OBSERVED", "CAPTURED"]
+__all__ = ["CAPTURED", "NOT_OBSERVED", "Plan", "find_lockfile", "load"]
 
 
 # ---------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def _check_binds(lock, binds, packages) -> tuple[dict, dict, list[dict]]:
 
 def load(model: str, *, precision: str | None = None, fallback: str = "refuse", accept=("certified_fast",),
          lockfile=None, mirror=None, hardware: Hardware | None = None, allow_pins: bool = False,
-         project=None) -> "Plan":
+         project=None) -> Plan:
     """Resolve, supply and bind ``model`` for this (or the declared) hardware
     (docs/reference.md#loading-and-guard)."""
     from ..loader import mirror_location  # noqa: PLC0415
@@ -212,7 +212,7 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
     return plan
 
 
-def plan_for_route(lock, route: str, phases, hardware: Hardware, packages: dict, fns: dict) -> "Plan":
+def plan_for_route(lock, route: str, phases, hardware: Hardware, packages: dict, fns: dict) -> Plan:
     """A ``Plan`` that binds ``route`` in ``phases`` without a decision from receipts.
 
     For the qualification door only (``frt qualify`` measures a route before any
