@@ -7,7 +7,7 @@ Three callables on the same no-op kernel and the same tensors (a CPU contract wi
 - **direct**: the kernel function itself;
 - **floor**: a plain function evaluating exactly the pass condition the guard evaluates (the
   same tensor attribute reads and comparisons, generated from the same contract by
-  ``serve._fast_checks``) and then calling the kernel: what any Python check of these facts
+  ``serve.guard._fast_checks``) and then calling the kernel: what any Python check of these facts
   costs;
 - **guard**: ``plan.entry(seam, phase)``, what a model calls: the same condition plus what the
   guard adds (the compile check, the count, the detach check, the argument shape).
@@ -39,7 +39,7 @@ def setup(tmp: Path, inputs: int):
 
     import frt_dist
     from factories import CPU, TinyProject, impl_doc, manifest_doc
-    from frt_dist.serve import load as serve
+    from frt_dist.serve import guard as serve_guard
 
     params = ", ".join(["x", "w", *(f"r{i}" for i in range(2, inputs))][:inputs])
     noop = f'"""no-op kernel"""\n\n\ndef noop({params}):\n    return x\n'
@@ -55,7 +55,7 @@ def setup(tmp: Path, inputs: int):
     guard = plan.entry("s", "decode")
     fn = plan.fns[("s", "decode")]
     con = plan._contracts[("s", "decode")]
-    names, checks, consts = serve._fast_checks(con)
+    names, checks, consts = serve_guard._fast_checks(con)
     ns = {"Tensor": torch.Tensor, "Parameter": torch.nn.Parameter, "fn": fn,
           "dtype0": con.dtypes[0] if con.dtypes else None, "dtypes": con.dtypes, "device": con.device,
           "lo": con.lo, "hi": con.hi, **consts}

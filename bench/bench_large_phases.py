@@ -58,11 +58,11 @@ def _parts(raw: bytes) -> dict:
     import codecs
     from json.encoder import encode_basestring
 
-    from frt_dist.documents import lockfile as L
+    from frt_dist.documents import lock_fast as LF
 
     view, chunk = memoryview(raw), 1 << 16
     spans = []
-    for key in L._LITERAL_KEYS:
+    for key in LF._LITERAL_KEYS:
         opener = b"\n" + key.encode() + b" = '''\n"
         start = raw.index(opener) + len(opener)
         spans.append((start, raw.index(b"'''", start)))
@@ -77,11 +77,11 @@ def _parts(raw: bytes) -> dict:
             pass
         out[name] = time.perf_counter() - t
 
-    timed(PARTS[0], lambda: (b.translate(None, L._NOT_IN_LITERAL) for b in slices))
+    timed(PARTS[0], lambda: (b.translate(None, LF._NOT_IN_LITERAL) for b in slices))
     timed(PARTS[1], lambda: (b.replace(b"\\", b"\\\\") for b in slices))
     timed(PARTS[2], lambda: (b.replace(b'"', b'\\"') for b in slices))
     timed(PARTS[3], lambda: (b.replace(b"\n", b"\\n") for b in slices))
-    escaped = [L._escape_bytes(b) for b in slices]
+    escaped = [LF._escape_bytes(b) for b in slices]
     h = hashlib.sha256()
     timed(PARTS[4], lambda: (h.update(b) for b in escaped))
     timed(PARTS[5], lambda: (encode_basestring(t).encode("utf-8", "surrogateescape") for t in texts))
@@ -92,6 +92,7 @@ def _parts(raw: bytes) -> dict:
 def main() -> int:
     import rtoml
 
+    from frt_dist.documents import lock_fast as LF
     from frt_dist.documents import lockfile as L
     from frt_dist.documents.schema import read_bytes
     from frt_dist.errors import LockfileError
@@ -106,7 +107,7 @@ def main() -> int:
     work = Path(args.keep or tempfile.mkdtemp(prefix="frt-bench-phases-"))
     path = ensure_lock(args.cells, work) / "lockfiles" / f"{MODEL}.lock"
     hw = cli_hardware(args.cells)
-    real_digest = L._lock_digest
+    real_digest = LF._lock_digest
     res: dict[str, list] = {}
     for _ in range(args.rounds):
         got = {}
@@ -127,17 +128,17 @@ def main() -> int:
             finally:
                 spent.append(time.perf_counter() - t)
 
-        L._lock_digest = timed
+        LF._lock_digest = timed
         try:
             t0 = time.perf_counter()
-            doc, computed = L._read_fast(raw)
+            doc, texts, computed = LF.read_fast(raw)
             fast = time.perf_counter() - t0
         finally:
-            L._lock_digest = real_digest
+            LF._lock_digest = real_digest
         got["digest"] = sum(spent)
         got["cut+decode"] = fast - got["digest"]
         t0 = time.perf_counter()
-        lock = L.Lockfile.from_document(doc, file=str(path), _computed_digest=computed)
+        lock = L.Lockfile._from_parts(doc, texts, file=str(path), verify=True, index_refs=True, computed=computed)
         got["from_document"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         resolve_all(lock, hardware=hw, precision=None)

@@ -235,12 +235,12 @@ def bench_size(n_cells: int, workdir: Path, results: dict, *, parse_toml: bool, 
     tuple_dict = {(k.phase, k.precision, k.backend, k.arch, k.device_class): e for k, e in index.items()}
     tkeys = [(k.phase, k.precision, k.backend, k.arch, k.device_class) for k in keys]
 
-    def run_resolve(items):  # warm: a repeated question is answered from the lock's decision memo
+    def run_resolve(items):  # warm: a repeated question is answered from the lock's decision cache
         for hw, ph in items:
             resolve(lock, hardware=hw, phase=ph)
 
-    def run_resolve_cold(items):  # cold: every decision computed (memo dropped before each round)
-        lock.memo.pop("decisions", None)
+    def run_resolve_cold(items):  # cold: every decision computed (cached decisions dropped before each round)
+        lock.cache.decisions.clear()
         for hw, ph in items:
             resolve(lock, hardware=hw, phase=ph)
 
@@ -325,7 +325,7 @@ def main() -> int:
             print(f"{n:>8} {r['receipts']:>9} {r['ns_resolve']:>15,.0f} {r['ns_dict']:>12.1f} {r['ns_tdict']:>14.1f} "
                   f"{r['ns_resolve'] / r['ns_dict']:>8,.0f}x {r['ns_resolve'] / base:>8.2f}x "
                   f"{r['ns_cold']:>12,.0f} {r['ns_cold'] / r['ns_dict']:>9,.0f}x")
-        print("  resolve = a decision asked again (served from the lock's decision memo); cold = computed every time;")
+        print("  resolve = a decision asked again (served from the lock's decision cache); cold = computed every time;")
         print("  ratio = resolve / dict.get of the same CellKey in the lock's index (per call, loop included);")
         print("  tuple-dict = dict.get of a plain 5-tuple key; flatness = resolve ns at this size / at the smallest size")
         worst = max(results[n]["ns_resolve"] / results[n]["ns_dict"] for n in args.sizes)

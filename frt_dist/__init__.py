@@ -50,7 +50,7 @@ __all__ = [
 
 _LAZY = {
     "load": ("serve.load", "load"),
-    "Plan": ("serve.load", "Plan"),
+    "Plan": ("serve.plan", "Plan"),
     "resolve": ("routes.resolver", "resolve"),
     "Decision": ("routes.resolver", "Decision"),
     "hub_kernel": ("loader.core", "hub_kernel"),

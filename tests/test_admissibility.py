@@ -259,7 +259,7 @@ def test_matrix_winner_is_resolve_decision_on_real_archs(tmp_path):
     old = Lockfile.read(tp.lock_path)
     old.receipts = {r.digest: r for r in recs}
     old.index = derive_index(recs)
-    old.memo.clear()
+    old.cache.clear()
     before = {k: e.candidates[0].route for k, e in old.index.items()}
     assert sum(before[k] != decisions[k] for k in before) >= 5
     winners = _winners(old)

@@ -203,7 +203,7 @@ def test_lockfile_embeds_the_manifest_as_one_json_literal_in_manifest_order():
 def test_lockfile_manifest_text_no_literal_can_hold_still_round_trips(tmp_path, description):
     lock = _bundled_lock()
     raw = {**lock.manifest.raw, "description": description}
-    new = dataclasses.replace(lock, manifest=Manifest.from_dict(raw, file="m.toml"), path=None, memo={})
+    new = dataclasses.replace(lock, manifest=Manifest.from_dict(raw, file="m.toml"), path=None)  # (a fresh cache: replace never copies it)
     p = tmp_path / "x.lock"
     p.write_bytes(new.render())
     assert "\nmanifest = '''" not in p.read_text("utf-8")  # the escaped basic-string form instead
@@ -335,7 +335,7 @@ def test_a_damaged_receipt_line_is_refused_when_first_used_naming_it(tmp_path):
 def test_embedded_receipts_compare_by_content():
     """A lockfile's lazily parsed receipts compare as the mapping they are (two different
     sets of receipts are not equal, whatever class holds them)."""
-    from frt_dist.documents.lockfile import _LazyReceipts
+    from frt_dist.documents.lock_index import _LazyReceipts
 
     path = BUNDLED / "lockfiles" / "demo-decoder.lock"
     a, b = Lockfile.read(path), Lockfile.read(path)

@@ -257,6 +257,7 @@ def test_damaged_lines_in_frts_own_layout_give_documented_errors_only(demo, monk
     lock-digest recomputed): the reader then finds cells and receipts by their line heads and
     decodes only the lines a decision reads, so the damage reaches that path, and listing
     (verify, the matrix) reads the rest. Only documented errors may come out."""
+    from frt_dist.documents import lock_index as LI
     from frt_dist.documents import lockfile as L
 
     rng = random.Random(23)
@@ -294,7 +295,7 @@ def test_damaged_lines_in_frts_own_layout_give_documented_errors_only(demo, monk
         before = _files(demo)
         try:
             lock = Lockfile.read(lock_path)
-            lazy += isinstance(lock.index, L._FoundIndex) and isinstance(lock.receipts, L._FoundReceipts)
+            lazy += isinstance(lock.index, LI._FoundIndex) and isinstance(lock.receipts, LI._FoundReceipts)
         except FrtError:
             pass
         except Exception as exc:  # noqa: BLE001 - the point of the test

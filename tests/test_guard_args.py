@@ -334,7 +334,8 @@ def test_the_manifest_refuses_a_contract_its_smoke_contradicts(tmp_path):
 
 def _guard(device: str, fn, host=None):
     """A guarded entry for the ``act`` contract on ``device``, built without a load (no smoke)."""
-    from frt_dist.serve.load import _Contract, _Counts, _kernel_entry
+    from frt_dist.serve.guard import _Contract, _kernel_entry
+    from frt_dist.serve.ledger import _Counts
 
     doc = _manifest()
     doc["seams"]["act"]["impls"]["add"]["contract"]["device"] = device
@@ -347,7 +348,7 @@ def _guard(device: str, fn, host=None):
 def test_off_the_cpu_every_input_is_on_the_contracts_device(monkeypatch):
     """The generated checks for a device with an index (here ``meta``, which runs anywhere):
     each input's device type, and one device for all; the fast path takes the good call."""
-    from frt_dist.serve.load import _fast_source
+    from frt_dist.serve.guard import _fast_source
 
     def scale_add(x, w, r):
         return x
@@ -383,7 +384,7 @@ def test_a_cuda_contract_counts_calls_made_during_graph_capture_apart(monkeypatc
     """Inside CUDA graph capture the guard runs as in eager mode (its checks run at capture);
     a replay runs no Python, so captures are counted apart. The capture state is a device fact:
     faked here (no GPU), the generated counting is the real one."""
-    from frt_dist.serve.load import _fast_source
+    from frt_dist.serve.guard import _fast_source
 
     capturing = [False]
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])

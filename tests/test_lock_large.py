@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from frt_dist.documents import lock_fast as LF
+from frt_dist.documents import lock_index as LI
 from frt_dist.documents import lockfile as L
 from frt_dist.documents.schema import parse_toml
 from frt_dist.base.canonical import digest
@@ -38,16 +40,16 @@ def test_escaping_the_bytes_is_json_dumps_of_the_text():
         t = _text(rnd, rnd.randint(0, 200))
         want = json.dumps(t, ensure_ascii=False)[1:-1].encode("utf-8")
         b = t.encode("utf-8")
-        assert L._escape_bytes(b) == want
+        assert LF._escape_bytes(b) == want
         cut = rnd.randint(0, len(b))  # any byte offset, inside a multi-byte character too
-        assert L._escape_bytes(b[:cut]) + L._escape_bytes(b[cut:]) == want
+        assert LF._escape_bytes(b[:cut]) + LF._escape_bytes(b[cut:]) == want
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 1 << 16])
 def test_the_digest_from_the_bytes_is_the_canonical_digest(monkeypatch, chunk):
     """``_raw`` (the cut texts' bytes) gives the canonical digest of the body holding their
     text, and ``None`` for a text with a control character other than the line feed."""
-    monkeypatch.setattr(L, "_CHUNK", chunk)
+    monkeypatch.setattr(LF, "_CHUNK", chunk)
     rnd = random.Random(chunk)
     for _ in range(80):
         alphabet = PLAIN + (["\t", "\x01", "\r", "\x7f", "\x1f"] if rnd.random() < 0.3 else [])
@@ -55,7 +57,7 @@ def test_the_digest_from_the_bytes_is_the_canonical_digest(monkeypatch, chunk):
                 "receipts": _text(rnd, rnd.randint(0, 120), alphabet), "model": "é"}
         raw = {k: memoryview(body[k].encode("utf-8")) for k in ("index", "receipts")}
         plain = not any(c in body["index"] + body["receipts"] for c in "\t\x01\r\x7f\x1f")
-        got = L._lock_digest(body, literal={"index", "receipts"}, _raw=raw)
+        got = LF._lock_digest(body, literal={"index", "receipts"}, _raw=raw)
         assert got == (digest(body) if plain else None)
 
 
@@ -71,7 +73,7 @@ def test_a_lock_with_non_ascii_cut_texts_reads_as_the_toml_reader_reads_it(tmp_p
     doc["index"] += "ü\n"
     raw = L.render(doc, digest(doc))
     assert b"\nreceipts = '''\n" in raw and b"\nindex = '''\n" in raw  # both still literal strings: both cut
-    fast = L._read_fast(raw)
+    fast = LF._read_fast(raw)
     full = parse_toml(raw, LockfileError, "x")
     assert fast is not None and fast[0] == full and list(fast[0]) == list(full)
     assert fast[1] == full["lock-digest"] == digest(doc)
@@ -85,7 +87,7 @@ def test_bytes_that_are_not_utf8_inside_a_cut_text_go_to_the_full_reader(tmp_pat
         at = raw.index(anchor) + len(anchor)
         for bad in (b"\xc3", b"\xff", b"\xe4\xb8", b"\xed\xa0\x80"):  # a cut character, never UTF-8, a surrogate
             s = raw[:at] + bad + raw[at:]
-            assert L._read_fast(s) is None, (anchor, bad)
+            assert LF._read_fast(s) is None, (anchor, bad)
             with pytest.raises(LockfileError):
                 parse_toml(s, LockfileError, "x")
             path = tmp_path / "bad.lock"
@@ -109,7 +111,7 @@ def test_damage_with_multibyte_characters_never_makes_the_fast_read_differ():
             j = min(len(s), max(0, rnd.choice(hot) + rnd.randint(-3, 40)))
             s[j:j] = rnd.choice(pieces)
         s = bytes(s)
-        fast = L._read_fast(s)
+        fast = LF._read_fast(s)
         if fast is None:
             continue
         taken += 1
@@ -134,7 +136,7 @@ def _with_receipt_lines(tmp_path, edit) -> Path:
 
 def test_a_receipt_embedded_twice_is_refused_naming_the_second_line(tmp_path):
     path = _with_receipt_lines(tmp_path, lambda b: b[:2] + [b[0]] + b[2:])
-    assert L._receipt_spans(parse_toml(path.read_bytes(), LockfileError, "x")["receipts"]) is not None
+    assert LI._receipt_spans(parse_toml(path.read_bytes(), LockfileError, "x")["receipts"]) is not None
     dig = json.loads(_demo_doc()["receipts"].split("\n")[1].rstrip(","))["digest"]
     want = f"{path}: receipts[2].digest: {dig} is embedded twice"
     for use in (lambda lk: lk.receipts[dig], lambda lk: dig in lk.receipts, lambda lk: list(lk.receipts)):

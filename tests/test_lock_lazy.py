@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from frt_dist.documents import lock_fast as LF
+from frt_dist.documents import lock_index as LI
 from frt_dist.documents import lockfile as L
 from frt_dist.documents.schema import parse_toml
 from frt_dist.base.canonical import digest
 from frt_dist.errors import LockfileError
 from frt_dist.system.hardware import Hardware
-from frt_dist.documents.lockfile import Lockfile
+from frt_dist.documents.lockfile import LockCache, Lockfile
 from frt_dist.project.discover import bundled_root
 from frt_dist.documents.receipt import CellKey
 from frt_dist.routes import resolver
@@ -48,10 +50,10 @@ def _whole(path: Path, **kw) -> Lockfile:
     from unittest import mock
 
     data = parse_toml(path.read_bytes(), LockfileError, str(path))
-    with mock.patch.object(L._FoundIndex, "layout", staticmethod(lambda text: False)), \
-            mock.patch.object(L._FoundReceipts, "layout", staticmethod(lambda text: False)):
+    with mock.patch.object(LI._FoundIndex, "layout", staticmethod(lambda text: False)), \
+            mock.patch.object(LI._FoundReceipts, "layout", staticmethod(lambda text: False)):
         lock = Lockfile.from_document(data, file=str(path), **kw)
-    assert isinstance(lock.index, dict) and type(lock.receipts) is L._LazyReceipts
+    assert isinstance(lock.index, dict) and type(lock.receipts) is LI._LazyReceipts
     return lock
 
 
@@ -65,18 +67,18 @@ def _random_text(rnd: random.Random, n: int) -> str:
 
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 18])
 def test_the_sliced_digest_is_the_canonical_digest(monkeypatch, chunk):
-    monkeypatch.setattr(L, "_CHUNK", chunk)
+    monkeypatch.setattr(LF, "_CHUNK", chunk)
     rnd = random.Random(chunk)
     for _ in range(60):
         body = {"schema": "frt.lock/1", "index": _random_text(rnd, rnd.randint(0, 300)),
                 "receipts": _random_text(rnd, rnd.randint(0, 300)), "packages": {"a/b": {"x": [1, 2.5, None, True]}},
                 _random_text(rnd, 3): _random_text(rnd, 5)}
-        assert L._lock_digest(body) == digest(body)
+        assert LF._lock_digest(body) == digest(body)
         # a text the fast reader cut out: any control character but a newline sends it to the full reader
         plain = all(c not in body["index"] + body["receipts"] for c in "\t\x01\x7f")
-        assert L._lock_digest(body, literal={"index", "receipts"}) == (digest(body) if plain else None)
+        assert LF._lock_digest(body, literal={"index", "receipts"}) == (digest(body) if plain else None)
     demo = _doc()
-    assert L._lock_digest(demo) == digest(demo) == parse_toml(DEMO.read_bytes(), LockfileError, "d")["lock-digest"]
+    assert LF._lock_digest(demo) == digest(demo) == parse_toml(DEMO.read_bytes(), LockfileError, "d")["lock-digest"]
 
 
 # --- the index and receipts cut out of the file, the rest read by the TOML reader
@@ -84,7 +86,7 @@ def test_the_sliced_digest_is_the_canonical_digest(monkeypatch, chunk):
 
 def test_the_fast_read_of_the_demo_lock_is_the_toml_readers():
     raw = DEMO.read_bytes()
-    doc, computed = L._read_fast(raw)
+    doc, computed = LF._read_fast(raw)
     full = parse_toml(raw, LockfileError, "demo")
     assert doc == full and list(doc) == list(full)
     assert computed == full["lock-digest"]
@@ -102,7 +104,7 @@ def test_what_the_fast_read_cannot_prove_goes_to_the_full_reader(edit, stepped_a
     text = DEMO.read_text("utf-8")
     assert edit[0] in text
     raw = text.replace(edit[0], edit[1], 1).encode("utf-8")
-    fast = L._read_fast(raw)
+    fast = LF._read_fast(raw)
     assert (fast is None) == stepped_aside
     if fast is not None:
         assert fast[0] == parse_toml(raw, LockfileError, "x")
@@ -116,7 +118,7 @@ def test_an_opener_formed_by_another_literals_closing_quotes_is_not_cut():
     doc["receipts"] += "x\nindex = "
     raw = L.render(doc, digest(doc))
     assert "\nindex = '''\n" in raw.decode()
-    assert L._read_fast(raw) is None
+    assert LF._read_fast(raw) is None
     assert "index" not in parse_toml(raw, LockfileError, "x")
 
 
@@ -141,7 +143,7 @@ def test_the_fast_read_never_differs_from_the_toml_reader_on_damaged_files():
             else:
                 s[j:j + 1] = rnd.choice(pieces)
         s = bytes(s)
-        fast = L._read_fast(s)
+        fast = LF._read_fast(s)
         if fast is None:
             continue
         taken += 1
@@ -167,7 +169,7 @@ def test_receipt_spans_find_exactly_the_lines_the_line_reader_finds():
             else:
                 s.insert(j, ch)
         s = "".join(s)
-        lines, spans = L._receipt_lines(s), L._receipt_spans(s)
+        lines, spans = LI._receipt_lines(s), LI._receipt_spans(s)
         assert (lines is None) == (spans is None)
         if lines is not None:
             assert lines == [(d, s[a:b]) for d, a, b in spans]
@@ -192,7 +194,7 @@ def _big_index(doc: dict, n: int) -> dict:
 def test_resolving_one_cell_builds_only_that_cells_entries(tmp_path):
     path = _write(tmp_path / "big.lock", _big_index(_doc(), 500))
     lock = Lockfile.read(path)
-    assert isinstance(lock.index, L._FoundIndex) and isinstance(lock.receipts, L._FoundReceipts)
+    assert isinstance(lock.index, LI._FoundIndex) and isinstance(lock.receipts, LI._FoundReceipts)
     decisions = resolve_all(lock, hardware=DEMO_HW, precision="fp32")
     assert [d.route for d in decisions.values()] == ["fused", "fused"]
     # the two phase bands' cells, out of 1,002, and the receipts their candidates name: nothing
@@ -207,7 +209,7 @@ def test_resolving_one_cell_builds_only_that_cells_entries(tmp_path):
 def test_the_lazy_index_holds_what_reading_every_entry_holds(tmp_path):
     path = _write(tmp_path / "big.lock", _big_index(_doc(), 40))
     lazy, whole = Lockfile.read(path).index, _whole(path).index
-    assert isinstance(lazy, L._FoundIndex) and isinstance(whole, dict)
+    assert isinstance(lazy, LI._FoundIndex) and isinstance(whole, dict)
     for key, entry in whole.items():  # each cell found by its head is the cell reading every entry holds
         assert key in lazy and lazy[key] == entry
     assert lazy._all is None and len(lazy._built) == len(whole)
@@ -313,11 +315,11 @@ def test_nearest_miss_reasons_match_the_full_grouping():
                  for _ in range(rnd.randint(1, 12))}
 
         class Fake:
-            pass
+            nearest = None
 
         lock = Fake()
-        lock.index = type("I", (), {"cell_routes": lambda self: iter(index.items())})()
-        lock.memo, lock.rejected = {}, []
+        lock.index = type("I", (), {"lazy": False, "cell_routes": lambda self: iter(index.items())})()
+        lock.cache, lock.rejected = LockCache(), []
         for _ in range(10):
             key = CellKey(*(rnd.choice(v) for v in vals.values()))
             route = rnd.choice("RST")
@@ -420,7 +422,7 @@ def test_decisions_read_by_head_with_the_summary_are_the_decisions_reading_every
     for i in range(30):  # (small locks too: a machine with cells of one phase only, a lone backend)
         path = _write(tmp_path / f"v{i}.lock", _varied_lock(_doc(), rnd, rnd.choice([1, 2, 3, 5, 10, 40])))
         fast, whole = Lockfile.read(path), _whole(path)
-        assert fast.nearest is not None and isinstance(fast.index, L._FoundIndex)
+        assert fast.nearest is not None and isinstance(fast.index, LI._FoundIndex)
         whole.nearest = None  # (the reasons grouped from every cell, as a lock without the summary)
         for hw in hws:
             for fallback in ("refuse", "host"):
@@ -472,8 +474,8 @@ def test_listing_every_cell_and_receipt_searches_for_none(tmp_path):
 
     path = _write(tmp_path / "big.lock", _big_index(_doc(), 50))
     lock = Lockfile.read(path)
-    with mock.patch.object(L._FoundReceipts, "_find", side_effect=AssertionError("searched")), \
-            mock.patch.object(L._FoundIndex, "_find", side_effect=AssertionError("searched")):
+    with mock.patch.object(LI._FoundReceipts, "_find", side_effect=AssertionError("searched")), \
+            mock.patch.object(LI._FoundIndex, "_find", side_effect=AssertionError("searched")):
         entries = dict(lock.index.items())
         assert len(entries) == 102 and all(k in lock.index for k in entries)
         receipts = dict(lock.receipts.items())
@@ -489,7 +491,7 @@ def test_reasons_without_the_summary_group_the_cells_from_their_heads(tmp_path):
     with_summary = Lockfile.read(_write(tmp_path / "new.lock", doc))
     old = {k: v for k, v in doc.items() if k != "nearest"}
     lock = Lockfile.read(_write(tmp_path / "old.lock", {**old, "schema": "frt.lock/1"}))
-    assert lock.nearest is None and isinstance(lock.index, L._FoundIndex)
+    assert lock.nearest is None and isinstance(lock.index, LI._FoundIndex)
     assert dict(lock.index.cell_routes()) == {tuple(k): {c.route for c in e.candidates}
                                               for k, e in _whole(tmp_path / "old.lock").index.items()}
     for dc in ("amd-epyc", "d1", "d9"):

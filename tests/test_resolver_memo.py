@@ -18,7 +18,7 @@ def test_memoised_decision_equals_computed_and_is_read_only(lock):
     assert first.decision == "route" and first.route == "fast"
     again = resolve(lock, hardware=CPU, phase="decode")
     assert again is first
-    lock.memo.clear()
+    lock.cache.clear()
     fresh = resolve(lock, hardware=CPU, phase="decode")
     assert fresh is not first and fresh == first
     with pytest.raises(TypeError):

@@ -10,7 +10,7 @@ atomically and only when its bytes change.
 from __future__ import annotations
 
 import json
-import sys
+import warnings
 from pathlib import Path
 
 from ..base import names
@@ -19,8 +19,10 @@ from ..documents.schema import JSONInvalid, NotRegular, json_loads, load_json, r
 from ..system.admissible import admission_problems
 from ..base.canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
 from .coverage import CoverageDiff, coverage_diff
-from ..errors import FrtError, KernelUnavailable, LockfileError, ReceiptInvalid, UsageError
-from ..documents.lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile, same_bytes, write_atomic
+from ..errors import FrtError, FrtWarning, KernelUnavailable, LockfileError, ReceiptInvalid, UsageError
+from ..documents.lock_index import CellIndex
+from ..documents.lock_writer import same_bytes, write_atomic
+from ..documents.lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile
 from ..documents.manifest import Manifest, Package
 from ..documents.metadata import (MAX_METADATA_BYTES, PackageDigestMismatch, digest_mismatches, parse_variant_metadata, variant_file_digests,
                        with_computed_digests)
@@ -64,17 +66,17 @@ def rank_candidates(receipts: list[Receipt]) -> tuple[Candidate, ...]:
     return tuple(Candidate(r.route, r.state, r.digest, r.speedup) for r in sorted(receipts, key=key))
 
 
-def derive_index(receipts) -> dict[CellKey, IndexEntry]:
+def derive_index(receipts) -> CellIndex:
     """The route index of a set of accepted receipts: grouped by cell, each cell ranked."""
     groups: dict[CellKey, list[Receipt]] = {}
     for rec in receipts:
         groups.setdefault(rec.key, []).append(rec)
-    return {k: IndexEntry(k, rank_candidates(v)) for k, v in groups.items()}
+    return CellIndex((k, IndexEntry(k, rank_candidates(v))) for k, v in groups.items())
 
 
 def receipt_verdict(lock: Lockfile, rec: Receipt) -> list[str]:
     """Why ``rec`` cannot be accepted into ``lock`` (its manifest, pins and the admissibility of
-    its cell, SPEC §19); ``[]`` when it can. The one rule `frt lock` applies and `frt verify`
+    its cell, docs/reference.md#admissibility); ``[]`` when it can. The one rule `frt lock` applies and `frt verify`
     re-applies. Admissibility is judged on pinned variants only: a receipt measured on other
     pins already has its reason, and a missing variant would be reported twice."""
     pins = lock.pin_problems(rec)
@@ -82,7 +84,7 @@ def receipt_verdict(lock: Lockfile, rec: Receipt) -> list[str]:
 
 
 def derive_trust(pkg: Package, publisher_trusted: bool | None) -> str | None:
-    """The trust decision for a manifest package (SPEC §6 "Trust", §8.4): ``project-path`` for a
+    """The trust decision for a manifest package (docs/reference.md#loading-and-guard): ``project-path`` for a
     path package (trusted by being in the project), ``manifest`` when the manifest trusts it,
     ``trusted-publisher`` when the Hub flags its publisher as trusted, else ``None`` (refused).
     ``publisher_trusted`` is the Hub's fact as read at lock time (``None``: not read)."""
@@ -150,7 +152,7 @@ class _Locker:
         return LockedPackage(pkg.repo, "hub", pkg.version, commit, trust, variants, publisher_trusted=publisher)
 
     def signed(self, repo: str, commit: str, variants: dict, policy) -> dict:
-        """``variants`` with each one's publisher signature verified and recorded (SPEC §27)."""
+        """``variants`` with each one's publisher signature verified and recorded (docs/reference.md#publisher-signatures)."""
         signed = self.session.signed.get((repo, commit), set())
         out = {}
         for name, v in sorted(variants.items()):
@@ -322,7 +324,7 @@ class _Locker:
 
 
 def rejected_digest(path: Path) -> str:
-    """A rejected receipt's ``digest`` (SPEC §22): the canonical-JSON digest when the file is JSON
+    """A rejected receipt's ``digest``: the canonical-JSON digest when the file is JSON
     (the digest the receipt would be filed under, whatever its formatting), else ``sha256`` of its
     bytes (not UTF-8, not JSON, or a value canonical JSON cannot hold). A file that cannot be read
     at all (a folder, a FIFO or a device named ``*.json``, a file over a receipt's size limit) has
@@ -400,7 +402,7 @@ def derive_path_package(project: Project, pkg: Package, policy=None) -> LockedPa
 
 def judge_signature(repo: str, v: LockedVariant, metadata: bytes, bundle: bytes | None, policy) -> LockedVariant:
     """``v`` with its publisher signature recorded, after ``bundle`` (``metadata.json.sigstore``'s
-    bytes, ``None`` when the variant has none) verified over ``metadata`` under ``policy`` (SPEC §27).
+    bytes, ``None`` when the variant has none) verified over ``metadata`` under ``policy`` (docs/reference.md#publisher-signatures).
     Raises ``SignatureRefused``: a bundle that does not verify or names a signer the policy does not
     accept, or no bundle where the policy requires one. No policy and no bundle: ``v`` unchanged."""
     if policy is None or policy.signature == "off":
@@ -441,6 +443,12 @@ def _read_bundle(vdir: Path, pkg: Package, policy) -> bytes | None:
         raise KernelUnavailable(f"package {pkg.repo!r}: {exc}", reasons=exc.reasons) from None
 
 
+def _warn(msg: str) -> None:
+    """What ``lock_model`` does with a rejected receipt when its caller passes no ``warn``: an
+    ``FrtWarning`` attributed to that caller (``frt`` shows it as ``warning: <msg>``)."""
+    warnings.warn(msg, FrtWarning, stacklevel=3)
+
+
 def lock_model(project: Project, model: str, *, check: bool = False, strict: bool = False, hub=None,
                upgrade: set[str] | None = None, warn=None, progress=None,
                session: LockSession | None = None, upgrade_release: bool = False,
@@ -455,7 +463,7 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
 
     ``progress``, when given, receives ``{"event": "package", "model", "repo", "done", "total"}``
     after each package is pinned (the Hub requests happen there)."""
-    warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    warn = warn or _warn
     mpath = project.manifest_path(model)
     mlabel = project.rel(mpath)
     manifest = Manifest.read(mpath, label=mlabel)
@@ -495,7 +503,7 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
                   rejected=[], index={})
     policy = manifest.receipt_policy
     keys = {}
-    if policy is not None:  # SPEC §26: the signers' keys, read once and pinned in the lock
+    if policy is not None:  # the signers' keys (docs/reference.md#receipt-signatures), read once and pinned in the lock
         from ..provenance.signing import read_policy_keys  # noqa: PLC0415
 
         keys = read_policy_keys(project.root, policy, manifest_file=mlabel)

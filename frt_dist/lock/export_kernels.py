@@ -10,7 +10,7 @@ imports `kernels`, and only when an export is asked for.
 
 Every locked package is exported at its locked version and commit. A path package
 has no Git commit; it is exported under the snapshot name frt's mirror gives it (the
-first 40 hex digits of its content digest, SPEC §8.9), so a `kernels` reading an frt
+first 40 hex digits of its content digest, docs/reference.md#mirrors), so a `kernels` reading an frt
 mirror (``KERNELS_CACHE=<mirror>``, offline) finds exactly the mirrored bytes. What
 `kernels.lock` cannot say — file digests, trust decisions, variants, receipts — stays
 in frt's lockfile: the export is a view for `kernels`, not a replacement.
@@ -37,7 +37,9 @@ def kernels_lock_json(locks) -> str:
     """``kernels.lock`` text for every package of ``locks`` (a ``frt_dist.Lockfile`` or several:
     one project's models share one ``kernels.lock``; a repo pinned differently by two of them
     is an error naming both)."""
-    locks = [locks] if hasattr(locks, "packages") else list(locks)
+    from ..documents.lockfile import Lockfile  # noqa: PLC0415
+
+    locks = [locks] if isinstance(locks, Lockfile) else list(locks)
     pins: dict = {}
     for lf in locks:
         for repo, pkg in lf.packages.items():

@@ -1,4 +1,4 @@
-"""Is a lockfile fresh? (SPEC §23)
+"""Is a lockfile fresh? (docs/reference.md#freshness)
 
 A lockfile records the manifest it was made from (embedded, with its digest, and the
 project-relative ``manifest-file``). When the project's manifest file now says
@@ -22,7 +22,7 @@ def manifest_drift(lock, root) -> str | None:
 
     No manifest file there (a lock used outside its project, or the bundled demo's
     lock in a wheel) is not staleness: there is nothing to compare with. Nor is a
-    ``manifest-file`` that is no safe project-relative path (SPEC §21): it is never
+    ``manifest-file`` that is no safe project-relative path (docs/reference.md#names): it is never
     followed out of the project; ``frt verify`` reports the name."""
     from ..base import names  # noqa: PLC0415
 

@@ -1,4 +1,4 @@
-"""``frt verify``: check lockfiles (and a mirror) without trusting what they say (SPEC §8.8, §20).
+"""``frt verify``: check lockfiles (and a mirror) without trusting what they say (docs/reference.md#verification).
 
 The ``lock-digest`` is an unkeyed sha256 over the lock's own content: it catches damage
 (a flipped byte, a truncated copy), not an author, since anyone who edits a lockfile can
@@ -27,7 +27,7 @@ recomputes everything ``frt lock`` derived and compares it with what the lock re
 - and finally, when all of that agrees, that the whole document is what ``frt lock`` would
   write from those inputs (a catch-all for anything not named above).
 
-Publisher signatures (SPEC §27): every recorded signer is judged again against the embedded
+Publisher signatures (docs/reference.md#publisher-signatures): every recorded signer is judged again against the embedded
 manifest's policy (kind ``signature``); a path package's bundles are verified again from its
 source, and with ``--mirror`` each mirrored bundle over the mirrored ``metadata.json``.
 
@@ -37,11 +37,11 @@ in the project, the rejected receipts (their bodies are not embedded), and a
 ``publisher-trusted`` fact an author recorded falsely.
 
 The result is one report: ``{"ok", "lockfiles", "problems": [{"kind", "path", "expected",
-"computed", ...}], "notes"}``. Kinds: SPEC §8.8's ``missing | unknown | mismatched |
+"computed", ...}], "notes"}``. Kinds (docs/reference.md#verification): ``missing | unknown | mismatched |
 lock-digest | receipt``, and for what re-derivation finds ``index``, ``trust``, ``package``,
 ``name``, ``field`` and ``signature``; those problems also carry ``recorded`` (what the lock says; also
 ``expected``), ``derived`` (what verify computed; also ``computed``) and a ``message``.
-``stale`` (SPEC §23): the project's manifest file is not the one the lock embeds
+``stale`` (docs/reference.md#freshness): the project's manifest file is not the one the lock embeds
 (``freshness.manifest_drift``); ``expected``/``computed`` are the two manifest digests.
 A lockfile that does not parse, and a ``--mirror`` that is not a directory, are bad input
 (exit 2), not a failed verification.
@@ -124,7 +124,7 @@ def verify(project, models: list[str] | None = None, *, mirror: str | Path | Non
 
 
 def _staleness(lock, label: str, project) -> list[dict]:
-    """SPEC §23: a lock whose embedded manifest is not the project's manifest file is stale
+    """A lock whose embedded manifest is not the project's manifest file is stale
     (``freshness.manifest_drift``, the rule ``load`` and ``resolve`` warn with). Reported as a
     problem of kind ``stale``: the lock may be intact and still not what the manifest asks for."""
     from .freshness import manifest_drift  # noqa: PLC0415
@@ -284,7 +284,7 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
         elif rec.digest == head:
             accepted[rec.digest] = rec
 
-    # -- receipt signatures (SPEC §26): re-checked offline against the pinned keys --------
+    # -- receipt signatures (docs/reference.md#receipt-signatures): re-checked offline against the pinned keys --------
     signatures, receipt_keys = _check_receipt_signatures(f, lock, accepted, invalid, project)
 
     # -- rejected receipts: only their names and that they are not also accepted ----
@@ -368,7 +368,7 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
 
 
 def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict, project) -> tuple[dict, dict]:
-    """SPEC §26, re-derived offline: under the embedded manifest's ``[trust.receipts]`` policy,
+    """Receipt signatures (docs/reference.md#receipt-signatures), re-derived offline: under the embedded manifest's ``[trust.receipts]`` policy,
     every accepted receipt it covers must carry an embedded signature that verifies with a pinned
     key (or, for a Sigstore bundle, against the pinned trusted root with a listed identity) over
     the receipt's own digest, by the signer the lock records. Each pinned key must be the key its
@@ -378,7 +378,7 @@ def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict,
     ``signature``. Returns the (signatures, keys) ``frt lock`` would record."""
     policy = lock.manifest.receipt_policy
     released = set()
-    if getattr(lock, "release", None):  # a Hub release's receipts: always judged, never without a policy
+    if lock.release:  # a Hub release's receipts: always judged, never without a policy
         from ..release.record import NO_POLICY, is_release_label  # noqa: PLC0415
 
         released = {dig for dig, rec in accepted.items() if is_release_label(lock, rec.file)}

@@ -314,11 +314,10 @@ def lock_root(lock) -> Path:
     bundled root for the bundled lock, else the nearest folder above the
     lockfile holding ``manifests/``, a ``pyproject.toml`` with ``[tool.frt]``, or
     ``lockfiles/`` (a node), else the lockfile's own folder.
-    Found once per lockfile object (kept in its ``memo``). It lives here, not in
+    Found once per lockfile object (kept in its ``cache.roots``). It lives here, not in
     the loader (which re-exports it), so `frt resolve` finds the root without
     importing the loader."""
-    key = ("lock-root", lock.path)
-    hit = lock.memo.get(key)
+    hit = lock.cache.roots.get(lock.path)
     if hit is not None:
         return hit
     root = None
@@ -335,5 +334,5 @@ def lock_root(lock) -> Path:
             root = Project.find().root
         except NoProject:
             root = Path(os.getcwd()).resolve()
-    lock.memo[key] = root
+    lock.cache.roots[lock.path] = root
     return root

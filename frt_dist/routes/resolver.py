@@ -232,9 +232,9 @@ class _MissIndex:
 
     def __init__(self, lock: Lockfile):
         self._hw: dict[tuple, dict] = {}
-        near, routes_of = getattr(lock, "nearest", None), getattr(lock.index, "routes_of", None)
-        if near is not None and routes_of is not None:
-            self.low, self.backends, self._cells, self._routes_of = near, {}, None, routes_of
+        near, index = lock.nearest, lock.index
+        if near is not None and index.lazy:  # (an index with every entry built is grouped below, as cheaply)
+            self.low, self.backends, self._cells, self._routes_of = near, {}, None, index.routes_of
             for route, phase, precision, backend in near:
                 self.backends.setdefault((route, phase, precision), set()).add(backend)
             self._pairs = sorted({(g[1], g[2]) for g in near})
@@ -242,10 +242,8 @@ class _MissIndex:
         # (route, phase, precision, backend) -> the two smallest (device_class, arch), ascending
         low: dict[tuple, list] = {}
         backends: dict[tuple, set] = {}  # (route, phase, precision) -> {backend}
-        cells = lock.index.cell_routes() if hasattr(lock.index, "cell_routes") else (
-            (k, {c.route for c in entry.candidates}) for k, entry in lock.index.items())
         self._cells = []
-        for k, routes in cells:  # a lazily read index gives these without building every entry
+        for k, routes in index.cell_routes():  # (a lazy index gives these without building every entry)
             phase, precision, backend, arch, dc = k
             self._cells.append((k, routes))
             v = (dc, arch)
@@ -290,9 +288,9 @@ def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> _Wh
     if rejected:
         return ("receipt-rejected", f"no receipt for this cell: {len(rejected)} rejected at lock time "
                                     f"({rejected[0]['file']}: {rejected[0]['reason']})")
-    ix = lock.memo.get("miss")
+    ix = lock.cache.miss_index
     if ix is None:
-        ix = lock.memo["miss"] = _MissIndex(lock)
+        ix = lock.cache.miss_index = _MissIndex(lock)
     # the closest receipt of this band and precision: same backend first, then by device class, arch
     for dc, arch in ix.low.get((route, key.phase, key.precision, key.backend), ()):
         if dc != key.device_class:
@@ -323,35 +321,30 @@ def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> _Wh
 def _facts_for(lock: Lockfile, hw: Hardware) -> _RouteFacts:
     """Per-route facts for this system, kept with the lockfile: they depend on the
     variant-selection facts and the arch only, not on device class or phase."""
-    memo = lock.memo.setdefault("facts", {})
+    cache = lock.cache
     fp = (hw.backend, hw.arch, hw.cpu, hw.os, hw.cxx11_abi, hw.detected, tuple(hw.software.items()))
-    facts = memo.get(fp)
+    facts = cache.route_facts.get(fp)
     if facts is None:
-        if len(memo) >= 64:
-            memo.clear()
-        facts = memo[fp] = _RouteFacts(lock, hw)
+        facts = cache.put(cache.route_facts, fp, _RouteFacts(lock, hw), cache.ROUTE_FACTS_MAX)
     return facts
 
 
 def resolve(lock, *, hardware: Hardware, precision: str | None = None, phase: str,
             fallback: str = "refuse", accept=("certified_fast",), reporter: Reporter | None = None,
             _facts: _RouteFacts | None = None) -> Decision:
-    """One phase band → one ``Decision`` (docs/reference.md#python-api)."""
+    """One phase band → one ``Decision`` (docs/reference.md#python-api, #loading-and-guard)."""
     lock = Lockfile.of(lock)
-    memo_key = None
+    key = None
     if reporter is None:
-        # a decision is a pure function of these: serve it from the lock's memo when asked again
-        memo_key = (hardware.fingerprint, precision, phase, fallback, (accept,) if isinstance(accept, str) else tuple(accept))
-        hit = lock.memo.get("decisions", {}).get(memo_key)
+        # a decision is a pure function of these: serve it from the lock's cache when asked again
+        key = (hardware.fingerprint, precision, phase, fallback, (accept,) if isinstance(accept, str) else tuple(accept))
+        hit = lock.cache.decisions.get(key)
         if hit is not None:
             return hit
     decision = _resolve(lock, hardware=hardware, precision=precision, phase=phase, fallback=fallback,
                         accept=accept, reporter=reporter, _facts=_facts)
-    if memo_key is not None:
-        memo = lock.memo.setdefault("decisions", {})
-        if len(memo) >= 4096:
-            memo.clear()
-        memo[memo_key] = decision
+    if key is not None:
+        lock.cache.put(lock.cache.decisions, key, decision, lock.cache.DECISIONS_MAX)
     return decision
 
 
