@@ -69,7 +69,6 @@ is reported missing in full), so it never needs the running device.
 
 from __future__ import annotations
 
-import base64
 import errno
 import hashlib
 import os
@@ -88,10 +87,11 @@ from typing import Callable
 
 from ..errors import FrtError, KernelUnavailable, UsageError
 from ..loader.integrity import Expected, check_variant_dir
-from ..loader import cache_dirs, is_offline, lock_root, repo_folder
+from ..loader import is_offline, lock_root, repo_folder
 from ..provenance.publisher import BUNDLE
 from ..base.safedir import SafeDir, UnsafePath, WriteError
 from ..system.variants import parse_variant, select_variants
+from .sources import HashingWriter, LockedFile, Unsupplied, hash_copy, locate_file, locked_files
 from ..errors import MirrorUnsafe, MirrorUnwritable  # noqa: F401 - defined with every FrtError
 
 __all__ = ["mirror_lock", "verify_mirror", "MirrorReport", "MirrorUnsafe", "MirrorUnwritable", "select_for_mirror",
@@ -231,97 +231,19 @@ def _select_machines(lock, machines) -> tuple[dict[str, list[str]], list[dict]]:
 # one file
 
 
-@dataclass(frozen=True)
-class _Item:
-    repo: str
-    variant: str
-    rel: str  # relative to build/<variant>/
-    algorithm: str
-    expected: str  # lock form: "sha256:<hex>" for metadata.json, else base64
-
-    @property
-    def blob(self) -> str | None:
-        """The blob name when the lock's digest already gives the sha256."""
-        if self.expected.startswith("sha256:"):
-            return self.expected.split(":", 1)[1]
-        if self.algorithm == "sha256":
-            return base64.b64decode(self.expected).hex()
-        return None
-
-    @property
-    def object_key(self) -> str:
-        """The item's key in an object store (``frt_dist.distribution.objstore``): ``<algorithm>/<hex>``, from
-        the lock's digest alone, so a node finds the bytes without trusting anything else."""
-        from .objstore import locked_file_key  # noqa: PLC0415
-
-        return locked_file_key(self.algorithm, self.expected)
-
-    def computed(self, hashes: dict) -> str:
-        if self.expected.startswith("sha256:"):
-            return "sha256:" + hashes["sha256"].hexdigest()
-        return base64.b64encode(hashes[self.algorithm].digest()).decode("ascii")
-
-
-def _items(pkg, variant: str) -> list[_Item]:
-    lv = pkg.variants[variant]
-    out = [_Item(pkg.repo, variant, "metadata.json", "sha256", lv.metadata_sha256)]
-    out += [_Item(pkg.repo, variant, rel, lv.algorithm, d) for rel, d in sorted(lv.files.items())]
-    if lv.signature:  # the publisher's bundle is a locked file too (SPEC §27): carried and verified like one
-        out.append(_Item(pkg.repo, variant, BUNDLE, "sha256", lv.signature["bundle-sha256"]))
-    return out
-
-
-def _new_hashes(algorithm: str) -> dict:
-    hashes = {"sha256": hashlib.sha256()}
-    if algorithm != "sha256":
-        hashes[algorithm] = hashlib.new(algorithm)
-    return hashes
-
-
-class HashingWriter:
-    """A writer for ``ObjectStore.get`` that hashes every chunk with ``algorithm`` (and sha256)
-    into ``hashes`` and passes it on to ``out`` when one is given."""
-
-    def __init__(self, algorithm: str, out=None):
-        self.hashes = _new_hashes(algorithm)
-        self.out = out
-
-    def write(self, chunk) -> None:
-        for h in self.hashes.values():
-            h.update(chunk)
-        if self.out is not None:
-            self.out.write(chunk)
-
-
-def _hash_copy(src: Path, out, algorithm: str) -> tuple[dict, int]:
-    """Copy ``src`` (outside the mirror) into the writer ``out`` (a ``SafeDir.new_file``), hashing
-    the bytes as they go. A read failure is the source's ``OSError``; a write failure ``WriteError``."""
-    hashes = _new_hashes(algorithm)
-    n = 0
-    with open(src, "rb") as fi:
-        while chunk := fi.read(_CHUNK):
-            for h in hashes.values():
-                h.update(chunk)
-            out.write(chunk)
-            n += len(chunk)
-    out.sync()
-    return hashes, n
-
-
-def _blob_ok(blobs: SafeDir, name: str, item: _Item) -> bool:
+def _blob_ok(blobs: SafeDir, name: str, item: LockedFile) -> bool:
     """Whether ``blobs/name`` is a regular file (not a link) whose bytes have the locked digest."""
     f = blobs.open_read(name)
     if f is None:
         return False
-    hashes = _new_hashes(item.algorithm)
+    sink = HashingWriter(item.algorithm)
     try:
         with f:
             while chunk := f.read(_CHUNK):
-                for h in hashes.values():
-                    h.update(chunk)
+                sink.write(chunk)
     except OSError:
         return False
-    return item.computed(hashes) == item.expected
+    return item.computed(sink.hashes) == item.expected
 
 
 # ---------------------------------------------------------------------------
@@ -553,48 +475,17 @@ class _Mirror:
         self.store = None  # an ObjectStore to sync from (``frt mirror DIR --from URL``), else the usual sources
         self._count = threading.Lock()
 
-    # -- sources (outside the mirror) -----------------------------------------------
-    def _source(self, pkg, item: _Item) -> tuple[Path, str | None]:
-        """A local file holding the item's bytes, and the private staging folder to remove after
-        (a Hub download is staged under the system temp folder, outside the mirror: a downloader
-        writes by path, and no path inside a mirror is trusted)."""
-        rel = f"build/{item.variant}/{item.rel}"
-        if pkg.source == "path":
-            base = (self.project_root / pkg.path).resolve()
-            src = base / rel
-            if not os.path.realpath(src).startswith(str(base) + os.sep):
-                raise _Fail(item, None, f"{pkg.path}/{rel} leaves the package folder")
-            if not src.is_file():
-                raise _Fail(item, None, f"{pkg.path}/{rel} not found in the path source")
-            return src, None
-        for cache in cache_dirs():
-            src = cache / repo_folder(pkg.repo) / "snapshots" / pkg.revision / rel
-            if src.is_file():
-                return src, None
-        if self.offline:
-            raise _Fail(item, None, "not in the hub cache and the Hub is offline (HF_HUB_OFFLINE)")
-        return self._download(pkg, rel, item)
-
-    def _download(self, pkg, rel: str, item: _Item) -> tuple[Path, str]:
-        from huggingface_hub import hf_hub_download  # noqa: PLC0415
-
-        staging = tempfile.mkdtemp(prefix=_staging_prefix(self.run_id))
-        try:
-            return Path(hf_hub_download(pkg.repo, rel, repo_type="kernel", revision=pkg.revision,
-                                        local_dir=staging, endpoint=os.environ.get("HF_ENDPOINT") or None)), staging
-        except Exception as exc:  # noqa: BLE001 - every Hub failure is a problem with its text
-            shutil.rmtree(staging, ignore_errors=True)
-            raise _Fail(item, None, f"download failed: {type(exc).__name__}: {exc}") from None
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+    # -- sources (outside the mirror): frt_dist.distribution.sources --------------
+    def _source(self, pkg, item: LockedFile) -> tuple[Path, str | None]:
+        return locate_file(pkg, item, project_root=self.project_root, offline=self.offline,
+                           staging_prefix=_staging_prefix(self.run_id))
 
     # -- blobs and links ------------------------------------------------------
-    def _lock_name(self, item: _Item) -> str:
+    def _lock_name(self, item: LockedFile) -> str:
         key = item.blob or hashlib.sha256(f"{item.algorithm}:{item.expected}".encode()).hexdigest()
         return f"{key}.lock"
 
-    def blob(self, pkg, item: _Item, blobs: SafeDir) -> str:
+    def blob(self, pkg, item: LockedFile, blobs: SafeDir) -> str:
         """Ensure the item's blob exists and verifies; return its name."""
         with _lock_in(self.root, (LOCKS, repo_folder(pkg.repo)), self._lock_name(item)):
             if item.blob and _blob_ok(blobs, item.blob, item):
@@ -608,14 +499,14 @@ class _Mirror:
                 try:
                     with out:
                         if self.store is None:
-                            hashes, n = _hash_copy(src, out, item.algorithm)
+                            hashes, n = hash_copy(src, out, item.algorithm)
                         else:
                             hashes, n = self._fetch(item, out)
                     got = item.computed(hashes)
                     if got != item.expected:
                         what = ("source bytes" if self.store is None
                                 else f"object {self.store.where(item.object_key)} ({n} bytes)")
-                        raise _Fail(item, got, f"{what} do not match the lock (expected {item.expected}, "
+                        raise Unsupplied(item, got, f"{what} do not match the lock (expected {item.expected}, "
                                                f"computed {got})")
                     name = hashes["sha256"].hexdigest()
                     self.tmp.replace(tmp, blobs, name)
@@ -630,7 +521,7 @@ class _Mirror:
         self._emit(item, "fetched", n)
         return name
 
-    def _fetch(self, item: _Item, out) -> tuple[dict, int]:
+    def _fetch(self, item: LockedFile, out) -> tuple[dict, int]:
         """The item's bytes from the object store into ``out``, hashed as they arrive; nothing is
         trusted here: ``blob`` compares the digest with the lock before the bytes become visible."""
         from .objstore import ObjectMissing  # noqa: PLC0415
@@ -640,11 +531,11 @@ class _Mirror:
         try:
             n = self.store.get(item.object_key, sink)
         except ObjectMissing:
-            raise _Fail(item, None, f"object {self.store.where(item.object_key)} is not in the store") from None
+            raise Unsupplied(item, None, f"object {self.store.where(item.object_key)} is not in the store") from None
         out.sync()
         return hashes, n
 
-    def link(self, pkg, item: _Item, blob: str, folder: SafeDir, blobs: SafeDir) -> None:
+    def link(self, pkg, item: LockedFile, blob: str, folder: SafeDir, blobs: SafeDir) -> None:
         parts = ["snapshots", pkg.snapshot, "build", item.variant, *item.rel.split("/")]
         target = "../" * (len(parts) - 1) + f"blobs/{blob}"
         with folder.walk(*parts[:-1], create=True) as here:
@@ -680,7 +571,7 @@ class _Mirror:
             if refs.lstat("main") is None:
                 _write_if_changed(refs, "main", pkg.snapshot, self.tmp)
 
-    def _emit(self, item: _Item, action: str, n: int) -> None:
+    def _emit(self, item: LockedFile, action: str, n: int) -> None:
         self.progress({"event": "file", "repo": item.repo, "variant": item.variant, "path": item.rel,
                        "action": action, "bytes": n})
 
@@ -693,13 +584,13 @@ class _Mirror:
                 folder.child("blobs", create=True) as blobs:
             fetched = self._prefetch(pkg, variants, blobs)
             for variant in variants:
-                for item in _items(pkg, variant):
+                for item in locked_files(pkg, variant):
                     try:
                         got = fetched.get(item)
                         if isinstance(got, BaseException):
                             raise got
                         self.link(pkg, item, got or self.blob(pkg, item, blobs), folder, blobs)
-                    except _Fail as f:
+                    except Unsupplied as f:
                         self.problems.append(f.problem(pkg))
                     except WriteError as exc:  # the mirror itself (full, read-only, denied): the run stops
                         exc.doing = f"{pkg.repo} build/{variant}/{item.rel}"
@@ -708,7 +599,7 @@ class _Mirror:
                         raise
                     except OSError as exc:  # an unreadable source: this file fails, the rest go on
                         self.problems.append(
-                            _Fail(item, None, f"{exc.strerror or exc}: {exc.filename or ''}").problem(pkg))
+                            Unsupplied(item, None, f"{exc.strerror or exc}: {exc.filename or ''}").problem(pkg))
             if len(self.problems) == before:
                 self.refs(pkg, folder)
         self.report.packages.append({"repo": pkg.repo, "revision": pkg.revision, "snapshot": pkg.snapshot,
@@ -723,7 +614,7 @@ class _Mirror:
             return {}
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
-        items = [item for v in variants for item in _items(pkg, v)]
+        items = [item for v in variants for item in locked_files(pkg, v)]
 
         def one(item):
             try:
@@ -745,19 +636,6 @@ class _Mirror:
             if isinstance(r, FrtError):
                 raise r
         return dict(zip(items, results))
-
-
-class _Fail(Exception):
-    def __init__(self, item: _Item, computed: str | None, reason: str):
-        super().__init__(reason)
-        self.item, self.computed, self.reason = item, computed, reason
-
-    def problem(self, pkg) -> dict:
-        i = self.item
-        return {"package": pkg.repo, "revision": pkg.revision, "variant": i.variant,
-                "kind": "mismatched" if self.computed else "missing",
-                "path": f"build/{i.variant}/{i.rel}", "expected": i.expected, "computed": self.computed,
-                "reason": f"{pkg.repo} build/{i.variant}/{i.rel}: {self.reason}"}
 
 
 def _drop_if_empty(top: SafeDir, name: str) -> None:
@@ -868,7 +746,7 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
         run.report.cleaned["locks"] += cleaned[1]
     if gone is not None:
         total = len({item.object_key for repo, vs in chosen.items() for v in vs
-                     for item in _items(lock.packages[repo], v)})
+                     for item in locked_files(lock.packages[repo], v)})
         done = run.report.fetched + run.report.present
         raise StoreUnavailable(f"{gone} ({done} of {total} file(s) verified in {dest} so far)",
                                hints=[*(gone.hints or []), "run the same `frt mirror DIR --from URL` again once the "

@@ -36,16 +36,15 @@ the location and key, never a credential.
 
 from __future__ import annotations
 
-import base64
 import errno
 import fcntl
-import hashlib
 import os
 import threading
 from pathlib import Path
 
 from ..errors import FrtError, KernelUnavailable
-from .integrity import METADATA, _problem, format_problems
+from ..distribution.sources import HashingWriter, LockedFile, expected_files
+from .integrity import _problem, format_problems
 from .store import STORE_ENV, VARIANT, Entry, StoreUnusable, identity_of, open_store as open_verified_store
 from ..errors import VerifiedStoreFull  # noqa: F401 - defined with every FrtError
 
@@ -212,25 +211,21 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
     """Fetch every file of the variant into ``vdir`` (a fresh temporary entry), hashing each as
     it arrives; the problems (``check_variant_dir``'s form plus ``object``), empty when all match.
     ``StoreAccess`` (no credentials, denied, no bucket) is raised: it is no fault of one file."""
-    from ..distribution.objstore import ObjectMissing, StoreAccess, StoreUnavailable, locked_file_key  # noqa: PLC0415
+    from ..distribution.objstore import ObjectMissing, StoreAccess, StoreUnavailable  # noqa: PLC0415
 
-    exp = want.expected
-    prefix = f"build/{want.variant}/"
-    items = [(METADATA, "sha256", exp.metadata_sha256)] + [(rel, exp.algorithm, d) for rel, d in sorted(exp.files.items())]
+    items = expected_files(want.repo, want.variant, want.expected)
 
-    def one(item) -> dict | None:
-        rel, algorithm, expected = item
-        shown = prefix + rel
+    def one(item: LockedFile) -> dict | None:
+        rel, expected, shown = item.rel, item.expected, item.path
         told = f"{want.repo} {shown}"  # the locked file, as `frt mirror` names it
         if not _plain_rel(rel):
             return _problem("mismatched", shown, expected, None, f"{told}: not a plain relative path in the lock")
         try:
-            key = locked_file_key(algorithm, expected)
+            key = item.object_key
         except (ValueError, TypeError):
             return _problem("mismatched", shown, expected, None, f"{told}: the lock's digest names no object")
         where = objects.where(key)
         dest = vdir / rel
-        h = hashlib.new(algorithm)
         try:
             dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
@@ -240,7 +235,6 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
         class _Into:
             @staticmethod
             def write(chunk) -> None:
-                h.update(chunk)
                 view = memoryview(chunk)
                 while view:
                     try:
@@ -249,8 +243,9 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
                         raise _write_failed(exc, root or vdir) from None
                     view = view[k:]
 
+        sink = HashingWriter(item.algorithm, _Into)
         try:
-            n = objects.get(key, _Into)
+            n = objects.get(key, sink)
         except ObjectMissing:
             return _problem("missing", shown, expected, None, f"{told}: object {where} is not in the store") | \
                 {"object": where}
@@ -258,8 +253,7 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
             return {"kind": "store", "path": shown, "object": where, "reason": str(exc), "hints": exc.hints}
         finally:
             os.close(fd)
-        got = ("sha256:" + h.hexdigest()) if expected.startswith("sha256:") else \
-            base64.b64encode(h.digest()).decode("ascii")
+        got = item.computed(sink.hashes)
         with _lock:
             _STATS["objects"] += 1
             _STATS["bytes"] += n
