@@ -33,7 +33,6 @@ they arrived in, so the lock's bytes do not depend on it.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 import tempfile

@@ -42,6 +42,7 @@ import os
 import threading
 from pathlib import Path
 
+from .. import settings
 from ..errors import FrtError, KernelUnavailable
 from ..distribution.sources import HashingWriter, LockedFile, expected_files
 from .integrity import _problem, format_problems
@@ -98,7 +99,7 @@ def location_of(text) -> str | None:
 def _client(url: str):
     from ..distribution.objstore import open_store  # noqa: PLC0415
 
-    key = (url, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "FRT_STORE_")))))
+    key = (url, tuple(sorted({**settings.family("AWS_"), **settings.family("FRT_STORE_")}.items())))
     with _lock:
         got = _clients.get(key)
         if got is None:
