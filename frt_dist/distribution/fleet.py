@@ -1,4 +1,4 @@
-"""Fleets (SPEC §25, issue 18): publish a lock's files to an object store, and carry receipts
+"""Fleets (``docs/reference.md#object-stores``, issue 18): publish a lock's files to an object store, and carry receipts
 from many qualification hosts to the one job that locks.
 
 ``publish_lock(lock, store, selection)`` (``frt mirror s3://bucket/prefix``) uploads every
@@ -231,7 +231,7 @@ class ReceiptTransfer:
                 "refused": self.refused, "signatures": self.signatures}
 
 
-# A receipt's signature files travel with it (SPEC §26): `<receipt>.json.sig` (a DSSE envelope, `frt sign
+# A receipt's signature files travel with it (docs/reference.md#receipt-signatures): `<receipt>.json.sig` (a DSSE envelope, `frt sign
 # --key`) and `<receipt>.json.sigstore` (a Sigstore bundle, `frt sign --sigstore`), stored beside the receipt's
 # object as `receipts/sha256/<hex>.json.sig|.sigstore`. They are evidence `frt lock` judges against the
 # manifest's [trust.receipts] policy, so nothing here trusts them: a store can only withhold or spoil one,

@@ -1,4 +1,5 @@
-"""Object stores: where a fleet's mirror lives when it is not a folder on this machine (SPEC §25).
+"""Object stores: where a fleet's mirror lives when it is not a folder on this machine
+(``docs/reference.md#object-stores``).
 
 A location is ``s3://bucket/prefix`` (the S3 API: AWS, MinIO, Ceph, GCS interop, R2),
 ``file:///path`` (a shared disk, same layout) or a plain directory (today's hub-cache mirror,
@@ -30,10 +31,11 @@ callers do it; ``get`` streams into the caller's hashing writer and stops at ``l
 hostile object cannot fill a disk). Keys frt reads are only ever built from digests and validated
 names (``object_key``, ``lock_key``, ``receipt_key``), never taken from a listing as a path.
 
-Errors are ``frt_dist.errors`` errors with SPEC §25's exit codes: ``StoreAccess`` (exit 2: no
-credentials, access denied, no such bucket, a bad URL), ``ObjectMissing`` (exit 1), ``StoreUnavailable``
-(exit 1: a timeout or a server error that persisted through the bounded retries). Messages name
-the location and key, never a credential.
+Errors are ``frt_dist.errors`` errors with these exit codes (``docs/reference.md#exit-codes``):
+``StoreAccess`` (exit 2: no credentials, access denied, no such bucket, a bad URL), ``ObjectMissing``
+(exit 1), ``StoreUnavailable`` (exit 1: a timeout or a server error that persisted through the
+bounded retries). Messages name the location and key, never a credential. The mapping lives with
+each client; the words they share are in ``store_api``.
 
 Configuration is the standard AWS chain, read by botocore itself: ``AWS_ENDPOINT_URL`` (an
 ``http://`` endpoint is used as given), ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/

@@ -1,4 +1,4 @@
-"""The one shared loader (SPEC §1, §6, §8.4, §8.14).
+"""The one shared loader (``docs/reference.md#loading-and-guard``).
 
 ``hub_kernel(repo, version)`` and ``load_locked(lock, repo, variant)`` turn a
 package request into one imported module, or a ``KernelUnavailable`` whose
@@ -15,13 +15,15 @@ package request into one imported module, or a ``KernelUnavailable`` whose
    detected) hardware.
 4. **arch** – the variant's backend and ``backend.archs`` against the device with
    ``admissible.variant_problem``, the one rule lock, verify, resolve and the matrix
-   apply (SPEC §19), on every source; an empty list loads with a recorded note.
+   apply (``docs/reference.md#admissibility``), on every source; an empty list loads
+   with a recorded note.
 5. **bytes** – from the mirror (``mirror=``, ``FRT_MIRROR``, ``[tool.frt]
    mirror``), then the hub cache (``KERNELS_CACHE`` / HF cache), then the path
    source (path packages), then the Hub (``HF_ENDPOINT`` honoured) unless
    offline (``HF_HUB_OFFLINE=1`` or a mirror in use: then no network at all).
    The first source that holds the variant is the one used; it is never
-   silently replaced by another when its files are wrong.
+   silently replaced by another when its files are wrong. The rule is
+   ``frt_dist.distribution.sources`` (shared with ``frt mirror`` and publish).
 6. **integrity, into the verified store** – every file of the variant against
    the locked digests, one report naming each file (missing, unknown extra,
    mismatched with expected and computed, links leaving the tree). The bytes
@@ -73,7 +75,7 @@ module is mapped unread while its seal holds (the user alone wrote it since it w
 hashed), and refused alike under ``FRT_STORE_REHASH=1`` (``frt_dist.loader.store``
 has the threat model of the store itself). Whoever
 edits the lockfile itself chooses what is trusted: that is what ``frt verify``
-and review are for (SPEC §20).
+and review are for (``docs/reference.md#verification``).
 
 There is one module per repo per process: a
 second request for the same (repo, revision, variant) returns the same module
@@ -206,7 +208,7 @@ def mirror_dir(mirror=None, project=None) -> Path | None:
 def mirror_location(mirror=None, project=None) -> Path | str | None:
     """The mirror in force (``mirror=``, else ``FRT_MIRROR``, else the project's ``[tool.frt] mirror``):
     a ``Path`` for a folder, the normalised URL (``str``) for an object store (``s3://``,
-    ``file://``; SPEC §25), ``None`` when there is none. A malformed URL is ``StoreAccess`` (exit 2)."""
+    ``file://``; ``docs/reference.md#object-stores``), ``None`` when there is none. A malformed URL is ``StoreAccess`` (exit 2)."""
     if mirror is not None:
         given = mirror
     elif settings.value("FRT_MIRROR"):

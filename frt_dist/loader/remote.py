@@ -1,5 +1,6 @@
-"""Loading through an object-store mirror (SPEC §25, issue 18): ``mirror="s3://bucket/prefix"``,
-``FRT_MIRROR=s3://…`` or ``[tool.frt] mirror = "s3://…"`` (``file:///path`` too).
+"""Loading through an object-store mirror (``docs/reference.md#object-stores``, issue 18):
+``mirror="s3://bucket/prefix"``, ``FRT_MIRROR=s3://…`` or ``[tool.frt] mirror = "s3://…"``
+(``file:///path`` too).
 
 The node's own lockfile is the root of trust; the store is untrusted. After resolve has chosen
 the routes, the loader asks this module for exactly one variant of one package at a time (the
