@@ -79,7 +79,7 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
     Raises ``KernelUnavailable`` (exit 1) listing every file that could not be supplied, after
     sending all the others, and then uploads no lockfile; store errors stop the run."""
     from ..loader import _as_lock, is_offline, lock_root  # noqa: PLC0415
-    from .mirror import select_for_mirror  # noqa: PLC0415
+    from .mirror_select import select_for_mirror  # noqa: PLC0415
 
     lock = _as_lock(lock)
     if variants is None and not all_variants and hardware is None and not machines and not cells:

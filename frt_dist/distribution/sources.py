@@ -3,7 +3,7 @@
 an object store (``frt_dist.distribution.fleet``) follow.
 
 **The places, in order.** (1) the mirror folder in force (a load only: ``mirror=``, ``FRT_MIRROR``,
-``[tool.frt] mirror``); (2) each hub cache, ``KERNELS_CACHE`` then huggingface_hub's cache
+``[tool.frt] mirror``: ``mirror_location``); (2) each hub cache, ``KERNELS_CACHE`` then huggingface_hub's cache
 (``cache_dirs``); (3) a path package's project source; (4) the Hub at the locked commit, for a
 Hub package only, and never offline (``HF_HUB_OFFLINE``, or a mirror in use: ``is_offline``).
 An object-store mirror (``s3://``, ``file://``) replaces all four: it is asked for nothing the
@@ -53,7 +53,7 @@ from typing import Callable
 
 from .. import settings
 
-__all__ = ["repo_folder", "cache_dirs", "is_offline", "hub_endpoint", "LockedFile", "locked_files",
+__all__ = ["repo_folder", "cache_dirs", "is_offline", "hub_endpoint", "mirror_dir", "mirror_location", "location_of", "LockedFile", "locked_files",
            "expected_files", "new_hashes", "HashingWriter", "hash_copy", "Unsupplied", "NotFound",
            "locate_variant", "download_variant", "locate_file"]
 
@@ -103,6 +103,45 @@ def cache_dirs() -> list[Path]:
     if hub not in out:
         out.append(hub)
     return out
+
+
+def mirror_dir(mirror=None, project=None) -> Path | None:
+    """The mirror folder in force: ``mirror=``, else ``FRT_MIRROR``, else the project's ``[tool.frt]
+    mirror``. An object-store URL is no folder: ``mirror_location`` gives it (a ``UsageError`` here)."""
+    got = mirror_location(mirror, project)
+    if isinstance(got, str):
+        from ..errors import UsageError  # noqa: PLC0415
+
+        raise UsageError(f"mirror {got} is an object-store URL, not a folder")
+    return got
+
+
+def mirror_location(mirror=None, project=None) -> Path | str | None:
+    """The mirror in force (``mirror=``, else ``FRT_MIRROR``, else the project's ``[tool.frt] mirror``):
+    a ``Path`` for a folder, the normalised URL (``str``) for an object store (``s3://``,
+    ``file://``; ``docs/reference.md#object-stores``), ``None`` when there is none. A malformed URL
+    is ``StoreAccess`` (exit 2)."""
+    if mirror is not None:
+        given = mirror
+    elif settings.value("FRT_MIRROR"):
+        given = settings.value("FRT_MIRROR")
+    elif project is not None and project.mirror:
+        given = project.mirror
+    else:
+        return None
+    if "://" in os.fspath(given):  # only then: a folder's load imports nothing of the object-store code
+        return location_of(given) or Path(given)
+    return Path(given)
+
+
+def location_of(text) -> str | None:
+    """The normalised URL when ``text`` names an object store, else ``None`` (a folder).
+    A malformed URL is ``StoreAccess`` (exit 2) naming it."""
+    from .objstore import is_url, parse_location  # noqa: PLC0415
+
+    if text is None or not is_url(os.fspath(text)):
+        return None
+    return parse_location(os.fspath(text)).url
 
 
 def hub_endpoint() -> str | None:

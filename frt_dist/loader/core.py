@@ -109,7 +109,7 @@ from .importer import forget as forget_module, import_verified, package_dir
 from .integrity import Expected, format_problems, real_dir
 from .store import StoreUnusable, admit, open_store, rehash_requested
 from ..distribution.sources import (NotFound, cache_dirs, download_variant, hub_endpoint as _hub_endpoint, is_offline,
-                                    locate_variant, repo_folder)
+                                    locate_variant, mirror_dir, mirror_location, repo_folder)
 from ..system.variants import select_variants, valid_variant_name
 
 if TYPE_CHECKING:
@@ -192,36 +192,6 @@ def _forget_all() -> None:
 def pin_env_name(repo: str) -> str:
     """``FRT_KERNEL_REV_<REPO>``: upper-cased, every non-alphanumeric → ``_``."""
     return PIN_PREFIX + _PIN_CHARS.sub("_", repo.upper())
-
-
-def mirror_dir(mirror=None, project=None) -> Path | None:
-    """The mirror folder in force: ``mirror=``, else ``FRT_MIRROR``, else the project's ``[tool.frt]
-    mirror``. An object-store URL is no folder: ``mirror_location`` gives it (a ``UsageError`` here)."""
-    got = mirror_location(mirror, project)
-    if isinstance(got, str):
-        from ..errors import UsageError  # noqa: PLC0415
-
-        raise UsageError(f"mirror {got} is an object-store URL, not a folder")
-    return got
-
-
-def mirror_location(mirror=None, project=None) -> Path | str | None:
-    """The mirror in force (``mirror=``, else ``FRT_MIRROR``, else the project's ``[tool.frt] mirror``):
-    a ``Path`` for a folder, the normalised URL (``str``) for an object store (``s3://``,
-    ``file://``; ``docs/reference.md#object-stores``), ``None`` when there is none. A malformed URL is ``StoreAccess`` (exit 2)."""
-    if mirror is not None:
-        given = mirror
-    elif settings.value("FRT_MIRROR"):
-        given = settings.value("FRT_MIRROR")
-    elif project is not None and project.mirror:
-        given = project.mirror
-    else:
-        return None
-    if "://" in os.fspath(given):  # only then: a folder's load imports nothing of the object-store code
-        from .remote import location_of  # noqa: PLC0415
-
-        return location_of(given) or Path(given)
-    return Path(given)
 
 
 def _as_lock(lock):

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from .. import settings
 from ..errors import FrtError, KernelUnavailable
-from ..distribution.sources import HashingWriter, LockedFile, expected_files
+from ..distribution.sources import HashingWriter, LockedFile, expected_files, location_of
 from .integrity import _problem, format_problems
 from .store import STORE_ENV, VARIANT, Entry, StoreUnusable, identity_of, open_store as open_verified_store
 from ..errors import VerifiedStoreFull  # noqa: F401 - defined with every FrtError
@@ -85,16 +85,6 @@ def reset_stats() -> None:
     with _lock:
         for k in _STATS:
             _STATS[k] = 0
-
-
-def location_of(text) -> str | None:
-    """The normalised URL when ``text`` names an object store, else ``None`` (a folder).
-    A malformed URL is ``StoreAccess`` (exit 2) naming it."""
-    from ..distribution.objstore import is_url, parse_location  # noqa: PLC0415
-
-    if text is None or not is_url(os.fspath(text)):
-        return None
-    return parse_location(os.fspath(text)).url
 
 
 def _client(url: str):
