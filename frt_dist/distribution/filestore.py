@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 from ..errors import FrtError, ObjectMissing, StoreAccess, StoreUnavailable
-from .store_api import _CHUNK, _SEGMENT, Location, ObjectStore, _check_key
+from .store_api import _CHUNK, Pump, _SEGMENT, Location, ObjectStore, _check_key
 
 __all__ = ["FileStore"]
 
@@ -69,17 +69,8 @@ class FileStore(ObjectStore):
                 f = folder.open_read(name)
         if f is None:
             raise ObjectMissing(f"{self.where(key)}: no such object", key=key)
-        n = 0
         with f:
-            while chunk := f.read(_CHUNK):
-                if limit is not None and n + len(chunk) > limit:
-                    out.write(chunk[: limit + 1 - n])
-                    return limit + 1
-                out.write(chunk)
-                n += len(chunk)
-                if progress:
-                    progress(len(chunk))
-        return n
+            return Pump(out, limit, progress).feed(iter(lambda: f.read(_CHUNK), b""))
 
     def _put(self, key, write) -> None:
         folder, name = self._open(key, create=True)

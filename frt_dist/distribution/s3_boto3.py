@@ -15,7 +15,7 @@ import threading
 
 from .. import settings
 from ..errors import FrtError, ObjectMissing, StoreAccess, StoreUnavailable
-from .store_api import (_ACCESS_CODES, _CHUNK, _CRED_HINTS, _LIST_PAGES, _TLS, Location, ObjectStore, StoreInfo,
+from .store_api import (_ACCESS_CODES, Pump, _CHUNK, _CRED_HINTS, _LIST_PAGES, _TLS, Location, ObjectStore, StoreInfo,
                        _check_key, _deadline, _deadline_error, _DeadlinePassed, _endless_listing, _malformed_error,
                        _no_such_bucket, store_config)
 
@@ -164,24 +164,16 @@ class S3Store(ObjectStore):
             return self._get(key, out, limit=limit, progress=progress)
 
     def _get(self, key, out, *, limit=None, progress=None) -> int:
-        n, etag = 0, None
+        pump, etag = Pump(out, limit, progress), None
         for attempt in range(self.attempts):
-            kw = {"Range": f"bytes={n}-"} if n else {}
+            kw = {"Range": f"bytes={pump.n}-"} if pump.n else {}
             if etag:
                 kw["IfMatch"] = etag  # the same object, not one replaced meanwhile
             r = self._call(self.client.get_object, key, Bucket=self.loc.bucket, Key=self._key(key), **kw)
             etag = etag or r.get("ETag")
             body = r["Body"]
             try:
-                for chunk in body.iter_chunks(_CHUNK):
-                    if limit is not None and n + len(chunk) > limit:
-                        out.write(chunk[: limit + 1 - n])
-                        return limit + 1
-                    out.write(chunk)
-                    n += len(chunk)
-                    if progress:
-                        progress(len(chunk))
-                return n
+                return pump.feed(body.iter_chunks(_CHUNK))
             except Exception as exc:  # noqa: BLE001 - a stream cut mid-way: resume from byte n
                 body.close()
                 err = self._error(exc, key)

@@ -270,6 +270,27 @@ def _no_such_bucket(store, err: FrtError) -> FrtError:
     return err
 
 
+class Pump:
+    """Passes an object's chunks to ``out.write`` in order, counting them (``n``, kept across a
+    resumed stream); past ``limit`` only ``limit + 1`` bytes go, so the caller refuses the object."""
+
+    def __init__(self, out, limit: int | None, progress: Callable[[int], None] | None):
+        self.out, self.limit, self.progress, self.n = out, limit, progress, 0
+
+    def feed(self, chunks) -> int:
+        """Pass every chunk on; the count (``limit + 1`` once past the limit, where it stops)."""
+        for chunk in chunks:
+            if self.limit is not None and self.n + len(chunk) > self.limit:
+                self.out.write(chunk[: self.limit + 1 - self.n])
+                self.n = self.limit + 1
+                return self.n
+            self.out.write(chunk)
+            self.n += len(chunk)
+            if self.progress:
+                self.progress(len(chunk))
+        return self.n
+
+
 class _Buffer:
     def __init__(self):
         self.data = bytearray()
