@@ -24,7 +24,8 @@ from typing import Callable
 from ..base.safedir import SafeDir, UnsafePath, WriteError
 from ..errors import FrtError, MirrorUnsafe, MirrorUnwritable
 from .mirror_housekeeping import LOCKS, _lock_in, _staging_prefix
-from .sources import HashingWriter, LockedFile, Unsupplied, hash_copy, is_offline, locate_file, locked_files, repo_folder
+from .sources import (HashingWriter, LockedFile, Unsupplied, hash_copy, is_offline, locate_file, locked_files,
+                      repo_folder)
 
 __all__ = ["MirrorReport"]
 

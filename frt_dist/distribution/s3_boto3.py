@@ -74,8 +74,9 @@ class S3Store(ObjectStore):
         if isinstance(exc, (bex.NoCredentialsError, bex.PartialCredentialsError)):
             return StoreAccess(f"{where}: no credentials for the object store", hints=list(_CRED_HINTS))
         if isinstance(exc, bex.ProfileNotFound):
-            return StoreAccess(f"{where}: the AWS profile {settings.raw('AWS_PROFILE') or ''!r} is not in the AWS "
-                               "config files", hints=["check AWS_PROFILE, AWS_CONFIG_FILE and AWS_SHARED_CREDENTIALS_FILE"])
+            profile = settings.raw("AWS_PROFILE") or ""
+            return StoreAccess(f"{where}: the AWS profile {profile!r} is not in the AWS config files",
+                               hints=["check AWS_PROFILE, AWS_CONFIG_FILE and AWS_SHARED_CREDENTIALS_FILE"])
         if isinstance(exc, bex.ClientError):
             err = exc.response.get("Error", {}) or {}
             code = str(err.get("Code") or "")

@@ -3,8 +3,8 @@
 an object store (``frt_dist.distribution.fleet``) follow.
 
 **The places, in order.** (1) the mirror folder in force (a load only: ``mirror=``, ``FRT_MIRROR``,
-``[tool.frt] mirror``: ``mirror_location``); (2) each hub cache, ``KERNELS_CACHE`` then huggingface_hub's cache
-(``cache_dirs``); (3) a path package's project source; (4) the Hub at the locked commit, for a
+``[tool.frt] mirror``: ``mirror_location``); (2) each hub cache, ``KERNELS_CACHE`` then
+huggingface_hub's cache (``cache_dirs``); (3) a path package's project source; (4) the Hub at the locked commit, for a
 Hub package only, and never offline (``HF_HUB_OFFLINE``, or a mirror in use: ``is_offline``).
 An object-store mirror (``s3://``, ``file://``) replaces all four: it is asked for nothing the
 lock does not name by digest.
@@ -28,15 +28,21 @@ bytes); this module only says where to look.
 
 - *A load takes a variant, a copy takes a file.* A load takes the first place holding the
   variant's folder and checks that folder as one tree (a link leaving it is refused); it is never
-  silently completed from another place when its files are wrong (only a hub cache whose files are
-  all present-or-missing is completed from the Hub, once, online: an interrupted download).
-  ``frt mirror`` and publish take each file from the first place holding it, since each file
-  becomes its own blob or object, verified alone.
+  silently completed from another place when its files are wrong (only a hub-cache snapshot whose
+  sole problems are missing files is completed from the Hub, once, online: an interrupted
+  download). ``frt mirror`` and publish take each file from the first place holding it, since each
+  file becomes its own blob or object, verified alone. So the Hub, too, is asked for a variant
+  (into the hub cache, where the load then checks it) or for one file (into a private staging
+  folder under the system temp folder, outside any mirror: a downloader writes by path).
 - *A copy reads a path package from its source alone.* ``frt mirror`` and publish make the copies
   the others read; a path package is read from the project it was locked from, never from a copy
   of it in a hub cache (a stale or damaged copy there would fail the run while the source is at
   hand). A load reads copies first: a node has no project, and a verified copy is as good as
   the source.
+
+What a variant's files are: ``locked_files`` (``metadata.json``, the files it declares, and the
+publisher's bundle of a signed variant: a copy carries it) or ``expected_files`` (a load's: the
+bundle is checked at lock time and never imported, so a load does not fetch it).
 """
 
 from __future__ import annotations
@@ -53,9 +59,9 @@ from typing import Callable
 
 from .. import settings
 
-__all__ = ["repo_folder", "cache_dirs", "is_offline", "hub_endpoint", "mirror_dir", "mirror_location", "location_of", "LockedFile", "locked_files",
-           "expected_files", "new_hashes", "HashingWriter", "hash_copy", "Unsupplied", "NotFound",
-           "locate_variant", "download_variant", "locate_file"]
+__all__ = ["repo_folder", "cache_dirs", "is_offline", "hub_endpoint", "mirror_dir", "mirror_location", "location_of",
+           "LockedFile", "locked_files", "expected_files", "new_hashes", "HashingWriter", "hash_copy", "Unsupplied",
+           "NotFound", "locate_variant", "download_variant", "locate_file"]
 
 _CHUNK = 1 << 20
 _BYTECODE = ["*.pyc", "**/__pycache__/**"]
