@@ -80,7 +80,7 @@ def _frt(args, cwd, env):
 def _needed(lock, hw_kwargs, prefix: str, sizes: dict) -> dict:
     """{object key under the bucket: size} of what one node loads: the variants the resolved routes bind."""
     from frt_dist.system.hardware import Hardware
-    from frt_dist.distribution.mirror import _items
+    from frt_dist.distribution.sources import locked_files
     from frt_dist.routes.resolver import resolve_all
     from frt_dist.serve.load import _binds
 
@@ -88,7 +88,7 @@ def _needed(lock, hw_kwargs, prefix: str, sizes: dict) -> dict:
                             accept=("certified_fast",))
     out = {}
     for repo, variant in sorted({(b.repo, b.variant) for b in _binds(lock, decisions)}):
-        for item in _items(lock.packages[repo], variant):
+        for item in locked_files(lock.packages[repo], variant):
             key = f"{prefix}/{item.object_key}"
             out[key] = sizes[key]
     return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, NamedTuple
 
-__all__ = ["Setting", "SETTINGS", "FAMILIES", "declared", "raw", "value", "flag", "number"]
+__all__ = ["Setting", "SETTINGS", "FAMILIES", "declared", "raw", "value", "flag", "number", "family"]
 
 
 class Setting(NamedTuple):
@@ -95,6 +95,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        topic="distribution"),
     _S("AWS_ENDPOINT_URL_S3", None, "as AWS_ENDPOINT_URL, for S3 only", owner="AWS", topic="distribution"),
     _S("AWS_REGION", None, "the store's region", owner="AWS", topic="distribution"),
+    _S("AWS_DEFAULT_REGION", None, "the store's region when AWS_REGION is unset", owner="AWS", topic="distribution"),
+    _S("AWS_CONFIG_FILE", None, "the AWS config file (default ~/.aws/config); [default] settings in it mean boto3 "
+       "reads the store", owner="AWS", topic="distribution"),
     _S("AWS_PROFILE", None, "the AWS profile boto3 reads", owner="AWS", topic="distribution"),
     _S("AWS_ACCESS_KEY_ID", None, "the store's key pair (with AWS_SECRET_ACCESS_KEY)", owner="AWS",
        topic="distribution"),
@@ -156,3 +159,11 @@ def number(name: str, kind: type = float, environ: Mapping[str, str] | None = No
         raise UsageError(f"{name}={raw!r}: expected a positive {'whole ' if kind is int else ''}number",
                          hints=[f"unset {name} for its default ({declared(name).default})"])
     return v
+
+
+def family(prefix: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every variable set whose name starts with ``prefix`` (a family of ``FAMILIES``, or the prefix of
+    declared names such as ``FRT_STORE_``), as set: for keying a cache on a tool's whole environment."""
+    if prefix not in FAMILIES and not any(n.startswith(prefix) for n in SETTINGS):
+        raise KeyError(f"{prefix}* is not declared in frt_dist.settings")
+    return {k: v for k, v in (os.environ if environ is None else environ).items() if k.startswith(prefix)}

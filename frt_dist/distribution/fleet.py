@@ -1,4 +1,4 @@
-"""Fleets (SPEC §25, issue 18): publish a lock's files to an object store, and carry receipts
+"""Fleets (``docs/reference.md#object-stores``, issue 18): publish a lock's files to an object store, and carry receipts
 from many qualification hosts to the one job that locks.
 
 ``publish_lock(lock, store, selection)`` (``frt mirror s3://bucket/prefix``) uploads every
@@ -33,7 +33,6 @@ they arrived in, so the lock's bytes do not depend on it.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 import tempfile
@@ -46,6 +45,7 @@ from typing import Callable
 from ..documents.schema import JSONInvalid, json_loads, read_bytes
 from ..errors import FrtError, KernelUnavailable, ReceiptInvalid
 from .objstore import ObjectStore, lock_key, receipt_key
+from .sources import HashingWriter, Unsupplied, hash_copy, locate_file, locked_files
 from ..base.safedir import SafeDir, UnsafePath
 
 __all__ = ["publish_lock", "PublishReport", "push_receipts", "pull_receipts", "ReceiptTransfer"]
@@ -78,8 +78,8 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
     """Upload the selection's locked files, then the lockfile (see the module docstring).
     Raises ``KernelUnavailable`` (exit 1) listing every file that could not be supplied, after
     sending all the others, and then uploads no lockfile; store errors stop the run."""
-    from ..loader import _as_lock, lock_root  # noqa: PLC0415
-    from .mirror import _Fail, _Mirror, _hash_copy, _items, select_for_mirror  # noqa: PLC0415
+    from ..loader import _as_lock, is_offline, lock_root  # noqa: PLC0415
+    from .mirror_select import select_for_mirror  # noqa: PLC0415
 
     lock = _as_lock(lock)
     if variants is None and not all_variants and hardware is None and not machines and not cells:
@@ -89,7 +89,7 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
     chosen, skipped = select_for_mirror(lock, variants=variants, all_variants=all_variants, hardware=hardware,
                                         machines=machines, cells=cells)
     report = PublishReport(store.url, lock.model, skipped=skipped)
-    sources = _Mirror(lock, None, Path(root) if root else lock_root(lock), None, None)  # where files come from
+    project_root, offline = Path(root) if root else lock_root(lock), is_offline()  # where files come from
     emit = progress or (lambda event: None)
     count = threading.Lock()
     work, seen = [], set()
@@ -97,7 +97,7 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
         pkg = lock.packages[repo]
         report.packages.append({"repo": repo, "revision": pkg.revision, "variants": list(vs)})
         for v in vs:
-            for item in _items(pkg, v):
+            for item in locked_files(pkg, v):
                 if item.object_key not in seen:  # content-addressed: one object per distinct file
                     seen.add(item.object_key)
                     work.append((pkg, item))
@@ -107,15 +107,15 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
     def one(pkg, item):
         src = staging = None
         try:
-            src, staging = sources._source(pkg, item)
+            src, staging = locate_file(pkg, item, project_root=project_root, offline=offline)
             fd, tmp = tempfile.mkstemp(dir=staging_root)
             try:
                 with os.fdopen(fd, "wb") as out:
-                    hashes, n = _hash_copy(src, _Plain(out), item.algorithm)
+                    hashes, n = hash_copy(src, _Plain(out), item.algorithm)
                 got = item.computed(hashes)
                 if got != item.expected:
-                    raise _Fail(item, got, f"source bytes do not match the lock (expected {item.expected}, "
-                                           f"computed {got}); not uploaded")
+                    raise Unsupplied(item, got, f"source bytes do not match the lock (expected {item.expected}, "
+                                                f"computed {got}); not uploaded")
                 key = item.object_key
                 sha = base64.b64encode(hashes["sha256"].digest()).decode("ascii")
                 verdict, how = ("absent", "") if repair else _check_present(store, key, n, sha, item)
@@ -137,12 +137,12 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
                       "action": "replaced" if verdict == "replace" else "uploaded", "bytes": n})
             finally:
                 os.unlink(tmp)
-        except _Fail as f:
+        except Unsupplied as f:
             with count:
                 problems.append(f.problem(pkg))
         except OSError as exc:  # an unreadable source: this file fails, the rest go on
             with count:
-                problems.append(_Fail(item, None, f"{exc.strerror or exc}: {exc.filename or ''}").problem(pkg))
+                problems.append(Unsupplied(item, None, f"{exc.strerror or exc}: {exc.filename or ''}").problem(pkg))
         finally:
             if staging:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -176,7 +176,6 @@ def _check_present(store: ObjectStore, key: str, n: int, sha256: str, item) -> t
     The size alone proves nothing (a same-size object planted before the first publish); the
     SHA-256 checksum the store keeps decides without a download; without one, the bytes are
     downloaded (at most ``n`` + 1) and hashed with the lock's algorithm."""
-    from .mirror import HashingWriter  # noqa: PLC0415
     from .objstore import ObjectMissing  # noqa: PLC0415
 
     info = store.stat(key)
@@ -200,7 +199,7 @@ def _check_present(store: ObjectStore, key: str, n: int, sha256: str, item) -> t
 
 
 class _Plain:
-    """``_hash_copy``'s writer protocol over a plain file (write, sync)."""
+    """``hash_copy``'s writer protocol over a plain file (write, sync)."""
 
     def __init__(self, f):
         self.f = f
@@ -232,7 +231,7 @@ class ReceiptTransfer:
                 "refused": self.refused, "signatures": self.signatures}
 
 
-# A receipt's signature files travel with it (SPEC §26): `<receipt>.json.sig` (a DSSE envelope, `frt sign
+# A receipt's signature files travel with it (docs/reference.md#receipt-signatures): `<receipt>.json.sig` (a DSSE envelope, `frt sign
 # --key`) and `<receipt>.json.sigstore` (a Sigstore bundle, `frt sign --sigstore`), stored beside the receipt's
 # object as `receipts/sha256/<hex>.json.sig|.sigstore`. They are evidence `frt lock` judges against the
 # manifest's [trust.receipts] policy, so nothing here trusts them: a store can only withhold or spoil one,

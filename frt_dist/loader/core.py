@@ -1,4 +1,4 @@
-"""The one shared loader (SPEC §1, §6, §8.4, §8.14).
+"""The one shared loader (``docs/reference.md#loading-and-guard``).
 
 ``hub_kernel(repo, version)`` and ``load_locked(lock, repo, variant)`` turn a
 package request into one imported module, or a ``KernelUnavailable`` whose
@@ -15,13 +15,15 @@ package request into one imported module, or a ``KernelUnavailable`` whose
    detected) hardware.
 4. **arch** – the variant's backend and ``backend.archs`` against the device with
    ``admissible.variant_problem``, the one rule lock, verify, resolve and the matrix
-   apply (SPEC §19), on every source; an empty list loads with a recorded note.
+   apply (``docs/reference.md#admissibility``), on every source; an empty list loads
+   with a recorded note.
 5. **bytes** – from the mirror (``mirror=``, ``FRT_MIRROR``, ``[tool.frt]
    mirror``), then the hub cache (``KERNELS_CACHE`` / HF cache), then the path
    source (path packages), then the Hub (``HF_ENDPOINT`` honoured) unless
    offline (``HF_HUB_OFFLINE=1`` or a mirror in use: then no network at all).
    The first source that holds the variant is the one used; it is never
-   silently replaced by another when its files are wrong.
+   silently replaced by another when its files are wrong. The rule is
+   ``frt_dist.distribution.sources`` (shared with ``frt mirror`` and publish).
 6. **integrity, into the verified store** – every file of the variant against
    the locked digests, one report naming each file (missing, unknown extra,
    mismatched with expected and computed, links leaving the tree). The bytes
@@ -73,7 +75,7 @@ module is mapped unread while its seal holds (the user alone wrote it since it w
 hashed), and refused alike under ``FRT_STORE_REHASH=1`` (``frt_dist.loader.store``
 has the threat model of the store itself). Whoever
 edits the lockfile itself chooses what is trusted: that is what ``frt verify``
-and review are for (SPEC §20).
+and review are for (``docs/reference.md#verification``).
 
 There is one module per repo per process: a
 second request for the same (repo, revision, variant) returns the same module
@@ -97,6 +99,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from .. import settings
 from ..errors import FrtError, KernelUnavailable
 from ..system.admissible import variant_problem
 from ..system.hardware import Hardware
@@ -105,6 +108,8 @@ from ._kernels_adapter import forget as forget_registered, loading_context, read
 from .importer import forget as forget_module, import_verified, package_dir
 from .integrity import Expected, format_problems, real_dir
 from .store import StoreUnusable, admit, open_store, rehash_requested
+from ..distribution.sources import (NotFound, cache_dirs, download_variant, hub_endpoint as _hub_endpoint, is_offline,
+                                    locate_variant, mirror_dir, mirror_location, repo_folder)
 from ..system.variants import select_variants, valid_variant_name
 
 if TYPE_CHECKING:
@@ -120,7 +125,6 @@ _PIN_CHARS = re.compile(r"[^A-Z0-9]")
 PIN_PREFIX = "FRT_KERNEL_REV_"
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _SHA = re.compile(r"^sha256:[0-9a-f]{64}$")
-_BYTECODE = ["*.pyc", "**/__pycache__/**"]
 
 
 # ---------------------------------------------------------------------------
@@ -188,70 +192,6 @@ def _forget_all() -> None:
 def pin_env_name(repo: str) -> str:
     """``FRT_KERNEL_REV_<REPO>``: upper-cased, every non-alphanumeric → ``_``."""
     return PIN_PREFIX + _PIN_CHARS.sub("_", repo.upper())
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def is_offline(mirror: str | os.PathLike | None = None) -> bool:
-    """Offline: a mirror is in use, or ``HF_HUB_OFFLINE`` is set (env, or already read by huggingface_hub)."""
-    if mirror is not None:
-        return True
-    if _truthy(os.environ.get("HF_HUB_OFFLINE")) or _truthy(os.environ.get("TRANSFORMERS_OFFLINE")):
-        return True
-    constants = sys.modules.get("huggingface_hub.constants")
-    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
-
-
-def cache_dirs() -> list[Path]:
-    """Hub caches to look in: ``KERNELS_CACHE``, then the HF hub cache (same rule as huggingface_hub)."""
-    out = []
-    if os.environ.get("KERNELS_CACHE"):
-        out.append(Path(os.environ["KERNELS_CACHE"]))
-    hf_home = os.path.expandvars(os.path.expanduser(os.environ.get(
-        "HF_HOME", os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")),
-                                "huggingface"))))
-    legacy = os.environ.get("HUGGINGFACE_HUB_CACHE", os.path.join(hf_home, "hub"))
-    hub = Path(os.path.expandvars(os.path.expanduser(os.environ.get("HF_HUB_CACHE", legacy))))
-    if hub not in out:
-        out.append(hub)
-    return out
-
-
-def mirror_dir(mirror=None, project=None) -> Path | None:
-    """The mirror folder in force: ``mirror=``, else ``FRT_MIRROR``, else the project's ``[tool.frt]
-    mirror``. An object-store URL is no folder: ``mirror_location`` gives it (a ``UsageError`` here)."""
-    got = mirror_location(mirror, project)
-    if isinstance(got, str):
-        from ..errors import UsageError  # noqa: PLC0415
-
-        raise UsageError(f"mirror {got} is an object-store URL, not a folder")
-    return got
-
-
-def mirror_location(mirror=None, project=None) -> Path | str | None:
-    """The mirror in force (``mirror=``, else ``FRT_MIRROR``, else the project's ``[tool.frt] mirror``):
-    a ``Path`` for a folder, the normalised URL (``str``) for an object store (``s3://``,
-    ``file://``; SPEC §25), ``None`` when there is none. A malformed URL is ``StoreAccess`` (exit 2)."""
-    if mirror is not None:
-        given = mirror
-    elif os.environ.get("FRT_MIRROR"):
-        given = os.environ["FRT_MIRROR"]
-    elif project is not None and project.mirror:
-        given = project.mirror
-    else:
-        return None
-    if "://" in os.fspath(given):  # only then: a folder's load imports nothing of the object-store code
-        from .remote import location_of  # noqa: PLC0415
-
-        return location_of(given) or Path(given)
-    return Path(given)
-
-
-def repo_folder(repo: str) -> str:
-    """The hub-cache folder of a kernel repo: ``kernels--<org>--<name>``."""
-    return "kernels--" + "--".join(repo.split("/"))
 
 
 def _as_lock(lock):
@@ -330,7 +270,7 @@ def _refuse(repo: str, reasons: list[str | dict], *, hints=None, **facts) -> Ker
 
 
 def _pin_value(repo: str) -> str | None:
-    v = os.environ.get(pin_env_name(repo))
+    v = settings.raw(pin_env_name(repo))
     return v.strip() if v and v.strip() else None
 
 
@@ -384,74 +324,24 @@ def _path_root(lock, root: Path | None, rel: str) -> Path:
 # finding bytes
 
 
-def _snapshot_in(base: Path, want: _Want) -> tuple[Path, Path] | None:
-    folder = base / repo_folder(want.repo)
-    vdir = folder / "snapshots" / want.snapshot / "build" / want.variant
-    return (vdir, folder) if vdir.is_dir() else None
-
-
-def _path_source(want: _Want) -> tuple[Path, Path] | None:
-    if want.path_root is None:
-        return None
-    vdir = want.path_root / "build" / want.variant
-    if not vdir.is_dir():
-        return None
-    if want.pinned and want.expected is None:
-        from ..base.canonical import digest, tree_digests  # noqa: PLC0415
-
-        if digest(tree_digests(want.path_root)) != want.revision:
-            return None  # the path source holds other content than the pinned revision
-    return vdir, want.path_root
-
-
-def _hub_endpoint() -> str | None:
-    return os.environ.get("HF_ENDPOINT") or None
+def _locate(want: _Want, mirror: Path | None, offline: bool) -> tuple[Path, Path, str]:
+    """(variant dir, tree root, source name) from the first place that holds it
+    (``frt_dist.distribution.sources.locate_variant``: the one rule of where bytes come from)."""
+    try:
+        return locate_variant(want.repo, want.revision, want.snapshot, want.variant, mirror=mirror,
+                              path_root=lambda: want.path_root,
+                              path_content=want.revision if want.pinned and want.expected is None else None,
+                              hub=want.source_kind == "hub", offline=offline)
+    except NotFound as exc:
+        raise _refuse(want.repo, [exc.reason], revision=want.revision, hints=exc.hints) from None
 
 
 def _download(want: _Want) -> tuple[Path, Path]:
     """Fetch ``build/<variant>/`` at the commit into the hub cache (the only network step)."""
-    from huggingface_hub import snapshot_download  # noqa: PLC0415
-
-    cache = os.environ.get("KERNELS_CACHE") or None
     try:
-        snap = Path(snapshot_download(want.repo, repo_type="kernel", revision=want.revision,
-                                      allow_patterns=[f"build/{want.variant}/*"], ignore_patterns=_BYTECODE,
-                                      cache_dir=cache, endpoint=_hub_endpoint()))
-    except Exception as exc:  # noqa: BLE001 - every Hub failure is a refusal with its text
-        raise _refuse(want.repo, [f"download of build/{want.variant}/ at {want.revision} failed: "
-                                  f"{type(exc).__name__}: {exc}"], revision=want.revision) from None
-    vdir = snap / "build" / want.variant
-    if not vdir.is_dir():
-        raise _refuse(want.repo, [f"revision {want.revision} has no build/{want.variant}/ on the Hub"],
-                      revision=want.revision)
-    return vdir, snap.parent.parent
-
-
-def _locate(want: _Want, mirror: Path | None, offline: bool) -> tuple[Path, Path, str]:
-    """(variant dir, tree root, source name) from the first source that holds it."""
-    looked = []
-    if mirror is not None:
-        hit = _snapshot_in(mirror, want)
-        if hit:
-            return (*hit, "mirror")
-        looked.append(f"mirror {mirror}")
-    for cache in cache_dirs():
-        hit = _snapshot_in(cache, want)
-        if hit:
-            return (*hit, "cache")
-        looked.append(f"cache {cache}")
-    hit = _path_source(want)
-    if hit:
-        return (*hit, "path")
-    if want.path_root is not None:
-        looked.append(f"path source {want.path_root}")
-    if want.source_kind == "hub" and not offline:
-        return (*_download(want), "hub")
-    why = "offline (a mirror is in use)" if mirror is not None else "offline (HF_HUB_OFFLINE)"
-    tail = f"; the Hub was not asked: {why}" if want.source_kind == "hub" else ""
-    raise _refuse(want.repo, [f"build/{want.variant}/ at revision {want.revision} not found in "
-                              f"{', '.join(looked)}{tail}"], revision=want.revision,
-                  hints=["fill the mirror with `frt mirror DIR`, or go online"])
+        return download_variant(want.repo, want.revision, want.variant)
+    except NotFound as exc:
+        raise _refuse(want.repo, [exc.reason], revision=want.revision) from None
 
 
 # ---------------------------------------------------------------------------
@@ -854,8 +744,8 @@ def hub_kernel(repo: str, version: int, *, trust: bool | None = None, lockfile=N
 def load_package(repo: str, version: int, *, trust: bool | None = None, lockfile=None, mirror=None,
                  hardware: Hardware | None = None, allow_pins: bool = False, project=None) -> LoadedPackage:
     """``hub_kernel`` returning the ``LoadedPackage`` (module, revision, source, notes)."""
-    if lockfile is None and os.environ.get("FRT_LOCK"):
-        lockfile = os.environ["FRT_LOCK"]
+    if lockfile is None and settings.value("FRT_LOCK"):
+        lockfile = settings.value("FRT_LOCK")
     if lockfile is not None:
         lock = _as_lock(lockfile)
         pkg = lock.packages.get(repo)

@@ -1,5 +1,6 @@
-"""Loading through an object-store mirror (SPEC §25, issue 18): ``mirror="s3://bucket/prefix"``,
-``FRT_MIRROR=s3://…`` or ``[tool.frt] mirror = "s3://…"`` (``file:///path`` too).
+"""Loading through an object-store mirror (``docs/reference.md#object-stores``, issue 18):
+``mirror="s3://bucket/prefix"``, ``FRT_MIRROR=s3://…`` or ``[tool.frt] mirror = "s3://…"``
+(``file:///path`` too).
 
 The node's own lockfile is the root of trust; the store is untrusted. After resolve has chosen
 the routes, the loader asks this module for exactly one variant of one package at a time (the
@@ -36,16 +37,16 @@ the location and key, never a credential.
 
 from __future__ import annotations
 
-import base64
 import errno
 import fcntl
-import hashlib
 import os
 import threading
 from pathlib import Path
 
+from .. import settings
 from ..errors import FrtError, KernelUnavailable
-from .integrity import METADATA, _problem, format_problems
+from ..distribution.sources import HashingWriter, LockedFile, expected_files, location_of
+from .integrity import _problem, format_problems
 from .store import STORE_ENV, VARIANT, Entry, StoreUnusable, identity_of, open_store as open_verified_store
 from ..errors import VerifiedStoreFull  # noqa: F401 - defined with every FrtError
 
@@ -86,20 +87,10 @@ def reset_stats() -> None:
             _STATS[k] = 0
 
 
-def location_of(text) -> str | None:
-    """The normalised URL when ``text`` names an object store, else ``None`` (a folder).
-    A malformed URL is ``StoreAccess`` (exit 2) naming it."""
-    from ..distribution.objstore import is_url, parse_location  # noqa: PLC0415
-
-    if text is None or not is_url(os.fspath(text)):
-        return None
-    return parse_location(os.fspath(text)).url
-
-
 def _client(url: str):
     from ..distribution.objstore import open_store  # noqa: PLC0415
 
-    key = (url, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "FRT_STORE_")))))
+    key = (url, tuple(sorted({**settings.family("AWS_"), **settings.family("FRT_STORE_")}.items())))
     with _lock:
         got = _clients.get(key)
         if got is None:
@@ -212,25 +203,21 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
     """Fetch every file of the variant into ``vdir`` (a fresh temporary entry), hashing each as
     it arrives; the problems (``check_variant_dir``'s form plus ``object``), empty when all match.
     ``StoreAccess`` (no credentials, denied, no bucket) is raised: it is no fault of one file."""
-    from ..distribution.objstore import ObjectMissing, StoreAccess, StoreUnavailable, locked_file_key  # noqa: PLC0415
+    from ..distribution.objstore import ObjectMissing, StoreAccess, StoreUnavailable  # noqa: PLC0415
 
-    exp = want.expected
-    prefix = f"build/{want.variant}/"
-    items = [(METADATA, "sha256", exp.metadata_sha256)] + [(rel, exp.algorithm, d) for rel, d in sorted(exp.files.items())]
+    items = expected_files(want.repo, want.variant, want.expected)
 
-    def one(item) -> dict | None:
-        rel, algorithm, expected = item
-        shown = prefix + rel
+    def one(item: LockedFile) -> dict | None:
+        rel, expected, shown = item.rel, item.expected, item.path
         told = f"{want.repo} {shown}"  # the locked file, as `frt mirror` names it
         if not _plain_rel(rel):
             return _problem("mismatched", shown, expected, None, f"{told}: not a plain relative path in the lock")
         try:
-            key = locked_file_key(algorithm, expected)
+            key = item.object_key
         except (ValueError, TypeError):
             return _problem("mismatched", shown, expected, None, f"{told}: the lock's digest names no object")
         where = objects.where(key)
         dest = vdir / rel
-        h = hashlib.new(algorithm)
         try:
             dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
@@ -240,7 +227,6 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
         class _Into:
             @staticmethod
             def write(chunk) -> None:
-                h.update(chunk)
                 view = memoryview(chunk)
                 while view:
                     try:
@@ -249,8 +235,9 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
                         raise _write_failed(exc, root or vdir) from None
                     view = view[k:]
 
+        sink = HashingWriter(item.algorithm, _Into)
         try:
-            n = objects.get(key, _Into)
+            n = objects.get(key, sink)
         except ObjectMissing:
             return _problem("missing", shown, expected, None, f"{told}: object {where} is not in the store") | \
                 {"object": where}
@@ -258,8 +245,7 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
             return {"kind": "store", "path": shown, "object": where, "reason": str(exc), "hints": exc.hints}
         finally:
             os.close(fd)
-        got = ("sha256:" + h.hexdigest()) if expected.startswith("sha256:") else \
-            base64.b64encode(h.digest()).decode("ascii")
+        got = item.computed(sink.hashes)
         with _lock:
             _STATS["objects"] += 1
             _STATS["bytes"] += n
