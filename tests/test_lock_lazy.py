@@ -323,21 +323,25 @@ def test_nearest_miss_reasons_match_the_full_grouping():
         for _ in range(10):
             key = CellKey(*(rnd.choice(v) for v in vals.values()))
             route = rnd.choice("RST")
-            got = resolver._nearest_miss(lock, route, key, None)
+            got_kind, got = resolver._nearest_miss(lock, route, key, None)
             want = _reference_miss(index, route, key)
             if want.startswith(("dc ", "arch ", "backend ")):
                 kind, value = want.split(" ", 1)
+                assert got_kind == {"dc": "device-not-covered", "arch": "arch-not-covered",
+                                    "backend": "backend-not-covered"}[kind]
                 assert got == "no receipt for this cell: receipt measured on " + {
                     "dc": f"{value}, device is {key.device_class}", "arch": f"arch {value}, device is {key.arch}",
                     "backend": f"backend {value}, device is {key.backend}"}[kind]
             else:
                 phases, precisions = eval(want)  # noqa: S307 - the reference's own repr
                 if phases and key.phase not in phases:
+                    assert got_kind == "phase-not-covered"
                     assert got.endswith(f"receipts cover phase {', '.join(phases)}, not {key.phase}")
                 elif precisions and key.precision not in precisions:
+                    assert got_kind == "precision-not-covered"
                     assert got.endswith(f"receipts cover precision {', '.join(precisions)}, not {key.precision}")
                 else:
-                    assert got == "no receipt for this cell"
+                    assert (got_kind, got) == ("no-receipt", "no receipt for this cell")
 
 
 @pytest.mark.parametrize("how", ["comma missing", "comma after the last", "no opening bracket", "no closing bracket"])
