@@ -78,7 +78,7 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
     """Upload the selection's locked files, then the lockfile (see the module docstring).
     Raises ``KernelUnavailable`` (exit 1) listing every file that could not be supplied, after
     sending all the others, and then uploads no lockfile; store errors stop the run."""
-    from ..loader import _as_lock, is_offline, lock_root  # noqa: PLC0415
+    from ..loader.core import _as_lock, is_offline, lock_root  # noqa: PLC0415
     from .mirror_select import select_for_mirror  # noqa: PLC0415
 
     lock = _as_lock(lock)

@@ -87,7 +87,7 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
     ``StoreUnavailable`` exit 1) stop the run; a missing or damaged object is one more file that
     could not be supplied, naming the object and the locked file.
     """
-    from ..loader import _as_lock  # noqa: PLC0415
+    from ..loader.core import _as_lock  # noqa: PLC0415
 
     lock = _as_lock(lock)
     dest = Path(dir)

@@ -657,7 +657,7 @@ def _check_mirrored_signature(f: _Findings, lp, vname: str, raw: bytes, mirror: 
     """A signed variant's bundle in the mirror, verified again offline over the mirrored metadata.json
     (when the bundle is the locked one: a missing or other file is verify_mirror's to report)."""
     from ..base.canonical import sha256_hex  # noqa: PLC0415
-    from ..loader import repo_folder  # noqa: PLC0415
+    from ..loader.core import repo_folder  # noqa: PLC0415
     from ..distribution.mirror import read_mirrored  # noqa: PLC0415
     from ..provenance.publisher import BUNDLE, SignatureRefused, signature_record, verify_bundle  # noqa: PLC0415
 
@@ -733,7 +733,7 @@ def _rederive_from_mirror(f: _Findings, lp, mirror: Path, policy=None) -> None:
     ones: a mismatched file is verify_mirror's to report)."""
     from ..base.canonical import sha256_hex  # noqa: PLC0415
     from ..errors import KernelUnavailable  # noqa: PLC0415
-    from ..loader import repo_folder  # noqa: PLC0415
+    from ..loader.core import repo_folder  # noqa: PLC0415
     from ..documents.metadata import parse_variant_metadata, with_computed_digests  # noqa: PLC0415
 
     if names.problem("repo", lp.repo):

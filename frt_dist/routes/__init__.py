@@ -10,14 +10,12 @@ Neither imports torch or `kernels`; neither measures anything.
 
 from __future__ import annotations
 
-from .resolver import (
-    ACCEPTABLE,
-    FALLBACKS,
-    Decision,
-    Reason,
-    Reporter,
-    resolve,
-    resolve_all,
-)
-
 __all__ = ["resolve", "resolve_all", "Decision", "Reason", "Reporter", "FALLBACKS", "ACCEPTABLE"]
+
+
+def __getattr__(name: str):  # the resolver's names on first use: importing the package imports nothing
+    if name in __all__:
+        from . import resolver  # noqa: PLC0415
+
+        return getattr(resolver, name)
+    raise AttributeError(f"module 'frt_dist.routes' has no attribute {name!r}")

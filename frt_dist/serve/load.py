@@ -56,7 +56,7 @@ def _project(project, lockfile=None):
 def find_lockfile(model: str, lockfile=None, project=None):
     """(Lockfile, project root for its path packages), in this order: ``lockfile=``,
     ``FRT_LOCK``, the project's ``lockfiles/<model>.lock``."""
-    from ..loader import lock_root  # noqa: PLC0415
+    from ..loader.core import lock_root  # noqa: PLC0415
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
 
     proj = _project(project, lockfile)
@@ -109,7 +109,7 @@ def _binds(lock, decisions) -> list[_Bind]:
 def _supply(lock, binds, *, mirror, hardware, allow_pins, root, project) -> tuple[dict, list[dict]]:
     """Check every package the binds use, then import them only if all passed:
     (repo → LoadedPackage, reasons of those that failed)."""
-    from ..loader import CheckBatch, Ready, prepare_locked  # noqa: PLC0415
+    from ..loader.core import CheckBatch, Ready, prepare_locked  # noqa: PLC0415
 
     ready, reasons = {}, []
     batch = CheckBatch()  # nothing is imported until every package is checked
@@ -132,7 +132,7 @@ def _supply(lock, binds, *, mirror, hardware, allow_pins, root, project) -> tupl
 
 def _check_binds(lock, binds, packages) -> tuple[dict, dict, list[dict]]:
     """Entry symbols, probes and smoke for every bind whose package loaded."""
-    from ..loader import record_unavailable  # noqa: PLC0415
+    from ..loader.core import record_unavailable  # noqa: PLC0415
     from ..loader.smoke import smoke_impl  # noqa: PLC0415
 
     fns, probes, reasons = {}, {}, []
@@ -176,7 +176,7 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
          project=None) -> Plan:
     """Resolve, supply and bind ``model`` for this (or the declared) hardware
     (docs/reference.md#loading-and-guard)."""
-    from ..loader import mirror_location  # noqa: PLC0415
+    from ..loader.core import mirror_location  # noqa: PLC0415
     from ..routes.resolver import refusal_error, resolve_all  # noqa: PLC0415
 
     proj = _project(project, lockfile)
