@@ -207,7 +207,7 @@ def release_supplier(lock) -> tuple[dict | None, list]:
     (``frt_dist.release.consume``): the release repo supplies the evidence, at the commit the lock pins
     (``frt:release`` = ``hf://ORG/NAME@<commit>``), with the receipts it supplied
     (``frt:release-receipt``, one per digest). ``(None, [])`` for a lock that names no release."""
-    rel = getattr(lock, "release", None)
+    rel = lock.release
     if not rel:
         return None, []
     from ..release.record import release_receipts  # noqa: PLC0415
@@ -301,7 +301,7 @@ def _receipt(lock, dig: str, rec):
              ("frt:precision", precision), ("frt:backend", backend), ("frt:arch", arch),
              ("frt:device-class", device_class)]
     pairs += [(f"frt:software:{k}", str(v)) for k, v in sorted(rec.cell.get("software", {}).items())]
-    sig = (getattr(lock, "signatures", None) or {}).get(dig) or {}
+    sig = lock.signatures.get(dig) or {}
     signer = sig.get("signer")
     key_file = None
     if sig.get("kind") == "key" and signer:

@@ -311,10 +311,10 @@ class LockRelease:
 def for_lock(project, manifest, old, *, upgrade: bool = False) -> LockRelease | None:
     """The release ``manifest`` names, read at the commit the lock pins (or, the first time, under
     ``upgrade``, or when the manifest names another release or version, at the branch's head)."""
-    ref = getattr(manifest, "release", None)
+    ref = manifest.release
     if ref is None:
         return None
-    prev = getattr(old, "release", None) if old is not None else None
+    prev = old.release if old is not None else None
     pinned = prev if prev and prev.get("repo") == ref.repo and prev.get("version") == ref.version else None
     mirror = settings.value("FRT_MIRROR") or project.mirror
     if pinned and not upgrade:
@@ -329,7 +329,7 @@ def change(old, new) -> dict | None:
     """What a re-lock changed in the release (None when it pins the same commit): the commit from ->
     to, and each receipt added, removed or edited (by its release path; file sha256 before and after),
     with its verdict in the new lock (``accepted <digest>`` or ``rejected: <reason>``)."""
-    a = getattr(old, "release", None) if old is not None else None
+    a = old.release if old is not None else None
     b = new.release
     if not b or (a and a.get("commit") == b["commit"] and a.get("repo") == b["repo"]):
         return None
@@ -380,7 +380,7 @@ def change_lines(ch: dict) -> list[str]:
 
 def stale_reasons(old, new) -> list[str]:
     """``frt lock --check``: why the release part of ``old`` is not what ``new`` derives."""
-    a, b = getattr(old, "release", None), getattr(new, "release", None)
+    a, b = old.release, new.release
     if a == b or (a and b and {k: a.get(k) for k in ("repo", "version", "commit", "files")}
                   == {k: b.get(k) for k in ("repo", "version", "commit", "files")}):
         return []
@@ -667,7 +667,7 @@ def mirror_files(lock, top, tmp, *, progress=None) -> list[dict]:
     """Write the release files ``lock`` records into the mirror ``top`` (a ``SafeDir``), hub-cache
     layout (``models--<org>--<name>/blobs``, ``snapshots/<commit>/...``, ``refs/v<N>`` last), each
     verified against its recorded sha256 first. Returns the problems (a file that could not be supplied)."""
-    rel = getattr(lock, "release", None)
+    rel = lock.release
     if not rel or not rel.get("files"):
         return []
     from ..loader.core import is_offline  # noqa: PLC0415
@@ -710,7 +710,7 @@ def mirror_files(lock, top, tmp, *, progress=None) -> list[dict]:
 
 def mirror_problems(lock, dest: Path) -> list[dict]:
     """``frt verify --mirror``: every release file the lock records, present in ``dest`` with its sha256."""
-    rel = getattr(lock, "release", None)
+    rel = lock.release
     if not rel:
         return []
     out = []

@@ -22,7 +22,7 @@ def label_prefix(repo: str) -> str:
 
 
 def is_release_label(lock, label: str) -> bool:
-    rel = getattr(lock, "release", None)
+    rel = lock.release
     return bool(rel) and isinstance(label, str) and label.startswith(label_prefix(rel["repo"]))
 
 
@@ -70,7 +70,7 @@ def read_table(r, data: dict) -> dict | None:
 
 def release_receipts(lock) -> set[str]:
     """Digests of the accepted receipts a lock took from its release."""
-    if not getattr(lock, "release", None):
+    if not lock.release:
         return set()
     prefix = label_prefix(lock.release["repo"])
     return {d for d, rec in lock.receipts.items() if rec.file.startswith(prefix)}
