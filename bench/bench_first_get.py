@@ -5,7 +5,7 @@ against a local moto server, alternating, 3 each; the child's CPU from getrusage
 """
 import os, sys, subprocess, resource
 sys.path.insert(0, "tests")
-from s3server import S3Server
+from helpers.s3server import S3Server
 srv = S3Server().start()
 try:
     c = srv.client(); c.create_bucket(Bucket="bkt")

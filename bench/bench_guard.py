@@ -38,7 +38,7 @@ def setup(tmp: Path, inputs: int):
     import torch
 
     import frt_dist
-    from factories import CPU, TinyProject, impl_doc, manifest_doc
+    from helpers.factories import CPU, TinyProject, impl_doc, manifest_doc
     from frt_dist.serve import load as serve
 
     params = ", ".join(["x", "w", *(f"r{i}" for i in range(2, inputs))][:inputs])

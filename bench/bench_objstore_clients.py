@@ -1,5 +1,5 @@
 """Which S3 client for frt's object-store layer (issue 18 item 4): boto3 vs obstore, against a
-local moto server (tests/s3server.py), in one run so the numbers are ratios of the same load.
+local moto server (tests/helpers/s3server.py), in one run so the numbers are ratios of the same load.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_objstore_clients.py [--big-mb 256] [--small 200]
 
@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from s3server import FAKE_KEY_ID, FAKE_SECRET, S3Server  # noqa: E402
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, S3Server  # noqa: E402
 
 
 def boto3_ops(url):

@@ -35,10 +35,10 @@ def guard_overhead(n: int = 200_000, repeats: int = 9, inputs: int = 2) -> dict:
     ``w [8]`` and then ``[rows, 8]`` ones (every input is checked)."""
     import torch
 
-    from factories import CPU, TinyProject, impl_doc
+    from helpers.factories import CPU, TinyProject, impl_doc
     import frt_dist
 
-    from factories import manifest_doc
+    from helpers.factories import manifest_doc
 
     tmp = Path(tempfile.mkdtemp(prefix="frt-bench-"))
     params = ", ".join(["x", "w", *(f"r{i}" for i in range(2, inputs))][:inputs])

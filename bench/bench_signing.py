@@ -29,7 +29,7 @@ import tomli_w  # noqa: E402
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519  # noqa: E402
 
-from factories import receipt_doc, tiny_project  # noqa: E402
+from helpers.factories import receipt_doc, tiny_project  # noqa: E402
 from frt_dist.provenance import signing  # noqa: E402
 from frt_dist.system.hardware import Hardware  # noqa: E402
 from frt_dist.documents.lockfile import Lockfile  # noqa: E402

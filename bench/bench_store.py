@@ -101,7 +101,7 @@ EXT_SUFFIX = EXTENSION_SUFFIXES[0]
 
 
 def make_project(tmp: Path, module: dict):
-    from factories import NORM_SRC, tiny_project
+    from helpers.factories import NORM_SRC, tiny_project
 
     tp = tiny_project(tmp, "proj", packages={"scale": {"name": "scale", "module": module},
                                              "norm": {"name": "norm", "source": NORM_SRC}})

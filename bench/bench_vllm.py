@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-import vllm_support as vs  # noqa: E402
+from helpers import vllm_support as vs  # noqa: E402
 
 START = r'''
 import json, sys, time

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_frt
-from factories import SCALE_SRC, cuda_hw, impl_doc, manifest_doc, receipt_doc, tiny_project, variant_files, write_variant
+from helpers.frt import frt_process
+from helpers.factories import (SCALE_SRC, cuda_hw, impl_doc, manifest_doc, receipt_doc, tiny_project, variant_files, write_variant)
 from frt_dist.system.admissible import admission_problems, variant_problem
 from frt_dist.base.canonical import digest
 from frt_dist.system.hardware import Hardware
@@ -114,7 +114,7 @@ def test_lock_rejects_a_receipt_whose_variant_does_not_admit_its_arch(tmp_path):
     lf = tp.lock()
     write_receipt(tp, lf, "solo", "decode", cuda_hw("8.9", "l40s"), "ok.json")
     bad = write_receipt(tp, lf, "solo", "decode", cuda_hw("9.0", "h200"), "h200.json")
-    r = run_frt(["lock"], cwd=tp.root)
+    r = frt_process(["lock"], cwd=tp.root)
     assert r.returncode == 0, r.stderr
     why = ("cell.impls.act: package t-org/scale variant torch-cuda declares 8.9; "
            "the cell's cuda arch 9.0 is not admitted")
@@ -124,9 +124,9 @@ def test_lock_rejects_a_receipt_whose_variant_does_not_admit_its_arch(tmp_path):
                                          "route": "solo", "phase": "decode", "device-class": "h200"}]
     lock = Lockfile.read(tp.lock_path)
     assert [k.device_class for k in lock.index] == ["l40s"] and len(lock.receipts) == 1
-    r = run_frt(["lock", "--strict"], cwd=tp.root)
+    r = frt_process(["lock", "--strict"], cwd=tp.root)
     assert r.returncode == 1 and "1 receipt(s) rejected under --strict" in r.stderr, r.stderr
-    assert run_frt(["verify"], cwd=tp.root).returncode == 0  # the rejection is what verify derives too
+    assert frt_process(["verify"], cwd=tp.root).returncode == 0  # the rejection is what verify derives too
 
 
 def test_verify_fails_a_lock_edited_to_admit_one(tmp_path):

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from conftest import BUNDLED
+from helpers.paths import BUNDLED
 from frt_dist.base.canonical import canonical_json, digest
 
 CASES = [

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUNDLED
-from factories import tiny_project
+from helpers.paths import BUNDLED
+from helpers.factories import tiny_project
 
 FRT = str(Path(sys.executable).with_name("frt"))
 NOTE = f"note: using the bundled demo project (read-only) at {BUNDLED} (--demo)"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import BUNDLED
+from helpers.paths import BUNDLED
 from frt_dist.cli.main import main
 
 FRT = str(Path(sys.executable).with_name("frt"))

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, needs_no_gpu, run_frt
+from helpers.paths import ROOT
+from helpers.gpu import needs_no_gpu
+from helpers.frt import frt_process
 
 
 @needs_no_gpu  # the demo qualifies and serves CPU kernels on the detected hardware
@@ -43,15 +45,15 @@ def test_demo_runs_the_whole_lifecycle(tmp_path):
 
 def test_bundled_lockfile_resolves_after_install(tmp_path):
     """`frt --demo resolve --model demo-decoder` against the bundled lockfile, from any folder."""
-    r = run_frt(["--demo", "resolve", "--model", "demo-decoder", "--arch", "x86_64", "--device-class", "amd-epyc",
+    r = frt_process(["--demo", "resolve", "--model", "demo-decoder", "--arch", "x86_64", "--device-class", "amd-epyc",
                  "--software", "torch=2.13,kernels=0.17.2", "--json"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     import json
 
     doc = json.loads(r.stdout)
     assert [d["route"] for d in doc["decisions"]] == ["fused", "fused"]
-    assert run_frt(["lock", "--check", "--demo"], cwd=tmp_path).returncode == 0
-    assert run_frt(["verify", "--demo"], cwd=tmp_path).returncode == 0
+    assert frt_process(["lock", "--check", "--demo"], cwd=tmp_path).returncode == 0
+    assert frt_process(["verify", "--demo"], cwd=tmp_path).returncode == 0
 
 
 # `make demo`'s temporary project, without the demo's minutes: every step stubbed

@@ -11,14 +11,13 @@ import sys
 import types
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 from kernels._rust import Metadata  # noqa: E402
 from kernels.python_deps import validate_dependencies  # noqa: E402
 from kernels.validate import MinverValidator  # noqa: E402
 
-from factories import CPU, NORM_SRC, SCALE_SRC, tiny_project  # noqa: E402
+from helpers.factories import CPU, NORM_SRC, SCALE_SRC, tiny_project  # noqa: E402
 from frt_dist.system.hardware import Hardware  # noqa: E402
 from frt_dist.documents.lockfile import Lockfile  # noqa: E402
 from frt_dist.routes.resolver import resolve  # noqa: E402
@@ -148,7 +147,7 @@ def scale(x, w):
 
 @pytest.fixture
 def dep_hub(monkeypatch, tmp_path):
-    from factories import REMOTE, start_hub
+    from helpers.factories import REMOTE, start_hub
     from frt_dist import loader
 
     loader._forget_all()
@@ -157,7 +156,7 @@ def dep_hub(monkeypatch, tmp_path):
     monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
     server, _ = start_hub(monkeypatch, tmp_path)
-    from hubserver import kernel_variant_files
+    from helpers.hubserver import kernel_variant_files
 
     def publish(repo, name, module, depends=()):
         extra = {"kernel-depends": [{"repo-id": d, "version": 1} for d in depends]} if depends else None
@@ -170,7 +169,7 @@ def dep_hub(monkeypatch, tmp_path):
 
 
 def _hub_lock(tmp_path, server):
-    from factories import hub_manifest
+    from helpers.factories import hub_manifest
     from frt_dist.distribution.hub import HubClient
 
     tp = tiny_project(tmp_path, "hubproj", manifest=hub_manifest())
@@ -246,7 +245,7 @@ def test_a_dependency_only_an_edited_lock_names_is_never_prepared_let_alone_run(
     the load is refused naming the difference before the smuggled package is even downloaded,
     so its code (which leaves a marker when it runs) never runs. `frt verify --mirror` names the
     same difference, and says the Hub commits themselves were not checked."""
-    from factories import hub_manifest
+    from helpers.factories import hub_manifest
     from frt_dist import loader
     from frt_dist.errors import KernelUnavailable
     from frt_dist.distribution.hub import HubClient

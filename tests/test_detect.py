@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import ROOT
+from helpers.paths import ROOT
 from frt_dist.system import detect as det
 from frt_dist.system.hardware import Hardware
 

@@ -9,11 +9,10 @@ import os
 import sys
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from factories import CPU, tiny_project, write_package  # noqa: E402
+from helpers.factories import CPU, tiny_project, write_package  # noqa: E402
 from frt_dist.cli.main import main  # noqa: E402
 from frt_dist.system.hardware import parse_cuda_arch  # noqa: E402
 from frt_dist.system.variants import select_variants  # noqa: E402

@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from factories import tiny_project  # noqa: E402
+from helpers.factories import tiny_project  # noqa: E402
 from frt_dist import loader  # noqa: E402
 from frt_dist.lock.export_kernels import kernels_lock_json  # noqa: E402
 from frt_dist.distribution.mirror import mirror_lock  # noqa: E402

@@ -18,16 +18,15 @@ import sys
 from pathlib import Path
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from factories import tiny_project  # noqa: E402
+from helpers.factories import tiny_project  # noqa: E402
 from frt_dist import KernelUnavailable  # noqa: E402
 from frt_dist.documents.lockfile import Lockfile  # noqa: E402
 from frt_dist.distribution.mirror import mirror_lock, verify_mirror  # noqa: E402
 from frt_dist.distribution.objstore import lock_key, open_store  # noqa: E402
-from s3server import FaultProxy, bucket, s3  # noqa: E402,F401 (fixtures)
+from helpers.s3server import FaultProxy, bucket, s3  # noqa: E402,F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")
 

@@ -1,7 +1,7 @@
 """Issue 18 item 2 / SPEC §25: ``frt_dist.load(model, mirror="s3://…")``, ``FRT_MIRROR=s3://…`` and
 ``[tool.frt] mirror = "s3://…"`` (and ``file://``) load straight into the verified store, fetching
 only the locked files of the variants the chosen routes bind, against a real S3-protocol server
-(moto in its own process, tests/s3server.py) through the production client (boto3); requests are
+(moto in its own process, tests/helpers/s3server.py) through the production client (boto3); requests are
 counted by a real HTTP proxy in front of it (``FaultProxy``), not by patching the client."""
 
 from __future__ import annotations
@@ -14,18 +14,17 @@ import sys
 from pathlib import Path
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
 import frt_dist  # noqa: E402
-from conftest import run_frt  # noqa: E402
-from factories import CPU, tiny_project, variant_files, write_variant  # noqa: E402
+from helpers.frt import frt_process  # noqa: E402
+from helpers.factories import CPU, tiny_project, variant_files, write_variant  # noqa: E402
 from frt_dist import loader  # noqa: E402
 from frt_dist.errors import KernelUnavailable  # noqa: E402
 from frt_dist.loader import remote  # noqa: E402
 from frt_dist.distribution.objstore import StoreAccess  # noqa: E402
-from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, run_traced, s3  # noqa: E402,F401 (fixtures)
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, run_traced, s3  # noqa: E402,F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")
 
@@ -119,7 +118,7 @@ def test_frt_mirror_and_tool_frt_mirror_and_file_urls(solo, tmp_path, bucket, ho
         (tp.root / "pyproject.toml").write_text(f'[tool.frt]\nmirror = "{url}"\n')
     else:
         shared = tmp_path / "shared-disk"
-        assert run_frt(["mirror", f"file://{shared}", "--all-variants"], cwd=tp.root).returncode == 0
+        assert frt_process(["mirror", f"file://{shared}", "--all-variants"], cwd=tp.root).returncode == 0
         url = f"file://{shared}"
         env["FRT_MIRROR"] = url
     r = subprocess.run([sys.executable, "-c", _NODE], cwd=tp.root, env=env, capture_output=True, text=True,
@@ -371,7 +370,7 @@ def test_a_full_verified_store_is_exit_2_naming_it_and_leaves_nothing(tmp_path, 
     fault of this machine, not of the object store: no hint to republish), nothing imported, no entry."""
     import subprocess as sp
 
-    from factories import NORM_SRC, manifest_doc
+    from helpers.factories import NORM_SRC, manifest_doc
     from frt_dist.distribution.fleet import publish_lock
     from frt_dist.loader.remote import VerifiedStoreFull
     from frt_dist.distribution.objstore import open_store
@@ -410,7 +409,7 @@ def test_a_trickling_store_ends_the_load_within_the_deadline_and_frees_the_fetch
     import threading
     import time
 
-    from hostile import Hostile
+    from helpers.hostile import Hostile
 
     tp, _ = solo
     monkeypatch.setenv("FRT_STORE_CLIENT", client)

@@ -13,13 +13,12 @@ import sys
 import time
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from conftest import run_frt  # noqa: E402
-from factories import tiny_project  # noqa: E402
-from s3server import bucket, s3  # noqa: E402,F401 (fixtures)
+from helpers.frt import frt_process  # noqa: E402
+from helpers.factories import tiny_project  # noqa: E402
+from helpers.s3server import bucket, s3  # noqa: E402,F401 (fixtures)
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="the node runner forks"),
               pytest.mark.usefixtures("fresh_loader")]
@@ -44,7 +43,7 @@ def _run_nodes(tmp_path, nodes, *, before_go=None) -> tuple[dict, list[dict], ob
     spec.write_text(json.dumps({"nodes": nodes, "out": str(out)}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     env.update(PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "fleetnodes.py"), str(spec)],
+    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "helpers", "fleetnodes.py"), str(spec)],
                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
     proc.stdin.write("go\n")
@@ -60,10 +59,10 @@ def test_16_nodes_load_through_the_store_while_a_newer_lock_is_published(tmp_pat
     v1 = tiny_project(tmp_path, "v1")
     v1.lock(receipts=[("fast", "decode"), ("fast", "prefill")])
     url = f"s3://{bucket}/fleet"
-    assert run_frt(["mirror", url, "--variant", "torch-cpu"], cwd=v1.root).returncode == 0
+    assert frt_process(["mirror", url, "--variant", "torch-cpu"], cwd=v1.root).returncode == 0
     v2 = v1.copy_to(tmp_path / "v2")  # the next release: t-org/scale changes, t-org/norm does not
     (v2.root / "packages/scale/build/torch-cpu").rename(tmp_path / "old-scale")
-    from factories import write_package
+    from helpers.factories import write_package
 
     write_package(v2.root / "packages/scale", "scale", source=V2_SCALE)
     v2.lock(receipts=[("fast", "decode"), ("fast", "prefill")])

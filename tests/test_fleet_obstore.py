@@ -1,7 +1,7 @@
 """The read client (issue 18 item 7): reads of an ``s3://`` store go through obstore when the
 environment alone configures the store, through boto3 otherwise (``objstore.read_client_why``),
 and both map every fault to the same frt errors. Against the real moto server and the fault proxy
-in front of it (tests/s3server.py); each fault test runs once per client."""
+in front of it (tests/helpers/s3server.py); each fault test runs once per client."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import sys
 import time
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
@@ -19,7 +18,7 @@ from frt_dist.errors import UsageError  # noqa: E402
 from frt_dist.distribution.objstore import (  # noqa: E402
     ObjectMissing, ObstoreS3Reader, S3Store, StoreAccess, StoreUnavailable, open_store, read_client_why,
 )
-from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, s3  # noqa: E402,F401 (fixtures)
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, s3  # noqa: E402,F401 (fixtures)
 
 KEY = "sha256/" + "ab" * 32
 DATA = os.urandom(3 << 20) + b"end"

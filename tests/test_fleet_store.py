@@ -10,14 +10,13 @@ import os
 import sys
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
 from frt_dist.distribution.objstore import (  # noqa: E402
     Location, ObjectMissing, StoreAccess, lock_key, locked_file_key, object_key, open_store, parse_location, receipt_key,
 )
-from s3server import bucket, s3  # noqa: E402,F401 (fixtures)
+from helpers.s3server import bucket, s3  # noqa: E402,F401 (fixtures)
 
 HEX = hashlib.sha256(b"x").hexdigest()
 

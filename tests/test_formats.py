@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from conftest import BUNDLED, toy_manifest
+from helpers.paths import BUNDLED
+from helpers.factories import toy_manifest
 from frt_dist.errors import LockfileError, ManifestError, ReceiptInvalid
 from frt_dist.base.canonical import digest
 from frt_dist.documents.lockfile import Lockfile, render

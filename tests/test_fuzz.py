@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from conftest import BUNDLED
+from helpers.paths import BUNDLED
 from frt_dist.cli import main as cli
 from frt_dist.base.canonical import digest
 from frt_dist.errors import FrtError

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers.paths import ROOT
 from frt_dist.errors import KernelUnavailable, UsageError
 from frt_dist.system.hardware import Hardware
 

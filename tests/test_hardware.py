@@ -223,10 +223,7 @@ def aarch64_project(tmp_path_factory):
     """Packages with an x86_64 and an aarch64 CUDA 13.0 build; decode receipts measured on a
     Jetson Thor (11.0) and a DGX Spark (12.1), both aarch64, and a Thor prefill receipt that
     records two more software facts (kernels, tvm-ffi)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from factories import tiny_project, write_package
+    from helpers.factories import tiny_project, write_package
 
     tp = tiny_project(tmp_path_factory.mktemp("aarch64"))
     for folder in ("scale", "norm"):
@@ -234,7 +231,7 @@ def aarch64_project(tmp_path_factory):
             write_package(tp.root / "packages" / folder, folder, variant=f"torch213-cxx11-cu130-{cpu}-linux",
                           backend="cuda", archs=["11.0", "12.1"])
     tp.lock()
-    from factories import receipt_doc
+    from helpers.factories import receipt_doc
     from frt_dist.documents.lockfile import Lockfile
     from frt_dist.lock.build import lock_model
 

@@ -1,4 +1,4 @@
-"""Tests for tests/hubserver.py against the real huggingface_hub client and the real kernels library."""
+"""Tests for tests/helpers/hubserver.py against the real huggingface_hub client and the real kernels library."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 import httpx2  # noqa: E402  (huggingface_hub 2.x transport)
 from huggingface_hub import HfApi, constants  # noqa: E402
@@ -23,7 +22,7 @@ from huggingface_hub.errors import (  # noqa: E402
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from hubserver import HubServer, kernel_variant_files  # noqa: E402
+from helpers.hubserver import HubServer, kernel_variant_files  # noqa: E402
 
 REPO = "testorg/addone"
 META = "build/torch-cpu/metadata.json"

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from conftest import kernel_variant_files, toy_manifest, write_files
+from helpers.hubserver import kernel_variant_files
+from helpers.factories import toy_manifest, write_files
 
 PROBE = """
 import sys, runpy

@@ -9,14 +9,10 @@ import types
 from pathlib import Path
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from factories import (  # noqa: E402
-    CPU, NORM_SRC, REMOTE, SCALE_SRC, NetworkTripwire, cuda_hw, hub_manifest, sha256_b64, start_hub,
-    tiny_project, write_package,
-)
+from helpers.factories import (CPU, NORM_SRC, REMOTE, SCALE_SRC, NetworkTripwire, cuda_hw, hub_manifest, sha256_b64, start_hub, tiny_project, write_package)
 from frt_dist import KernelUnavailable, hub_kernel, loader, unavailable_report  # noqa: E402
 from frt_dist.distribution.hub import HubClient  # noqa: E402
 from frt_dist.documents.lockfile import Lockfile  # noqa: E402

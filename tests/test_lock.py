@@ -1,4 +1,4 @@
-"""`frt lock` / `frt verify` against a real Hub protocol (tests/hubserver.py) and path packages."""
+"""`frt lock` / `frt verify` against a real Hub protocol (tests/helpers/hubserver.py) and path packages."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import tomllib
 
 import pytest
 
-from conftest import kernel_variant_files, run_frt, toy_manifest, write_files
+from helpers.hubserver import kernel_variant_files
+from helpers.frt import frt_process
+from helpers.factories import toy_manifest, write_files
 from frt_dist.documents.schema import parse_toml
 from frt_dist.documents.metadata import parse_variant_metadata
 from frt_dist.errors import KernelUnavailable, LockfileError
@@ -40,7 +42,7 @@ def lock(project, hub, *args, env=None):
     # the Hub timeout is a hang guard here; the test of the timeout itself sets a short one
     e = {"HF_ENDPOINT": hub.url, "HF_HOME": str(project / ".hf"), "FRT_HUB_TIMEOUT": str(HANG_GUARD_S)}
     e.update(env or {})
-    return run_frt(["lock", *args], cwd=project, env=e)
+    return frt_process(["lock", *args], cwd=project, env=e)
 
 
 def setup_toy(project, **kw):
@@ -277,7 +279,7 @@ def test_path_package_locked_by_content_digest(project):
     pkg = project / "packages" / "addone"
     write_files(pkg, kernel_variant_files(name="addone", variant="torch-cpu"))
     setup_toy(project, package_toml='[packages."testorg/addone"]\npath = "packages/addone"')
-    r = run_frt(["lock"], cwd=project)
+    r = frt_process(["lock"], cwd=project)
     assert r.returncode == 0, r.stderr
     lk = Lockfile.read(project / "lockfiles" / "toy.lock")
     p = lk.packages[REPO]
@@ -285,12 +287,12 @@ def test_path_package_locked_by_content_digest(project):
     # __pycache__ never counts; an edit does
     (pkg / "build" / "torch-cpu" / "addone" / "__pycache__").mkdir()
     (pkg / "build" / "torch-cpu" / "addone" / "__pycache__" / "x.pyc").write_bytes(b"junk")
-    assert run_frt(["lock", "--check"], cwd=project).returncode == 0
+    assert frt_process(["lock", "--check"], cwd=project).returncode == 0
     (pkg / "build" / "torch-cpu" / "addone" / "__init__.py").write_text("def add_one(x):\n    return x + 2\n")
-    r = run_frt(["lock", "--check"], cwd=project)  # its metadata.json still has the old digest: refused
+    r = frt_process(["lock", "--check"], cwd=project)  # its metadata.json still has the old digest: refused
     assert r.returncode == 1 and "addone/__init__.py (expected " in r.stderr, r.stderr
-    assert run_frt(["digest", "packages/addone"], cwd=project).returncode == 0
-    r = run_frt(["lock", "--check"], cwd=project)
+    assert frt_process(["digest", "packages/addone"], cwd=project).returncode == 0
+    r = frt_process(["lock", "--check"], cwd=project)
     assert r.returncode == 1 and "package 'testorg/addone': locked revision sha256:" in r.stdout
 
 
@@ -339,7 +341,7 @@ def test_verify_catches_one_hex_digit_anywhere(project, hub):
     assert lock(project, hub).returncode == 0
     lf = project / "lockfiles" / "toy.lock"
     good = lf.read_text()
-    r = run_frt(["verify"], cwd=project)
+    r = frt_process(["verify"], cwd=project)
     assert r.returncode == 0 and "lockfiles/toy.lock: ok" in r.stdout
     targets = [m.end() + 5 for m in re.finditer(r'(revision = "|metadata-sha256 = "sha256:|lock-digest = "sha256:|receipt = "sha256:|"receipt": "sha256:)', good)]
     targets.append(good.index("sha256:", good.index("\"receipt\": {")) + 12)  # inside an embedded receipt
@@ -347,7 +349,7 @@ def test_verify_catches_one_hex_digit_anywhere(project, hub):
     for at in targets:
         assert re.match(r"[0-9a-f]", good[at]), good[at - 10: at + 10]
         lf.write_text(_flip_hex(good, at))
-        r = run_frt(["verify", "--json"], cwd=project)
+        r = frt_process(["verify", "--json"], cwd=project)
         assert r.returncode == 1, good[at - 30: at + 5]
         doc = json.loads(r.stdout)
         assert doc["ok"] is False and doc["problems"][0]["kind"] == "lock-digest"
@@ -356,6 +358,6 @@ def test_verify_catches_one_hex_digit_anywhere(project, hub):
     lf.write_text(good)
     # resolve refuses a lockfile that does not verify, before any decision
     lf.write_text(_flip_hex(good, targets[0]))
-    r = run_frt(["resolve", "--model", "toy", "--arch", "x86_64", "--device-class", "amd-epyc-7b13"], cwd=project)
+    r = frt_process(["resolve", "--model", "toy", "--arch", "x86_64", "--device-class", "amd-epyc-7b13"], cwd=project)
     assert r.returncode == 1 and "lock-digest does not verify (expected sha256:" in r.stderr
     assert "hint: the lockfile was edited or damaged; regenerate it with `frt lock`" in r.stderr

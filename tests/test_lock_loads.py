@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from factories import CPU, tiny_project
+from helpers.factories import CPU, tiny_project
 from frt_dist import loader
 from frt_dist.cli.main import main
 from frt_dist.documents.lockfile import Lockfile

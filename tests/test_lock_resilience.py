@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import kernel_variant_files, toy_manifest
+from helpers.hubserver import kernel_variant_files
+from helpers.factories import toy_manifest
 from test_lock import REPO, lock, publish
 
 OLD = b"# an older lockfile: frt must leave it alone when this model cannot be locked\n"

@@ -16,11 +16,11 @@ from html.parser import HTMLParser
 
 import pytest
 
-from conftest import run_frt
+from helpers.frt import frt_process
 from frt_dist.errors import FrtError, UsageError
 from frt_dist.routes.matrix import STATE_CLASSES, render_matrix
 from frt_dist.project.discover import Project
-from resolver_support import build_case
+from helpers.resolver_support import build_case
 
 V128 = "torch213-cxx11-cu128-x86_64-linux"
 WEIRD_NAME = 'NVIDIA GB10 <"DGX" Spark> | dev & co'
@@ -306,10 +306,10 @@ def test_html_is_deterministic_and_has_no_paths_or_times(proj):
 
 def test_cli_matrix_writes_the_same_text(proj, tmp_path):
     out = tmp_path / "m.html"
-    r = run_frt(["matrix", "--project", str(proj.root), "--format", "html", "-o", str(out)], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(proj.root), "--format", "html", "-o", str(out)], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert out.read_text("utf-8") == render_matrix(_project(proj), fmt="html")
-    r = run_frt(["matrix", "--project", str(proj.root)], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(proj.root)], cwd=tmp_path)
     assert r.returncode == 0 and r.stdout == render_matrix(_project(proj), fmt="md")
 
 
@@ -323,7 +323,7 @@ NOTHING = {"receipt": None, "winner": False, "rank": None, "speedup-median": Non
 
 
 def test_json_document_keys_and_values(proj, tmp_path):
-    r = run_frt(["matrix", "--project", str(proj.root), "--json"], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(proj.root), "--json"], cwd=tmp_path)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     doc = json.loads(r.stdout)
     assert r.stdout == render_matrix(_project(proj), fmt="json")
@@ -362,12 +362,12 @@ def test_json_document_keys_and_values(proj, tmp_path):
     assert lk["rows"][7]["routes"]["fused"]["receipt"] == proj.names["fused-h200-213"]
     # -o FILE gets the same document
     out = tmp_path / "m.json"
-    r = run_frt(["matrix", "--project", str(proj.root), "--json", "-o", str(out)], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(proj.root), "--json", "-o", str(out)], cwd=tmp_path)
     assert r.returncode == 0 and r.stdout == "" and out.read_text("utf-8") == render_matrix(_project(proj), fmt="json")
 
 
 def test_json_and_format_together_is_a_usage_error(proj, tmp_path):
-    r = run_frt(["matrix", "--project", str(proj.root), "--json", "--format", "html"], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(proj.root), "--json", "--format", "html"], cwd=tmp_path)
     assert r.returncode == 2
     assert json.loads(r.stdout) == {"error": "--json and --format html each choose the output; give one",
                                     "hints": [], "exit": 2, "reasons": []}
@@ -378,15 +378,15 @@ def test_missing_lockfile_is_a_no_in_text_and_json(proj, tmp_path):
     root = tmp_path / "p"
     build_case(CASE, root)
     (root / "lockfiles" / "case-model.lock").unlink()
-    r = run_frt(["matrix", "--project", str(root), "--model", "case-model"], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(root), "--model", "case-model"], cwd=tmp_path)
     assert (r.returncode, r.stdout) == (1, "")
     assert r.stderr == ("error: no lockfile for model 'case-model' (lockfiles/case-model.lock)\n"
                         "hint: frt lock --model case-model\n")
-    r = run_frt(["matrix", "--project", str(root), "--model", "case-model", "--json"], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(root), "--model", "case-model", "--json"], cwd=tmp_path)
     assert r.returncode == 1 and r.stderr == ""
     assert json.loads(r.stdout) == {"error": "no lockfile for model 'case-model' (lockfiles/case-model.lock)",
                                     "hints": ["frt lock --model case-model"], "exit": 1, "reasons": []}
-    r = run_frt(["matrix", "--project", str(root), "--model", "nope"], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(root), "--model", "nope"], cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("error: unknown model 'nope'"), r.stderr
 
 
@@ -400,14 +400,14 @@ def test_missing_lockfiles_and_unknown_model(tmp_path, proj):
         render_matrix(_project(proj), model="nope")
     with pytest.raises(UsageError):
         render_matrix(_project(proj), fmt="pdf")
-    r = run_frt(["matrix", "--project", str(empty)], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(empty)], cwd=tmp_path)
     assert r.returncode == 1 and r.stderr.startswith("error: no lockfiles") and "hint: run `frt lock`" in r.stderr
 
 
 def test_output_file_is_readable_like_any_report(proj, tmp_path):
     """`frt matrix -o FILE` writes a report for others to read: not a 0600 file (the temp file's mode)."""
     out = tmp_path / "m.md"
-    r = run_frt(["matrix", "--project", str(proj.root), "-o", str(out)], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(proj.root), "-o", str(out)], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     umask = os.umask(0)
     os.umask(umask)

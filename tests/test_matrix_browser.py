@@ -13,8 +13,8 @@ import pytest
 
 from frt_dist.project.discover import Project
 from frt_dist.routes.matrix import STATE_CLASSES, render_matrix
-from pngread import count_colours, read_png
-from resolver_support import build_case
+from helpers.pngread import count_colours, read_png
+from helpers.resolver_support import build_case
 from test_matrix import CASE, EXPECTED_ROWS, ROUTES, check_html_structure
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

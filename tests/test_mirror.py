@@ -11,11 +11,10 @@ import sys
 from pathlib import Path
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from factories import CPU, NORM_SRC, REMOTE, cuda_hw, hub_manifest, sha256_b64, start_hub, tiny_project  # noqa: E402
+from helpers.factories import (CPU, NORM_SRC, REMOTE, cuda_hw, hub_manifest, sha256_b64, start_hub, tiny_project)  # noqa: E402
 from frt_dist import KernelUnavailable, UsageError, loader  # noqa: E402
 from frt_dist.distribution.hub import HubClient  # noqa: E402
 from frt_dist.distribution.mirror import mirror_lock, verify_mirror  # noqa: E402
@@ -135,7 +134,7 @@ def test_a_source_that_does_not_match_the_lock_never_becomes_a_blob(proj, tmp_pa
 def test_selection_of_variants(tmp_path):
     pkgs = {"scale": {"name": "scale"}, "norm": {"name": "norm", "source": NORM_SRC}}
     tp = tiny_project(tmp_path, packages=pkgs)
-    from factories import write_package
+    from helpers.factories import write_package
 
     write_package(tp.root / "packages" / "scale", "scale", variant="torch-cuda", backend="cuda", archs=["9.0"])
     lock = tp.lock()

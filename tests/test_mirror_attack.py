@@ -13,11 +13,10 @@ import time
 from pathlib import Path
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from factories import tiny_project  # noqa: E402
+from helpers.factories import tiny_project  # noqa: E402
 from frt_dist.cli.main import main  # noqa: E402
 from frt_dist.loader import repo_folder  # noqa: E402
 from frt_dist.distribution.mirror import LOCKS, RUNS, STALE_S, TMP, verify_mirror  # noqa: E402

@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from factories import NORM_SRC, hub_manifest, manifest_doc, start_hub, tiny_project  # noqa: E402
+from helpers.factories import NORM_SRC, hub_manifest, manifest_doc, start_hub, tiny_project  # noqa: E402
 from frt_dist.distribution.hub import HubClient  # noqa: E402
 from frt_dist.distribution.mirror import LOCKS, RUNS, STALE_S, TMP, mirror_lock, sweep_locks, sweep_temp, verify_mirror  # noqa: E402
 

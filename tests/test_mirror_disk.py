@@ -13,11 +13,10 @@ import sys
 from pathlib import Path
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from factories import NORM_SRC, manifest_doc, tiny_project  # noqa: E402
+from helpers.factories import NORM_SRC, manifest_doc, tiny_project  # noqa: E402
 from frt_dist import loader  # noqa: E402
 from frt_dist.cli.main import main  # noqa: E402
 from frt_dist.distribution.mirror import LOCKS, TMP  # noqa: E402

@@ -11,11 +11,10 @@ import sys
 from pathlib import Path
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from factories import tiny_project  # noqa: E402
+from helpers.factories import tiny_project  # noqa: E402
 from frt_dist.distribution import mirror as mirror_mod  # noqa: E402
 from frt_dist.base import safedir  # noqa: E402
 from frt_dist.loader import repo_folder  # noqa: E402

@@ -12,12 +12,10 @@ import sys
 from pathlib import Path
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from factories import (CPU, NORM_SRC, REMOTE, SCALE_SRC, TinyProject, hub_manifest, manifest_doc,  # noqa: E402
-                       receipt_doc, start_hub, tiny_project)
+from helpers.factories import (CPU, NORM_SRC, REMOTE, SCALE_SRC, TinyProject, hub_manifest, manifest_doc, receipt_doc, start_hub, tiny_project)
 from frt_dist.cli.main import main  # noqa: E402
 from frt_dist.system.hardware import Hardware  # noqa: E402
 from frt_dist.distribution.hub import HubClient  # noqa: E402
@@ -41,7 +39,7 @@ def hub(monkeypatch, tmp_path):
     monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
     server, _ = start_hub(monkeypatch, tmp_path)
-    from hubserver import kernel_variant_files
+    from helpers.hubserver import kernel_variant_files
 
     files = {}
     for variant, backend, archs in (("torch-cpu", "cpu", None), ("torch-cuda", "cuda", ["9.0"]), (ARM, "cuda", ["9.0"])):

@@ -9,12 +9,11 @@ import os
 import sys
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from factories import CPU, impl_doc, manifest_doc, tiny_project  # noqa: E402
+from helpers.factories import CPU, impl_doc, manifest_doc, tiny_project  # noqa: E402
 from frt_dist.errors import ManifestError  # noqa: E402
 from frt_dist.documents.manifest import Manifest  # noqa: E402
 from frt_dist.routes.resolver import resolve  # noqa: E402

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers.paths import ROOT
 
 pytest.importorskip("hatchling")
 

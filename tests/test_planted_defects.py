@@ -15,7 +15,7 @@ import statistics
 
 import pytest
 
-from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, s3  # noqa: F401 (fixtures)
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, s3  # noqa: F401 (fixtures)
 
 
 # ---------------------------------------------------------------------------
@@ -175,7 +175,7 @@ def test_certified_fast_under_a_gate_below_1_needs_the_interval_to_clear_1():
 
 
 def test_the_lock_rejects_certified_fast_whose_interval_starts_under_1_with_a_gate_below_1(tmp_path):
-    from factories import manifest_doc, receipt_doc, tiny_project
+    from helpers.factories import manifest_doc, receipt_doc, tiny_project
 
     from frt_dist.lock.build import lock_model
     from frt_dist.documents.lockfile import Lockfile

@@ -16,7 +16,8 @@ import termios
 
 import pytest
 
-from conftest import BUNDLED, needs_no_gpu
+from helpers.paths import BUNDLED
+from helpers.gpu import needs_no_gpu
 
 
 @pytest.fixture

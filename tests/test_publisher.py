@@ -35,10 +35,10 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from factories import NORM_SRC, SCALE_SRC, NetworkTripwire, manifest_doc, tiny_project
+from helpers.factories import NORM_SRC, SCALE_SRC, NetworkTripwire, manifest_doc, tiny_project
 from frt_dist.provenance import publisher
 from frt_dist.base.canonical import digest
-from conftest import run_main as _run
+from helpers.frt import frt_main as _run
 from frt_dist.errors import UsageError
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.provenance.publisher import KERNELS_COMMUNITY, SignatureRefused, SignerPolicy, verify_bundle
@@ -342,8 +342,8 @@ SECRET = "hf_frtPublisherTestSecret0123456789"
 def sig_hub(monkeypatch, tmp_path):
     """A loopback Hub with ``kernels-community/scale`` v1 (one variant, carrying the trailofbits
     bundle) and a project whose ``act`` seam uses it."""
-    from factories import start_hub
-    from hubserver import kernel_variant_files
+    from helpers.factories import start_hub
+    from helpers.hubserver import kernel_variant_files
     from frt_dist.distribution.hub import HubClient
 
     for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE"):

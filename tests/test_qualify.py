@@ -9,7 +9,11 @@ import sys
 
 import pytest
 
-from conftest import kernel_variant_files, needs_no_gpu, run_frt, write_files, TESTS
+from helpers.hubserver import kernel_variant_files
+from helpers.gpu import needs_no_gpu
+from helpers.frt import frt_process
+from helpers.factories import write_files
+from helpers.paths import HELPERS
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.lock.build import lock_model
 from frt_dist.project.discover import Project
@@ -45,7 +49,8 @@ warmup = 1
 
 
 @pytest.fixture
-def qproject(project):
+def qproject(project, monkeypatch):
+    monkeypatch.syspath_prepend(str(HELPERS))  # the host-entry ``toyhost:build_host``, for in-process runs
     pk = im = rt = ""
     for name, code in KERNELS.items():
         write_files(project / "packages" / name, kernel_variant_files(
@@ -94,9 +99,9 @@ def test_correct_but_slower_route_is_supported_correct(qproject):
 
 
 def _frt_in_process(argv, cwd, monkeypatch, capsys) -> subprocess.CompletedProcess:
-    """``frt argv`` through ``frt_dist.cli.main.main`` in this process, in ``cwd``: what ``run_frt`` checks
+    """``frt argv`` through ``frt_dist.cli.main.main`` in this process, in ``cwd``: what ``frt_process`` checks
     (exit code, stdout, stderr) without a new interpreter importing torch again (~2 s). ``toyhost``
-    is found on this process's path (tests/), as ``PYTHONPATH=tests`` finds it for ``run_frt``; the
+    is found on this process's path (tests/), as ``PYTHONPATH=tests`` finds it for ``frt_process``; the
     console command's own process is tested by ``test_cli_writes_receipts_that_lock_embeds``."""
     from frt_dist.cli import main as cli
 
@@ -117,16 +122,16 @@ def test_failed_parity_writes_no_receipt(qproject, monkeypatch, capsys):
 
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
 def test_cli_writes_receipts_that_lock_embeds(qproject):
-    r = run_frt(["qualify", "--model", "toyq", "--route", "fastscale", "--json"], cwd=qproject,
-                env={"PYTHONPATH": str(TESTS)})
+    r = frt_process(["qualify", "--model", "toyq", "--route", "fastscale", "--json"], cwd=qproject,
+                env={"PYTHONPATH": str(HELPERS)})
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["results"][0]["state"] == "certified_fast"
     path = qproject / doc["results"][0]["receipt"]
     assert path.is_file()
-    r = run_frt(["lock"], cwd=qproject)
+    r = frt_process(["lock"], cwd=qproject)
     assert r.returncode == 0 and "1 receipts, 0 rejected, 1 cells" in r.stdout
-    r = run_frt(["resolve", "--model", "toyq", "--detect"], cwd=qproject)
+    r = frt_process(["resolve", "--model", "toyq", "--detect"], cwd=qproject)
     assert r.returncode == 0 and "route fastscale  [certified_fast]" in r.stdout
 
 
@@ -145,5 +150,5 @@ def test_a_mistyped_route_or_phase_is_refused_before_torch_is_imported(qproject,
     code = ("import sys; sys.modules['torch'] = None; sys.modules['kernels'] = None\n"
             "from frt_dist.cli.main import main; sys.exit(main(sys.argv[1:]))")
     r = subprocess.run([sys.executable, "-c", code, "qualify", "--model", "toyq", *argv], cwd=qproject,
-                       capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(TESTS)})
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(HELPERS)})
     assert r.returncode == 2 and why in r.stderr, r.stderr

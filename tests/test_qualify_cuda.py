@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from factories import CPU, TinyProject, receipt_doc
+from helpers.factories import CPU, TinyProject, receipt_doc
 from frt_dist.system import detect as det
 from frt_dist.qualify import run as q
 from frt_dist.errors import ReceiptInvalid, UsageError

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import BUNDLED
+from helpers.paths import BUNDLED
 from frt_dist.qualify import run as q
 from frt_dist.documents.manifest import Manifest
 from frt_dist.documents.receipt import Receipt

@@ -11,10 +11,12 @@ import uuid
 
 import pytest
 
-from conftest import TESTS, needs_no_gpu, run_frt
+from helpers.paths import HELPERS
+from helpers.gpu import needs_no_gpu
+from helpers.frt import frt_process
 from test_qualify import qproject  # noqa: F401 - the fixture
 
-TOYHOST = (TESTS / "toyhost.py").read_text()
+TOYHOST = (HELPERS / "toyhost.py").read_text()
 
 
 def broken_host(tmp_path, patch: str):
@@ -22,12 +24,12 @@ def broken_host(tmp_path, patch: str):
     d = tmp_path / f"host-{uuid.uuid4().hex[:8]}"
     d.mkdir()
     (d / "toyhost.py").write_text(TOYHOST + "\n" + patch)
-    return {"PYTHONPATH": f"{d}{os.pathsep}{TESTS}"}
+    return {"PYTHONPATH": f"{d}{os.pathsep}{HELPERS}"}
 
 
 def qualify(project, *extra, env=None):
-    return run_frt(["qualify", "--model", "toyq", "--route", "fastscale", *extra], cwd=project,
-                   env=env or {"PYTHONPATH": str(TESTS)})
+    return frt_process(["qualify", "--model", "toyq", "--route", "fastscale", *extra], cwd=project,
+                   env=env or {"PYTHONPATH": str(HELPERS)})
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ a Qwen3-8B-style manifest over 17 of them (5 seams, 7 routes, 4 precisions, deco
 receipts on H200, B200, RTX 5090, L40S, A100, DGX Spark (GB10, aarch64) and Jetson Thor (aarch64).
 
 Every decision of `frt lock`, `frt resolve`, `frt matrix` and `frt mirror` is checked against an
-oracle built only from `kernels`' own functions and the JSON data (``tests/realdata.py``).
+oracle built only from `kernels`' own functions and the JSON data (``tests/helpers/realdata.py``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import HubServer
+from helpers.hubserver import HubServer
 
-import realdata as rd
+from helpers import realdata as rd
 
 ACCEPTS = (("certified_fast",), ("certified_fast", "supported_correct"))
 

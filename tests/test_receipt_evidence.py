@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from conftest import BUNDLED, run_frt
+from helpers.paths import BUNDLED
+from helpers.frt import frt_process
 from frt_dist.errors import ReceiptInvalid
 from frt_dist.documents.receipt import Receipt
 
@@ -67,7 +68,7 @@ def test_bools_negative_and_non_finite_times_are_receipt_errors(field, value, wh
 
 
 def _lock(root, *extra):
-    return run_frt(["lock", "--json", *extra], cwd=root)
+    return frt_process(["lock", "--json", *extra], cwd=root)
 
 
 def _rejected(root) -> list[dict]:
@@ -81,7 +82,7 @@ def test_frt_lock_records_a_huge_number_as_a_rejected_receipt_naming_file_and_fi
     d["evidence"]["timing"]["speedup-min"] = HUGE
     path = demo / "receipts" / "demo-decoder" / "huge.json"
     path.write_text(json.dumps(d, indent=1))  # not canonical formatting: the digest must not depend on it
-    r = run_frt(["lock"], cwd=demo)
+    r = frt_process(["lock"], cwd=demo)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
     assert ("warning: receipts/demo-decoder/huge.json: evidence.timing.speedup-min: an integer of 401 digits is out "
@@ -91,7 +92,7 @@ def test_frt_lock_records_a_huge_number_as_a_rejected_receipt_naming_file_and_fi
     # SPEC §22: a rejected receipt that is JSON is filed under its canonical-JSON digest, not its bytes'
     assert rj["digest"] == oracle_digest(json.loads(path.read_text()))
     assert rj["digest"] != "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
-    r = run_frt(["lock", "--strict"], cwd=demo)
+    r = frt_process(["lock", "--strict"], cwd=demo)
     assert r.returncode == 1 and "Traceback" not in r.stderr
 
 
@@ -103,7 +104,7 @@ def test_frt_lock_records_a_huge_number_as_a_rejected_receipt_naming_file_and_fi
 def test_a_rejected_receipts_digest_is_canonical_when_json_else_its_bytes(demo, content, kind):
     path = demo / "receipts" / "demo-decoder" / "bad.json"
     path.write_bytes(content)
-    r = run_frt(["lock"], cwd=demo)
+    r = frt_process(["lock"], cwd=demo)
     assert r.returncode == 0 and "warning: receipts/demo-decoder/bad.json: " in r.stderr, r.stderr
     [rj] = _rejected(demo)
     want = oracle_digest(json.loads(content)) if kind == "json" else "sha256:" + hashlib.sha256(content).hexdigest()
@@ -112,7 +113,7 @@ def test_a_rejected_receipts_digest_is_canonical_when_json_else_its_bytes(demo, 
 
 def test_a_folder_named_like_a_receipt_is_rejected_without_a_traceback(demo):
     (demo / "receipts" / "demo-decoder" / "folder.json").mkdir()
-    r = run_frt(["lock"], cwd=demo)
+    r = frt_process(["lock"], cwd=demo)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "warning: receipts/demo-decoder/folder.json: is a directory, not a regular file" in r.stderr
     [rj] = _rejected(demo)
@@ -130,7 +131,7 @@ def test_frt_verify_names_a_huge_number_in_an_embedded_receipt(demo):
     row["receipt"]["evidence"]["parity"]["max-abs"] = HUGE
     e.redigest(row)
     e.save()
-    r = run_frt(["verify"], cwd=demo)
+    r = frt_process(["verify"], cwd=demo)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert ("fused--decode--fp32--amd-epyc.json: evidence.parity.max-abs: an integer of 401 digits is out of range "
             "for a number (at most about 1.8e308)") in r.stdout + r.stderr

@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from conftest import BUNDLED
+from helpers.paths import BUNDLED
 from frt_dist.lock.build import lock_model
 from frt_dist.documents.manifest import Manifest
 from frt_dist.project.discover import Project

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from conftest import BUNDLED, run_frt
-from factories import receipt_doc, tiny_project
+from helpers.paths import BUNDLED
+from helpers.frt import frt_process
+from helpers.factories import receipt_doc, tiny_project
 from frt_dist.documents.schema import parse_toml
 from frt_dist.base.canonical import canonical_json, digest
 from frt_dist.errors import LockfileError, ManifestError, UsageError
@@ -104,7 +105,7 @@ class Proj:
 
 
 def verify_json(root: Path) -> tuple[int, dict]:
-    r = run_frt(["verify", "--json"], cwd=root)
+    r = frt_process(["verify", "--json"], cwd=root)
     assert "Traceback" not in r.stderr, r.stderr
     return r.returncode, json.loads(r.stdout)
 
@@ -156,7 +157,7 @@ def test_keyid_is_what_openssl_prints(tmp_path, kind):
 def test_frt_sign_writes_a_dsse_envelope_over_the_receipt_digest(tmp_path, kind):
     p = Proj(tmp_path)
     priv, pub = p.key("ci", kind)
-    r = run_frt(["sign", "--key", str(priv), str(p.receipts[0]), "--json"], cwd=tmp_path)
+    r = frt_process(["sign", "--key", str(priv), str(p.receipts[0]), "--json"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     env_path = Path(str(p.receipts[0]) + ".sig")
@@ -202,7 +203,7 @@ def test_signed_receipt_is_accepted_and_its_signer_recorded(tmp_path, kind):
     # deterministic: locking again writes the same bytes (an ECDSA envelope is read, not made, at lock)
     before = p.tp.lock_path.read_bytes()
     assert p.lock() and p.tp.lock_path.read_bytes() == before
-    assert run_frt(["lock", "--check"], cwd=p.root).returncode == 0
+    assert frt_process(["lock", "--check"], cwd=p.root).returncode == 0
 
 
 def test_without_a_policy_signatures_change_nothing(tmp_path):
@@ -218,7 +219,7 @@ def test_without_a_policy_signatures_change_nothing(tmp_path):
 
 
 def test_the_bundled_demo_lock_is_still_up_to_date():
-    r = run_frt(["--project", str(BUNDLED), "lock", "--check"], cwd=BUNDLED)
+    r = frt_process(["--project", str(BUNDLED), "lock", "--check"], cwd=BUNDLED)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -437,7 +438,7 @@ def test_verify_and_check_catch_a_key_file_changed_after_lock(tmp_path):
     [prob] = sig_problems(doc)
     assert prob["path"].endswith('receipt-keys."keys/ci.pub"') and "not the key the lock pinned" in prob["message"]
     assert prob["computed"] == keyid_of(p.root / pub)
-    r = run_frt(["lock", "--check"], cwd=p.root)
+    r = frt_process(["lock", "--check"], cwd=p.root)
     assert r.returncode == 1 and "keys/ci.pub" in r.stdout and "receipt signers' keys" in r.stdout
 
 
@@ -478,7 +479,7 @@ def test_a_malformed_signature_row_is_bad_input_naming_the_field(tmp_path):
 
     with pytest.raises(LockfileError, match=r"receipt-signatures\[0\]\.kind: expected one of key, sigstore, got 'pgp'"):
         edit_lock(p.tp.lock_path, pgp)
-    r = run_frt(["verify"], cwd=p.root)
+    r = frt_process(["verify"], cwd=p.root)
     assert r.returncode == 2 and "receipt-signatures[0].kind" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -514,7 +515,7 @@ def test_frt_sign_refuses_a_bad_key(tmp_path, what, want):
             ec.generate_private_key(ec.SECP384R1() if what == "p384" else ec.SECP256R1())
         enc = serialization.BestAvailableEncryption(b"pw") if what == "encrypted" else serialization.NoEncryption()
         bad.write_bytes(k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc))
-    r = run_frt(["sign", "--key", str(bad), str(p.receipts[0])], cwd=tmp_path)
+    r = frt_process(["sign", "--key", str(bad), str(p.receipts[0])], cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith(f"error: {bad}: ") and want in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
@@ -526,7 +527,7 @@ def test_frt_sign_refuses_a_receipt_that_does_not_parse(tmp_path):
     priv, _ = p.key("ci")
     bad = p.root / "receipts" / "tiny" / "bad.json"
     bad.write_text('{"schema": "frt.receipt/1"}')
-    r = run_frt(["sign", "--key", str(priv), str(bad), "--json"], cwd=tmp_path)
+    r = frt_process(["sign", "--key", str(priv), str(bad), "--json"], cwd=tmp_path)
     assert r.returncode == 2
     out = json.loads(r.stdout)
     assert out["exit"] == 2 and str(bad) in out["error"] and "cell" in out["error"]
@@ -538,7 +539,7 @@ def test_frt_sign_into_an_unwritable_place_leaves_nothing(tmp_path):
     priv, _ = p.key("ci")
     blocker = Path(str(p.receipts[0]) + ".sig")
     blocker.mkdir()  # the .sig path is taken by a folder: the atomic rename fails
-    r = run_frt(["sign", "--key", str(priv), str(p.receipts[0])], cwd=tmp_path)
+    r = frt_process(["sign", "--key", str(priv), str(p.receipts[0])], cwd=tmp_path)
     assert r.returncode == 2 and f"{p.receipts[0]}.sig: cannot be written" in r.stderr, r.stderr
     assert sorted(x.name for x in p.receipts[0].parent.iterdir()) == sorted([p.receipts[0].name, blocker.name])
 
@@ -547,7 +548,7 @@ def test_qualify_sign_refuses_a_bad_key_before_measuring(tmp_path):
     p = Proj(tmp_path)
     bad = tmp_path / "bad.pem"
     bad.write_text("nope")
-    r = run_frt(["qualify", "--route", "fast", "--sign", str(bad)], cwd=p.root)
+    r = frt_process(["qualify", "--route", "fast", "--sign", str(bad)], cwd=p.root)
     assert r.returncode == 2 and f"error: {bad}: not a PEM private key" in r.stderr, r.stderr
     assert "qualifying" not in r.stderr
 
@@ -578,7 +579,7 @@ def test_a_bad_policy_is_exit_2_naming_file_and_field(tmp_path, trust, field, wa
     with pytest.raises(ManifestError) as exc:
         p.lock()
     assert str(exc.value).startswith(f"manifests/tiny.toml: {field}") and want in str(exc.value), str(exc.value)
-    r = run_frt(["lock"], cwd=p.root)
+    r = frt_process(["lock"], cwd=p.root)
     assert r.returncode == 2 and f"error: manifests/tiny.toml: {field}" in r.stderr and "Traceback" not in r.stderr
     assert p.tp.lock_path.read_bytes() == before  # the previous lockfile is untouched
 
@@ -597,16 +598,16 @@ def test_no_private_key_material_in_any_output(tmp_path):
     priv, pub = p.key("ci", "ec")
     p.policy(keys=[pub])
     secret_lines = [ln for ln in priv.read_text().splitlines() if ln and not ln.startswith("-----")]
-    outs = [run_frt(["sign", "--key", str(priv), *map(str, p.receipts)], cwd=tmp_path),
-            run_frt(["sign", "--key", str(priv), *map(str, p.receipts), "--json"], cwd=tmp_path),
-            run_frt(["lock", "--json"], cwd=p.root), run_frt(["verify", "--json"], cwd=p.root),
-            run_frt(["verify"], cwd=p.root)]
+    outs = [frt_process(["sign", "--key", str(priv), *map(str, p.receipts)], cwd=tmp_path),
+            frt_process(["sign", "--key", str(priv), *map(str, p.receipts), "--json"], cwd=tmp_path),
+            frt_process(["lock", "--json"], cwd=p.root), frt_process(["verify", "--json"], cwd=p.root),
+            frt_process(["verify"], cwd=p.root)]
     texts = [o.stdout + o.stderr for o in outs]
     texts += [p.tp.lock_path.read_text(), Path(str(p.receipts[0]) + ".sig").read_text()]
     # a key refused as bad input is not echoed either
     broken = tmp_path / "broken.pem"
     broken.write_text(priv.read_text().replace("PRIVATE KEY", "PRIVATE KEX"))
-    texts.append(run_frt(["sign", "--key", str(broken), str(p.receipts[0]), "--json"], cwd=tmp_path).stdout)
+    texts.append(frt_process(["sign", "--key", str(broken), str(p.receipts[0]), "--json"], cwd=tmp_path).stdout)
     for t in texts:
         for ln in secret_lines:
             assert ln not in t
@@ -695,7 +696,8 @@ def test_signing_errors_are_usage_errors():
 
 
 from test_qualify import qproject  # noqa: E402,F401 - the qualification fixture (a project with a host-entry)
-from conftest import ROOT, TESTS, needs_no_gpu  # noqa: E402
+from helpers.paths import ROOT, HELPERS  # noqa: E402
+from helpers.gpu import needs_no_gpu  # noqa: E402
 
 
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
@@ -703,8 +705,8 @@ def test_qualify_sign_signs_what_it_writes_and_lock_accepts_it(qproject, tmp_pat
     priv, pub = make_key(tmp_path / "secrets", "ci", "ec")
     (qproject / "keys").mkdir()
     shutil.copy(pub, qproject / "keys" / "ci.pub")
-    r = run_frt(["qualify", "--model", "toyq", "--route", "fastscale", "--rounds", "6", "--sign", str(priv), "--json"],
-                cwd=qproject, env={"PYTHONPATH": f"{ROOT}{os.pathsep}{TESTS}"})  # this checkout's frt_dist first
+    r = frt_process(["qualify", "--model", "toyq", "--route", "fastscale", "--rounds", "6", "--sign", str(priv), "--json"],
+                cwd=qproject, env={"PYTHONPATH": f"{ROOT}{os.pathsep}{HELPERS}"})  # this checkout's frt_dist first
     assert r.returncode == 0, r.stdout + r.stderr
     [res] = json.loads(r.stdout)["results"]
     assert res["signature"] == res["receipt"] + ".sig" and (qproject / res["signature"]).is_file()
@@ -728,12 +730,12 @@ def test_keyless_signing_without_an_identity_token_is_exit_2_writing_nothing(tmp
     p = Proj(tmp_path)
     env = {k: "" for k in ("GITHUB_ACTIONS", "ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
                            "SIGSTORE_ID_TOKEN", "GITLAB_CI", "BUILDKITE", "CIRCLECI", "GOOGLE_SERVICE_ACCOUNT_NAME")}
-    r = run_frt(["sign", "--sigstore", str(p.receipts[0])], cwd=tmp_path, env=env)
+    r = frt_process(["sign", "--sigstore", str(p.receipts[0])], cwd=tmp_path, env=env)
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("error: --sigstore: no OIDC identity token in this environment"), r.stderr
     assert "id-token: write" in r.stderr
     assert not Path(str(p.receipts[0]) + ".sigstore").exists()
-    r = run_frt(["sign", str(p.receipts[0])], cwd=tmp_path)  # neither --key nor --sigstore
+    r = frt_process(["sign", str(p.receipts[0])], cwd=tmp_path)  # neither --key nor --sigstore
     assert r.returncode == 2 and "one of the arguments --key --sigstore is required" in r.stderr
 
 
@@ -801,7 +803,7 @@ def test_the_sbom_of_a_signed_lock_names_each_receipt_signer(tmp_path):
     policy carries each receipt's signer and signature kind (frt_dist.provenance.sbom reads Lockfile.signatures)."""
     pytest.importorskip("cyclonedx")
     p, _, pub = _locked(tmp_path)
-    r = run_frt(["lock", "--export", "cyclonedx", "--model", "tiny"], cwd=p.root)
+    r = frt_process(["lock", "--export", "cyclonedx", "--model", "tiny"], cwd=p.root)
     assert r.returncode == 0, r.stderr
     bom = json.loads(r.stdout)
     [rec] = [c for c in bom["components"] if c["type"] == "data"]  # each receipt is a component of its own

@@ -9,9 +9,9 @@ import tomllib
 
 import pytest
 
-from conftest import run_frt
+from helpers.frt import frt_process
 from frt_dist.documents.manifest import Manifest
-from resolver_support import build_case
+from helpers.resolver_support import build_case
 from test_matrix import CASE
 
 HW = ["--arch", "12.0", "--device-class", "rtx-5090", "--software", "torch=2.13,cuda=12.8"]
@@ -26,7 +26,7 @@ def root(tmp_path):
 
 
 def resolve(root, *args, env=None):
-    return run_frt(["resolve", "--project", str(root), "--model", "case-model", *HW, *args], cwd=root.parent,
+    return frt_process(["resolve", "--project", str(root), "--model", "case-model", *HW, *args], cwd=root.parent,
                    env=env)
 
 
@@ -40,7 +40,7 @@ def test_missing_project_lockfile_is_a_no_with_the_lock_command(root):
     assert json.loads(r.stdout) == {"error": NO_LOCK, "hints": ["frt lock --model case-model"], "exit": 1,
                                     "reasons": []}
     # an unknown model stays bad input (exit 2), naming the models there are
-    r = run_frt(["resolve", "--project", str(root), "--model", "nope", *HW], cwd=root.parent)
+    r = frt_process(["resolve", "--project", str(root), "--model", "nope", *HW], cwd=root.parent)
     assert r.returncode == 2 and r.stderr.startswith("error: unknown model 'nope'") and "case-model" in r.stderr
 
 

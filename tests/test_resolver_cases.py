@@ -19,15 +19,7 @@ from frt_dist import errors as frt_errors
 from frt_dist.base.canonical import digest
 from frt_dist.documents.receipt import CellKey
 from frt_dist.routes.resolver import Reporter
-from resolver_support import (
-    build_case,
-    case_files,
-    cell_key,
-    copy_case,
-    load_case,
-    make_hardware,
-    queries,
-)
+from helpers.resolver_support import (build_case, case_files, cell_key, copy_case, load_case, make_hardware, queries)
 
 CASES = {p.stem: load_case(p) for p in case_files()}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from factories import CPU, tiny_project
+from helpers.factories import CPU, tiny_project
 from frt_dist.routes.resolver import Reporter, resolve
 
 

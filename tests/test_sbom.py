@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from factories import NORM_SRC, hub_manifest, tiny_project
+from helpers.factories import NORM_SRC, hub_manifest, tiny_project
 from frt_dist.provenance import publisher
-from conftest import run_main as _run
+from helpers.frt import frt_main as _run
 
 DATA = Path(__file__).parent / "data" / "sigstore"  # real Sigstore test vectors (see its README)
 BUNDLE = DATA / "rfc8785-0.1.2-py3-none-any.whl.sigstore"
@@ -31,7 +31,7 @@ def project(monkeypatch, tmp_path):
     """A project with a Hub package (``remote-org/scale`` on a loopback Hub), a path package
     carrying a publisher bundle (sigstore's Verifier stood in for, as in test_publisher.py), and
     accepted receipts."""
-    from factories import start_hub
+    from helpers.factories import start_hub
     from frt_dist.distribution.hub import HubClient
     from test_publisher import _SigstoreStandIn
 

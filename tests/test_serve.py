@@ -9,13 +9,12 @@ import time
 from pathlib import Path
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import frt_dist  # noqa: E402
-from factories import CPU, NORM_SRC, impl_doc, manifest_doc, tiny_project  # noqa: E402
+from helpers.factories import CPU, NORM_SRC, impl_doc, manifest_doc, tiny_project  # noqa: E402
 from frt_dist import ContractViolation, KernelUnavailable, RouteRefused, UsageError, loader  # noqa: E402
 from frt_dist.serve.load import load  # noqa: E402
 
@@ -447,7 +446,7 @@ def test_bundled_demo_binds_into_the_decoder_block(tmp_path, monkeypatch):
     for mid in [m for m in sys.modules if m.startswith("_frt_demo_")]:
         monkeypatch.delitem(sys.modules, mid)  # imported outside frt by other tests: would be refused as shadowed
 
-    from factories import TinyProject
+    from helpers.factories import TinyProject
     from frt_dist.demo.decoder import build_host
 
     root = tmp_path / "demo"

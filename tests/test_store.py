@@ -25,11 +25,10 @@ from collections import Counter
 from pathlib import Path
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest  # noqa: E402
 
-from factories import CPU, NORM_SRC, SCALE_SRC, sha256_b64, tiny_project  # noqa: E402
+from helpers.factories import CPU, NORM_SRC, SCALE_SRC, sha256_b64, tiny_project  # noqa: E402
 from frt_dist import KernelUnavailable, loader  # noqa: E402
 from frt_dist.loader import core, importer, store  # noqa: E402
 from frt_dist.distribution.mirror import mirror_lock  # noqa: E402
@@ -758,7 +757,7 @@ def _swap_in_entry(entry: Path, rel: str, data: bytes) -> None:
 _LOAD_IN_A_FRESH_PROCESS = r'''
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from factories import CPU
+from helpers.factories import CPU
 from frt_dist import KernelUnavailable, loader
 try:
     got = loader.load_locked(sys.argv[2], "t-org/scale", hardware=CPU)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUNDLED, run_frt
-from factories import CPU as CPU_HW, NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, sha256_b64, start_hub, tiny_project
+from helpers.paths import BUNDLED
+from helpers.frt import frt_process
+from helpers.factories import (CPU as CPU_HW, NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, sha256_b64, start_hub, tiny_project)
 from frt_dist.documents.schema import parse_toml
 from frt_dist.base.canonical import digest
 from frt_dist.errors import LockfileError
@@ -90,7 +91,7 @@ class Edit:
 
 
 def run_verify(root: Path) -> tuple[int, dict, str]:
-    r = run_frt(["verify", "--json"], cwd=root)
+    r = frt_process(["verify", "--json"], cwd=root)
     return r.returncode, json.loads(r.stdout), r.stderr
 
 
@@ -211,7 +212,7 @@ def test_trust_flipped_on_a_path_package(demo):
     p = problem(doc, "trust", 'packages."frt-demo/rmsnorm".trust')
     assert (p["recorded"], p["derived"]) == ("trusted-publisher", "project-path")
     # frt lock --check names the flip as stale
-    r = run_frt(["lock", "--check"], cwd=demo)
+    r = frt_process(["lock", "--check"], cwd=demo)
     assert r.returncode == 1
     assert ("package 'frt-demo/rmsnorm': trust decision 'trusted-publisher' in the lock, 'project-path' derived "
             "from the manifest and the publisher facts") in r.stdout
@@ -284,7 +285,7 @@ def test_the_cli_names_recorded_and_derived(demo):
     e = Edit(lockpath(demo))
     e.doc["packages"]["frt-demo/rmsnorm"]["trust"] = "manifest"
     e.save()
-    r = run_frt(["verify"], cwd=demo)
+    r = frt_process(["verify"], cwd=demo)
     assert r.returncode == 1
     assert ('trust: lockfiles/demo-decoder.lock: packages."frt-demo/rmsnorm".trust: recorded manifest, '
             'derived project-path') in r.stdout
@@ -296,7 +297,7 @@ def test_the_cli_names_recorded_and_derived(demo):
 def _refused_name(root: Path, field: str) -> dict | None:
     """A bad name either stops the lock reader (exit 2, the field named: SPEC §21) or, where the
     reader lets it through, is a ``name`` problem of verify (exit 1). Returns the problem, if any."""
-    r = run_frt(["verify", "--json"], cwd=root)
+    r = frt_process(["verify", "--json"], cwd=root)
     assert r.returncode in (1, 2), (r.stdout, r.stderr)
     if r.returncode == 2:
         assert field in r.stdout + r.stderr, (r.stdout, r.stderr)
@@ -444,7 +445,7 @@ def test_hub_variant_facts_are_rederived_from_a_mirror(monkeypatch, tmp_path):
     rc, doc, err = run_verify(tp.root)
     assert rc == 0, (doc, err)
     assert any(f"{REMOTE}: Hub commit and variant facts not re-derived offline" in n for n in doc["notes"])
-    r = run_frt(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
+    r = frt_process(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
     assert r.returncode == 1, r.stderr
     p = problem(json.loads(r.stdout), "package", f'packages."{REMOTE}".variants.torch-cpu.archs')
     assert (p["recorded"], p["derived"]) == ('["8.0", "9.0"]', "[]")
@@ -603,7 +604,7 @@ def test_a_path_variant_gaining_kernel_depends_is_named(tmp_path):
 
 def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp_path):
     """The mirror re-derivation computes the digests as frt lock did (metadata.with_computed_digests)."""
-    from hubserver import kernel_variant_files
+    from helpers.hubserver import kernel_variant_files
 
     server, _ = start_hub(monkeypatch, tmp_path, trusted=True)
     try:
@@ -620,7 +621,7 @@ def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp
     v = lock.packages[REMOTE].variants["torch-cpu"]
     assert v.digest_source == "frt" and v.files == declared
     verify_mirror = ["verify", "--json", "--mirror", str(mirror)]
-    r = run_frt(verify_mirror, cwd=tp.root)
+    r = frt_process(verify_mirror, cwd=tp.root)
     assert r.returncode == 0 and json.loads(r.stdout)["problems"] == [], (r.stdout, r.stderr)
     good = _hub_lockpath(tp).read_bytes()
     for key, value, recorded, derived in (("kernels-minver", "0.18.0", '"0.18.0"', '"0.17.0"'),
@@ -631,7 +632,7 @@ def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp
         table.pop(key) if value is None else table.update({key: value})
         e.save()
         assert run_verify(tp.root)[0] == 0  # offline: the Hub facts are not re-derived (a note says so)
-        r = run_frt(verify_mirror, cwd=tp.root)
+        r = frt_process(verify_mirror, cwd=tp.root)
         assert r.returncode == 1, r.stderr
         p = problem(json.loads(r.stdout), "package", f'packages."{REMOTE}".variants.torch-cpu.{key}')
         assert (p["recorded"], p["derived"]) == (recorded, derived)
@@ -643,7 +644,7 @@ def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp
     files_table = e.doc["packages"][REMOTE]["variants"]["torch-cpu"]["files"]
     files_table["scale/__init__.py"] = "A" * 43 + "="
     e.save()
-    doc = json.loads(run_frt(verify_mirror, cwd=tp.root).stdout)
+    doc = json.loads(frt_process(verify_mirror, cwd=tp.root).stdout)
     snap = lock.packages[REMOTE].snapshot
     assert [(p["kind"], p["path"], p["expected"], p["computed"]) for p in doc["problems"]] == [
         ("mismatched", f"kernels--remote-org--scale/snapshots/{snap}/build/torch-cpu/scale/__init__.py",
@@ -670,20 +671,20 @@ def test_a_stale_lock_fails_verify_naming_the_manifest(tmp_path):
     mpath.write_text(tomli_w.dumps(doc), "utf-8")
     now = Manifest.read(mpath).digest
     assert now != lock.manifest.digest
-    r = run_frt(["verify", "--json"], cwd=tp.root)
+    r = frt_process(["verify", "--json"], cwd=tp.root)
     assert r.returncode == 1, r.stderr
     [p] = json.loads(r.stdout)["problems"]  # the lock itself is intact: only its freshness fails
     assert (p["kind"], p["path"], p["manifest"]) == ("stale", "lockfiles/tiny.lock: manifest-digest", "manifests/tiny.toml")
     assert (p["expected"], p["computed"]) == (lock.manifest.digest, now)
     assert p["message"] == (f"lockfile for 'tiny' is stale: manifest manifests/tiny.toml changed since it was locked "
                             f"(locked {lock.manifest.digest[:19]}, now {now[:19]}); run `frt lock --model tiny`")
-    r = run_frt(["verify"], cwd=tp.root)
+    r = frt_process(["verify"], cwd=tp.root)
     assert r.returncode == 1
     assert r.stdout.splitlines()[0] == f"stale: {p['message']}"
     assert "hint: regenerate the lockfile with `frt lock --model tiny`" in r.stderr
     assert "who edited it" not in r.stderr  # nobody edited the lock
     tp.lock()
-    assert run_frt(["verify"], cwd=tp.root).returncode == 0
+    assert frt_process(["verify"], cwd=tp.root).returncode == 0
 
 
 @pytest.mark.parametrize("kind", ["missing", "a file"])
@@ -692,11 +693,11 @@ def test_verify_with_a_mirror_that_is_not_a_directory_is_bad_input(demo, tmp_pat
     if kind == "a file":
         where.write_text("")
     what = "does not exist" if kind == "missing" else "is not a directory"
-    r = run_frt(["verify", "--mirror", str(where)], cwd=demo)
+    r = frt_process(["verify", "--mirror", str(where)], cwd=demo)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines()[0] == f"error: --mirror {where}: {what}"
     assert f"hint: fill it with `frt mirror {where}`" in r.stderr
-    r = run_frt(["verify", "--json", "--mirror", str(where)], cwd=demo)
+    r = frt_process(["verify", "--json", "--mirror", str(where)], cwd=demo)
     out = json.loads(r.stdout)
     assert r.returncode == 2 and out["exit"] == 2 and out["error"] == f"--mirror {where}: {what}"
 
@@ -720,7 +721,7 @@ def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, 
     """Issue 21 item 4: a mirror file damaged after `frt mirror` is the mirror's problem: verify
     names the file and hints to refill the mirror, never to find out who edited the lockfile
     (nothing in the lock changed), whether the metadata declares the digests or frt computed them."""
-    from hubserver import kernel_variant_files
+    from helpers.hubserver import kernel_variant_files
 
     server, _ = start_hub(monkeypatch, tmp_path, trusted=True)
     try:
@@ -739,7 +740,7 @@ def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, 
     rel = f"kernels--remote-org--scale/snapshots/{snap}/build/torch-cpu/scale/__init__.py"
     (mirror / rel).unlink()  # the snapshot's link into blobs/, replaced by damaged bytes
     (mirror / rel).write_bytes(b"damaged\n")
-    r = run_frt(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
+    r = frt_process(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
     assert r.returncode == 1, r.stderr
     doc = json.loads(r.stdout)
     assert [(p["kind"], p["path"], p["computed"]) for p in doc["problems"]] == [
@@ -775,7 +776,7 @@ def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp
     assert check_variant_dir((mirror / rel).parent, Expected.from_locked(lv), tree_root=mirror / "kernels--remote-org--scale") == [
         {"kind": "mismatched", "path": "metadata.json", "expected": lv.metadata_sha256, "computed": computed,
          "reason": f"metadata.json: digest mismatch (expected {lv.metadata_sha256}, computed {computed})"}]
-    r = run_frt(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
+    r = frt_process(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
     assert r.returncode == 1, r.stderr
     assert [(p["kind"], p["path"], p["expected"], p["computed"]) for p in json.loads(r.stdout)["problems"]] == [
         ("mismatched", rel, lv.metadata_sha256, computed)]
@@ -881,6 +882,6 @@ def test_a_line_no_decision_reads_is_still_refused_by_verify(demo, damage, why):
     else:
         e.receipts.append(e.receipts[0])
         e.save(readable=False)
-    r = run_frt(["verify"], cwd=demo)
+    r = frt_process(["verify"], cwd=demo)
     assert r.returncode == 2 and why in r.stderr and "lockfiles/demo-decoder.lock" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr

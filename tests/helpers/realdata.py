@@ -28,7 +28,7 @@ from pathlib import Path
 
 import tomli_w
 
-DATA = Path(__file__).resolve().parent / "data" / "flashrt-archs.json"
+DATA = Path(__file__).resolve().parents[1] / "data" / "flashrt-archs.json"
 MODEL = "qwen3-8b"
 TORCH = "2.13"
 BUILDER_DEFAULT_CAPS = ("7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")  # assumption, see the docstring
@@ -128,7 +128,7 @@ def variants_of(p: dict) -> dict[str, tuple[str, list[str] | None]]:
 
 def publish(server) -> dict[str, str]:
     """Commit every package to the test Hub on its version branch; ``{repo: commit}``."""
-    from hubserver import kernel_variant_files
+    from .hubserver import kernel_variant_files
 
     commits = {}
     for p in packages():
@@ -235,7 +235,7 @@ def receipt_specs() -> list[Spec]:
 def write_receipts(root: Path, lock, specs: list[Spec]) -> None:
     """Receipts as another machine's `frt qualify` writes them (``factories.receipt_doc``), with each
     impl's variant set to the one `kernels` selects there."""
-    from factories import receipt_doc
+    from .factories import receipt_doc
     from frt_dist.system.hardware import Hardware
 
     by_repo = {p["repo_id"]: p for p in packages()}
@@ -328,10 +328,10 @@ def build_corpus(root: Path, server) -> Corpus:
 
 
 def frt(args: list[str], env: dict[str, str]):
-    """`frt` in a subprocess (``conftest.run_frt``), for commands that talk to the Hub."""
-    from conftest import run_frt
+    """`frt` in a subprocess (``helpers.frt.frt_process``), for commands that talk to the Hub."""
+    from .frt import frt_process
 
-    return run_frt(args, cwd=Path(env["HF_HOME"]).parent, env=env, timeout=600)
+    return frt_process(args, cwd=Path(env["HF_HOME"]).parent, env=env, timeout=600)
 
 
 def cli(args: list[str]) -> tuple[int, str, str]:

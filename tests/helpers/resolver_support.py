@@ -70,7 +70,7 @@ from frt_dist.documents.receipt import CellKey
 from frt_dist.routes.resolver import resolve
 from frt_dist.system.variants import select_variants
 
-CASES_DIR = Path(__file__).resolve().parent / "resolver_cases"
+CASES_DIR = Path(__file__).resolve().parents[1] / "resolver_cases"
 MODEL = "case-model"
 
 _TOP_KEYS = {"description", "manifest", "packages", "routes", "hardware", "policy", "receipt-defaults",

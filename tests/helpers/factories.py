@@ -241,7 +241,7 @@ def tiny_project(tmp_path: Path, name: str = "proj", **kw) -> TinyProject:
 
 
 # ---------------------------------------------------------------------------
-# a Hub for tests (tests/hubserver.py) and a network tripwire
+# a Hub for tests (tests/helpers/hubserver.py) and a network tripwire
 
 REMOTE = "remote-org/scale"
 
@@ -250,12 +250,9 @@ def start_hub(monkeypatch, tmp_path: Path, *, trusted: bool = True, archs=None):
     """A loopback Hub serving ``remote-org/scale`` (branch ``v1``: ``torch-cpu``,
     module ``scale``), with ``HF_ENDPOINT``/``HF_HOME`` pointed at test folders.
     Returns ``(server, commit)``; the caller stops the server."""
-    import sys as _sys
-
-    _sys.path.insert(0, str(Path(__file__).parent))
     from huggingface_hub import constants
     from huggingface_hub.utils import _detect_agent, disable_progress_bars
-    from hubserver import HubServer, kernel_variant_files
+    from .hubserver import HubServer, kernel_variant_files
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     # telemetry would ask huggingface.co for its agent registry: pre-seed it (see test_hubserver.py)
@@ -306,3 +303,51 @@ class NetworkTripwire:
 
         monkeypatch.setattr(socket.socket, "connect", connect)
         monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+
+
+# --- a one-package toy project (the CLI and lock tests' smallest manifest) --------------------------
+
+def write_files(root: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+
+
+MANIFEST_TMPL = '''schema = "frt.manifest/1"
+model = "{model}"
+binding = "toy_binding"
+host = "torch"
+family = "toy"
+default-precision = "fp32"
+
+{packages}
+
+[phases.decode]
+rows = [1, 16]
+
+[phases.prefill]
+rows = [64, 2048]
+
+[seams.norm]
+structure = "norm@1"
+
+[seams.norm.impls.fast]
+package = "{repo}"
+entry = "add_one"
+precision = "fp32"
+contract = {{ device = "cpu", dtypes = ["float32"], layout = "contiguous" }}
+smoke = {{ inputs = [{{ shape = ["rows", 8], dtype = "float32" }}] }}
+
+[routes.fast]
+assembly = "eager"
+seams = {{ norm = "fast" }}
+gate = {{ min-speedup = 1.05 }}
+'''
+
+
+def toy_manifest(model="toy", repo="testorg/addone", package_toml=None) -> str:
+    package_toml = package_toml or f'[packages."{repo}"]\nversion = 1\ntrust = true'
+    return MANIFEST_TMPL.format(model=model, repo=repo, packages=package_toml)
+
+

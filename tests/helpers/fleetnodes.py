@@ -1,7 +1,7 @@
 """Many node processes loading a model through an object-store mirror at once: the 16-node test
 (tests/test_fleet_nodes.py) and the fleet benchmark (bench/bench_fleet.py).
 
-    python tests/fleetnodes.py SPEC.json
+    python tests/helpers/fleetnodes.py SPEC.json
 
 SPEC: ``{"nodes": [{"env": {...}, "cwd": DIR, "model": M, "lockfile": PATH|null, "mirror": URL|null,
 "hardware": {Hardware kwargs}, "check": [[seam, phase, rows, width], ...], "mode": "load"|"prepare"}],
