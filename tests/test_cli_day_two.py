@@ -30,6 +30,7 @@ def _env(**extra) -> dict:
 
 
 def frt(args, cwd, **kw) -> subprocess.CompletedProcess:
+    # not helpers.frt: the installed console script itself (its entry point), not python -m frt_dist.cli
     """The installed console script, stdout and stderr piped (as in CI)."""
     return subprocess.run([FRT, *args], cwd=cwd, env=kw.pop("env", None) or _env(), capture_output=True, text=True,
                           timeout=kw.pop("timeout", 120), **kw)

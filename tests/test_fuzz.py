@@ -21,6 +21,7 @@ import pytest
 import tomli_w
 
 from helpers.paths import BUNDLED
+from helpers.frt import frt_main
 from frt_dist.cli import main as cli
 from frt_dist.base.canonical import digest
 from frt_dist.errors import FrtError
@@ -81,9 +82,7 @@ def _json_text(doc, raw_slots) -> str:
 
 
 def _run(argv, project: Path, monkeypatch) -> int:
-    monkeypatch.chdir(project)
-    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
-        return cli.main(argv)
+    return frt_main(argv, cwd=project).code
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.frt import frt_main
 
 from frt_dist import Hardware, arch_admits, device_class
 from frt_dist.errors import UsageError
@@ -248,11 +249,8 @@ def aarch64_project(tmp_path_factory):
 
 
 def _frt(tp, capsys, *argv, phase="decode"):
-    from frt_dist.cli.main import main
-
-    rc = main(["resolve", "--model", "tiny", "--project", str(tp.root), "--phase", phase, *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+    """``frt resolve`` of the project's ``tiny`` model for one phase: (exit code, stdout, stderr)."""
+    return frt_main("resolve", "--model", "tiny", "--project", str(tp.root), "--phase", phase, *argv)
 
 
 @pytest.mark.parametrize("arch, dc", [("11.0", "jetson-thor"), ("12.1", "gb10")])

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.frt import frt_process
 
 from frt_dist.documents import lockfile as L
 from frt_dist.documents.schema import parse_toml
@@ -270,12 +271,12 @@ def test_a_damaged_cell_is_refused_when_it_is_used(tmp_path, damage, path_, why)
     with pytest.raises(LockfileError) as listed:
         list(Lockfile.read(path).index.items())
     assert str(lazy.value) == str(whole.value) == str(listed.value) == f"{path}: {path_}: {why}"
-    cli = [sys.executable, "-m", "frt_dist.cli", "resolve", "--lockfile", str(path), "--arch", "x86_64",
+    cli = ["resolve", "--lockfile", str(path), "--arch", "x86_64",
            "--device-class", "amd-epyc", "--software", "torch=2.13,kernels=0.17.2", "--json"]
-    r = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    r = frt_process(cli, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert json.loads(r.stdout)["error"] == f"{path}: {path_}: {why}"
-    r = subprocess.run(cli + ["--phase", entries[0]["phase"]], capture_output=True, text=True, timeout=60)
+    r = frt_process(cli + ["--phase", entries[0]["phase"]], timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert [d["route"] for d in json.loads(r.stdout)["decisions"]] == [entries[0]["route"]]
 

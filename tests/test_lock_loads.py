@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from helpers.factories import CPU, tiny_project
+from helpers.frt import frt_process
 from frt_dist import loader
 from frt_dist.cli.main import main
 from frt_dist.documents.lockfile import Lockfile
@@ -142,10 +143,7 @@ def _mirror_and_load(root: Path, mirror: Path, capsys, monkeypatch) -> None:
 
 
 def _frt(args, cwd: Path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
-    env.update(PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1")
-    return subprocess.run([sys.executable, "-m", "frt_dist.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return frt_process(args, cwd=cwd, env={"HF_HUB_OFFLINE": "1"})  # the printed hint's command, as a user runs it
 
 
 def _hint_command(stderr: str) -> list[str]:

@@ -49,6 +49,7 @@ def _default_sigint() -> None:
 
 
 def _frt(args, *, cwd, env, wait=True):
+    # not helpers.frt: a Popen that the test interrupts (SIGINT restored in the child), with its own whole env
     cmd = [sys.executable, "-m", "frt_dist.cli", *args]
     if not wait:
         return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -17,6 +17,7 @@ sys.dont_write_bytecode = True
 import pytest  # noqa: E402
 
 from helpers.factories import NORM_SRC, manifest_doc, tiny_project  # noqa: E402
+from helpers.frt import frt_main  # noqa: E402
 from frt_dist import loader  # noqa: E402
 from frt_dist.cli.main import main  # noqa: E402
 from frt_dist.distribution.mirror import LOCKS, TMP  # noqa: E402
@@ -62,9 +63,8 @@ def _big_project(root: Path):
 
 
 def _frt(capsys, tp, mirror: Path):
-    rc = main(["mirror", str(mirror), "--project", str(tp.root), "--variant", "torch-cpu"])
-    out, err = capsys.readouterr()
-    return rc, out, err
+    """``frt mirror`` of the project's torch-cpu variants into ``mirror``: (exit code, stdout, stderr)."""
+    return frt_main("mirror", str(mirror), "--project", str(tp.root), "--variant", "torch-cpu")
 
 
 def _assert_nothing_half_written(mirror: Path) -> None:

@@ -20,6 +20,7 @@ import pytest
 import tomli_w
 
 from helpers.paths import BUNDLED
+from helpers.frt import frt_main
 from frt_dist.cli import main as cli
 from frt_dist.base.canonical import digest
 from test_names import BAD
@@ -95,14 +96,9 @@ def _frt(argv, box: Path) -> tuple[int, list]:
     global _TRACE
     _TRACE = []
     try:
-        with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()) as err:
-            try:
-                rc = cli.main(argv)
-            except SystemExit as exc:  # argparse's own usage errors
-                rc = exc.code
+        rc = frt_main(argv).code
     finally:
         trace, _TRACE = _TRACE, None
-    assert "Traceback" not in err.getvalue()
     return rc, _outside(box, trace)
 
 

@@ -124,6 +124,7 @@ def installed(dists, tmp_path_factory):
 
 
 def _frt(installed, *args: str) -> subprocess.CompletedProcess:
+    # not helpers.frt: the installed copy's own environment and folder, not this checkout's
     _, env, cwd = installed
     return subprocess.run([sys.executable, "-m", "frt_dist.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=HANG_GUARD_S)

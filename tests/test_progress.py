@@ -29,6 +29,7 @@ def demo(tmp_path):
 
 
 def _run(argv, cwd, *, tty: bool, env=None) -> tuple[int, str]:
+    # not helpers.frt: stderr must be a terminal (a pty) for the progress display to draw
     e = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     e.update(PYTHONDONTWRITEBYTECODE="1", HF_HOME=str(cwd / ".hf"), **(env or {}))
     cmd = [sys.executable, "-m", "frt_dist.cli", *argv]

@@ -11,7 +11,7 @@ import pytest
 
 from helpers.hubserver import kernel_variant_files
 from helpers.gpu import needs_no_gpu
-from helpers.frt import frt_process
+from helpers.frt import frt_main, frt_process  # in this process (no second torch import), or as the console command
 from helpers.factories import write_files
 from helpers.paths import HELPERS
 from frt_dist.documents.lockfile import Lockfile
@@ -98,23 +98,9 @@ def test_correct_but_slower_route_is_supported_correct(qproject):
     assert res.receipt["evidence"]["timing"]["speedup-median"] < 1.05
 
 
-def _frt_in_process(argv, cwd, monkeypatch, capsys) -> subprocess.CompletedProcess:
-    """``frt argv`` through ``frt_dist.cli.main.main`` in this process, in ``cwd``: what ``frt_process`` checks
-    (exit code, stdout, stderr) without a new interpreter importing torch again (~2 s). ``toyhost``
-    is found on this process's path (tests/), as ``PYTHONPATH=tests`` finds it for ``frt_process``; the
-    console command's own process is tested by ``test_cli_writes_receipts_that_lock_embeds``."""
-    from frt_dist.cli import main as cli
-
-    monkeypatch.chdir(cwd)
-    capsys.readouterr()
-    rc = cli.main(argv)
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["frt", *argv], rc, out, err)
-
-
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
 def test_failed_parity_writes_no_receipt(qproject, monkeypatch, capsys):
-    r = _frt_in_process(["qualify", "--model", "toyq", "--route", "badscale"], qproject, monkeypatch, capsys)
+    r = frt_main(["qualify", "--model", "toyq", "--route", "badscale"], cwd=qproject)
     assert r.returncode == 1
     assert "decode   FAIL (no receipt written)" in r.stdout and "parity failed: max-abs 0.1" in r.stdout
     assert not (qproject / "receipts" / "toyq").exists()
@@ -136,7 +122,7 @@ def test_cli_writes_receipts_that_lock_embeds(qproject):
 
 
 def test_unknown_route_is_usage_error(qproject, monkeypatch, capsys):
-    r = _frt_in_process(["qualify", "--model", "toyq", "--route", "nope"], qproject, monkeypatch, capsys)
+    r = frt_main(["qualify", "--model", "toyq", "--route", "nope"], cwd=qproject)
     assert r.returncode == 2 and "unknown route 'nope' for model 'toyq' (valid: fastscale, slowscale, badscale)" in r.stderr
 
 

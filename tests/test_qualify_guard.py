@@ -13,7 +13,7 @@ import pytest
 
 from helpers.paths import HELPERS
 from helpers.gpu import needs_no_gpu
-from helpers.frt import frt_process
+from helpers.frt import frt_main, frt_process
 from test_qualify import qproject  # noqa: F401 - the fixture
 
 TOYHOST = (HELPERS / "toyhost.py").read_text()
@@ -39,17 +39,12 @@ def qualify_in_process(monkeypatch, capsys):
     first on ``sys.path`` and any ``toyhost`` already imported set aside, as a fresh process with
     that PYTHONPATH would see it. The real-process path (exit code of the console command) is
     covered by ``test_a_factory_with_the_wrong_signature_is_named``, which still uses ``qualify``."""
-    from frt_dist.cli import main as cli
-
     def run(project, *extra, env):
-        monkeypatch.chdir(project)
         monkeypatch.syspath_prepend(env["PYTHONPATH"].split(os.pathsep)[0])
         monkeypatch.delitem(sys.modules, "toyhost", raising=False)
-        capsys.readouterr()
-        rc = cli.main(["qualify", "--model", "toyq", "--route", "fastscale", *extra])
-        out, err = capsys.readouterr()
+        r = frt_main("qualify", "--model", "toyq", "--route", "fastscale", *extra, cwd=project)
         sys.modules.pop("toyhost", None)  # the broken one; monkeypatch puts any earlier one back
-        return subprocess.CompletedProcess(["frt", "qualify"], rc, out, err)
+        return r
 
     return run
 

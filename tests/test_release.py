@@ -44,6 +44,7 @@ def make_key(folder: Path, name: str):
 
 
 def frt(*argv, cwd=None) -> tuple[int, str, str]:
+    """``frt argv`` in this process, for the project at ``cwd`` (``--project``, not a working folder)."""
     args = list(argv)
     if cwd is not None:
         args = ["--project", str(cwd), *args]

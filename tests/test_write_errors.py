@@ -164,6 +164,7 @@ def test_lock_without_a_lockfiles_folder_on_a_read_only_disk(tmp_path, capsys):
 
 
 def _denied(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    # not helpers.frt: the child drops capabilities before exec (preexec_fn), with no XDG_* and HOME=cwd
     """``frt argv`` as root without CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER, so the
     folders' modes apply to it. (Not as the user nobody: a checkout in a 0700 folder, as
     ``mktemp -d`` makes, is one nobody cannot import frt_dist from.)"""

@@ -70,9 +70,10 @@ def _environ(env: dict | None):
                 os.environ[k] = v
 
 
-def frt_main(args, *, cwd=None, env: dict | None = None) -> Result:
+def frt_main(*args, cwd=None, env: dict | None = None) -> Result:
     """``frt args`` through ``frt_dist.cli.main.main`` in this process, from ``cwd`` and with ``env``
-    applied if given; stdout and stderr captured, and no traceback allowed on stderr."""
+    applied if given; stdout and stderr captured, and no traceback allowed on stderr. ``args`` is
+    one list (``frt_main(["lock", "--check"])``) or the words themselves (``frt_main("lock", "--check")``)."""
     from frt_dist.cli.main import main  # noqa: PLC0415 - the CLI is imported by the test that runs it
 
     out, err = io.StringIO(), io.StringIO()
@@ -82,20 +83,21 @@ def frt_main(args, *, cwd=None, env: dict | None = None) -> Result:
         stack.enter_context(_environ(env))
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                rc = main(list(args))
+                rc = main(_argv(args))
             except SystemExit as exc:
                 rc = exc.code
     assert "Traceback" not in err.getvalue()
     return Result(rc, out.getvalue(), err.getvalue())
 
 
-def frt_process(args, *, cwd, env: dict | None = None, timeout: float = 120, input: str | None = None) -> Result:
+def frt_process(*args, cwd=None, env: dict | None = None, timeout: float = 120, input: str | None = None) -> Result:
     """``frt args`` in a real subprocess (the console script's module, ``python -m frt_dist.cli``) from
-    ``cwd``: this environment without its HF_*/FRT_*/KERNELS_* variables, plus ``env``."""
+    ``cwd``: this environment without its HF_*/FRT_*/KERNELS_* variables, plus ``env``; ``args`` as
+    for ``frt_main``. ``timeout`` bounds it (``subprocess.TimeoutExpired``)."""
     e = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     e["PYTHONDONTWRITEBYTECODE"] = "1"
     e.update(env or {})
-    p = subprocess.run([sys.executable, "-m", "frt_dist.cli", *args], cwd=cwd, env=e, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "frt_dist.cli", *_argv(args)], cwd=cwd, env=e, capture_output=True,
                        text=True, timeout=timeout, input=input)
     return Result(p.returncode, p.stdout, p.stderr)
 
@@ -105,8 +107,8 @@ class Frt:
     ``frt.process(*args, cwd=, env=, timeout=, input=)`` in a subprocess."""
 
     def __call__(self, *args, cwd=None, env: dict | None = None) -> Result:
-        return frt_main(_argv(args), cwd=cwd, env=env)
+        return frt_main(*args, cwd=cwd, env=env)
 
     def process(self, *args, cwd=None, env: dict | None = None, timeout: float = 120,
                 input: str | None = None) -> Result:
-        return frt_process(_argv(args), cwd=cwd, env=env, timeout=timeout, input=input)
+        return frt_process(*args, cwd=cwd, env=env, timeout=timeout, input=input)

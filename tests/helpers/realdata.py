@@ -336,18 +336,9 @@ def frt(args: list[str], env: dict[str, str]):
 
 def cli(args: list[str]) -> tuple[int, str, str]:
     """``frt`` in this process (resolve and matrix touch no network): (exit, stdout, stderr)."""
-    import contextlib
-    import io
+    from .frt import frt_main
 
-    from frt_dist.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(args)
-        except SystemExit as exc:  # argparse ends a usage error this way
-            rc = exc.code
-    return rc, out.getvalue(), err.getvalue()
+    return frt_main(args)
 
 
 def resolve_cli(root: Path, m: Machine, precision: str, accept: tuple[str, ...]) -> tuple[int, dict]:
