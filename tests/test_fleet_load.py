@@ -323,7 +323,7 @@ def test_a_store_folder_open_to_others_is_refused_before_anything_is_fetched(sol
     assert proxy.log == [] and list(shared.iterdir()) == []
 
 
-from test_serve import forbid_measurement  # noqa: E402,F401 (fixture: any clock read from frt code fails)
+from test_load_plan_and_guard import forbid_measurement  # noqa: E402,F401 (fixture: any clock read from frt code fails)
 
 
 def test_loading_through_the_store_never_measures(solo, bucket, forbid_measurement):  # noqa: F811

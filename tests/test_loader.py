@@ -166,7 +166,7 @@ def test_special_files_are_refused_without_reading_or_waiting(tmp_path):
                    ("mismatched", "build/torch-cpu/scale/fifo.bin", "not a regular file")]
 
 
-@pytest.mark.parametrize("case,why", [  # kernel-depends are loaded now: tests/test_depends.py
+@pytest.mark.parametrize("case,why", [  # kernel-depends are loaded now: tests/test_package_requirements.py
     ("no-entry", "build/torch-cpu/ has neither __init__.py nor scale/__init__.py"),
 ])
 def test_a_variant_frt_cannot_import_is_refused(tmp_path, case, why):

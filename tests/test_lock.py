@@ -20,7 +20,7 @@ from frt_dist.documents.metadata import parse_variant_metadata
 from frt_dist.errors import KernelUnavailable, LockfileError
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.documents.manifest import Manifest
-from test_formats import receipt_for
+from test_strict_document_readers import receipt_for
 
 REPO = "testorg/addone"
 # A ceiling that only guards against a hang (a busy machine must never reach it), never a tuned wait.

@@ -91,7 +91,7 @@ def test_stale_lock_is_used_with_one_warning(root):
 def test_stale_check_never_follows_an_unsafe_manifest_file(root):
     """A lock whose ``manifest-file`` leaves the project (SPEC §21) is not compared with what lies
     there: no file outside the project is read, no warning is built from it (verify names it)."""
-    from test_names_e2e import _relock_digest
+    from test_names_cannot_escape import _relock_digest
 
     lockfile = root / "lockfiles" / "case-model.lock"
     doc = tomllib.loads(lockfile.read_text("utf-8"))

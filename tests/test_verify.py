@@ -27,7 +27,7 @@ from frt_dist.documents.lockfile import Lockfile, index_text, manifest_text, ren
 from frt_dist.lock.build import lock_model
 from frt_dist.project.discover import Project
 from frt_dist.lock.verify import verify
-from test_depends import HELPER, USES_HELPER, _hub_lock, dep_hub  # noqa: F401 - the Hub fixture: a lock with kernel-depends
+from test_package_requirements import HELPER, USES_HELPER, _hub_lock, dep_hub  # noqa: F401 - the Hub fixture: a lock with kernel-depends
 
 MODEL = "demo-decoder"
 
@@ -528,7 +528,7 @@ def test_kernel_depends_packages_are_accepted_and_nothing_else(dep_hub, tmp_path
     p = _one(_problems(tp.root), "trust", dep_at + ".trust")
     assert (p["recorded"], p["derived"]) == ("manifest", "trusted-publisher")
 
-    # a cycle, reported as frt lock refuses it (test_depends: "kernel-depends cycle: helper -> scale -> helper")
+    # a cycle, reported as frt lock refuses it (test_package_requirements: "kernel-depends cycle: helper -> scale -> helper")
     path.write_bytes(good)
     e = Edit(path)
     e.doc["packages"][HELPER]["variants"]["torch-cpu"]["kernel-depends"] = [{"repo-id": remote, "version": 1}]

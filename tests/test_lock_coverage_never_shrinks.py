@@ -24,7 +24,7 @@ from frt_dist.lock.coverage import coverage_diff
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.lock.build import CoverageLoss, lock_model
 from test_lock import REPO, lock as hub_lock, publish, setup_toy
-from test_formats import receipt_for
+from test_strict_document_readers import receipt_for
 
 CELL = "decode/fp32/cpu/x86_64/test"  # (the declared class test-cpu, normalised)
 PREFILL = "prefill/fp32/cpu/x86_64/test"
