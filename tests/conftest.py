@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the one way tests fi
 from helpers.frt import Frt  # noqa: E402
 from helpers.gpu import NO_GPU_REASON, gpu_visible  # noqa: E402
 from helpers.hubserver import HubServer  # noqa: E402
+from helpers.s3server import S3Server  # noqa: E402
 
 
 def pytest_configure(config):
@@ -92,6 +93,44 @@ def project(tmp_path):
     for d in ("manifests", "receipts", "lockfiles"):
         (tmp_path / d).mkdir()
     return tmp_path
+
+
+@pytest.fixture
+def qproject(project, monkeypatch):
+    """A project ``frt qualify`` can measure (``helpers.factories.qualify_project``), with the toy host's
+    folder on ``sys.path`` for in-process runs (subprocesses get it through ``PYTHONPATH``)."""
+    from helpers.factories import qualify_project  # noqa: PLC0415 - torch, only for the tests that qualify
+    from helpers.paths import HELPERS  # noqa: PLC0415
+
+    monkeypatch.syspath_prepend(str(HELPERS))  # the host-entry ``toyhost:build_host``
+    return qualify_project(project)
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A real S3-protocol server (moto, its own process) on 127.0.0.1, one for the session; each test
+    takes its own ``bucket``."""
+    srv = S3Server().start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def bucket(s3, monkeypatch):
+    """A fresh bucket on the session's S3 server, and the standard AWS environment pointing at it
+    (in this process, for in-process calls; ``s3.env()`` for subprocesses). Yields the bucket name."""
+    import uuid  # noqa: PLC0415
+
+    name = f"frt-{uuid.uuid4().hex[:12]}"
+    s3.client().create_bucket(Bucket=name)
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("FRT_STORE_TIMEOUT", "5")
+    yield name
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from frt_dist import KernelUnavailable  # noqa: E402
 from frt_dist.documents.lockfile import Lockfile  # noqa: E402
 from frt_dist.distribution.mirror import mirror_lock, verify_mirror  # noqa: E402
 from frt_dist.distribution.objstore import lock_key, open_store  # noqa: E402
-from helpers.s3server import FaultProxy, bucket, s3  # noqa: E402,F401 (fixtures)
+from helpers.s3server import FaultProxy
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")
 

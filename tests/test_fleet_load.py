@@ -24,7 +24,7 @@ from frt_dist import loader  # noqa: E402
 from frt_dist.errors import KernelUnavailable  # noqa: E402
 from frt_dist.loader import remote  # noqa: E402
 from frt_dist.distribution.objstore import StoreAccess  # noqa: E402
-from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, run_traced, s3  # noqa: E402,F401 (fixtures)
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, run_traced
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")
 

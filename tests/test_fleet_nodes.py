@@ -18,7 +18,6 @@ import pytest  # noqa: E402
 
 from helpers.frt import frt_process  # noqa: E402
 from helpers.factories import tiny_project  # noqa: E402
-from helpers.s3server import bucket, s3  # noqa: E402,F401 (fixtures)
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="the node runner forks"),
               pytest.mark.usefixtures("fresh_loader")]

@@ -18,7 +18,7 @@ from frt_dist.errors import UsageError  # noqa: E402
 from frt_dist.distribution.objstore import (  # noqa: E402
     ObjectMissing, ObstoreS3Reader, S3Store, StoreAccess, StoreUnavailable, open_store, read_client_why,
 )
-from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, s3  # noqa: E402,F401 (fixtures)
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy
 
 KEY = "sha256/" + "ab" * 32
 DATA = os.urandom(3 << 20) + b"end"

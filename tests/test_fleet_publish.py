@@ -19,7 +19,7 @@ from helpers.frt import frt_process  # noqa: E402
 from helpers.factories import CPU, tiny_project  # noqa: E402
 from frt_dist import loader  # noqa: E402
 from frt_dist.distribution.mirror import verify_mirror  # noqa: E402
-from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, run_traced, s3  # noqa: E402,F401 (fixtures)
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, run_traced
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")
 

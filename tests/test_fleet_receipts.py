@@ -19,7 +19,7 @@ from helpers.frt import frt_process  # noqa: E402
 from helpers.factories import CPU, receipt_doc, tiny_project  # noqa: E402
 from frt_dist.base.canonical import digest  # noqa: E402
 from frt_dist.documents.lockfile import Lockfile  # noqa: E402
-from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, bucket, s3  # noqa: E402,F401 (fixtures)
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 from frt_dist.distribution.objstore import (  # noqa: E402
     Location, ObjectMissing, StoreAccess, lock_key, locked_file_key, object_key, open_store, parse_location, receipt_key,
 )
-from helpers.s3server import bucket, s3  # noqa: E402,F401 (fixtures)
+
 
 HEX = hashlib.sha256(b"x").hexdigest()
 

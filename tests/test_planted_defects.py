@@ -15,7 +15,7 @@ import statistics
 
 import pytest
 
-from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, s3  # noqa: F401 (fixtures)
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy
 
 
 # ---------------------------------------------------------------------------

@@ -20,51 +20,6 @@ from frt_dist.project.discover import Project
 from frt_dist.qualify.run import qualify
 from frt_dist.documents.receipt import Receipt
 
-KERNELS = {
-    "fastscale": b"def scale(x, w):\n    return x * w\n",
-    "slowscale": b"import time\n\ndef scale(x, w):\n    time.sleep(0.006)\n    return x * w\n",
-    "badscale": b"def scale(x, w):\n    return x * w + 0.1\n",
-}
-
-MANIFEST = '''schema = "frt.manifest/1"
-model = "toyq"
-binding = "toy_block"
-host = "torch"
-family = "toy"
-default-precision = "fp32"
-host-entry = "toyhost:build_host"
-{packages}
-[phases.decode]
-rows = [1, 16]
-
-[seams.norm]
-structure = "scale@1"
-{impls}
-{routes}
-[qualify]
-tolerance = {{ abs = 1e-5, rel = 1e-4 }}
-rounds = 6
-warmup = 1
-'''
-
-
-@pytest.fixture
-def qproject(project, monkeypatch):
-    monkeypatch.syspath_prepend(str(HELPERS))  # the host-entry ``toyhost:build_host``, for in-process runs
-    pk = im = rt = ""
-    for name, code in KERNELS.items():
-        write_files(project / "packages" / name, kernel_variant_files(
-            name=name, variant="torch-cpu", module_files={"__init__.py": code}, id=f"_toyq_{name}"))
-        pk += f'[packages."testorg/{name}"]\npath = "packages/{name}"\n'
-        im += (f'[seams.norm.impls.{name}]\npackage = "testorg/{name}"\nentry = "scale"\nprecision = "fp32"\n'
-               f'contract = {{ device = "cpu", dtypes = ["float32"], layout = "contiguous", width = 8 }}\n'
-               f'smoke = {{ inputs = [{{ shape = ["rows", 8], dtype = "float32" }}, {{ shape = [8], dtype = "float32" }}] }}\n')
-        rt += f'[routes.{name}]\nassembly = "eager"\nseams = {{ norm = "{name}" }}\ngate = {{ min-speedup = 1.05 }}\n'
-    (project / "manifests" / "toyq.toml").write_text(MANIFEST.format(packages=pk, impls=im, routes=rt))
-    lock_model(Project(project, "project"), "toyq")
-    return project
-
-
 def _lock(p):
     return Lockfile.read(p / "lockfiles" / "toyq.lock")
 

@@ -16,7 +16,7 @@ from frt_dist.errors import ReceiptInvalid, UsageError
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.documents.receipt import Receipt
 from test_detect import FakeNVML
-from test_qualify import _lock, qproject  # noqa: F401 - the fixture
+from test_qualify import _lock
 
 
 @pytest.mark.parametrize("backend, device, clock", [("cpu", "cpu", "perf-counter"), ("cuda", "cuda", "cuda-events"),

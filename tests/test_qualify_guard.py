@@ -14,7 +14,6 @@ import pytest
 from helpers.paths import HELPERS
 from helpers.gpu import needs_no_gpu
 from helpers.frt import frt_main, frt_process
-from test_qualify import qproject  # noqa: F401 - the fixture
 
 TOYHOST = (HELPERS / "toyhost.py").read_text()
 

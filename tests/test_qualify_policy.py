@@ -31,7 +31,6 @@ from frt_dist.qualify.run import check_signing_policy, keep_previous, write_rece
 from frt_dist.documents.receipt import superseded_path
 
 pytest.importorskip("cryptography")
-from test_qualify import qproject  # noqa: E402,F401 - a project with a host-entry and CPU packages
 from test_receipt_signing import H200, make_key  # noqa: E402
 
 ENV = {"PYTHONPATH": f"{ROOT}{os.pathsep}{HELPERS}"}  # this checkout's frt_dist, and the toy host

@@ -695,7 +695,6 @@ def test_signing_errors_are_usage_errors():
     assert issubclass(signing.SigningUnavailable, UsageError)
 
 
-from test_qualify import qproject  # noqa: E402,F401 - the qualification fixture (a project with a host-entry)
 from helpers.paths import ROOT, HELPERS  # noqa: E402
 from helpers.gpu import needs_no_gpu  # noqa: E402
 

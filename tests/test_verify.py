@@ -479,7 +479,7 @@ def _one(problems: list[dict], kind: str, path_end: str) -> dict:
     return problem({"problems": problems}, kind, path_end)
 
 
-def test_kernel_depends_packages_are_accepted_and_nothing_else(dep_hub, tmp_path):
+def test_kernel_depends_packages_are_accepted_and_nothing_else(dep_hub, tmp_path):  # noqa: F811 - the fixture
     from frt_dist.errors import KernelUnavailable
     from frt_dist.lock.build import _Locker, depends_cycle
 

@@ -351,3 +351,52 @@ def toy_manifest(model="toy", repo="testorg/addone", package_toml=None) -> str:
     return MANIFEST_TMPL.format(model=model, repo=repo, packages=package_toml)
 
 
+
+
+# --- a project `frt qualify` can measure: model ``toyq`` on the toy host (helpers/toyhost.py) ---------------
+
+QUALIFY_KERNELS = {  # three routes for the toy host's norm seam: fast, correct but slow, wrong
+    "fastscale": b"def scale(x, w):\n    return x * w\n",
+    "slowscale": b"import time\n\ndef scale(x, w):\n    time.sleep(0.006)\n    return x * w\n",
+    "badscale": b"def scale(x, w):\n    return x * w + 0.1\n",
+}
+
+QUALIFY_MANIFEST = '''schema = "frt.manifest/1"
+model = "toyq"
+binding = "toy_block"
+host = "torch"
+family = "toy"
+default-precision = "fp32"
+host-entry = "toyhost:build_host"
+{packages}
+[phases.decode]
+rows = [1, 16]
+
+[seams.norm]
+structure = "scale@1"
+{impls}
+{routes}
+[qualify]
+tolerance = {{ abs = 1e-5, rel = 1e-4 }}
+rounds = 6
+warmup = 1
+'''
+
+
+def qualify_project(project: Path) -> Path:
+    """``toyq`` in ``project`` (an empty project folder), locked: one seam, three path packages
+    (``QUALIFY_KERNELS``), host-entry ``toyhost:build_host``, which needs ``helpers/`` on the path."""
+    from .hubserver import kernel_variant_files
+
+    pk = im = rt = ""
+    for name, code in QUALIFY_KERNELS.items():
+        write_files(project / "packages" / name, kernel_variant_files(
+            name=name, variant="torch-cpu", module_files={"__init__.py": code}, id=f"_toyq_{name}"))
+        pk += f'[packages."testorg/{name}"]\npath = "packages/{name}"\n'
+        im += (f'[seams.norm.impls.{name}]\npackage = "testorg/{name}"\nentry = "scale"\nprecision = "fp32"\n'
+               f'contract = {{ device = "cpu", dtypes = ["float32"], layout = "contiguous", width = 8 }}\n'
+               f'smoke = {{ inputs = [{{ shape = ["rows", 8], dtype = "float32" }}, {{ shape = [8], dtype = "float32" }}] }}\n')
+        rt += f'[routes.{name}]\nassembly = "eager"\nseams = {{ norm = "{name}" }}\ngate = {{ min-speedup = 1.05 }}\n'
+    (project / "manifests" / "toyq.toml").write_text(QUALIFY_MANIFEST.format(packages=pk, impls=im, routes=rt))
+    lock_model(Project(project, "project"), "toyq")
+    return project

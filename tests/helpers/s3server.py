@@ -240,37 +240,3 @@ class FaultProxy:
     def count(self, method: str, path_part: str = "") -> int:
         with self._lock:
             return sum(1 for m, p in self.log if m == method and path_part in p)
-
-
-# ---------------------------------------------------------------------------
-# pytest fixtures (import them into a test module: `from s3server import s3, bucket`)
-
-try:
-    import pytest
-except ImportError:  # pragma: no cover - the bench imports this module without pytest
-    pytest = None
-
-if pytest is not None:
-    @pytest.fixture(scope="session")
-    def s3():
-        """One moto server process for the session (each test takes its own bucket)."""
-        srv = S3Server().start()
-        try:
-            yield srv
-        finally:
-            srv.stop()
-
-    @pytest.fixture
-    def bucket(s3, monkeypatch):
-        """A fresh bucket on the session's server, and the standard AWS environment pointing at it
-        (in this process, for in-process calls; ``env`` for subprocesses). Yields the bucket name."""
-        import uuid  # noqa: PLC0415
-
-        name = f"frt-{uuid.uuid4().hex[:12]}"
-        s3.client().create_bucket(Bucket=name)
-        for k in [k for k in os.environ if k.startswith("AWS_")]:
-            monkeypatch.delenv(k)
-        for k, v in s3.env().items():
-            monkeypatch.setenv(k, v)
-        monkeypatch.setenv("FRT_STORE_TIMEOUT", "5")
-        yield name
