@@ -12,15 +12,13 @@ import subprocess
 import sys
 import time
 
-sys.dont_write_bytecode = True
+import pytest
 
-import pytest  # noqa: E402
-
-from helpers.frt import frt_process  # noqa: E402
-from helpers.factories import tiny_project  # noqa: E402
+from helpers.factories import tiny_project
+from helpers.frt import frt_process
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="the node runner forks"),
-              pytest.mark.usefixtures("fresh_loader")]
+              pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess]
 
 HW = {"arch": "x86_64", "device_class": "test-cpu", "backend": "cpu", "software": {"torch": "2.13"}}
 V2_SCALE = '''"""tiny test kernel: scale, release 2 (twice the old answer, so a node shows which bytes it runs)."""
@@ -69,17 +67,22 @@ def test_16_nodes_load_through_the_store_while_a_newer_lock_is_published(tmp_pat
     store = tmp_path / "shared-store"  # one verified store for all 16: they must not trip over each other
     check = [["act", "decode", 2, 8]]
 
-    def node(lock, i):
+    published = tmp_path / "publisher-started"  # every node, once started, waits for it before it loads
+
+    def node(lock, i, **extra):
         return {"cwd": str(tmp_path), "model": "tiny", "lockfile": str(lock), "mirror": url, "hardware": HW,
-                "check": check, "env": {**aws, "FRT_STORE": str(store), "XDG_CACHE_HOME": str(tmp_path / f"c{i}")}}
+                "check": check, "env": {**aws, "FRT_STORE": str(store), "XDG_CACHE_HOME": str(tmp_path / f"c{i}")},
+                **extra}
 
     def publish():
-        t = time.time()
-        return t, subprocess.Popen([sys.executable, "-m", "frt_dist.cli", "mirror", url, "--variant", "torch-cpu"],
-                                   cwd=v2.root, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen([sys.executable, "-m", "frt_dist.cli", "mirror", url, "--variant", "torch-cpu"],
+                             cwd=v2.root, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        published.write_bytes(b"")
+        return p
 
-    summary, docs, (t_pub, pub) = _run_nodes(tmp_path, [node(v1.lock_path, i) for i in range(N)], before_go=publish)
+    summary, docs, pub = _run_nodes(tmp_path, [node(v1.lock_path, i, wait_for=str(published)) for i in range(N)],
+                                    before_go=publish)
     pub_out, pub_err = pub.communicate(timeout=60)
     assert pub.returncode == 0, pub_err
     assert "2 object(s) uploaded, 2 already present" in pub_out  # the new scale files and metadata only
@@ -93,7 +96,8 @@ def test_16_nodes_load_through_the_store_while_a_newer_lock_is_published(tmp_pat
     assert sum(d["stats"]["objects"] for d in docs) == 4 and sum(d["stats"]["entries"] for d in docs) == 2
     assert sum(d["stats"]["warm"] for d in docs) == 2 * N - 2
     assert not [p for p in store.iterdir() if p.name.startswith((".tmp-", ".trash-"))]
-    assert t_pub < max(d["end_epoch"] for d in docs)  # the publisher started while the nodes loaded
+    # the publisher started while the nodes loaded: each node was running, and loaded only after it started
+    assert [d.get("waited_for") for d in docs] == [str(published)] * N
     # the newer lock's nodes, after the publish: its bytes (x * w * 2), its new objects only
     summary, docs, _ = _run_nodes(tmp_path, [node(v2.lock_path, N + i) for i in range(2)])
     assert summary["codes"] == [0, 0], docs
