@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.dont_write_bytecode = True
 
-from helpers.s3server import S3Server  # noqa: E402
+from helpers.s3server import S3Server
 
 BUCKET = "frt-bench"
 S5CMD = str(Path(sys.executable).parent / "s5cmd")
@@ -79,10 +79,10 @@ def _frt(args, cwd, env):
 
 def _needed(lock, hw_kwargs, prefix: str, sizes: dict) -> dict:
     """{object key under the bucket: size} of what one node loads: the variants the resolved routes bind."""
-    from frt_dist.system.hardware import Hardware
     from frt_dist.distribution.mirror import _items
     from frt_dist.routes.resolver import resolve_all
     from frt_dist.serve.load import _binds
+    from frt_dist.system.hardware import Hardware
 
     decisions = resolve_all(lock, hardware=Hardware(**hw_kwargs), precision=None, fallback="refuse",
                             accept=("certified_fast",))
@@ -95,9 +95,9 @@ def _needed(lock, hw_kwargs, prefix: str, sizes: dict) -> dict:
 
 
 def _workloads(names, work: Path, env: dict, big_mb: int) -> dict:
-    from helpers.factories import NORM_SRC, SCALE_SRC, tiny_project
-    from frt_dist.documents.lockfile import Lockfile
     from frt_dist.distribution.mirror import cell_machines
+    from frt_dist.documents.lockfile import Lockfile
+    from helpers.factories import NORM_SRC, SCALE_SRC, tiny_project
 
     out = {}
     if "demo" in names:

@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from helpers import realdata as rd  # noqa: E402
-from helpers.hubserver import HubServer  # noqa: E402
+from helpers import realdata as rd
+from helpers.hubserver import HubServer
 
 ACCEPTS = (("certified_fast",), ("certified_fast", "supported_correct"))
 ACCEPT = ACCEPTS[1]  # the table's policy
