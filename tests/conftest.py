@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.dont_write_bytecode = True
+sys.dont_write_bytecode = True  # for every test module: a __pycache__ inside a package source would break its digest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the one way tests find ``helpers``
 
 from helpers.frt import Frt  # noqa: E402
@@ -99,8 +99,8 @@ def project(tmp_path):
 def qproject(project, monkeypatch):
     """A project ``frt qualify`` can measure (``helpers.factories.qualify_project``), with the toy host's
     folder on ``sys.path`` for in-process runs (subprocesses get it through ``PYTHONPATH``)."""
-    from helpers.factories import qualify_project  # noqa: PLC0415 - torch, only for the tests that qualify
-    from helpers.paths import HELPERS  # noqa: PLC0415
+    from helpers.factories import qualify_project  # torch, only for the tests that qualify
+    from helpers.paths import HELPERS
 
     monkeypatch.syspath_prepend(str(HELPERS))  # the host-entry ``toyhost:build_host``
     return qualify_project(project)
@@ -121,7 +121,7 @@ def s3():
 def bucket(s3, monkeypatch):
     """A fresh bucket on the session's S3 server, and the standard AWS environment pointing at it
     (in this process, for in-process calls; ``s3.env()`` for subprocesses). Yields the bucket name."""
-    import uuid  # noqa: PLC0415
+    import uuid
 
     name = f"frt-{uuid.uuid4().hex[:12]}"
     s3.client().create_bucket(Bucket=name)

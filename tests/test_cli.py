@@ -6,9 +6,11 @@ import json
 
 import pytest
 
-from helpers.hubserver import kernel_variant_files
-from helpers.frt import frt_process
 from helpers.factories import toy_manifest, write_files
+from helpers.frt import frt_process
+from helpers.hubserver import kernel_variant_files
+
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
 
 
 @pytest.fixture
@@ -69,8 +71,9 @@ def test_resolve_explain_lists_every_candidate(toy_project):
 
 
 def test_detect_needs_no_torch(toy_project, tmp_path):
-    # SPEC §18: with torch unimportable, --detect still reads the machine (NVML, the OS, package metadata)
-    import subprocess, sys
+    # --detect imports no torch: with torch unimportable, --detect still reads the machine (NVML, the OS, package metadata)
+    import subprocess
+    import sys
     code = ("import sys; sys.modules['torch'] = None\n"
             "from frt_dist.cli.main import main\nraise SystemExit(main(['resolve', '--model', 'toy', '--detect', '--json']))")
     r = subprocess.run([sys.executable, "-c", code], cwd=toy_project, capture_output=True, text=True)

@@ -1,13 +1,10 @@
 """Demo host binding (frt_dist.demo.decoder) and the bundled CPU kernel packages."""
 
-import sys
-
-sys.dont_write_bytecode = True  # a __pycache__ inside a package source would break its digest
-
 import ast
 import base64
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import pytest

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers.paths import ROOT
-from helpers.gpu import needs_no_gpu
 from helpers.frt import frt_process
+from helpers.gpu import needs_no_gpu
+from helpers.paths import ROOT
 
 
 @needs_no_gpu  # the demo qualifies and serves CPU kernels on the detected hardware
+@pytest.mark.subprocess
 def test_demo_runs_the_whole_lifecycle(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     # TMPDIR: the demo's temporary project goes under this test's folder, never littering /tmp
@@ -43,6 +44,7 @@ def test_demo_runs_the_whole_lifecycle(tmp_path):
     assert "calls 5" in out  # every guarded pass went through the routed entries
 
 
+@pytest.mark.subprocess
 def test_bundled_lockfile_resolves_after_install(tmp_path):
     """`frt --demo resolve --model demo-decoder` against the bundled lockfile, from any folder."""
     r = frt_process(["--demo", "resolve", "--model", "demo-decoder", "--arch", "x86_64", "--device-class", "amd-epyc",

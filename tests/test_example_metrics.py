@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "serve_metrics.py"
 from prometheus_client import parser  # noqa: E402 - the test extra installs it
 
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
+
 
 def _start(tmp_path, *extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FRT_")}

@@ -14,6 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "first-project.md"
 README = ROOT / "README.md"

@@ -17,18 +17,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
+import pytest
 
-import pytest  # noqa: E402
-
-from helpers.factories import tiny_project  # noqa: E402
-from frt_dist import KernelUnavailable  # noqa: E402
-from frt_dist.documents.lockfile import Lockfile  # noqa: E402
-from frt_dist.distribution.mirror import mirror_lock, verify_mirror  # noqa: E402
-from frt_dist.distribution.objstore import lock_key, open_store  # noqa: E402
+from frt_dist import KernelUnavailable
+from frt_dist.distribution.mirror import mirror_lock, verify_mirror
+from frt_dist.distribution.objstore import lock_key, open_store
+from frt_dist.documents.lockfile import Lockfile
+from helpers.factories import tiny_project
 from helpers.s3server import FaultProxy
 
-pytestmark = pytest.mark.usefixtures("fresh_loader")
+pytestmark = [pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess]
 
 _ZYGOTE = r"""
 import json, os, sys

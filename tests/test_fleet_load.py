@@ -1,4 +1,4 @@
-"""Issue 18 item 2 / SPEC §25: ``frt_dist.load(model, mirror="s3://…")``, ``FRT_MIRROR=s3://…`` and
+"""Issue 18 item 2, object-store mirrors: ``frt_dist.load(model, mirror="s3://…")``, ``FRT_MIRROR=s3://…`` and
 ``[tool.frt] mirror = "s3://…"`` (and ``file://``) load straight into the verified store, fetching
 only the locked files of the variants the chosen routes bind, against a real S3-protocol server
 (moto in its own process, tests/helpers/s3server.py) through the production client (boto3); requests are
@@ -13,20 +13,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
+import pytest
 
-import pytest  # noqa: E402
-
-import frt_dist  # noqa: E402
-from helpers.frt import frt_process  # noqa: E402
-from helpers.factories import CPU, tiny_project, variant_files, write_variant  # noqa: E402
-from frt_dist import loader  # noqa: E402
-from frt_dist.errors import KernelUnavailable  # noqa: E402
-from frt_dist.loader import remote  # noqa: E402
-from frt_dist.distribution.objstore import StoreAccess  # noqa: E402
+import frt_dist
+from frt_dist import loader
+from frt_dist.distribution.objstore import StoreAccess
+from frt_dist.errors import KernelUnavailable
+from frt_dist.loader import remote
+from helpers.factories import CPU, tiny_project, variant_files, write_variant
+from helpers.frt import frt_process
 from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, run_traced
 
-pytestmark = pytest.mark.usefixtures("fresh_loader")
+pytestmark = [pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess]
 
 SCALE_ID = "_frt_test_scale_v1"
 
@@ -330,7 +328,7 @@ def test_loading_through_the_store_never_measures(solo, bucket, forbid_measureme
     tp, _ = solo
     plan = frt_dist.load("tiny", project=tp.root, hardware=CPU, mirror=f"s3://{bucket}/p")  # a cold fetch
     assert plan.packages["t-org/scale"].location == f"s3://{bucket}/p"
-    assert forbid_measurement == []  # SPEC §6: no clock read by frt on the serving path, fetching included
+    assert forbid_measurement == []  # no clock read by frt on the serving path, fetching included
 
 
 def test_no_such_bucket_is_exit_2_and_no_output_of_a_node_ever_shows_a_credential(solo, tmp_path, s3, bucket):
@@ -370,10 +368,11 @@ def test_a_full_verified_store_is_exit_2_naming_it_and_leaves_nothing(tmp_path, 
     fault of this machine, not of the object store: no hint to republish), nothing imported, no entry."""
     import subprocess as sp
 
-    from helpers.factories import NORM_SRC, manifest_doc
     from frt_dist.distribution.fleet import publish_lock
-    from frt_dist.loader.remote import VerifiedStoreFull
     from frt_dist.distribution.objstore import open_store
+    from frt_dist.loader.remote import VerifiedStoreFull
+    from helpers.factories import NORM_SRC, manifest_doc
+
     from test_mirror_disk import _mount_tmpfs
 
     full = tmp_path / "full"
@@ -424,7 +423,7 @@ def test_a_trickling_store_ends_the_load_within_the_deadline_and_frees_the_fetch
             t0 = time.monotonic()
             try:
                 frt_dist.load("tiny", project=tp.root, hardware=CPU, mirror=f"s3://{bucket}/p")
-            except BaseException as exc:  # noqa: BLE001 - handed back
+            except BaseException as exc:  # handed back
                 box["exc"] = exc
             box["took"] = time.monotonic() - t0
 

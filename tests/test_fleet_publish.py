@@ -1,4 +1,4 @@
-"""Issue 18 / SPEC §25: ``frt mirror URL`` publishes, ``frt mirror DIR --from URL`` syncs, against a
+"""Issue 18, object-store mirrors: ``frt mirror URL`` publishes, ``frt mirror DIR --from URL`` syncs, against a
 real S3-protocol server (moto, its own process, tests/helpers/s3server.py) through the production client
 (boto3 in frt_dist/distribution/objstore.py, configured only by the standard AWS environment), and ``file://``."""
 
@@ -9,19 +9,16 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.dont_write_bytecode = True
+import pytest
 
-import pytest  # noqa: E402
-
-from helpers.frt import frt_process  # noqa: E402
-from helpers.factories import CPU, tiny_project  # noqa: E402
-from frt_dist import loader  # noqa: E402
-from frt_dist.distribution.mirror import verify_mirror  # noqa: E402
+from frt_dist import loader
+from frt_dist.distribution.mirror import verify_mirror
+from helpers.factories import CPU, tiny_project
+from helpers.frt import frt_process
 from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, run_traced
 
-pytestmark = pytest.mark.usefixtures("fresh_loader")
+pytestmark = [pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess]
 
 SCALE_FILE = "t-org/scale build/torch-cpu/scale/__init__.py"
 
@@ -41,7 +38,7 @@ def _objects(s3, bucket: str) -> dict[str, bytes]:
 def _locked_objects(tp, lock) -> dict[str, bytes]:
     """sha256/<hex> -> bytes of every torch-cpu file the lock names (read from the path packages)."""
     out = {}
-    for repo, pkg in lock.packages.items():
+    for pkg in lock.packages.values():
         base = tp.root / pkg.path / "build" / "torch-cpu"
         for p in base.rglob("*"):
             if p.is_file():
@@ -175,7 +172,7 @@ def test_a_server_error_that_persists_is_retried_a_bounded_number_of_times(proj,
         assert r.returncode == 1, r.stderr
         assert "answered 500" in r.stderr and "through 3 attempt(s)" in r.stderr and "Traceback" not in r.stderr
         per_object = {}
-        for m, p in proxy.log:
+        for _method, p in proxy.log:
             per_object[p] = per_object.get(p, 0) + 1
         assert per_object and max(per_object.values()) == 3  # bounded: 3 attempts per request, no more
         assert took < 30
@@ -320,7 +317,6 @@ sys.exit(rc)
 
 
 def test_zero_connections_to_anything_but_the_configured_endpoint(proj, tmp_path, s3, bucket):
-    import subprocess
 
     tp, lock = proj
     log = tmp_path / "connects.json"

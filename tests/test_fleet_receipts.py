@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
-import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
+import pytest
 
-import pytest  # noqa: E402
+from frt_dist.base.canonical import digest
+from frt_dist.documents.lockfile import Lockfile
+from helpers.factories import CPU, receipt_doc, tiny_project
+from helpers.frt import frt_process
 
-from helpers.frt import frt_process  # noqa: E402
-from helpers.factories import CPU, receipt_doc, tiny_project  # noqa: E402
-from frt_dist.base.canonical import digest  # noqa: E402
-from frt_dist.documents.lockfile import Lockfile  # noqa: E402
-from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
 
 
 @pytest.fixture
@@ -141,10 +138,9 @@ def test_signatures_travel_with_their_receipts_and_the_lock_judges_them(tmp_path
     """A qualification host signs (`frt sign`) and pushes; the lock job pulls and locks under a
     [trust.receipts] policy: the signer is recorded. A signature the store spoiled is written (the
     store is untrusted, the lock judges) and that receipt is rejected naming the signature problem."""
+    import tomli_w
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ed25519
-
-    import tomli_w
 
     tp = tiny_project(tmp_path)
     tp.lock()

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers.frt import frt_main
-from helpers.factories import tiny_project
-from frt_dist.documents.schema import read_bytes
 from frt_dist.base.canonical import digest
-from frt_dist.errors import ReceiptInvalid, UsageError
 from frt_dist.distribution.fleet import pull_receipts
-from frt_dist.documents.lockfile import Lockfile, write_atomic
 from frt_dist.distribution.objstore import open_store
+from frt_dist.documents.lockfile import Lockfile, write_atomic
+from frt_dist.documents.schema import read_bytes
+from frt_dist.errors import ReceiptInvalid, UsageError
+from helpers.factories import tiny_project
+from helpers.frt import frt_main
 
 FIFO = "is a FIFO (named pipe), not a regular file"
 DEVICE = "is a character device, not a regular file"
@@ -39,7 +39,7 @@ def bounded(fn, *fifos, seconds: float = 20):
     def run():
         try:
             box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
+        except BaseException as exc:  # handed to the test
             box["error"] = exc
 
     t = threading.Thread(target=run, daemon=True)
@@ -143,7 +143,7 @@ def test_a_lockfile_that_is_a_special_or_huge_file_is_refused_never_read_or_repl
     else:
         sparse(lpath)
     for argv in (["verify"], ["resolve", "--model", "tiny", "--phase", "decode"]):
-        rc, _, err = bounded(lambda: frt_main([*argv, "--project", str(tp.root)]), lpath)
+        rc, _, err = bounded(lambda argv=argv: frt_main([*argv, "--project", str(tp.root)]), lpath)
         assert rc == 2 and "lockfiles/tiny.lock" in err, (argv, err)
         assert (FIFO if kind == "fifo" else DEVICE if kind == "device" else "over the 256.0 MiB limit") in err, err
     rc, _, err = bounded(lambda: frt_main(["lock", "--project", str(tp.root)]), lpath)

@@ -9,15 +9,13 @@ from __future__ import annotations
 import os
 import sys
 
-sys.dont_write_bytecode = True
+import pytest
+import torch
+from kernels import Mode, kernelize, use_kernel_forward_from_hub, use_kernel_mapping
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from kernels import Mode, kernelize, use_kernel_forward_from_hub, use_kernel_mapping  # noqa: E402
-
-from helpers.factories import CPU, SCALE_SRC, tiny_project  # noqa: E402
-from frt_dist import ContractViolation, KernelUnavailable, UsageError  # noqa: E402
-from frt_dist.serve.load import load  # noqa: E402
+from frt_dist import ContractViolation, KernelUnavailable, UsageError
+from frt_dist.serve.load import load
+from helpers.factories import CPU, SCALE_SRC, tiny_project
 
 LAYERS_SRC = '''import torch.nn as nn
 
@@ -185,6 +183,7 @@ def test_a_tiny_transformers_model_runs_the_locked_rmsnorm(tmp_path):
     """A randomly initialised Llama from `transformers` (no download), whose
     RMSNorm layers declare ``use_kernel_forward_from_hub("RMSNorm")``, kernelized from the plan."""
     import transformers  # the test extra pins a version whose kernels window holds kernels 0.17.2
+
     from helpers.factories import NORM_SRC
 
     norm_pkg = {"name": "norm", "module": {"__init__.py": NORM_SRC + "from . import layers\n", "layers.py": RMS_LAYER_SRC}}

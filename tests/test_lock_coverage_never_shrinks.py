@@ -17,13 +17,15 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from helpers.frt import frt_process
-from helpers.factories import receipt_doc, tiny_project
 from frt_dist.base.canonical import digest
-from frt_dist.lock.coverage import coverage_diff
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.lock.build import CoverageLoss, lock_model
-from test_lock import REPO, lock as hub_lock, publish, setup_toy
+from frt_dist.lock.coverage import coverage_diff
+from helpers.factories import receipt_doc, tiny_project
+from helpers.frt import frt_process
+
+from test_lock import REPO, publish, setup_toy
+from test_lock import lock as hub_lock
 from test_strict_document_readers import receipt_for
 
 CELL = "decode/fp32/cpu/x86_64/test"  # (the declared class test-cpu, normalised)
@@ -72,6 +74,7 @@ def _hub_project(project, hub):
     return project / "lockfiles" / "toy.lock"
 
 
+@pytest.mark.subprocess
 def test_a_package_upgrade_that_loses_every_cell_is_exit_1_and_leaves_the_lock(project, hub):
     lf = _hub_project(project, hub)
     before = lf.read_bytes()
@@ -158,6 +161,7 @@ def test_lock_model_raises_coverage_loss_and_writes_nothing(locked):
     assert PREFILL not in {"/".join(k) for k in Lockfile.read(locked.lock_path).index}
 
 
+@pytest.mark.subprocess
 def test_a_state_drop_is_a_loss(locked):
     """Re-qualifying comes back supported_correct (the same route, the same cell, the same file):
     the cell keeps its route but not its speed claim."""
@@ -187,6 +191,7 @@ def test_a_state_drop_is_a_loss(locked):
     assert not res.written and res.coverage.changes == ()
 
 
+@pytest.mark.subprocess
 def test_gained_and_changed_cells_are_listed(locked, tmp_path):
     lk = Lockfile.read(locked.lock_path)
     _write_receipt(locked, "03-solo-prefill.json", receipt_doc(lk, "solo", "prefill"))
@@ -201,6 +206,7 @@ def test_gained_and_changed_cells_are_listed(locked, tmp_path):
     assert "speedup 1.25x -> 1.5x" in r.stdout
 
 
+@pytest.mark.subprocess
 def test_a_first_lock_has_nothing_to_lose(tmp_path):
     tp = tiny_project(tmp_path)
     r = frt_process(["lock"], cwd=tp.root)
@@ -229,6 +235,7 @@ def test_the_winner_changing_is_named(locked):
 crypto = pytest.importorskip("cryptography")
 
 
+@pytest.mark.subprocess
 def test_a_policy_over_unsigned_receipts_is_a_loss_naming_the_signing_fix(locked):
     from test_receipt_signing import make_key
 
@@ -264,6 +271,7 @@ def test_coverage_diff_is_pure_over_two_locks(locked):
     assert coverage_diff(None, new).first and coverage_diff(new, new).changes == ()
 
 
+@pytest.mark.subprocess
 def test_a_loss_in_one_model_leaves_its_lock_and_writes_the_others(locked):
     """Several models: the one that would lose coverage is refused (its lockfile as it was), the
     others are locked and written, and the run exits 1."""

@@ -10,23 +10,21 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers.frt import frt_process
 
-from frt_dist.documents import lockfile as L
-from frt_dist.documents.schema import parse_toml
 from frt_dist.base.canonical import digest
-from frt_dist.errors import LockfileError
-from frt_dist.system.hardware import Hardware
+from frt_dist.documents import lockfile as L
 from frt_dist.documents.lockfile import Lockfile
-from frt_dist.project.discover import bundled_root
 from frt_dist.documents.receipt import CellKey
+from frt_dist.documents.schema import parse_toml
+from frt_dist.errors import LockfileError
+from frt_dist.project.discover import bundled_root
 from frt_dist.routes import resolver
 from frt_dist.routes.resolver import resolve_all
+from frt_dist.system.hardware import Hardware
+from helpers.frt import frt_process
 
 DEMO = bundled_root() / "lockfiles" / "demo-decoder.lock"
 DEMO_HW = Hardware(arch="x86_64", device_class="amd-epyc", backend="cpu", software={"torch": "2.13", "kernels": "0.17.2"})
@@ -250,6 +248,7 @@ def test_an_index_not_in_frts_layout_is_read_whole_and_the_same(tmp_path, how):
     ("route", "index[1].candidates[1].route", "'nope' is not a route of the embedded manifest"),
     ("receipt", "index[1].candidates[0].receipt", "names a receipt the lockfile does not embed"),
 ])
+@pytest.mark.subprocess
 def test_a_damaged_cell_is_refused_when_it_is_used(tmp_path, damage, path_, why):
     """A cell is checked when a decision reads it, with the message reading every entry gives
     (a lock whose digest holds but whose index names what it lacks: an author's edit). A cell
@@ -317,7 +316,7 @@ def test_nearest_miss_reasons_match_the_full_grouping():
             pass
 
         lock = Fake()
-        lock.index = type("I", (), {"cell_routes": lambda self: iter(index.items())})()
+        lock.index = type("I", (), {"cell_routes": lambda self, index=index: iter(index.items())})()
         lock.memo, lock.rejected = {}, []
         for _ in range(10):
             key = CellKey(*(rnd.choice(v) for v in vals.values()))
@@ -330,7 +329,7 @@ def test_nearest_miss_reasons_match_the_full_grouping():
                     "dc": f"{value}, device is {key.device_class}", "arch": f"arch {value}, device is {key.arch}",
                     "backend": f"backend {value}, device is {key.backend}"}[kind]
             else:
-                phases, precisions = eval(want)  # noqa: S307 - the reference's own repr
+                phases, precisions = eval(want)  # the reference's own repr
                 if phases and key.phase not in phases:
                     assert got.endswith(f"receipts cover phase {', '.join(phases)}, not {key.phase}")
                 elif precisions and key.precision not in precisions:

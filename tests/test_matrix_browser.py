@@ -15,13 +15,15 @@ from frt_dist.project.discover import Project
 from frt_dist.routes.matrix import STATE_CLASSES, render_matrix
 from helpers.pngread import count_colours, read_png
 from helpers.resolver_support import build_case
+
 from test_matrix import CASE, EXPECTED_ROWS, ROUTES, check_html_structure
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 if CHROMIUM is None and os.environ.get("CI"):
     pytest.fail("CI: chromium is not installed (.ci/run installs Debian's chromium); the HTML matrix must be "
                 "checked in a real browser", pytrace=False)
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (CI installs it and fails without)")
+pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (CI installs it and fails without)"),
+              pytest.mark.subprocess]
 
 # the stylesheet's colours (frt_dist/routes/matrix.py): cell states, the legend box, winners' outlines
 COLOURS = {"certified_fast": "#d1f4dc", "supported_correct": "#fff1c2", "unknown": "#f3f4f6",

@@ -7,20 +7,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
-import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
+import pytest
+from kernels._rust import Metadata  # the oracle: kernels' own metadata parser
 
-import pytest  # noqa: E402
-from kernels._rust import Metadata  # noqa: E402 - the oracle: kernels' own metadata parser
-
-from helpers.factories import CPU, REMOTE, hub_manifest, start_hub, tiny_project  # noqa: E402
-from frt_dist import KernelUnavailable, loader  # noqa: E402
-from frt_dist.distribution.hub import HubClient  # noqa: E402
-from frt_dist.documents.lockfile import Lockfile  # noqa: E402
-from frt_dist.documents.metadata import parse_variant_metadata  # noqa: E402
+from frt_dist import KernelUnavailable, loader
+from frt_dist.distribution.hub import HubClient
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.documents.metadata import parse_variant_metadata
+from helpers.factories import CPU, REMOTE, hub_manifest, start_hub, tiny_project
 
 SCALE = "t-org/scale"
 

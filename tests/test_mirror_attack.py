@@ -12,15 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.dont_write_bytecode = True
+import pytest
 
-import pytest  # noqa: E402
-
-from helpers.factories import tiny_project  # noqa: E402
-from helpers.frt import frt_main  # noqa: E402
-from frt_dist.cli.main import main  # noqa: E402
-from frt_dist.loader import repo_folder  # noqa: E402
-from frt_dist.distribution.mirror import LOCKS, RUNS, STALE_S, TMP, verify_mirror  # noqa: E402
+from frt_dist.distribution.mirror import LOCKS, RUNS, STALE_S, TMP, verify_mirror
+from frt_dist.loader import repo_folder
+from helpers.factories import tiny_project
+from helpers.frt import frt_main
 
 pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX links and dir_fd"),
               pytest.mark.usefixtures("fresh_loader")]

@@ -12,18 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
+import pytest
 
-import pytest  # noqa: E402
-
-from helpers.factories import NORM_SRC, manifest_doc, tiny_project  # noqa: E402
-from helpers.frt import frt_main  # noqa: E402
-from frt_dist import loader  # noqa: E402
-from frt_dist.cli.main import main  # noqa: E402
-from frt_dist.distribution.mirror import LOCKS, TMP  # noqa: E402
+from frt_dist import loader
+from frt_dist.distribution.mirror import LOCKS, TMP
+from helpers.factories import NORM_SRC, manifest_doc, tiny_project
+from helpers.frt import frt_main
 
 pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="tmpfs mounts and POSIX permissions"),
-              pytest.mark.usefixtures("fresh_loader")]
+              pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess]
 
 SRC = str(Path(loader.__file__).parents[2])
 BIG = 2 << 20  # larger than the 1 MiB file system
@@ -114,7 +111,7 @@ def test_a_read_only_file_system(tmp_path, tmpfs, capsys):
 def _drop_dac_caps() -> None:
     """In the child, as root: give up the capabilities that bypass file permissions (CAP_DAC_OVERRIDE,
     CAP_DAC_READ_SEARCH, CAP_FOWNER) from the bounding set, so the command runs under the folder's mode."""
-    import ctypes  # noqa: PLC0415
+    import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     for cap in (1, 2, 3):

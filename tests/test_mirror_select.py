@@ -8,23 +8,30 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
+import pytest
 
-import pytest  # noqa: E402
-
-from helpers.factories import (CPU, NORM_SRC, REMOTE, SCALE_SRC, TinyProject, hub_manifest, manifest_doc, receipt_doc, start_hub, tiny_project)
-from helpers.frt import frt_main  # noqa: E402
-from frt_dist.cli.main import main  # noqa: E402
-from frt_dist.system.hardware import Hardware  # noqa: E402
-from frt_dist.distribution.hub import HubClient  # noqa: E402
-from frt_dist.documents.lockfile import Lockfile  # noqa: E402
-from frt_dist.lock.build import lock_model  # noqa: E402
-from frt_dist.errors import KernelUnavailable  # noqa: E402
-from frt_dist.distribution.mirror import mirror_lock, verify_mirror  # noqa: E402
-from frt_dist.system.variants import select_variants  # noqa: E402
+from frt_dist.distribution.hub import HubClient
+from frt_dist.distribution.mirror import mirror_lock, verify_mirror
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.errors import KernelUnavailable
+from frt_dist.lock.build import lock_model
+from frt_dist.system.hardware import Hardware
+from frt_dist.system.variants import select_variants
+from helpers.factories import (
+    CPU,
+    NORM_SRC,
+    REMOTE,
+    SCALE_SRC,
+    TinyProject,
+    hub_manifest,
+    manifest_doc,
+    receipt_doc,
+    start_hub,
+    tiny_project,
+)
+from helpers.frt import frt_main
 
 ARM = "torch213-cxx11-cu128-aarch64-linux"  # a build for GH200's Grace CPU
 SW = {"torch": "2.13", "cuda": "12.8"}
@@ -174,7 +181,8 @@ def test_every_model_is_checked_before_anything_is_written(capsys, tmp_path):
     (["--cells", "--machine", CPU_MACHINE], "declared machines (--arch/--machine) and --cells exclude each other"),
     (["--variant", "torch-cpu", *H200], "--variant and declared machines (--arch/--machine) exclude each other"),
     (["--machine", "arch=9.0"], "--machine 'arch=9.0': a machine needs arch= and device-class="),
-    (["--machine", "arch=9.0,gpu=h200"], "--machine 'arch=9.0,gpu=h200': 'gpu=h200' is not KEY=VALUE with KEY one of arch, device-class, backend, "),
+    (["--machine", "arch=9.0,gpu=h200"],
+     "--machine 'arch=9.0,gpu=h200': 'gpu=h200' is not KEY=VALUE with KEY one of arch, device-class, backend, "),
     (["--machine", "arch=9.0,arch=8.0,device-class=h200"], "--machine 'arch=9.0,arch=8.0,device-class=h200': 'arch=8.0' repeats"),
     (["--machine", "arch=9.0,device-class=h200,backend=cuba"], "--machine: argument --backend: invalid choice: 'cuba'"),
     (["--machine", "arch=9.0,device-class=h200,software=torch"], "--software: expected KEY=VALUE pairs separated by commas, got 'torch'"),

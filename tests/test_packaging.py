@@ -20,6 +20,8 @@ import pytest
 
 from helpers.paths import ROOT
 
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
+
 pytest.importorskip("hatchling")
 
 # the demo project at the repository root, and where the wheel must carry it

@@ -16,8 +16,10 @@ import termios
 
 import pytest
 
-from helpers.paths import BUNDLED
 from helpers.gpu import needs_no_gpu
+from helpers.paths import BUNDLED
+
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
 
 
 @pytest.fixture

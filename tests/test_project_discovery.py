@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers.paths import ROOT
-from helpers.frt import frt_main, frt_process
 from helpers.factories import CPU, tiny_project
+from helpers.frt import frt_main, frt_process
+from helpers.paths import ROOT
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")
 
@@ -92,6 +92,7 @@ def test_outside_a_project_every_command_is_exit_2_and_says_what_to_do(outside, 
     assert [h.split(" ")[0] for h in doc["hints"]] == ["`frt", "or", "the"] and "--demo" in doc["hints"][2]
 
 
+@pytest.mark.subprocess
 def test_the_console_script_outside_a_project(tmp_path):
     r = frt_process(["resolve", "--model", "demo-decoder", *HW], cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith(f"error: {NO_PROJECT}"), r.stderr

@@ -9,16 +9,13 @@ import sys
 
 import pytest
 
-from helpers.hubserver import kernel_variant_files
-from helpers.gpu import needs_no_gpu
-from helpers.frt import frt_main, frt_process  # in this process (no second torch import), or as the console command
-from helpers.factories import write_files
-from helpers.paths import HELPERS
 from frt_dist.documents.lockfile import Lockfile
-from frt_dist.lock.build import lock_model
-from frt_dist.project.discover import Project
-from frt_dist.qualify.run import qualify
 from frt_dist.documents.receipt import Receipt
+from frt_dist.qualify.run import qualify
+from helpers.frt import frt_main, frt_process  # in this process (no second torch import), or as the console command
+from helpers.gpu import needs_no_gpu
+from helpers.paths import HELPERS
+
 
 def _lock(p):
     return Lockfile.read(p / "lockfiles" / "toyq.lock")
@@ -62,6 +59,7 @@ def test_failed_parity_writes_no_receipt(qproject, monkeypatch, capsys):
 
 
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
+@pytest.mark.subprocess
 def test_cli_writes_receipts_that_lock_embeds(qproject):
     r = frt_process(["qualify", "--model", "toyq", "--route", "fastscale", "--json"], cwd=qproject,
                 env={"PYTHONPATH": str(HELPERS)})
@@ -85,6 +83,7 @@ def test_unknown_route_is_usage_error(qproject, monkeypatch, capsys):
     (["--route", "nope"], "unknown route 'nope' for model 'toyq' (valid: fastscale, slowscale, badscale)"),
     (["--route", "fastscale", "--phase", "nope"], "unknown phase 'nope' for model 'toyq'"),
 ])
+@pytest.mark.subprocess
 def test_a_mistyped_route_or_phase_is_refused_before_torch_is_imported(qproject, argv, why):
     """The names are checked before ``frt qualify`` imports torch and kernels (seconds): here torch
     cannot be imported at all, and the refusal still comes, naming the valid names (exit 2)."""

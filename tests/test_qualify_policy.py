@@ -17,21 +17,21 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from helpers.paths import ROOT, HELPERS
-from helpers.gpu import needs_no_gpu
-from helpers.frt import frt_process
-from helpers.factories import receipt_doc, tiny_project
-from frt_dist.provenance import signing
 from frt_dist.base.canonical import digest
-from frt_dist.errors import UsageError
 from frt_dist.documents.lockfile import Lockfile
-from frt_dist.lock.build import lock_model
 from frt_dist.documents.manifest import Manifest
-from frt_dist.qualify.run import check_signing_policy, keep_previous, write_receipt
 from frt_dist.documents.receipt import superseded_path
+from frt_dist.errors import UsageError
+from frt_dist.lock.build import lock_model
+from frt_dist.provenance import signing
+from frt_dist.qualify.run import check_signing_policy, keep_previous, write_receipt
+from helpers.factories import receipt_doc, tiny_project
+from helpers.frt import frt_process
+from helpers.gpu import needs_no_gpu
+from helpers.paths import HELPERS, ROOT
 
 pytest.importorskip("cryptography")
-from test_receipt_signing import H200, make_key  # noqa: E402
+from test_receipt_signing import H200, make_key
 
 ENV = {"PYTHONPATH": f"{ROOT}{os.pathsep}{HELPERS}"}  # this checkout's frt_dist, and the toy host
 
@@ -86,6 +86,7 @@ def test_a_rewritten_receipt_leaves_no_old_signature_beside_it(signed):
     assert [c.kind for c in res.coverage.changes] == ["gained"]  # (against the lock --allow-loss wrote)
 
 
+@pytest.mark.subprocess
 def test_the_kept_receipt_is_named_by_the_loss_it_would_undo(signed):
     """Re-qualified as supported_correct: `frt lock` refuses the drop and says where the previous
     receipt was kept and how to put it back."""
@@ -143,6 +144,7 @@ def _policy(root: Path, model: str, keys=("keys/ci.pub",), **extra) -> None:
     m.write_text(m.read_text() + "\n[trust.receipts]\n" + body)
 
 
+@pytest.mark.subprocess
 def test_qualify_without_sign_under_a_policy_is_exit_2_before_measuring(qproject, tmp_path):
     priv, pub = make_key(tmp_path / "secrets", "ci")
     (qproject / "keys").mkdir()
@@ -190,6 +192,7 @@ def test_check_signing_policy_rules(tmp_path):
 
 
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
+@pytest.mark.subprocess
 def test_requalifying_keeps_the_previous_receipt_and_its_signature(qproject, tmp_path):
     priv, pub = make_key(tmp_path / "secrets", "ci")
     (qproject / "keys").mkdir()

@@ -1,4 +1,4 @@
-"""Issue 21: receipts whose numbers no float holds, the digest of a rejected receipt (SPEC §22),
+"""Issue 21: receipts whose numbers no float holds, the digest of a rejected receipt,
 and the same refusals through `frt lock` and `frt verify` (no traceback, file and field named)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import shutil
 
 import pytest
 
-from helpers.paths import BUNDLED
-from helpers.frt import frt_process
-from frt_dist.errors import ReceiptInvalid
 from frt_dist.documents.receipt import Receipt
+from frt_dist.errors import ReceiptInvalid
+from helpers.frt import frt_process
+from helpers.paths import BUNDLED
 
 RECEIPTS = BUNDLED / "receipts" / "demo-decoder"
 CERTIFIED = json.loads((RECEIPTS / "fused--decode--fp32--amd-epyc.json").read_text())
@@ -21,7 +21,7 @@ HUGE = 10**400  # JSON holds it (401 digits < Python's 4,300-digit limit); no fl
 
 
 def oracle_digest(value) -> str:
-    """SPEC §3's canonical JSON digest, written out here rather than taken from frt_dist."""
+    """The canonical-JSON digest, written out here rather than taken from frt_dist."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -72,11 +72,12 @@ def _lock(root, *extra):
 
 
 def _rejected(root) -> list[dict]:
-    from frt_dist.documents.lockfile import Lockfile  # noqa: PLC0415
+    from frt_dist.documents.lockfile import Lockfile
 
     return Lockfile.read(root / "lockfiles" / "demo-decoder.lock").rejected
 
 
+@pytest.mark.subprocess
 def test_frt_lock_records_a_huge_number_as_a_rejected_receipt_naming_file_and_field(demo):
     d = copy.deepcopy(CERTIFIED)
     d["evidence"]["timing"]["speedup-min"] = HUGE
@@ -89,7 +90,7 @@ def test_frt_lock_records_a_huge_number_as_a_rejected_receipt_naming_file_and_fi
             "of range for a number (at most about 1.8e308)") in r.stderr
     [rj] = _rejected(demo)
     assert rj["file"] == "receipts/demo-decoder/huge.json"
-    # SPEC §22: a rejected receipt that is JSON is filed under its canonical-JSON digest, not its bytes'
+    # a rejected receipt that is JSON is filed under its canonical-JSON digest, not its bytes'
     assert rj["digest"] == oracle_digest(json.loads(path.read_text()))
     assert rj["digest"] != "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
     r = frt_process(["lock", "--strict"], cwd=demo)
@@ -101,6 +102,7 @@ def test_frt_lock_records_a_huge_number_as_a_rejected_receipt_naming_file_and_fi
     (b"\xff\xfe not utf-8", "bytes"),
     (json.dumps({"schema": "frt.receipt/1", "cell": {"model": "demo-decoder"}}).encode(), "json"),
 ])
+@pytest.mark.subprocess
 def test_a_rejected_receipts_digest_is_canonical_when_json_else_its_bytes(demo, content, kind):
     path = demo / "receipts" / "demo-decoder" / "bad.json"
     path.write_bytes(content)
@@ -111,6 +113,7 @@ def test_a_rejected_receipts_digest_is_canonical_when_json_else_its_bytes(demo, 
     assert rj["digest"] == want
 
 
+@pytest.mark.subprocess
 def test_a_folder_named_like_a_receipt_is_rejected_without_a_traceback(demo):
     (demo / "receipts" / "demo-decoder" / "folder.json").mkdir()
     r = frt_process(["lock"], cwd=demo)
@@ -120,10 +123,12 @@ def test_a_folder_named_like_a_receipt_is_rejected_without_a_traceback(demo):
     assert rj["digest"] == "unreadable"
 
 
+@pytest.mark.subprocess
 def test_frt_verify_names_a_huge_number_in_an_embedded_receipt(demo):
-    from frt_dist.lock.build import lock_model  # noqa: PLC0415
-    from frt_dist.project.discover import Project  # noqa: PLC0415
-    from test_verify import Edit, lockpath  # noqa: PLC0415
+    from frt_dist.lock.build import lock_model
+    from frt_dist.project.discover import Project
+
+    from test_verify import Edit, lockpath
 
     lock_model(Project(demo, "project", {}), "demo-decoder", warn=lambda m: None)
     e = Edit(lockpath(demo))

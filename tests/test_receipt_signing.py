@@ -1,4 +1,4 @@
-"""Signed receipts and the receipt-signer policy (SPEC §26, issue 19 items 1, 2, 4, 6).
+"""Signed receipts and the receipt-signer policy (issue 19 items 1, 2, 4, 6).
 
 Real keys (made here with ``cryptography``), real envelopes written by ``frt sign``, real
 locks. Oracles frt did not write: ``openssl`` for the keyid, the DSSE spec's own PAE vector
@@ -19,17 +19,17 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from helpers.paths import BUNDLED
-from helpers.frt import frt_process
-from helpers.factories import receipt_doc, tiny_project
-from frt_dist.documents.schema import parse_toml
 from frt_dist.base.canonical import canonical_json, digest
-from frt_dist.errors import LockfileError, ManifestError, UsageError
-from frt_dist.system.hardware import Hardware
 from frt_dist.documents.lockfile import Lockfile, render
+from frt_dist.documents.schema import parse_toml
+from frt_dist.errors import LockfileError, ManifestError, UsageError
 from frt_dist.lock.build import lock_model
 from frt_dist.provenance import signing
 from frt_dist.provenance.signing import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, check_bundle, pae
+from frt_dist.system.hardware import Hardware
+from helpers.factories import receipt_doc, tiny_project
+from helpers.frt import frt_process
+from helpers.paths import BUNDLED
 
 crypto = pytest.importorskip("cryptography")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -139,6 +139,7 @@ def test_pae_matches_the_dsse_spec_vector_and_sigstore():
 
 
 @pytest.mark.parametrize("kind", ["ed25519", "ec"])
+@pytest.mark.subprocess
 def test_keyid_is_what_openssl_prints(tmp_path, kind):
     if not shutil.which("openssl"):
         pytest.skip("no openssl on PATH")
@@ -154,6 +155,7 @@ def test_keyid_is_what_openssl_prints(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["ed25519", "ec"])
+@pytest.mark.subprocess
 def test_frt_sign_writes_a_dsse_envelope_over_the_receipt_digest(tmp_path, kind):
     p = Proj(tmp_path)
     priv, pub = p.key("ci", kind)
@@ -187,6 +189,7 @@ def test_frt_sign_writes_a_dsse_envelope_over_the_receipt_digest(tmp_path, kind)
 
 
 @pytest.mark.parametrize("kind", ["ed25519", "ec"])
+@pytest.mark.subprocess
 def test_signed_receipt_is_accepted_and_its_signer_recorded(tmp_path, kind):
     p = Proj(tmp_path)
     priv, pub = p.key("ci", kind)
@@ -218,6 +221,7 @@ def test_without_a_policy_signatures_change_nothing(tmp_path):
     assert b"receipt-signatures" not in after and b"receipt-keys" not in after
 
 
+@pytest.mark.subprocess
 def test_the_bundled_demo_lock_is_still_up_to_date():
     r = frt_process(["--project", str(BUNDLED), "lock", "--check"], cwd=BUNDLED)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -328,6 +332,7 @@ def test_the_keyid_in_an_envelope_is_only_a_hint(tmp_path):
     assert [r["signer"] for r in lock.signatures.values()] == [keyid_of(p.root / pub)]
 
 
+@pytest.mark.subprocess
 def test_two_keys_at_once_rotation(tmp_path):
     p = Proj(tmp_path, receipts=(("fast", "decode", H200), ("fast", "prefill", H200)))
     old, old_pub = p.key("ci-2025")
@@ -342,6 +347,7 @@ def test_two_keys_at_once_rotation(tmp_path):
     assert verify_json(p.root)[0] == 0
 
 
+@pytest.mark.subprocess
 def test_policy_restricted_to_h200_covers_only_h200(tmp_path):
     """``device-classes = ["NVIDIA H200"]`` (normalised to h200) covers h200 receipts only: an
     unsigned rtx-5090 receipt is read as without a policy (accepted, no signer recorded); an
@@ -378,6 +384,7 @@ def _locked(tmp_path, n=1):
     return p, priv, pub
 
 
+@pytest.mark.subprocess
 def test_verify_catches_a_sig_swapped_after_lock(tmp_path):
     p, _, _ = _locked(tmp_path)
     other, _ = p.key("intruder")
@@ -390,6 +397,7 @@ def test_verify_catches_a_sig_swapped_after_lock(tmp_path):
     assert "another envelope" in prob["derived"]
 
 
+@pytest.mark.subprocess
 def test_verify_catches_a_lock_edited_to_claim_another_signer(tmp_path):
     p, _, _ = _locked(tmp_path)
     _, other_pub = p.key("intruder")
@@ -407,6 +415,7 @@ def test_verify_catches_a_lock_edited_to_claim_another_signer(tmp_path):
     assert any(x["kind"] == "index" for x in doc["problems"])  # the receipt's cell is derived without it
 
 
+@pytest.mark.subprocess
 def test_verify_catches_an_embedded_envelope_moved_to_another_receipt(tmp_path):
     p, _, _ = _locked(tmp_path, n=2)
 
@@ -420,6 +429,7 @@ def test_verify_catches_an_embedded_envelope_moved_to_another_receipt(tmp_path):
     assert len([x for x in probs if "is another receipt's" in x["derived"]]) == 2, probs
 
 
+@pytest.mark.subprocess
 def test_verify_catches_an_unsigned_receipt_in_a_lock_under_policy(tmp_path):
     p, _, _ = _locked(tmp_path)
     edit_lock(p.tp.lock_path, lambda doc, rows: rows.clear())
@@ -429,6 +439,7 @@ def test_verify_catches_an_unsigned_receipt_in_a_lock_under_policy(tmp_path):
     assert prob["derived"].startswith("rejected: unsigned: the lock embeds no signature")
 
 
+@pytest.mark.subprocess
 def test_verify_and_check_catch_a_key_file_changed_after_lock(tmp_path):
     p, _, pub = _locked(tmp_path)
     _, other_pub = p.key("intruder")
@@ -442,6 +453,7 @@ def test_verify_and_check_catch_a_key_file_changed_after_lock(tmp_path):
     assert r.returncode == 1 and "keys/ci.pub" in r.stdout and "receipt signers' keys" in r.stdout
 
 
+@pytest.mark.subprocess
 def test_verify_catches_a_pinned_key_edited_in_the_lock(tmp_path):
     p, _, pub = _locked(tmp_path)
     (p.root / pub).unlink()  # the project's key file is gone: verify relies on the pinned PEM alone
@@ -458,6 +470,7 @@ def test_verify_catches_a_pinned_key_edited_in_the_lock(tmp_path):
     assert "which the policy does not list" in rec["derived"]  # and the receipt has no listed key left
 
 
+@pytest.mark.subprocess
 def test_verify_catches_a_signature_row_for_no_accepted_receipt(tmp_path):
     p, _, _ = _locked(tmp_path)
 
@@ -471,6 +484,7 @@ def test_verify_catches_a_signature_row_for_no_accepted_receipt(tmp_path):
     assert "gone.json" in prob["path"] and prob["derived"] == "no accepted receipt the policy covers"
 
 
+@pytest.mark.subprocess
 def test_a_malformed_signature_row_is_bad_input_naming_the_field(tmp_path):
     p, _, _ = _locked(tmp_path)
 
@@ -483,6 +497,7 @@ def test_a_malformed_signature_row_is_bad_input_naming_the_field(tmp_path):
     assert r.returncode == 2 and "receipt-signatures[0].kind" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.subprocess
 def test_signatures_travel_in_the_lock_so_verify_needs_no_sig_files(tmp_path):
     p, _, _ = _locked(tmp_path)
     Path(str(p.receipts[0]) + ".sig").unlink()
@@ -502,6 +517,7 @@ def test_signatures_travel_in_the_lock_so_verify_needs_no_sig_files(tmp_path):
     ("encrypted", "the private key is encrypted"),
     ("missing", "file not found"),
 ])
+@pytest.mark.subprocess
 def test_frt_sign_refuses_a_bad_key(tmp_path, what, want):
     p = Proj(tmp_path)
     priv, pub = p.key("ci")
@@ -522,6 +538,7 @@ def test_frt_sign_refuses_a_bad_key(tmp_path, what, want):
     assert not Path(str(p.receipts[0]) + ".sig").exists()
 
 
+@pytest.mark.subprocess
 def test_frt_sign_refuses_a_receipt_that_does_not_parse(tmp_path):
     p = Proj(tmp_path)
     priv, _ = p.key("ci")
@@ -534,6 +551,7 @@ def test_frt_sign_refuses_a_receipt_that_does_not_parse(tmp_path):
     assert not Path(str(bad) + ".sig").exists()
 
 
+@pytest.mark.subprocess
 def test_frt_sign_into_an_unwritable_place_leaves_nothing(tmp_path):
     p = Proj(tmp_path)
     priv, _ = p.key("ci")
@@ -544,6 +562,7 @@ def test_frt_sign_into_an_unwritable_place_leaves_nothing(tmp_path):
     assert sorted(x.name for x in p.receipts[0].parent.iterdir()) == sorted([p.receipts[0].name, blocker.name])
 
 
+@pytest.mark.subprocess
 def test_qualify_sign_refuses_a_bad_key_before_measuring(tmp_path):
     p = Proj(tmp_path)
     bad = tmp_path / "bad.pem"
@@ -566,6 +585,7 @@ def test_qualify_sign_refuses_a_bad_key_before_measuring(tmp_path):
     ({"keys": ["keys/priv.pem"]}, "trust.receipts.keys[0]", "is a private key"),
     ({"keys": ["keys/rsa.pub"]}, "trust.receipts.keys[0]", "RSA key; a receipt signer's key is EC P-256"),
 ])
+@pytest.mark.subprocess
 def test_a_bad_policy_is_exit_2_naming_file_and_field(tmp_path, trust, field, want):
     p = Proj(tmp_path)
     priv, _ = p.key("ci")
@@ -593,6 +613,7 @@ def test_a_key_link_leaving_the_project_is_refused(tmp_path):
         p.lock()
 
 
+@pytest.mark.subprocess
 def test_no_private_key_material_in_any_output(tmp_path):
     p = Proj(tmp_path)
     priv, pub = p.key("ci", "ec")
@@ -681,6 +702,7 @@ def test_trusted_root_is_the_file_the_sigstore_wheel_ships():
     assert "sigstage" not in str(root)
 
 
+@pytest.mark.subprocess
 def test_a_lock_without_a_policy_imports_no_cryptography(tmp_path):
     p = Proj(tmp_path)
     code = ("import sys\nfrom frt_dist.cli.main import main\nrc = main(['lock', '--quiet'])\n"
@@ -695,11 +717,12 @@ def test_signing_errors_are_usage_errors():
     assert issubclass(signing.SigningUnavailable, UsageError)
 
 
-from helpers.paths import ROOT, HELPERS  # noqa: E402
 from helpers.gpu import needs_no_gpu  # noqa: E402
+from helpers.paths import HELPERS, ROOT  # noqa: E402
 
 
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
+@pytest.mark.subprocess
 def test_qualify_sign_signs_what_it_writes_and_lock_accepts_it(qproject, tmp_path):
     priv, pub = make_key(tmp_path / "secrets", "ci", "ec")
     (qproject / "keys").mkdir()
@@ -723,6 +746,7 @@ def TinyRoot(root):
     return Project(root, "project", {})
 
 
+@pytest.mark.subprocess
 def test_keyless_signing_without_an_identity_token_is_exit_2_writing_nothing(tmp_path):
     """``frt sign --sigstore`` needs a CI's OIDC token (and the network): without one it says so,
     before any Sigstore service is asked, and writes nothing."""
@@ -739,6 +763,7 @@ def test_keyless_signing_without_an_identity_token_is_exit_2_writing_nothing(tmp
 
 
 @needs_data
+@pytest.mark.subprocess
 def test_verify_rechecks_an_embedded_sigstore_bundle_offline(tmp_path):
     """A lock edited to claim a Sigstore identity signed the receipt, with a real bundle (the
     wheel's) embedded: verify re-checks the bundle against the pinned root over the receipt's
@@ -797,6 +822,7 @@ def test_verify_accepts_a_bundle_by_its_recorded_identity_and_refuses_another(tm
     assert prob["path"].endswith(".signer") and prob["derived"] == f"{WORKFLOW} {GITHUB}" and accepted == {}
 
 
+@pytest.mark.subprocess
 def test_the_sbom_of_a_signed_lock_names_each_receipt_signer(tmp_path):
     """Issue 19 item 5 meets items 1-2: `frt lock --export cyclonedx` on a lock made under a
     policy carries each receipt's signer and signature kind (frt_dist.provenance.sbom reads Lockfile.signatures)."""

@@ -15,13 +15,13 @@ import shutil
 
 import pytest
 
-from helpers.frt import frt_process
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.lock.build import lock_model
 from frt_dist.routes.resolver import resolve
+from helpers.frt import frt_process
 
 pytest.importorskip("cryptography")
-from test_receipt_signing import H200, Proj, keyid_of  # noqa: E402
+from test_receipt_signing import H200, Proj, keyid_of
 
 
 def test_resolve_names_the_rejected_receipt_of_the_band_not_the_other_phase(tmp_path):
@@ -43,6 +43,7 @@ def test_resolve_names_the_rejected_receipt_of_the_band_not_the_other_phase(tmp_
     assert "the receipt was edited after signing" in reason
 
 
+@pytest.mark.subprocess
 def test_an_unlisted_key_is_named_by_the_file_the_previous_lock_pinned(tmp_path):
     p = Proj(tmp_path)
     old, old_pub = p.key("ci-2025")
@@ -64,6 +65,7 @@ def test_an_unlisted_key_is_named_by_the_file_the_previous_lock_pinned(tmp_path)
     assert f"signed by {keyid_of(p.root / old_pub)}, which the policy does not list" in reason
 
 
+@pytest.mark.subprocess
 def test_sign_skips_signature_files_a_glob_matched(tmp_path):
     p = Proj(tmp_path, receipts=(("fast", "decode", H200), ("fast", "prefill", H200)))
     priv, _ = p.key("ci")
@@ -86,6 +88,7 @@ def test_sign_skips_signature_files_a_glob_matched(tmp_path):
     assert "hint: name the receipts (*.json)" in r.stderr
 
 
+@pytest.mark.subprocess
 def test_verify_reports_a_receipt_file_that_differs_from_the_locked_one_as_stale(tmp_path):
     p = Proj(tmp_path)
     p.lock()

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from helpers.frt import frt_main
-from helpers.factories import NORM_SRC, SCALE_SRC, TinyProject, impl_doc, manifest_doc, receipt_doc
+from frt_dist.documents.lockfile import Lockfile
 from frt_dist.documents.schema import parse_toml
 from frt_dist.system.hardware import Hardware
-from frt_dist.documents.lockfile import Lockfile
+from helpers.factories import NORM_SRC, SCALE_SRC, TinyProject, impl_doc, manifest_doc, receipt_doc
+from helpers.frt import frt_main
 
 crypto = pytest.importorskip("cryptography")
 from cryptography.hazmat.primitives import serialization  # noqa: E402

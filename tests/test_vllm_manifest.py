@@ -8,9 +8,9 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from helpers import vllm_support as vs
-from frt_dist.errors import ManifestError, UsageError
 from frt_dist.documents.manifest import Manifest
+from frt_dist.errors import ManifestError, UsageError
+from helpers import vllm_support as vs
 
 
 def _read(doc):
@@ -97,7 +97,6 @@ def test_plugin_refuses_bad_configuration(project, monkeypatch, var, value, text
 
 def test_plugin_refuses_a_binding_that_is_not_vllm(monkeypatch):
     from frt_dist.serve.vllm.plugin import Engine
-
     from helpers.paths import ROOT
 
     monkeypatch.setenv("FRT_PROJECT", str(ROOT))

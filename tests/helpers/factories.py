@@ -32,10 +32,10 @@ from pathlib import Path
 
 import tomli_w
 
-from frt_dist.system.hardware import Hardware
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.lock.build import lock_model
 from frt_dist.project.discover import Project
+from frt_dist.system.hardware import Hardware
 from frt_dist.system.variants import select_variants
 
 __all__ = ["CPU", "cuda_hw", "SCALE_SRC", "NORM_SRC", "variant_files", "write_variant", "write_package",
@@ -76,7 +76,7 @@ def sha256_b64(data: bytes) -> str:
 
 
 def variant_files(name: str, *, module: dict[str, str | bytes] | None = None, source: str = SCALE_SRC,
-                  id: str | None = None, version: int = 1, backend: str = "cpu",  # noqa: A002
+                  id: str | None = None, version: int = 1, backend: str = "cpu",
                   archs: list[str] | None = None, extra: dict | None = None) -> dict[str, bytes]:
     """Files of one variant, keyed by path inside ``build/<variant>/``.
 
@@ -223,13 +223,13 @@ class TinyProject:
         return Lockfile.read(self.lock_path)
 
     @classmethod
-    def existing(cls, root: Path, model: str) -> "TinyProject":
+    def existing(cls, root: Path, model: str) -> TinyProject:
         """Wrap a project folder that is already on disk (nothing is written)."""
         tp = object.__new__(cls)
         tp.root, tp.manifest, tp.packages = Path(root), {"model": model}, {}
         return tp
 
-    def copy_to(self, dest: Path) -> "TinyProject":
+    def copy_to(self, dest: Path) -> TinyProject:
         shutil.copytree(self.root, dest, symlinks=True)
         clone = TinyProject.existing(dest, self.model)
         clone.manifest, clone.packages = self.manifest, self.packages
@@ -252,6 +252,7 @@ def start_hub(monkeypatch, tmp_path: Path, *, trusted: bool = True, archs=None):
     Returns ``(server, commit)``; the caller stops the server."""
     from huggingface_hub import constants
     from huggingface_hub.utils import _detect_agent, disable_progress_bars
+
     from .hubserver import HubServer, kernel_variant_files
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)

@@ -74,7 +74,7 @@ def frt_main(*args, cwd=None, env: dict | None = None) -> Result:
     """``frt args`` through ``frt_dist.cli.main.main`` in this process, from ``cwd`` and with ``env``
     applied if given; stdout and stderr captured, and no traceback allowed on stderr. ``args`` is
     one list (``frt_main(["lock", "--check"])``) or the words themselves (``frt_main("lock", "--check")``)."""
-    from frt_dist.cli.main import main  # noqa: PLC0415 - the CLI is imported by the test that runs it
+    from frt_dist.cli.main import main  # the CLI is imported by the test that runs it
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.ExitStack() as stack:

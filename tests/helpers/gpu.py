@@ -29,7 +29,7 @@ def gpu_visible() -> bool:
     if not _gpu_driver_present():
         return False
     try:
-        import torch  # noqa: PLC0415 - only where a GPU driver is present
+        import torch  # only where a GPU driver is present
     except ImportError:
         return False
     return bool(torch.cuda.is_available())

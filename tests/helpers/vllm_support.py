@@ -152,7 +152,7 @@ def _generate(llm, prompts, max_tokens):
     for o in outs:
         c = o.outputs[0]
         res.append({"tokens": list(c.token_ids),
-                    "logprobs": [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)]})
+                    "logprobs": [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids, strict=False)]})
     return res
 
 
