@@ -324,6 +324,7 @@ sys.meta_path.insert(0, _Slow())
     ("torch", ["qualify", "--route", "fast-norm"], True),  # `import torch` in `frt qualify`: held until done
 ])
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_ctrl_c_during_start_up_ends_quietly_with_130(tmp_path, module, argv, held):
     hook = tmp_path / "hook"
     hook.mkdir()

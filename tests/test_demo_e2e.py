@@ -18,6 +18,7 @@ from helpers.paths import ROOT
 
 @needs_no_gpu  # the demo qualifies and serves CPU kernels on the detected hardware
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_demo_runs_the_whole_lifecycle(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     # TMPDIR: the demo's temporary project goes under this test's folder, never littering /tmp

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "serve_metrics.py"
 from prometheus_client import parser  # noqa: E402 - the test extra installs it
 
-pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
 
 
 def _start(tmp_path, *extra):

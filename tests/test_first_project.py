@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "first-project.md"

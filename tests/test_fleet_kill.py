@@ -88,6 +88,7 @@ def _reader_accepts(lock, url: str, dest: Path) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_a_publish_killed_at_30_random_points_never_leaves_a_partial_release(tmp_path, s3, bucket, monkeypatch):
     tp = tiny_project(tmp_path)
     tp.lock()
@@ -148,6 +149,7 @@ def test_a_reader_refuses_a_store_whose_lockfile_names_missing_objects(tmp_path,
         _reader_accepts(lock, f"s3://{bucket}/p", tmp_path / "node")
 
 
+@pytest.mark.slow
 def test_publishers_at_once_agree(tmp_path, s3, bucket):
     tp = tiny_project(tmp_path)
     tp.lock()

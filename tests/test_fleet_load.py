@@ -105,6 +105,7 @@ print(json.dumps({"packages": {r: [p.source, p.location] for r, p in plan.packag
 
 
 @pytest.mark.parametrize("how", ["FRT_MIRROR", "tool.frt", "file-url"])
+@pytest.mark.slow
 def test_frt_mirror_and_tool_frt_mirror_and_file_urls(solo, tmp_path, bucket, how):
     tp, lock = solo
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FRT_", "HF_"))}
@@ -239,6 +240,7 @@ finally:
 
 
 @pytest.mark.parametrize("client", ["auto", "boto3"])
+@pytest.mark.slow
 def test_a_url_mirror_connects_to_the_endpoint_and_nothing_else(solo, tmp_path, s3, bucket, client):
     """Every connect() of the node, seen by strace (the obstore reader's sockets are Rust's, which a
     Python audit hook does not see), and by the audit hook for boto3's."""
@@ -331,6 +333,7 @@ def test_loading_through_the_store_never_measures(solo, bucket, forbid_measureme
     assert forbid_measurement == []  # no clock read by frt on the serving path, fetching included
 
 
+@pytest.mark.slow
 def test_no_such_bucket_is_exit_2_and_no_output_of_a_node_ever_shows_a_credential(solo, tmp_path, s3, bucket):
     tp, _ = solo
     with pytest.raises(StoreAccess) as nob:

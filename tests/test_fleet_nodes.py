@@ -18,7 +18,7 @@ from helpers.factories import tiny_project
 from helpers.frt import frt_process
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="the node runner forks"),
-              pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess]
+              pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess, pytest.mark.slow]
 
 HW = {"arch": "x86_64", "device_class": "test-cpu", "backend": "cpu", "software": {"torch": "2.13"}}
 V2_SCALE = '''"""tiny test kernel: scale, release 2 (twice the old answer, so a node shows which bytes it runs)."""

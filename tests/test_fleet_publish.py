@@ -91,6 +91,7 @@ def test_file_url_publishes_and_syncs_the_same_layout(proj, tmp_path):
     assert verify_mirror(lock, mirror, variants=["torch-cpu"]) == []
 
 
+@pytest.mark.slow
 def test_republish_skips_present_objects_and_sends_the_lockfile_last(proj, s3, bucket, monkeypatch):
     tp, lock = proj
     proxy = FaultProxy(s3.url).start()
@@ -338,6 +339,7 @@ def test_zero_connections_to_anything_but_the_configured_endpoint(proj, tmp_path
         assert traced is None or traced == {("127.0.0.1", s3.port)}, traced
 
 
+@pytest.mark.slow
 def test_credentials_never_appear_in_output_or_anything_written(proj, tmp_path, s3, bucket):
     tp, lock = proj
     outputs = []

@@ -51,6 +51,7 @@ def _lock_job(tp, tmp_path, name: str, url: str) -> bytes:
     return job.lock_path.read_bytes()
 
 
+@pytest.mark.slow
 def test_the_lock_is_byte_identical_whatever_order_receipts_arrive_in(hosts, tmp_path, s3, bucket):
     tp, host_a, host_b, docs = hosts
     c = s3.client()

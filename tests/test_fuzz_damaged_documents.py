@@ -113,6 +113,7 @@ def _commands(i: int, argvs, demo: Path, monkeypatch, outcomes: dict, crashed: l
             crashed.append(_crash(f"frt {argv[0]}", i, exc))
 
 
+@pytest.mark.slow
 def test_damaged_lockfiles_give_documented_errors_only(demo, monkeypatch):
     rng = random.Random(11)
     lock_path = demo / "lockfiles" / f"{MODEL}.lock"
@@ -163,6 +164,7 @@ def test_damaged_lockfiles_give_documented_errors_only(demo, monkeypatch):
     assert outcomes.get(2, 0) > 100 and outcomes.get(1, 0) > 100  # the damage reached both kinds of refusal
 
 
+@pytest.mark.slow
 def test_damaged_manifests_give_documented_errors_and_write_nothing(demo, monkeypatch):
     rng = random.Random(12)
     mpath = demo / "manifests" / f"{MODEL}.toml"
@@ -196,6 +198,7 @@ def test_damaged_manifests_give_documented_errors_and_write_nothing(demo, monkey
     assert crashed == [], f"{len(crashed)} tracebacks:\n" + "\n".join(crashed[:15])
 
 
+@pytest.mark.slow
 def test_damaged_receipts_never_stop_frt_lock(demo, monkeypatch):
     rng = random.Random(13)
     rdir = demo / "receipts" / MODEL
@@ -247,6 +250,7 @@ def test_damaged_metadata_json_gives_documented_errors_only():
     assert refused > N["metadata"] // 2
 
 
+@pytest.mark.slow
 def test_damaged_lines_in_frts_own_layout_give_documented_errors_only(demo, monkeypatch):
     """The same damage, inside one line of the index, of ``nearest`` or of the receipts, written
     back in the layout ``frt lock`` writes (one JSON object per line in TOML literal strings, the

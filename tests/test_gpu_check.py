@@ -217,6 +217,7 @@ def test_the_refuse_step_itself_on_a_declared_h200(checked_project, gpu_check):
     assert got["refused"] and got["imported"] == [] and "declares archs 12.0a; device h200 is 9.0" in got["reason"]
 
 
+@pytest.mark.slow
 def test_the_refuse_step_fails_when_the_build_loads(checked_project, gpu_check):
     run, builds = checked_project  # a 12.0 device admits the 12.0a build: it is imported (the fake binary fails)
     with pytest.raises(RuntimeError) as exc:

@@ -179,6 +179,7 @@ class RMSNorm(nn.Module):
 '''
 
 
+@pytest.mark.slow
 def test_a_tiny_transformers_model_runs_the_locked_rmsnorm(tmp_path):
     """A randomly initialised Llama from `transformers` (no download), whose
     RMSNorm layers declare ``use_kernel_forward_from_hub("RMSNorm")``, kernelized from the plan."""

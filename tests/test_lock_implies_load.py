@@ -152,6 +152,7 @@ def _hint_command(stderr: str) -> list[str]:
 
 @pytest.mark.parametrize("where", [".", "packages"])  # the hint's path works from the folder it is printed in
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_lock_refuses_an_edited_kernel_naming_the_file_and_the_hint_fixes_it(tmp_path, capsys, where):
     root = _init(tmp_path)
     assert main(["lock", "--project", str(root), "-q"]) == 0

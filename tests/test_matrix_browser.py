@@ -57,6 +57,7 @@ def test_the_browser_builds_the_table_states_and_legend(page, tmp_path):
     assert d.find("div", "legend")
 
 
+@pytest.mark.slow
 def test_the_screenshot_shows_state_colours_legend_and_winners(page, tmp_path):
     shot = tmp_path / "matrix.png"
     r = _chromium([f"--screenshot={shot}", "--window-size=1400,900", page.as_uri()], tmp_path)

@@ -176,6 +176,7 @@ def _size(path: Path) -> int:
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_partial_blob_of_a_killed_run_is_removed_by_the_next_run(tmp_path):
     """Killed while copying a large path-package file: the partial blob is in the run's temp folder."""
     doc = manifest_doc()
@@ -212,6 +213,7 @@ def test_a_partial_blob_of_a_killed_run_is_removed_by_the_next_run(tmp_path):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_concurrent_runs_temp_folder_and_held_locks_stay(monkeypatch, tmp_path):
     """Two processes on one mirror: B starts and ends while A is stuck in a download.
     B removes what it can lock (its own locks, a dead run's leftovers) and nothing A holds."""

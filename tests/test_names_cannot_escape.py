@@ -137,6 +137,7 @@ LOCK_COMMANDS = [["verify", "--mirror", "../mirror", "--all-variants"], ["mirror
                   "torch=2.13,kernels=0.17"], ["matrix"]]
 
 
+@pytest.mark.slow
 def test_hostile_names_in_lockfiles_never_reach_outside(box):
     proj = box / "proj"
     pristine = (proj / "lockfiles" / f"{MODEL}.lock").read_bytes()
@@ -170,6 +171,7 @@ MANIFEST_FIELDS = {
 }
 
 
+@pytest.mark.slow
 def test_hostile_names_in_manifests_and_receipts_never_reach_outside(box):
     proj = box / "proj"
     mpath = proj / "manifests" / f"{MODEL}.toml"

@@ -19,7 +19,7 @@ import pytest
 from helpers.gpu import needs_no_gpu
 from helpers.paths import BUNDLED
 
-pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
 
 
 @pytest.fixture

@@ -18,6 +18,8 @@ import pytest
 from helpers import realdata as rd
 from helpers.hubserver import HubServer
 
+pytestmark = pytest.mark.slow  # every test here takes more than ~5 s
+
 ACCEPTS = (("certified_fast",), ("certified_fast", "supported_correct"))
 
 

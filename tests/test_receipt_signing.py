@@ -29,7 +29,8 @@ from frt_dist.provenance.signing import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_
 from frt_dist.system.hardware import Hardware
 from helpers.factories import receipt_doc, tiny_project
 from helpers.frt import frt_process
-from helpers.paths import BUNDLED
+from helpers.gpu import needs_no_gpu
+from helpers.paths import BUNDLED, HELPERS, ROOT
 
 crypto = pytest.importorskip("cryptography")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -717,12 +718,9 @@ def test_signing_errors_are_usage_errors():
     assert issubclass(signing.SigningUnavailable, UsageError)
 
 
-from helpers.gpu import needs_no_gpu  # noqa: E402
-from helpers.paths import HELPERS, ROOT  # noqa: E402
-
-
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_qualify_sign_signs_what_it_writes_and_lock_accepts_it(qproject, tmp_path):
     priv, pub = make_key(tmp_path / "secrets", "ci", "ec")
     (qproject / "keys").mkdir()

@@ -51,6 +51,7 @@ def project(monkeypatch, tmp_path):
     server.stop()
 
 
+@pytest.mark.slow
 def test_the_sbom_validates_and_holds_what_the_lock_holds(project, tmp_path):
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator

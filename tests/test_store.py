@@ -321,6 +321,7 @@ print("RESULT", got.module.FLAVOUR, got.store_path, "won" if outcome["won"] else
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_two_processes_building_one_entry_both_load_and_one_entry_remains(proj, tmp_path):
     tp, lock = proj
     barrier = tmp_path / "barrier"
@@ -779,6 +780,7 @@ def _maps_of_the_store() -> list[str]:
 @pytest.mark.parametrize("kind, rehash", [(".py", None), (".py", "1"), (".so", "1")])
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a real extension module")
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_file_swapped_in_a_store_entry_with_its_record_rewritten_is_refused_alike(tmp_path, monkeypatch, kind,
                                                                                    rehash):
     """With ``FRT_STORE_REHASH=1`` the store's owner is not trusted to have left an entry alone: whether

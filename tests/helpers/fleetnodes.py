@@ -159,11 +159,9 @@ def main(argv: list[str]) -> int:
     import torch  # noqa: F401
 
     import frt_dist
+    import frt_dist.loader.remote
     import frt_dist.serve.load  # noqa: F401
-    from frt_dist.loader import (
-        _kernels_adapter,
-        remote,  # noqa: F401
-    )
+    from frt_dist.loader import _kernels_adapter
 
     _kernels_adapter.read_metadata  # noqa: B018
     try:
