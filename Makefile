@@ -24,9 +24,8 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m frt_dist.demo.run
 
-# What `make test` lints ([tool.ruff] in pyproject.toml); frt_dist/ and examples/ join, and this becomes ".",
-# once they are clean.
-LINT    := tests bench scripts
+# What `make test` lints ([tool.ruff] in pyproject.toml); frt_dist/ joins, and this becomes ".", once it is clean.
+LINT    := tests bench scripts examples
 
 test: $(STAMP)
 	$(BIN)/ruff check $(LINT)
