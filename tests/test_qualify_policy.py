@@ -193,6 +193,7 @@ def test_check_signing_policy_rules(tmp_path):
 
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_requalifying_keeps_the_previous_receipt_and_its_signature(qproject, tmp_path):
     priv, pub = make_key(tmp_path / "secrets", "ci")
     (qproject / "keys").mkdir()
