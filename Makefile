@@ -24,7 +24,11 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m frt_dist.demo.run
 
+# What `make test` lints ([tool.ruff] in pyproject.toml); frt_dist/ joins, and this becomes ".", once it is clean.
+LINT    := tests bench scripts examples
+
 test: $(STAMP)
+	$(BIN)/ruff check $(LINT)
 	$(BIN)/frt lock --check
 	$(BIN)/python -m pytest -q -n 2
 

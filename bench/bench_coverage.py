@@ -31,11 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_resolve import build_lock  # noqa: E402
-from frt_dist.base.record import replace  # noqa: E402
-from frt_dist.lock.coverage import coverage_diff  # noqa: E402
-from frt_dist.lock.build import derive_index  # noqa: E402
-from frt_dist.documents.lockfile import Lockfile  # noqa: E402
+from bench_resolve import build_lock
+
+from frt_dist.base.record import replace
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.lock.build import derive_index
+from frt_dist.lock.coverage import coverage_diff
 
 
 def main() -> int:

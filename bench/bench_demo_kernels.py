@@ -34,9 +34,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
+import torch
 
-from frt_dist.demo.decoder import DecoderBlock  # noqa: E402
+from frt_dist.demo.decoder import DecoderBlock
 
 PACKAGES = ROOT / "packages"
 
@@ -86,7 +86,7 @@ def bench_rows(rows: int, blocks: dict, rounds: int, warmup: int) -> dict:
     for n in names:
         if n == "host":
             continue
-        speedups = [h / t for h, t in zip(times["host"], times[n])]
+        speedups = [h / t for h, t in zip(times["host"], times[n], strict=True)]
         out["routes"][n] = {
             "ms": statistics.median(times[n]) * 1e3,
             "speedup": statistics.median(speedups),

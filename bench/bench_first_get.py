@@ -3,14 +3,22 @@ against a local moto server, alternating, 3 each; the child's CPU from getrusage
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_first_get.py
 """
-import os, sys, subprocess, resource
+import os
+import resource
+import subprocess
+import sys
+
 sys.path.insert(0, "tests")
-from s3server import S3Server
+from helpers.s3server import S3Server
+
 srv = S3Server().start()
 try:
-    c = srv.client(); c.create_bucket(Bucket="bkt")
-    for i in range(4): c.put_object(Bucket="bkt", Key=f"p/sha256/{'%02d' % i * 32}", Body=b"x" * 2000)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}; env.update(srv.env(), PYTHONPATH=os.getcwd())
+    c = srv.client()
+    c.create_bucket(Bucket="bkt")
+    for i in range(4):
+        c.put_object(Bucket="bkt", Key=f"p/sha256/{f'{i:02d}' * 32}", Body=b"x" * 2000)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(srv.env(), PYTHONPATH=os.getcwd())
     code = """
 import io, time, sys
 t0 = time.perf_counter()

@@ -14,7 +14,7 @@ For each workload and N, in one run (order alternated between rounds):
 - ``s5cmd``: N ``s5cmd run`` processes at once, each copying exactly the objects its node needs
   (``cp -c 1 -p 1024``: one GET per object, as frt does; s5cmd's default ranged parts make moto
   read the whole object once per part), into a folder of its own; nothing is verified.
-- ``frt fetch+verify``: N node processes (tests/fleetnodes.py, forked after the shared imports)
+- ``frt fetch+verify``: N node processes (tests/helpers/fleetnodes.py, forked after the shared imports)
   each doing what ``frt_dist.load`` does before it imports: resolve, then fetch the bound variants'
   locked files into a verified store of its own, hashing and checking every byte.
 - ``frt load``: the whole ``frt_dist.load`` (also import and the bind-time smoke launches).
@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.dont_write_bytecode = True
 
-from s3server import S3Server  # noqa: E402
+from helpers.s3server import S3Server
 
 BUCKET = "frt-bench"
 S5CMD = str(Path(sys.executable).parent / "s5cmd")
@@ -79,10 +79,10 @@ def _frt(args, cwd, env):
 
 def _needed(lock, hw_kwargs, prefix: str, sizes: dict) -> dict:
     """{object key under the bucket: size} of what one node loads: the variants the resolved routes bind."""
-    from frt_dist.system.hardware import Hardware
     from frt_dist.distribution.sources import locked_files
     from frt_dist.routes.resolver import resolve_all
     from frt_dist.serve.load import _binds
+    from frt_dist.system.hardware import Hardware
 
     decisions = resolve_all(lock, hardware=Hardware(**hw_kwargs), precision=None, fallback="refuse",
                             accept=("certified_fast",))
@@ -95,9 +95,9 @@ def _needed(lock, hw_kwargs, prefix: str, sizes: dict) -> dict:
 
 
 def _workloads(names, work: Path, env: dict, big_mb: int) -> dict:
-    from factories import NORM_SRC, SCALE_SRC, tiny_project
-    from frt_dist.documents.lockfile import Lockfile
     from frt_dist.distribution.mirror import cell_machines
+    from frt_dist.documents.lockfile import Lockfile
+    from helpers.factories import NORM_SRC, SCALE_SRC, tiny_project
 
     out = {}
     if "demo" in names:
@@ -174,7 +174,7 @@ def run_nodes(n: int, w: dict, work: Path, env: dict, mode: str, *, sync: bool =
     penv = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     penv.update(env, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     penv.pop("PYTHONDONTWRITEBYTECODE", None)  # the nodes read the compiled modules (env's PYTHONPYCACHEPREFIX)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fleetnodes.py"), str(spec)], env=penv,
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "helpers" / "fleetnodes.py"), str(spec)], env=penv,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.stdout.readline().strip() != "ready":
         raise SystemExit(proc.stderr.read())

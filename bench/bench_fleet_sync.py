@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from factories import SCALE_SRC, tiny_project  # noqa: E402
-from s3server import S3Server  # noqa: E402
+from helpers.factories import SCALE_SRC, tiny_project
+from helpers.s3server import S3Server
 
 S5CMD = shutil.which("s5cmd") or str(Path(sys.executable).parent / "s5cmd")
 

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_resolve import MODEL, build_lock, cli_hardware  # noqa: E402
+from bench_resolve import MODEL, build_lock, cli_hardware
 
 RTOML = ("import sys, time, rtoml\n"
          "text = open(sys.argv[1], encoding='utf-8').read()\n"

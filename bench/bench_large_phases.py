@@ -45,9 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_large_lock import ensure_lock  # noqa: E402
-from bench_resolve import MODEL, cli_hardware  # noqa: E402
-
+from bench_large_lock import ensure_lock
+from bench_resolve import MODEL, cli_hardware
 
 PARTS = ("  check (translate)", "  replace backslash", "  replace quote", "  replace newline", "  sha256 of escaped",
          "  alt: encode_basestring+encode", "  alt: escape_encode swap")
@@ -73,7 +72,7 @@ def _parts(raw: bytes) -> dict:
 
     def timed(name, fn):
         t = time.perf_counter()
-        for b in fn():
+        for _ in fn():
             pass
         out[name] = time.perf_counter() - t
 
@@ -121,7 +120,7 @@ def main() -> int:
         got["read"] = time.perf_counter() - t0
         spent = []
 
-        def timed(*a, **kw):
+        def timed(*a, spent=spent, **kw):
             t = time.perf_counter()
             try:
                 return real_digest(*a, **kw)

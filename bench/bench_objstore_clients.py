@@ -1,5 +1,5 @@
 """Which S3 client for frt's object-store layer (issue 18 item 4): boto3 vs obstore, against a
-local moto server (tests/s3server.py), in one run so the numbers are ratios of the same load.
+local moto server (tests/helpers/s3server.py), in one run so the numbers are ratios of the same load.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_objstore_clients.py [--big-mb 256] [--small 200]
 
@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from s3server import FAKE_KEY_ID, FAKE_SECRET, S3Server  # noqa: E402
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, S3Server
 
 
 def boto3_ops(url):
@@ -63,16 +63,24 @@ def obstore_ops(url):
 
 def run(name, ops, big: Path, n_small: int, tmp: Path) -> dict:
     out = {}
-    t = time.perf_counter(); ops["up"](f"{name}/big", big); out["big up"] = time.perf_counter() - t
-    t = time.perf_counter(); ops["down"](f"{name}/big", tmp / f"{name}.down"); out["big down"] = time.perf_counter() - t
+    t = time.perf_counter()
+    ops["up"](f"{name}/big", big)
+    out["big up"] = time.perf_counter() - t
+    t = time.perf_counter()
+    ops["down"](f"{name}/big", tmp / f"{name}.down")
+    out["big down"] = time.perf_counter() - t
     assert (tmp / f"{name}.down").stat().st_size == big.stat().st_size
     if "stream" in ops:
-        t = time.perf_counter(); ops["stream"](f"{name}/big", tmp / f"{name}.down"); out["big down, one GET streamed"] = time.perf_counter() - t
+        t = time.perf_counter()
+        ops["stream"](f"{name}/big", tmp / f"{name}.down")
+        out["big down, one GET streamed"] = time.perf_counter() - t
     data = os.urandom(4096)
     with ThreadPoolExecutor(8) as pool:
-        t = time.perf_counter(); list(pool.map(lambda i: ops["put"](f"{name}/s/{i}", data), range(n_small)))
+        t = time.perf_counter()
+        list(pool.map(lambda i: ops["put"](f"{name}/s/{i}", data), range(n_small)))
         out["small up"] = time.perf_counter() - t
-        t = time.perf_counter(); got = list(pool.map(lambda i: ops["get"](f"{name}/s/{i}"), range(n_small)))
+        t = time.perf_counter()
+        got = list(pool.map(lambda i: ops["get"](f"{name}/s/{i}"), range(n_small)))
         out["small down"] = time.perf_counter() - t
     assert all(g == data for g in got)
     return out
@@ -97,7 +105,8 @@ def main() -> None:
             for _ in range(a.repeat):
                 for name, make in (("boto3", boto3_ops), ("obstore", obstore_ops)):
                     r = run(name, make(srv.url), big, a.small, tmp)
-                    srv.reset(); srv.client().create_bucket(Bucket="frt-bench")
+                    srv.reset()
+                    srv.client().create_bucket(Bucket="frt-bench")
                     best[name] = {k: min(v, best.get(name, {}).get(k, v)) for k, v in r.items()}
     finally:
         srv.stop()

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.dont_write_bytecode = True
 
-from s3server import S3Server  # noqa: E402
+from helpers.s3server import S3Server
 
 
 class _Item:

@@ -44,8 +44,8 @@ def main() -> None:
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     bare_s = time.perf_counter() - t
 
-    from frt_dist.provenance import publisher
     from frt_dist.documents.metadata import parse_variant_metadata
+    from frt_dist.provenance import publisher
 
     wheel = (DATA / "rfc8785-0.1.2-py3-none-any.whl").read_bytes()
     bundle = (DATA / "rfc8785-0.1.2-py3-none-any.whl.sigstore").read_bytes()

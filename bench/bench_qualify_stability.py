@@ -17,6 +17,7 @@ runs and, the goal, changes between `certified_fast` and a loss.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -48,7 +49,7 @@ def old_state(speedups: list[float], gate: float, rounds: int) -> str:
 
 
 def changes(states: list[str]) -> int:
-    return sum(a != b for a, b in zip(states, states[1:]))
+    return sum(a != b for a, b in itertools.pairwise(states))
 
 
 def main() -> int:
@@ -66,14 +67,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="frt-stability-") as tmp:
         project = Path(args.project) if args.project else Path(tmp) / "proj"
         if args.demo:
-            import shutil  # noqa: PLC0415
+            import shutil
 
             for d in ("manifests", "lockfiles", "receipts", "packages"):
                 shutil.copytree(ROOT / d, project / d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         elif not args.project:
             subprocess.run(frt + ["init", str(project), "--model", args.model, "-q"], check=True, env=env)
         subprocess.run(frt + ["lock", "-q"], check=True, cwd=project, env=env)
-        from frt_dist.documents.lockfile import Lockfile  # noqa: PLC0415
+        from frt_dist.documents.lockfile import Lockfile
 
         lockpath = project / "lockfiles" / f"{args.model}.lock"
         m = Lockfile.read(lockpath).manifest
@@ -106,8 +107,8 @@ def main() -> int:
         # (supported_correct at the cap or with a narrow interval straddling the gate)
         cats = "".join("W" if st == "certified_fast" else
                        "L" if next(b for b in r if b["phase"] == ph)["timing"]["adaptive"]["stopped"] == "decided" else "?"
-                       for st, r in zip(new, runs))
-        wl = sum({a, b} == {"W", "L"} for a, b in zip(cats, cats[1:]))
+                       for st, r in zip(new, runs, strict=True))
+        wl = sum({a, b} == {"W", "L"} for a, b in itertools.pairwise(cats))
         print(f"{ph}: verdicts by run {cats} (W certified, ? cannot tell, L below the gate); "
               f"W<->L changes between consecutive runs: {wl}; W and L both seen: {'W' in cats and 'L' in cats}")
         print(f"{ph}: interval rule: {new.count('certified_fast')} certified_fast / {new.count('supported_correct')} "

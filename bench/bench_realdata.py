@@ -1,6 +1,6 @@
 """The real-data corpus end to end: 54 FlashRT packages on the test Hub, `frt lock` and `frt mirror`
 timed with their Hub request counts, and the decision table (machine x precision x band) on the
-lock compared with the `kernels`-built oracle (tests/realdata.py).
+lock compared with the `kernels`-built oracle (tests/helpers/realdata.py).
 
 Run: .venv/bin/python bench/bench_realdata.py   (prints Markdown; needs no GPU and no network)
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import realdata as rd  # noqa: E402
-from hubserver import HubServer  # noqa: E402
+from helpers import realdata as rd
+from helpers.hubserver import HubServer
 
 ACCEPTS = (("certified_fast",), ("certified_fast", "supported_correct"))
 ACCEPT = ACCEPTS[1]  # the table's policy

@@ -46,15 +46,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("frt_dist") is None:  # not installed: use the checkout's sources
     sys.path.insert(0, str(ROOT))
 
-from frt_dist.documents.schema import parse_toml as read_toml  # noqa: E402
-from frt_dist.errors import LockfileError  # noqa: E402
-from frt_dist.base.canonical import digest  # noqa: E402
-from frt_dist.system.hardware import Hardware  # noqa: E402
-from frt_dist.documents.lockfile import IndexEntry, LockedPackage, LockedVariant, Lockfile  # noqa: E402
-from frt_dist.lock.build import rank_candidates  # noqa: E402
-from frt_dist.documents.manifest import Manifest  # noqa: E402
-from frt_dist.documents.receipt import CellKey, Receipt  # noqa: E402
-from frt_dist.routes.resolver import resolve  # noqa: E402
+from frt_dist.base.canonical import digest
+from frt_dist.documents.lockfile import IndexEntry, LockedPackage, LockedVariant, Lockfile
+from frt_dist.documents.manifest import Manifest
+from frt_dist.documents.receipt import CellKey, Receipt
+from frt_dist.documents.schema import parse_toml as read_toml
+from frt_dist.errors import LockfileError
+from frt_dist.lock.build import rank_candidates
+from frt_dist.routes.resolver import resolve
+from frt_dist.system.hardware import Hardware
 
 MODEL = "bench-model"
 PHASES = {"decode": [1, 16], "prefill": [64, 2048], "verify": [17, 63], "long": [2049, 32768]}

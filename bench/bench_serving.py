@@ -35,10 +35,8 @@ def guard_overhead(n: int = 200_000, repeats: int = 9, inputs: int = 2) -> dict:
     ``w [8]`` and then ``[rows, 8]`` ones (every input is checked)."""
     import torch
 
-    from factories import CPU, TinyProject, impl_doc
     import frt_dist
-
-    from factories import manifest_doc
+    from helpers.factories import CPU, TinyProject, impl_doc, manifest_doc
 
     tmp = Path(tempfile.mkdtemp(prefix="frt-bench-"))
     params = ", ".join(["x", "w", *(f"r{i}" for i in range(2, inputs))][:inputs])
@@ -81,7 +79,8 @@ warnings.filterwarnings("ignore")
 import torch, kernels, pathlib  # both sides start with torch and kernels imported ...
 mode, mirror, plan = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 # ... and frt's side with the frt modules a load uses (their import cost is measured apart: import_time)
-import frt_dist, frt_dist.serve.load, frt_dist.loader, frt_dist.documents.lockfile, frt_dist.routes.resolver, frt_dist.loader.smoke, frt_dist.project.discover
+import frt_dist, frt_dist.serve.load, frt_dist.loader, frt_dist.documents.lockfile, frt_dist.routes.resolver
+import frt_dist.loader.smoke, frt_dist.project.discover
 hw = frt_dist.Hardware(arch="x86_64", device_class="amd-epyc", backend="cpu",
                        software={"torch": "2.13", "kernels": "0.17.2"})
 
@@ -122,8 +121,8 @@ print(json.dumps({"s": dt}))
 def _route_plan(lock, mirror: Path) -> dict:
     """What the certified route of the demo binds: its packages' mirror dirs and every smoke launch
     (entry, concrete shapes, scales) load makes, so the bare baseline does the same work."""
-    from frt_dist.routes.resolver import resolve_all
     from frt_dist.loader.smoke import _dims, smoke_rows
+    from frt_dist.routes.resolver import resolve_all
 
     hw = _bench_hardware()
     decisions = resolve_all(lock, hardware=hw)
@@ -155,8 +154,8 @@ def _bench_hardware():
 def warm_load(rounds: int = 15) -> dict:
     """Each measurement is a fresh process over a filled mirror, with bytecode cached for every module
     on both sides (``PYTHONPYCACHEPREFIX``; one untimed round first), as an installed deployment runs."""
-    from frt_dist.documents.lockfile import Lockfile
     from frt_dist.distribution.mirror import mirror_lock
+    from frt_dist.documents.lockfile import Lockfile
     from frt_dist.project.discover import bundled_root
 
     lock = Lockfile.read(bundled_root() / "lockfiles" / "demo-decoder.lock")
@@ -179,7 +178,7 @@ def warm_load(rounds: int = 15) -> dict:
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
     def paired(a: str, b: str) -> float:  # median of per-round ratios: each pair ran back to back
-        return round(statistics.median(x / y for x, y in zip(times[a], times[b])), 2)
+        return round(statistics.median(x / y for x, y in zip(times[a], times[b], strict=True)), 2)
 
     return {"load-ms": round(med["load"], 2), "loader-ms": round(med["loader"], 2),
             "loader-each-ms": round(med["loader-each"], 2),
@@ -220,7 +219,8 @@ def digest_throughput(size_mb: int = 256, repeats: int = 5) -> dict:
             "throughput-ratio": round(r / f, 2)}
 
 
-SERVING_MODULES = "frt_dist.serve.load, frt_dist.loader, frt_dist.documents.lockfile, frt_dist.routes.resolver, frt_dist.loader.smoke, frt_dist.project.discover"
+SERVING_MODULES = ("frt_dist.serve.load, frt_dist.loader, frt_dist.documents.lockfile, frt_dist.routes.resolver, "
+                   "frt_dist.loader.smoke, frt_dist.project.discover")
 
 
 def import_time(rounds: int = 15) -> dict:

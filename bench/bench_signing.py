@@ -25,16 +25,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import tomli_w  # noqa: E402
-from cryptography.hazmat.primitives import serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519  # noqa: E402
+import tomli_w
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from factories import receipt_doc, tiny_project  # noqa: E402
-from frt_dist.provenance import signing  # noqa: E402
-from frt_dist.system.hardware import Hardware  # noqa: E402
-from frt_dist.documents.lockfile import Lockfile  # noqa: E402
-from frt_dist.lock.build import lock_model  # noqa: E402
-from frt_dist.lock.verify import verify  # noqa: E402
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.lock.build import lock_model
+from frt_dist.lock.verify import verify
+from frt_dist.provenance import signing
+from frt_dist.system.hardware import Hardware
+from helpers.factories import receipt_doc, tiny_project
 
 
 def build(base: Path, n: int, kind: str):
@@ -85,13 +85,16 @@ def main() -> None:
             row = {}
             for on in (False, True):
                 set_policy(tp, on)
-                lock = lambda: lock_model(tp.project, "tiny", warn=lambda m: None)  # noqa: E731
+
+                def lock(tp=tp):
+                    return lock_model(tp.project, "tiny", warn=lambda m: None)
+
                 lock()
                 assert len(Lockfile.read(tp.lock_path).receipts) == args.receipts
                 row[("lock", on)] = best(lock, args.repeat)
                 report = verify(tp.project)
                 assert report.ok, report.problems[:3]
-                row[("verify", on)] = best(lambda: verify(tp.project), args.repeat)
+                row[("verify", on)] = best(lambda tp=tp: verify(tp.project), args.repeat)
             for step in ("lock", "verify"):
                 a, b = row[(step, False)], row[(step, True)]
                 print(f"| {kind} | {step} | {a:.3f} | {b:.3f} | {b / a:.2f}x |")

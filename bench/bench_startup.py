@@ -79,7 +79,10 @@ def paired(cmd: list[str], rounds: int, cwd: Path, env: dict, before_env: dict |
             res[name] = timed(argv, where, e)
         (f_wall, f_cpu, _), (c_wall, c_cpu, code) = res["floor"], res["frt"]
         codes.add(code)
-        fw.append(f_wall); cw.append(c_wall); fc.append(f_cpu); cc.append(c_cpu)
+        fw.append(f_wall)
+        cw.append(c_wall)
+        fc.append(f_cpu)
+        cc.append(c_cpu)
         ratios.append(c_wall / f_wall)
         cpu_ratios.append(c_cpu / f_cpu if f_cpu else float("nan"))
         if before_env:

@@ -101,7 +101,7 @@ EXT_SUFFIX = EXTENSION_SUFFIXES[0]
 
 
 def make_project(tmp: Path, module: dict):
-    from factories import NORM_SRC, tiny_project
+    from helpers.factories import NORM_SRC, tiny_project
 
     tp = tiny_project(tmp, "proj", packages={"scale": {"name": "scale", "module": module},
                                              "norm": {"name": "norm", "source": NORM_SRC}})
@@ -217,7 +217,7 @@ def med(xs):
 
 def paired(a, b):
     """Median of per-round ratios (each pair ran back to back)."""
-    return statistics.median(x / y for x, y in zip(a, b))
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
 def main(argv=None) -> int:
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
           f"fresh processes, medians; {cores} cores\n")
     print("| measure | frt | baseline (same run) | ratio | target |")
     print("|---|---:|---:|---:|---|")
-    wl = [a + b for a, b in zip(loads["warm"], loads["lock_read"])]
+    wl = [a + b for a, b in zip(loads["warm"], loads["lock_read"], strict=True)]
     print(f"| cold verified load (empty store: hash + copy + import from the store) | {c:.1f} ms | "
           f"`get_local_kernel` {k:.1f} ms | {paired(loads['cold'], loads['kernels']):.1f}× | — (hashing-bound, below) |")
     print(f"| warm verified load (second process, entry present; sealed: the `.so` mapped unread) | {w:.1f} ms | "
@@ -283,8 +283,8 @@ def main(argv=None) -> int:
     print()
     print("raw samples (ms): kernels", [round(x, 1) for x in loads["kernels"]], "cold", [round(x, 1) for x in loads["cold"]],
           "warm", [round(x, 1) for x in loads["warm"]], "rehash", [round(x, 1) for x in loads["rehash"]])
-    print("per-round warm/kernels:", [round(a / b, 2) for a, b in zip(loads["warm"], loads["kernels"])],
-          "CPU:", [round(a / b, 2) for a, b in zip(loads["warm_cpu"], loads["kernels_cpu"])])
+    print("per-round warm/kernels:", [round(a / b, 2) for a, b in zip(loads["warm"], loads["kernels"], strict=True)],
+          "CPU:", [round(a / b, 2) for a, b in zip(loads["warm_cpu"], loads["kernels_cpu"], strict=True)])
     if one is not None and eight is not None:
         print("raw samples (MiB/s): 1-file frt", [round(x) for x in one["frt"]], "raw", [round(x) for x in one["raw"]],
               "| 8-file frt", [round(x) for x in eight["frt"]], "raw", [round(x) for x in eight["raw"]])

@@ -3,8 +3,9 @@
 1. **Engine start-up**, paired: each pair starts an engine without frt (``FRT_MODEL`` unset) and with
    frt (route ``eager`` bound from the lock), in fresh processes, in alternating order. ``cold``: the
    pair's first start with an empty frt verified store (``FRT_STORE``: frt verifies and copies the
-   package; vLLM's own caches are shared by both sides); ``warm``: the following starts, store filled. Reported: the median with/without ratio, the median difference, and
-   frt's own bind time from its log line ("bound in X s": decide, verify, import, smoke).
+   package; vLLM's own caches are shared by both sides); ``warm``: the following starts, store filled.
+   Reported: the median with/without ratio, the median difference, and frt's own bind time from its log
+   line ("bound in X s": decide, verify, import, smoke).
 2. **Decode tokens per second**, one engine, route vs vLLM's own op (``Engine.routed``), alternating
    rounds of greedy generation (8 sequences x 32 tokens). On a CPU this measures frt's per-call overhead
    (band pick, contract check, Python layer) against vLLM's op, not a kernel.
@@ -16,20 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-import vllm_support as vs  # noqa: E402
+from helpers import vllm_support as vs
 
 START = r'''
 import json, sys, time

@@ -1,57 +1,22 @@
-"""Shared fixtures: a Hub-protocol server on 127.0.0.1, project builders, a
-hermetic Hugging Face environment (no token, no real cache, no real Hub)."""
+"""Fixtures and hooks only: a hermetic Hugging Face environment (no token, no real cache, no real Hub), a
+Hub-protocol server on 127.0.0.1, an empty project, and the `frt` runner. What tests import lives in
+``tests/helpers/`` (tests/README.md)."""
 
 from __future__ import annotations
 
-import functools
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.dont_write_bytecode = True
-TESTS = Path(__file__).resolve().parent
-ROOT = TESTS.parent
-sys.path.insert(0, str(TESTS))
+sys.dont_write_bytecode = True  # for every test module: a __pycache__ inside a package source would break its digest
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the one way tests find ``helpers``
 
-from hubserver import HubServer, kernel_variant_files  # noqa: E402,F401 (re-exported to tests)
-
-BUNDLED = ROOT
-
-
-# --- tests that assert the CPU detection path -------------------------------
-#
-# ``Hardware.detect()`` (and `kernels`' own variant choice) read ``torch.cuda.is_available()``:
-# on a machine where torch sees a GPU they take the CUDA/ROCm path. A test that asserts what the
-# CPU path does is marked ``@needs_no_gpu`` and is skipped there, saying why. The check is lazy
-# (at the marked test's setup, never at import) and cheap first: with no NVIDIA or AMD driver on
-# the machine, torch is not imported at all.
-
-_GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd")
-
-
-def _gpu_driver_present() -> bool:
-    return any(os.path.exists(p) for p in _GPU_DRIVER_PATHS) or any(
-        shutil.which(tool) for tool in ("nvidia-smi", "rocm-smi", "amd-smi"))
-
-
-@functools.cache
-def gpu_visible() -> bool:
-    """Whether ``Hardware.detect()`` would report a GPU here (torch sees a CUDA or ROCm device)."""
-    if not _gpu_driver_present():
-        return False
-    try:
-        import torch  # noqa: PLC0415 - only where a GPU driver is present
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
-
-
-NO_GPU_REASON = "asserts the CPU detection path (Hardware.detect() reports backend 'cpu'); torch sees a GPU here"
-needs_no_gpu = pytest.mark.needs_no_gpu
+from helpers.frt import Frt  # noqa: E402
+from helpers.gpu import NO_GPU_REASON, gpu_visible  # noqa: E402
+from helpers.hubserver import HubServer  # noqa: E402
+from helpers.s3server import S3Server  # noqa: E402
 
 
 def pytest_configure(config):
@@ -122,50 +87,6 @@ def hub():
         srv.stop()
 
 
-def write_files(root: Path, files: dict[str, bytes]) -> None:
-    for rel, data in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-
-
-MANIFEST_TMPL = '''schema = "frt.manifest/1"
-model = "{model}"
-binding = "toy_binding"
-host = "torch"
-family = "toy"
-default-precision = "fp32"
-
-{packages}
-
-[phases.decode]
-rows = [1, 16]
-
-[phases.prefill]
-rows = [64, 2048]
-
-[seams.norm]
-structure = "norm@1"
-
-[seams.norm.impls.fast]
-package = "{repo}"
-entry = "add_one"
-precision = "fp32"
-contract = {{ device = "cpu", dtypes = ["float32"], layout = "contiguous" }}
-smoke = {{ inputs = [{{ shape = ["rows", 8], dtype = "float32" }}] }}
-
-[routes.fast]
-assembly = "eager"
-seams = {{ norm = "fast" }}
-gate = {{ min-speedup = 1.05 }}
-'''
-
-
-def toy_manifest(model="toy", repo="testorg/addone", package_toml=None) -> str:
-    package_toml = package_toml or f'[packages."{repo}"]\nversion = 1\ntrust = true'
-    return MANIFEST_TMPL.format(model=model, repo=repo, packages=package_toml)
-
-
 @pytest.fixture
 def project(tmp_path):
     """An empty project folder (manifests/, receipts/, lockfiles/)."""
@@ -174,28 +95,46 @@ def project(tmp_path):
     return tmp_path
 
 
-def run_main(argv) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``frt argv`` through ``frt_dist.cli.main.main`` in this process,
-    with no traceback on stderr."""
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
+@pytest.fixture
+def qproject(project, monkeypatch):
+    """A project ``frt qualify`` can measure (``helpers.factories.qualify_project``), with the toy host's
+    folder on ``sys.path`` for in-process runs (subprocesses get it through ``PYTHONPATH``)."""
+    from helpers.factories import qualify_project  # torch, only for the tests that qualify
+    from helpers.paths import HELPERS
 
-    from frt_dist.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as exc:
-            rc = exc.code
-    assert "Traceback" not in err.getvalue()
-    return rc, out.getvalue(), err.getvalue()
+    monkeypatch.syspath_prepend(str(HELPERS))  # the host-entry ``toyhost:build_host``
+    return qualify_project(project)
 
 
-def run_frt(args, *, cwd, env=None, timeout=120, input=None):
-    """`frt` in a real subprocess (the console script's module)."""
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
-    e["PYTHONDONTWRITEBYTECODE"] = "1"
-    e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "frt_dist.cli", *args], cwd=cwd, env=e, capture_output=True,
-                          text=True, timeout=timeout, input=input)
+@pytest.fixture(scope="session")
+def s3():
+    """A real S3-protocol server (moto, its own process) on 127.0.0.1, one for the session; each test
+    takes its own ``bucket``."""
+    srv = S3Server().start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def bucket(s3, monkeypatch):
+    """A fresh bucket on the session's S3 server, and the standard AWS environment pointing at it
+    (in this process, for in-process calls; ``s3.env()`` for subprocesses). Yields the bucket name."""
+    import uuid
+
+    name = f"frt-{uuid.uuid4().hex[:12]}"
+    s3.client().create_bucket(Bucket=name)
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("FRT_STORE_TIMEOUT", "5")
+    yield name
+
+
+@pytest.fixture
+def frt():
+    """The `frt` runner (``helpers.frt``): ``frt("lock", cwd=p)`` in this process, ``frt.process(...)`` as a
+    subprocess; each returns ``.code``, ``.out``, ``.err`` and ``.json()``."""
+    return Frt()

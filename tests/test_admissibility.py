@@ -1,8 +1,8 @@
-"""One admissibility rule (SPEC §19, issue 12 item 1): a receipt stands for its cell only when every
+"""One admissibility rule (issue 12 item 1): a receipt stands for its cell only when every
 variant it measured would run there. `frt lock` rejects the others, `frt verify` re-derives that,
 resolve refuses such a package, and the matrix never shows such a receipt as a winner, so the
 matrix's winner is resolve's decision in every cell (the property test below, on real FlashRT archs).
-Also SPEC §17: a receipt's device class is normalised where it is read."""
+Also the device-class rule: a receipt's device class is normalised where it is read."""
 
 from __future__ import annotations
 
@@ -12,16 +12,25 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_frt
-from factories import SCALE_SRC, cuda_hw, impl_doc, manifest_doc, receipt_doc, tiny_project, variant_files, write_variant
-from frt_dist.system.admissible import admission_problems, variant_problem
 from frt_dist.base.canonical import digest
-from frt_dist.system.hardware import Hardware
 from frt_dist.documents.lockfile import LockedVariant, Lockfile
-from frt_dist.lock.build import derive_index, lock_model
 from frt_dist.documents.receipt import Receipt
+from frt_dist.lock.build import derive_index, lock_model
 from frt_dist.routes.matrix import _table, render_matrix
 from frt_dist.routes.resolver import ACCEPTABLE, resolve
+from frt_dist.system.admissible import admission_problems, variant_problem
+from frt_dist.system.hardware import Hardware
+from helpers.factories import (
+    SCALE_SRC,
+    cuda_hw,
+    impl_doc,
+    manifest_doc,
+    receipt_doc,
+    tiny_project,
+    variant_files,
+    write_variant,
+)
+from helpers.frt import frt_process
 
 ARCHS = json.loads((Path(__file__).parent / "data" / "flashrt-archs.json").read_text("utf-8"))["cuda_capabilities"]
 SOFTWARE = {"torch": "2.13", "cuda": "12.8"}
@@ -109,12 +118,13 @@ def write_receipt(tp, lf, route, phase, hw, name, **kw) -> dict:
     return doc
 
 
+@pytest.mark.subprocess
 def test_lock_rejects_a_receipt_whose_variant_does_not_admit_its_arch(tmp_path):
     tp = cuda_project(tmp_path)
     lf = tp.lock()
     write_receipt(tp, lf, "solo", "decode", cuda_hw("8.9", "l40s"), "ok.json")
     bad = write_receipt(tp, lf, "solo", "decode", cuda_hw("9.0", "h200"), "h200.json")
-    r = run_frt(["lock"], cwd=tp.root)
+    r = frt_process(["lock"], cwd=tp.root)
     assert r.returncode == 0, r.stderr
     why = ("cell.impls.act: package t-org/scale variant torch-cuda declares 8.9; "
            "the cell's cuda arch 9.0 is not admitted")
@@ -124,11 +134,12 @@ def test_lock_rejects_a_receipt_whose_variant_does_not_admit_its_arch(tmp_path):
                                          "route": "solo", "phase": "decode", "device-class": "h200"}]
     lock = Lockfile.read(tp.lock_path)
     assert [k.device_class for k in lock.index] == ["l40s"] and len(lock.receipts) == 1
-    r = run_frt(["lock", "--strict"], cwd=tp.root)
+    r = frt_process(["lock", "--strict"], cwd=tp.root)
     assert r.returncode == 1 and "1 receipt(s) rejected under --strict" in r.stderr, r.stderr
-    assert run_frt(["verify"], cwd=tp.root).returncode == 0  # the rejection is what verify derives too
+    assert frt_process(["verify"], cwd=tp.root).returncode == 0  # the rejection is what verify derives too
 
 
+@pytest.mark.subprocess
 def test_verify_fails_a_lock_edited_to_admit_one(tmp_path):
     from test_verify import Edit, problem, run_verify
 
@@ -191,7 +202,7 @@ REAL = {  # package -> the precision its route serves
 
 def real_project(tmp_path):
     packages, impls, routes = {}, {}, {}
-    for i, (repo, prec) in enumerate(REAL.items()):
+    for repo, prec in REAL.items():
         name = repo.split("/")[1].lower()
         folder = f"packages/{name}"
         for cpu in ("x86_64", "aarch64"):

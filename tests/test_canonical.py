@@ -1,4 +1,4 @@
-"""The canonical-JSON rule (SPEC §3 "Digests and names"), checked against bytes written by hand.
+"""The canonical-JSON rule that receipt and lock digests are taken over, checked against bytes written by hand.
 
 Receipts are written on other machines by other tools, so frt's digests must be exactly
 ``"sha256:" + sha256(json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from conftest import BUNDLED
 from frt_dist.base.canonical import canonical_json, digest
+from helpers.paths import BUNDLED
 
 CASES = [
     ("umlaut", {"name": "ü"}, b'{"name":"\xc3\xbc"}'),

@@ -6,7 +6,11 @@ import json
 
 import pytest
 
-from conftest import kernel_variant_files, run_frt, toy_manifest, write_files
+from helpers.factories import toy_manifest, write_files
+from helpers.frt import frt_process
+from helpers.hubserver import kernel_variant_files
+
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
 
 
 @pytest.fixture
@@ -14,7 +18,7 @@ def toy_project(project):
     write_files(project / "packages" / "addone", kernel_variant_files(name="addone", variant="torch-cpu"))
     (project / "manifests" / "toy.toml").write_text(
         toy_manifest(package_toml='[packages."testorg/addone"]\npath = "packages/addone"'))
-    assert run_frt(["lock", "--quiet"], cwd=project).returncode == 0
+    assert frt_process(["lock", "--quiet"], cwd=project).returncode == 0
     return project
 
 
@@ -30,23 +34,23 @@ HW = ["--arch", "x86_64", "--device-class", "amd-epyc-7b13", "--software", "torc
     (["lock", "--model", "nope"], "unknown model 'nope'"),
 ])
 def test_usage_errors_exit_2(toy_project, argv, message):
-    r = run_frt(argv, cwd=toy_project)
+    r = frt_process(argv, cwd=toy_project)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and "error: " in r.stderr
 
 
 def test_manifest_error_exit_2_names_file_and_field(toy_project):
     (toy_project / "manifests" / "toy.toml").write_text(toy_manifest().replace('host = "torch"', 'host = 7'))
-    r = run_frt(["lock"], cwd=toy_project)
+    r = frt_process(["lock"], cwd=toy_project)
     assert r.returncode == 2
     assert r.stderr.strip() == "error: manifests/toy.toml: host: expected a string, got an integer"
 
 
 def test_resolve_human_and_json(toy_project):
-    r = run_frt(["resolve", "--model", "toy", *HW], cwd=toy_project)
+    r = frt_process(["resolve", "--model", "toy", *HW], cwd=toy_project)
     assert r.returncode == 1
     assert "decode   rows 1-16      REFUSED" in r.stdout and "fast           no receipt for this cell" in r.stdout
-    r = run_frt(["resolve", "--model", "toy", *HW, "--json", "--fallback", "host"], cwd=toy_project)
+    r = frt_process(["resolve", "--model", "toy", *HW, "--json", "--fallback", "host"], cwd=toy_project)
     assert r.returncode == 0
     doc = json.loads(r.stdout)
     assert set(doc) == {"model", "lock-digest", "precision", "hardware", "decisions", "warnings", "project"}
@@ -58,7 +62,7 @@ def test_resolve_human_and_json(toy_project):
 
 
 def test_resolve_explain_lists_every_candidate(toy_project):
-    r = run_frt(["resolve", "--model", "toy", *HW, "--explain", "--json"], cwd=toy_project)
+    r = frt_process(["resolve", "--model", "toy", *HW, "--explain", "--json"], cwd=toy_project)
     doc = json.loads(r.stdout)
     cands = doc["candidates"]
     assert [(c["phase"], c["route"]) for c in cands] == [("decode", "fast"), ("prefill", "fast")]
@@ -68,8 +72,9 @@ def test_resolve_explain_lists_every_candidate(toy_project):
 
 
 def test_detect_needs_no_torch(toy_project, tmp_path):
-    # SPEC §18: with torch unimportable, --detect still reads the machine (NVML, the OS, package metadata)
-    import subprocess, sys
+    # --detect imports no torch: with torch unimportable, --detect still reads the machine (NVML, the OS, package metadata)
+    import subprocess
+    import sys
     code = ("import sys; sys.modules['torch'] = None\n"
             "from frt_dist.cli.main import main\nraise SystemExit(main(['resolve', '--model', 'toy', '--detect', '--json']))")
     r = subprocess.run([sys.executable, "-c", code], cwd=toy_project, capture_output=True, text=True)

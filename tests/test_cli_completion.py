@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_frt
+
+from helpers.frt import frt_process as run_frt
 
 COMMANDS = ("lock", "export", "resolve", "verify", "mirror", "publish", "receipts", "qualify", "sign", "init",
             "release", "digest", "matrix", "completion")

@@ -9,8 +9,9 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import run_frt
-from factories import tiny_project
+
+from helpers.factories import tiny_project
+from helpers.frt import frt_process as run_frt
 
 
 def _deprecated(old: str, new: str) -> str:

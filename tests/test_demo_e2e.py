@@ -11,10 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, needs_no_gpu, run_frt
+from helpers.frt import frt_process
+from helpers.gpu import needs_no_gpu
+from helpers.paths import ROOT
 
 
 @needs_no_gpu  # the demo qualifies and serves CPU kernels on the detected hardware
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_demo_runs_the_whole_lifecycle(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     # TMPDIR: the demo's temporary project goes under this test's folder, never littering /tmp
@@ -41,17 +45,18 @@ def test_demo_runs_the_whole_lifecycle(tmp_path):
     assert "calls 5" in out  # every guarded pass went through the routed entries
 
 
+@pytest.mark.subprocess
 def test_bundled_lockfile_resolves_after_install(tmp_path):
     """`frt --demo resolve --model demo-decoder` against the bundled lockfile, from any folder."""
-    r = run_frt(["--demo", "resolve", "--model", "demo-decoder", "--arch", "x86_64", "--device-class", "amd-epyc",
+    r = frt_process(["--demo", "resolve", "--model", "demo-decoder", "--arch", "x86_64", "--device-class", "amd-epyc",
                  "--software", "torch=2.13,kernels=0.17.2", "--json"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     import json
 
     doc = json.loads(r.stdout)
     assert [d["route"] for d in doc["decisions"]] == ["fused", "fused"]
-    assert run_frt(["lock", "--check", "--demo"], cwd=tmp_path).returncode == 0
-    assert run_frt(["verify", "--demo"], cwd=tmp_path).returncode == 0
+    assert frt_process(["lock", "--check", "--demo"], cwd=tmp_path).returncode == 0
+    assert frt_process(["verify", "--demo"], cwd=tmp_path).returncode == 0
 
 
 # `make demo`'s temporary project, without the demo's minutes: every step stubbed

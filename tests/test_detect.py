@@ -1,4 +1,4 @@
-"""Detection without torch (SPEC §18): NVML facts, CPU fallback with its reason, torch facts from metadata.
+"""Detection without torch (`--detect` imports none): NVML facts, CPU fallback with its reason, torch facts from metadata.
 
 NVML's *facts* are faked (an object with pynvml's functions); the decision code is the real one.
 torch's facts come from a real dist-info folder put first on ``sys.path`` (importlib.metadata reads it).
@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import ROOT
 from frt_dist.system import detect as det
 from frt_dist.system.hardware import Hardware
+from helpers.paths import ROOT
 
 
 class FakeNVML:
@@ -182,6 +182,7 @@ def test_cpu_torch_facts_on_a_gpu_machine_leave_cuda_out_with_a_note(tmp_path, m
     assert d.notes == ("torch 2.13.0+cpu names no CUDA version it was built for: the cell has no cuda fact",)
 
 
+@pytest.mark.subprocess
 def test_hardware_detect_reads_nvml_and_imports_no_torch():
     code = ("import sys, json; from frt_dist.system.hardware import Hardware;"
             "hw = Hardware.detect(); print(json.dumps([hw.detected, 'torch' in sys.modules, 'pynvml' in sys.modules]))")
@@ -189,6 +190,7 @@ def test_hardware_detect_reads_nvml_and_imports_no_torch():
     assert json.loads(out) == [True, False, True]
 
 
+@pytest.mark.subprocess
 def test_frt_resolve_with_default_detection_imports_neither_torch_nor_kernels():
     code = ("import sys, json\nfrom frt_dist.cli.main import main\n"
             "try:\n    rc = main(['resolve', '--model', 'demo-decoder', '--json'])\nexcept SystemExit as e:\n    rc = e.code\n"

@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "serve_metrics.py"
 from prometheus_client import parser  # noqa: E402 - the test extra installs it
 
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
+
 
 def _start(tmp_path, *extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FRT_")}

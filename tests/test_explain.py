@@ -1,22 +1,17 @@
-"""``frt resolve --explain`` (issue 12 item 8, SPEC §8.1): for every candidate route the
+"""``frt resolve --explain`` (issue 12 item 8): for every candidate route the
 variant this system selects for each package, every failing package of a route, archs
 in numeric order, and the full variant lists only under ``-v``."""
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from factories import CPU, tiny_project, write_package  # noqa: E402
-from frt_dist.cli.main import main  # noqa: E402
-from frt_dist.system.hardware import parse_cuda_arch  # noqa: E402
-from frt_dist.system.variants import select_variants  # noqa: E402
+from frt_dist.cli.main import main
+from frt_dist.system.hardware import parse_cuda_arch
+from frt_dist.system.variants import select_variants
+from helpers.factories import CPU, tiny_project, write_package
 
 ARCHS = ["12.0a", "9.0", "10.0", "8.0"]  # as declared: not in order
 CPU_FLAGS = ["--arch", "x86_64", "--device-class", "test-cpu", "--software", "torch=2.13"]

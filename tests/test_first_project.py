@@ -14,6 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "first-project.md"
 README = ROOT / "README.md"

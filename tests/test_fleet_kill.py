@@ -17,19 +17,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
+from frt_dist import KernelUnavailable
+from frt_dist.distribution.mirror import mirror_lock, verify_mirror
+from frt_dist.distribution.objstore import lock_key, open_store
+from frt_dist.documents.lockfile import Lockfile
+from helpers.factories import tiny_project
+from helpers.s3server import FaultProxy
 
-from factories import tiny_project  # noqa: E402
-from frt_dist import KernelUnavailable  # noqa: E402
-from frt_dist.documents.lockfile import Lockfile  # noqa: E402
-from frt_dist.distribution.mirror import mirror_lock, verify_mirror  # noqa: E402
-from frt_dist.distribution.objstore import lock_key, open_store  # noqa: E402
-from s3server import FaultProxy, bucket, s3  # noqa: E402,F401 (fixtures)
-
-pytestmark = pytest.mark.usefixtures("fresh_loader")
+pytestmark = [pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess]
 
 _ZYGOTE = r"""
 import json, os, sys
@@ -91,6 +88,7 @@ def _reader_accepts(lock, url: str, dest: Path) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_a_publish_killed_at_30_random_points_never_leaves_a_partial_release(tmp_path, s3, bucket, monkeypatch):
     tp = tiny_project(tmp_path)
     tp.lock()
@@ -151,6 +149,7 @@ def test_a_reader_refuses_a_store_whose_lockfile_names_missing_objects(tmp_path,
         _reader_accepts(lock, f"s3://{bucket}/p", tmp_path / "node")
 
 
+@pytest.mark.slow
 def test_publishers_at_once_agree(tmp_path, s3, bucket):
     tp = tiny_project(tmp_path)
     tp.lock()

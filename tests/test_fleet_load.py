@@ -1,7 +1,7 @@
-"""Issue 18 item 2 / SPEC §25: ``frt_dist.load(model, mirror="s3://…")``, ``FRT_MIRROR=s3://…`` and
+"""Issue 18 item 2, object-store mirrors: ``frt_dist.load(model, mirror="s3://…")``, ``FRT_MIRROR=s3://…`` and
 ``[tool.frt] mirror = "s3://…"`` (and ``file://``) load straight into the verified store, fetching
 only the locked files of the variants the chosen routes bind, against a real S3-protocol server
-(moto in its own process, tests/s3server.py) through the production client (boto3); requests are
+(moto in its own process, tests/helpers/s3server.py) through the production client (boto3); requests are
 counted by a real HTTP proxy in front of it (``FaultProxy``), not by patching the client."""
 
 from __future__ import annotations
@@ -13,21 +13,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
+import frt_dist
+from frt_dist import loader
+from frt_dist.distribution.objstore import StoreAccess
+from frt_dist.errors import KernelUnavailable
+from frt_dist.loader import remote
+from helpers.factories import CPU, tiny_project, variant_files, write_variant
+from helpers.frt import frt_process
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, run_traced
 
-import frt_dist  # noqa: E402
-from conftest import run_frt  # noqa: E402
-from factories import CPU, tiny_project, variant_files, write_variant  # noqa: E402
-from frt_dist import loader  # noqa: E402
-from frt_dist.errors import KernelUnavailable  # noqa: E402
-from frt_dist.loader import remote  # noqa: E402
-from frt_dist.distribution.objstore import StoreAccess  # noqa: E402
-from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, run_traced, s3  # noqa: E402,F401 (fixtures)
-
-pytestmark = pytest.mark.usefixtures("fresh_loader")
+pytestmark = [pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess]
 
 SCALE_ID = "_frt_test_scale_v1"
 
@@ -108,6 +105,7 @@ print(json.dumps({"packages": {r: [p.source, p.location] for r, p in plan.packag
 
 
 @pytest.mark.parametrize("how", ["FRT_MIRROR", "tool.frt", "file-url"])
+@pytest.mark.slow
 def test_frt_mirror_and_tool_frt_mirror_and_file_urls(solo, tmp_path, bucket, how):
     tp, lock = solo
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FRT_", "HF_"))}
@@ -119,7 +117,7 @@ def test_frt_mirror_and_tool_frt_mirror_and_file_urls(solo, tmp_path, bucket, ho
         (tp.root / "pyproject.toml").write_text(f'[tool.frt]\nmirror = "{url}"\n')
     else:
         shared = tmp_path / "shared-disk"
-        assert run_frt(["mirror", f"file://{shared}", "--all-variants"], cwd=tp.root).returncode == 0
+        assert frt_process(["mirror", f"file://{shared}", "--all-variants"], cwd=tp.root).returncode == 0
         url = f"file://{shared}"
         env["FRT_MIRROR"] = url
     r = subprocess.run([sys.executable, "-c", _NODE], cwd=tp.root, env=env, capture_output=True, text=True,
@@ -242,6 +240,7 @@ finally:
 
 
 @pytest.mark.parametrize("client", ["auto", "boto3"])
+@pytest.mark.slow
 def test_a_url_mirror_connects_to_the_endpoint_and_nothing_else(solo, tmp_path, s3, bucket, client):
     """Every connect() of the node, seen by strace (the obstore reader's sockets are Rust's, which a
     Python audit hook does not see), and by the audit hook for boto3's."""
@@ -324,16 +323,17 @@ def test_a_store_folder_open_to_others_is_refused_before_anything_is_fetched(sol
     assert proxy.log == [] and list(shared.iterdir()) == []
 
 
-from test_serve import forbid_measurement  # noqa: E402,F401 (fixture: any clock read from frt code fails)
+from test_load_plan_and_guard import forbid_measurement  # noqa: E402,F401 (fixture: any clock read from frt code fails)
 
 
 def test_loading_through_the_store_never_measures(solo, bucket, forbid_measurement):  # noqa: F811
     tp, _ = solo
     plan = frt_dist.load("tiny", project=tp.root, hardware=CPU, mirror=f"s3://{bucket}/p")  # a cold fetch
     assert plan.packages["t-org/scale"].location == f"s3://{bucket}/p"
-    assert forbid_measurement == []  # SPEC §6: no clock read by frt on the serving path, fetching included
+    assert forbid_measurement == []  # no clock read by frt on the serving path, fetching included
 
 
+@pytest.mark.slow
 def test_no_such_bucket_is_exit_2_and_no_output_of_a_node_ever_shows_a_credential(solo, tmp_path, s3, bucket):
     tp, _ = solo
     with pytest.raises(StoreAccess) as nob:
@@ -371,10 +371,11 @@ def test_a_full_verified_store_is_exit_2_naming_it_and_leaves_nothing(tmp_path, 
     fault of this machine, not of the object store: no hint to republish), nothing imported, no entry."""
     import subprocess as sp
 
-    from factories import NORM_SRC, manifest_doc
     from frt_dist.distribution.fleet import publish_lock
-    from frt_dist.loader.remote import VerifiedStoreFull
     from frt_dist.distribution.objstore import open_store
+    from frt_dist.loader.remote import VerifiedStoreFull
+    from helpers.factories import NORM_SRC, manifest_doc
+
     from test_mirror_disk import _mount_tmpfs
 
     full = tmp_path / "full"
@@ -410,7 +411,7 @@ def test_a_trickling_store_ends_the_load_within_the_deadline_and_frees_the_fetch
     import threading
     import time
 
-    from hostile import Hostile
+    from helpers.hostile import Hostile
 
     tp, _ = solo
     monkeypatch.setenv("FRT_STORE_CLIENT", client)
@@ -425,7 +426,7 @@ def test_a_trickling_store_ends_the_load_within_the_deadline_and_frees_the_fetch
             t0 = time.monotonic()
             try:
                 frt_dist.load("tiny", project=tp.root, hardware=CPU, mirror=f"s3://{bucket}/p")
-            except BaseException as exc:  # noqa: BLE001 - handed back
+            except BaseException as exc:  # handed back
                 box["exc"] = exc
             box["took"] = time.monotonic() - t0
 

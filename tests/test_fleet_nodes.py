@@ -12,17 +12,13 @@ import subprocess
 import sys
 import time
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from conftest import run_frt  # noqa: E402
-from factories import tiny_project  # noqa: E402
-from s3server import bucket, s3  # noqa: E402,F401 (fixtures)
+from helpers.factories import tiny_project
+from helpers.frt import frt_process
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="the node runner forks"),
-              pytest.mark.usefixtures("fresh_loader")]
+              pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess, pytest.mark.slow]
 
 HW = {"arch": "x86_64", "device_class": "test-cpu", "backend": "cpu", "software": {"torch": "2.13"}}
 V2_SCALE = '''"""tiny test kernel: scale, release 2 (twice the old answer, so a node shows which bytes it runs)."""
@@ -44,7 +40,7 @@ def _run_nodes(tmp_path, nodes, *, before_go=None) -> tuple[dict, list[dict], ob
     spec.write_text(json.dumps({"nodes": nodes, "out": str(out)}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     env.update(PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "fleetnodes.py"), str(spec)],
+    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "helpers", "fleetnodes.py"), str(spec)],
                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
     proc.stdin.write("go\n")
@@ -60,10 +56,10 @@ def test_16_nodes_load_through_the_store_while_a_newer_lock_is_published(tmp_pat
     v1 = tiny_project(tmp_path, "v1")
     v1.lock(receipts=[("fast", "decode"), ("fast", "prefill")])
     url = f"s3://{bucket}/fleet"
-    assert run_frt(["mirror", url, "--variant", "torch-cpu"], cwd=v1.root).returncode == 0
+    assert frt_process(["mirror", url, "--variant", "torch-cpu"], cwd=v1.root).returncode == 0
     v2 = v1.copy_to(tmp_path / "v2")  # the next release: t-org/scale changes, t-org/norm does not
     (v2.root / "packages/scale/build/torch-cpu").rename(tmp_path / "old-scale")
-    from factories import write_package
+    from helpers.factories import write_package
 
     write_package(v2.root / "packages/scale", "scale", source=V2_SCALE)
     v2.lock(receipts=[("fast", "decode"), ("fast", "prefill")])
@@ -71,17 +67,22 @@ def test_16_nodes_load_through_the_store_while_a_newer_lock_is_published(tmp_pat
     store = tmp_path / "shared-store"  # one verified store for all 16: they must not trip over each other
     check = [["act", "decode", 2, 8]]
 
-    def node(lock, i):
+    published = tmp_path / "publisher-started"  # every node, once started, waits for it before it loads
+
+    def node(lock, i, **extra):
         return {"cwd": str(tmp_path), "model": "tiny", "lockfile": str(lock), "mirror": url, "hardware": HW,
-                "check": check, "env": {**aws, "FRT_STORE": str(store), "XDG_CACHE_HOME": str(tmp_path / f"c{i}")}}
+                "check": check, "env": {**aws, "FRT_STORE": str(store), "XDG_CACHE_HOME": str(tmp_path / f"c{i}")},
+                **extra}
 
     def publish():
-        t = time.time()
-        return t, subprocess.Popen([sys.executable, "-m", "frt_dist.cli", "mirror", url, "--variant", "torch-cpu"],
-                                   cwd=v2.root, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen([sys.executable, "-m", "frt_dist.cli", "mirror", url, "--variant", "torch-cpu"],
+                             cwd=v2.root, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        published.write_bytes(b"")
+        return p
 
-    summary, docs, (t_pub, pub) = _run_nodes(tmp_path, [node(v1.lock_path, i) for i in range(N)], before_go=publish)
+    summary, docs, pub = _run_nodes(tmp_path, [node(v1.lock_path, i, wait_for=str(published)) for i in range(N)],
+                                    before_go=publish)
     pub_out, pub_err = pub.communicate(timeout=60)
     assert pub.returncode == 0, pub_err
     assert "2 object(s) uploaded, 2 already present" in pub_out  # the new scale files and metadata only
@@ -95,7 +96,8 @@ def test_16_nodes_load_through_the_store_while_a_newer_lock_is_published(tmp_pat
     assert sum(d["stats"]["objects"] for d in docs) == 4 and sum(d["stats"]["entries"] for d in docs) == 2
     assert sum(d["stats"]["warm"] for d in docs) == 2 * N - 2
     assert not [p for p in store.iterdir() if p.name.startswith((".tmp-", ".trash-"))]
-    assert t_pub < max(d["end_epoch"] for d in docs)  # the publisher started while the nodes loaded
+    # the publisher started while the nodes loaded: each node was running, and loaded only after it started
+    assert [d.get("waited_for") for d in docs] == [str(published)] * N
     # the newer lock's nodes, after the publish: its bytes (x * w * 2), its new objects only
     summary, docs, _ = _run_nodes(tmp_path, [node(v2.lock_path, N + i) for i in range(2)])
     assert summary["codes"] == [0, 0], docs

@@ -1,7 +1,7 @@
 """The read client (issue 18 item 7): reads of an ``s3://`` store go through obstore when the
 environment alone configures the store, through boto3 otherwise (``objstore.read_client_why``),
 and both map every fault to the same frt errors. Against the real moto server and the fault proxy
-in front of it (tests/s3server.py); each fault test runs once per client."""
+in front of it (tests/helpers/s3server.py); each fault test runs once per client."""
 
 from __future__ import annotations
 
@@ -10,16 +10,21 @@ import os
 import sys
 import time
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from frt_dist.errors import UsageError  # noqa: E402
-from frt_dist.distribution.objstore import (  # noqa: E402
-    ObjectMissing, ObstoreS3Reader, S3Store, StoreAccess, StoreUnavailable, open_store, read_client_why,
+from frt_dist.distribution.objstore import (
+    ObjectMissing,
+    ObstoreS3Reader,
+    S3Store,
+    StoreAccess,
+    StoreUnavailable,
+    open_store,
+    read_client_why,
 )
-from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, s3  # noqa: E402,F401 (fixtures)
+from frt_dist.errors import UsageError
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy
+
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
 
 KEY = "sha256/" + "ab" * 32
 DATA = os.urandom(3 << 20) + b"end"
@@ -219,7 +224,7 @@ def test_a_cut_stream_resumes_from_the_next_byte(s3, bucket, client, monkeypatch
 def test_a_child_forked_after_obstore_ran_reads_with_boto3_instead_of_hanging(s3, bucket):
     """obstore's runtime does not survive a fork (a child's first request would hang): a server that
     loaded through the store and then forks workers still loads in them, through boto3."""
-    import subprocess  # noqa: PLC0415
+    import subprocess
 
     s3.client().put_object(Bucket=bucket, Key=f"p/{KEY}", Body=DATA)
     code = f"""

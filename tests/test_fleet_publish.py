@@ -1,5 +1,5 @@
-"""Issue 18 / SPEC §25: ``frt mirror URL`` publishes, ``frt mirror DIR --from URL`` syncs, against a
-real S3-protocol server (moto, its own process, tests/s3server.py) through the production client
+"""Issue 18, object-store mirrors: ``frt mirror URL`` publishes, ``frt mirror DIR --from URL`` syncs, against a
+real S3-protocol server (moto, its own process, tests/helpers/s3server.py) through the production client
 (boto3 in frt_dist/distribution/objstore.py, configured only by the standard AWS environment), and ``file://``."""
 
 from __future__ import annotations
@@ -9,20 +9,16 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
+from frt_dist import loader
+from frt_dist.distribution.mirror import verify_mirror
+from helpers.factories import CPU, tiny_project
+from helpers.frt import frt_process
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, run_traced
 
-from conftest import run_frt  # noqa: E402
-from factories import CPU, tiny_project  # noqa: E402
-from frt_dist import loader  # noqa: E402
-from frt_dist.distribution.mirror import verify_mirror  # noqa: E402
-from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, run_traced, s3  # noqa: E402,F401 (fixtures)
-
-pytestmark = pytest.mark.usefixtures("fresh_loader")
+pytestmark = [pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess]
 
 SCALE_FILE = "t-org/scale build/torch-cpu/scale/__init__.py"
 
@@ -42,7 +38,7 @@ def _objects(s3, bucket: str) -> dict[str, bytes]:
 def _locked_objects(tp, lock) -> dict[str, bytes]:
     """sha256/<hex> -> bytes of every torch-cpu file the lock names (read from the path packages)."""
     out = {}
-    for repo, pkg in lock.packages.items():
+    for pkg in lock.packages.values():
         base = tp.root / pkg.path / "build" / "torch-cpu"
         for p in base.rglob("*"):
             if p.is_file():
@@ -57,7 +53,7 @@ def _scale_key(tp, lock) -> str:
 
 def test_publish_then_sync_then_load(proj, tmp_path, s3, bucket):
     tp, lock = proj
-    r = run_frt(["mirror", f"s3://{bucket}/fleet/prod", "--variant", "torch-cpu"], cwd=tp.root)
+    r = frt_process(["mirror", f"s3://{bucket}/fleet/prod", "--variant", "torch-cpu"], cwd=tp.root)
     assert r.returncode == 0, r.stderr
     assert "4 object(s) uploaded" in r.stdout and "lockfiles/tiny.lock last" in r.stdout
     objs = _objects(s3, bucket)
@@ -67,7 +63,7 @@ def test_publish_then_sync_then_load(proj, tmp_path, s3, bucket):
     assert sorted(objs) == sorted([*want, "fleet/prod/lockfiles/tiny.lock"])
 
     mirror = tmp_path / "node-mirror"
-    r = run_frt(["mirror", str(mirror), "--from", f"s3://{bucket}/fleet/prod", "--variant", "torch-cpu", "--json"],
+    r = frt_process(["mirror", str(mirror), "--from", f"s3://{bucket}/fleet/prod", "--variant", "torch-cpu", "--json"],
                 cwd=tp.root)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -77,7 +73,7 @@ def test_publish_then_sync_then_load(proj, tmp_path, s3, bucket):
     import torch
 
     assert loaded.module.scale(torch.ones(2), torch.full((2,), 3.0)).tolist() == [3.0, 3.0]
-    r = run_frt(["mirror", str(mirror), "--from", f"s3://{bucket}/fleet/prod", "--variant", "torch-cpu"],
+    r = frt_process(["mirror", str(mirror), "--from", f"s3://{bucket}/fleet/prod", "--variant", "torch-cpu"],
                 cwd=tp.root)
     assert r.returncode == 0 and "0 blob(s) fetched, 4 already present" in r.stdout, r.stderr
 
@@ -85,37 +81,38 @@ def test_publish_then_sync_then_load(proj, tmp_path, s3, bucket):
 def test_file_url_publishes_and_syncs_the_same_layout(proj, tmp_path):
     tp, lock = proj
     store = tmp_path / "shared-disk"
-    r = run_frt(["mirror", f"file://{store}", "--variant", "torch-cpu"], cwd=tp.root)
+    r = frt_process(["mirror", f"file://{store}", "--variant", "torch-cpu"], cwd=tp.root)
     assert r.returncode == 0, r.stderr
     files = sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file())
     assert files == sorted([*_locked_objects(tp, lock), "lockfiles/tiny.lock"])  # no temp file left
     mirror = tmp_path / "m"
-    r = run_frt(["mirror", str(mirror), "--from", f"file://{store}", "--variant", "torch-cpu"], cwd=tp.root)
+    r = frt_process(["mirror", str(mirror), "--from", f"file://{store}", "--variant", "torch-cpu"], cwd=tp.root)
     assert r.returncode == 0, r.stderr
     assert verify_mirror(lock, mirror, variants=["torch-cpu"]) == []
 
 
+@pytest.mark.slow
 def test_republish_skips_present_objects_and_sends_the_lockfile_last(proj, s3, bucket, monkeypatch):
     tp, lock = proj
     proxy = FaultProxy(s3.url).start()
     try:
         env = {"AWS_ENDPOINT_URL": proxy.url}
-        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+        r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
         assert r.returncode == 0, r.stderr
         puts = [p for m, p in proxy.log if m == "PUT"]
         assert len(puts) == 5 and puts[-1].endswith("/p/lockfiles/tiny.lock")  # 4 objects, then the lockfile
         assert all("/p/sha256/" in p for p in puts[:-1])
         proxy.log.clear()
-        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+        r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
         assert r.returncode == 0 and "0 object(s) uploaded, 4 already present" in r.stdout, r.stderr
         assert [p for m, p in proxy.log if m == "PUT"] == [puts[-1]]  # only the lockfile (idempotent)
         # an object with the wrong size is sent again; --repair sends every one
         s3.client().put_object(Bucket=bucket, Key=f"p/{_scale_key(tp, lock)}", Body=b"short")
         proxy.log.clear()
-        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+        r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
         assert r.returncode == 0 and "1 object(s) uploaded, 3 already present" in r.stdout, r.stderr
         proxy.log.clear()
-        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu", "--repair"], cwd=tp.root, env=env)
+        r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu", "--repair"], cwd=tp.root, env=env)
         assert r.returncode == 0 and "4 object(s) uploaded" in r.stdout, r.stderr
         assert proxy.count("PUT") == 5
     finally:
@@ -127,7 +124,7 @@ def test_a_source_that_does_not_match_the_lock_is_not_uploaded_and_no_lockfile_g
     tp, lock = proj
     src = tp.root / lock.packages["t-org/scale"].path / "build/torch-cpu/scale/__init__.py"
     src.write_text(src.read_text() + "\n# edited after locking\n")
-    r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
+    r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
     assert r.returncode == 1, r.stderr
     assert SCALE_FILE in r.stderr and "do not match the lock" in r.stderr and "lockfile was not published" in r.stderr
     objs = _objects(s3, bucket)
@@ -140,7 +137,7 @@ def test_a_source_that_does_not_match_the_lock_is_not_uploaded_and_no_lockfile_g
 def test_a_damaged_or_missing_object_is_refused_naming_it_and_nothing_becomes_visible(proj, tmp_path, s3, bucket,
                                                                                       fault):
     tp, lock = proj
-    assert run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
+    assert frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
     key = f"p/{_scale_key(tp, lock)}"
     good = _objects(s3, bucket)[key]
     c = s3.client()
@@ -149,7 +146,7 @@ def test_a_damaged_or_missing_object_is_refused_naming_it_and_nothing_becomes_vi
     else:
         c.put_object(Bucket=bucket, Key=key, Body=good.replace(b"*", b"+") if fault == "tampered" else good[:-7])
     mirror = tmp_path / "m"
-    r = run_frt(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
+    r = frt_process(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
     assert f"s3://{bucket}/{key}" in r.stderr and SCALE_FILE in r.stderr  # the object and the locked file
@@ -165,24 +162,24 @@ def test_a_damaged_or_missing_object_is_refused_naming_it_and_nothing_becomes_vi
 
 def test_a_server_error_that_persists_is_retried_a_bounded_number_of_times(proj, tmp_path, s3, bucket):
     tp, lock = proj
-    assert run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
+    assert frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
     proxy = FaultProxy(s3.url, mode="500").start()
     try:
         env = {"AWS_ENDPOINT_URL": proxy.url, "FRT_STORE_ATTEMPTS": "3"}
         t0 = time.monotonic()
-        r = run_frt(["mirror", str(tmp_path / "m"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu",
+        r = frt_process(["mirror", str(tmp_path / "m"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu",
                      "--model", "tiny"], cwd=tp.root, env=env)
         took = time.monotonic() - t0
         assert r.returncode == 1, r.stderr
         assert "answered 500" in r.stderr and "through 3 attempt(s)" in r.stderr and "Traceback" not in r.stderr
         per_object = {}
-        for m, p in proxy.log:
+        for _method, p in proxy.log:
             per_object[p] = per_object.get(p, 0) + 1
         assert per_object and max(per_object.values()) == 3  # bounded: 3 attempts per request, no more
         assert took < 30
         # a fault that clears: the first two answers are 500, then it works
         proxy.mode, proxy.fail_first = "pass", 2
-        r = run_frt(["mirror", str(tmp_path / "m2"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"],
+        r = frt_process(["mirror", str(tmp_path / "m2"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"],
                     cwd=tp.root, env=env)
         assert r.returncode == 0, r.stderr
         assert verify_mirror(lock, tmp_path / "m2", variants=["torch-cpu"]) == []
@@ -192,11 +189,11 @@ def test_a_server_error_that_persists_is_retried_a_bounded_number_of_times(proj,
 
 def test_a_stream_cut_mid_way_resumes_where_it_stopped(proj, tmp_path, s3, bucket):
     tp, lock = proj
-    assert run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
+    assert frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
     proxy = FaultProxy(s3.url).start()
     proxy.cut_first = 4  # every object's first GET drops after half its bytes
     try:
-        r = run_frt(["mirror", str(tmp_path / "m"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"],
+        r = frt_process(["mirror", str(tmp_path / "m"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"],
                     cwd=tp.root, env={"AWS_ENDPOINT_URL": proxy.url})
     finally:
         proxy.stop()
@@ -211,7 +208,7 @@ def test_a_stalled_server_times_out_in_bounded_time(proj, tmp_path, s3, bucket):
     try:
         env = {"AWS_ENDPOINT_URL": proxy.url, "FRT_STORE_ATTEMPTS": "2", "FRT_STORE_TIMEOUT": "0.5"}
         t0 = time.monotonic()
-        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env, timeout=40)
+        r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env, timeout=40)
         took = time.monotonic() - t0
     finally:
         proxy.server.shutdown()  # stalled handler threads are daemons
@@ -227,11 +224,11 @@ def test_no_credentials_is_exit_2_with_a_hint(proj, tmp_path, s3, bucket, monkey
     for args in (["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"],
                  ["mirror", str(tmp_path / "m"), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"],
                  ["receipts", "pull", f"s3://{bucket}/p"]):
-        r = run_frt(args, cwd=tp.root)
+        r = frt_process(args, cwd=tp.root)
         assert r.returncode == 2, (args, r.stderr)
         assert "no credentials for the object store" in r.stderr and "Traceback" not in r.stderr
         assert "hint: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE" in r.stderr
-    r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu", "--json"], cwd=tp.root)
+    r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu", "--json"], cwd=tp.root)
     doc = json.loads(r.stdout)
     assert r.returncode == 2 and doc["exit"] == 2 and "no credentials" in doc["error"]
 
@@ -240,17 +237,17 @@ def test_access_denied_and_no_such_bucket_are_exit_2(proj, tmp_path, s3, bucket)
     tp, _ = proj
     proxy = FaultProxy(s3.url, mode="403").start()
     try:
-        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root,
+        r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root,
                     env={"AWS_ENDPOINT_URL": proxy.url})
     finally:
         proxy.stop()
     assert r.returncode == 2 and ": access denied (" in r.stderr and "hint:" in r.stderr, r.stderr
-    r = run_frt(["mirror", str(tmp_path / "m"), "--from", "s3://frt-no-such-bucket/p", "--variant", "torch-cpu"],
+    r = frt_process(["mirror", str(tmp_path / "m"), "--from", "s3://frt-no-such-bucket/p", "--variant", "torch-cpu"],
                 cwd=tp.root)
     assert r.returncode == 2 and "no such bucket 'frt-no-such-bucket'" in r.stderr, r.stderr
     assert not (tmp_path / "m" / "kernels--t-org--scale" / "refs").exists()
     # publishing starts with HEADs, whose 404 has no body: frt asks once whether the bucket exists
-    r = run_frt(["mirror", "s3://frt-no-such-bucket/p", "--variant", "torch-cpu"], cwd=tp.root)
+    r = frt_process(["mirror", "s3://frt-no-such-bucket/p", "--variant", "torch-cpu"], cwd=tp.root)
     assert r.returncode == 2 and "no such bucket 'frt-no-such-bucket'" in r.stderr, r.stderr
 
 
@@ -263,9 +260,9 @@ def test_a_profile_from_the_aws_config_files_is_used(proj, tmp_path, s3, bucket,
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(k)
     env = {"AWS_PROFILE": "fleet", "AWS_SHARED_CREDENTIALS_FILE": str(creds), "AWS_CONFIG_FILE": str(config)}
-    r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+    r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
     assert r.returncode == 0, r.stderr
-    r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root,
+    r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root,
                 env={**env, "AWS_PROFILE": "nope"})
     assert r.returncode == 2 and "the AWS profile 'nope' is not in the AWS config files" in r.stderr, r.stderr
 
@@ -279,7 +276,7 @@ def test_bad_locations_and_flag_mixes_are_usage_errors(proj, tmp_path):
                        (["mirror", "s3://bucket/p", "--from", "s3://bucket/q"], "not both"),
                        (["mirror", str(tmp_path / "m"), "--repair"], "--repair applies when publishing"),
                        (["receipts", "push", str(tmp_path)], "not an object-store URL")):
-        r = run_frt(args, cwd=tp.root)
+        r = frt_process(args, cwd=tp.root)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
 
 
@@ -289,7 +286,7 @@ def test_a_link_inside_a_file_store_is_never_followed(proj, tmp_path):
     store.mkdir()
     outside.mkdir()
     (store / "sha256").symlink_to(outside)
-    r = run_frt(["mirror", f"file://{store}", "--variant", "torch-cpu"], cwd=tp.root)
+    r = frt_process(["mirror", f"file://{store}", "--variant", "torch-cpu"], cwd=tp.root)
     assert r.returncode == 2 and "is a symbolic link" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert list(outside.iterdir()) == [] and not (store / "lockfiles").exists()
     # reading: objects behind the link are absent, never read through it
@@ -297,7 +294,7 @@ def test_a_link_inside_a_file_store_is_never_followed(proj, tmp_path):
         (outside / key.split("/")[1]).write_bytes(data)
     (store / "lockfiles").mkdir()
     (store / "lockfiles" / "tiny.lock").write_bytes(tp.lock_path.read_bytes())
-    r = run_frt(["mirror", str(tmp_path / "m"), "--from", f"file://{store}", "--variant", "torch-cpu"], cwd=tp.root)
+    r = frt_process(["mirror", str(tmp_path / "m"), "--from", f"file://{store}", "--variant", "torch-cpu"], cwd=tp.root)
     assert r.returncode == 1 and "is not in the store" in r.stderr and SCALE_FILE in r.stderr, r.stderr
 
 
@@ -321,7 +318,6 @@ sys.exit(rc)
 
 
 def test_zero_connections_to_anything_but_the_configured_endpoint(proj, tmp_path, s3, bucket):
-    import subprocess
 
     tp, lock = proj
     log = tmp_path / "connects.json"
@@ -343,6 +339,7 @@ def test_zero_connections_to_anything_but_the_configured_endpoint(proj, tmp_path
         assert traced is None or traced == {("127.0.0.1", s3.port)}, traced
 
 
+@pytest.mark.slow
 def test_credentials_never_appear_in_output_or_anything_written(proj, tmp_path, s3, bucket):
     tp, lock = proj
     outputs = []
@@ -366,7 +363,7 @@ def test_credentials_never_appear_in_output_or_anything_written(proj, tmp_path, 
                   "FRT_STORE_ATTEMPTS": "1"})]
         for args, env in runs:
             proxy.mode = env.pop("_mode", "pass")
-            r = run_frt(args, cwd=tp.root, env=env)
+            r = frt_process(args, cwd=tp.root, env=env)
             outputs += [r.stdout, r.stderr]
     finally:
         proxy.stop()
@@ -399,7 +396,7 @@ def test_ctrl_c_ends_promptly_with_130_and_publishes_no_lockfile(proj, tmp_path,
 
     tp, _ = proj
     if direction == "sync":
-        assert run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
+        assert frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root).returncode == 0
     proxy = FaultProxy(s3.url, mode="stall", stall_s=30).start()
     target = [f"s3://{bucket}/q"] if direction == "publish" else [str(tmp_path / "m"), "--from", f"s3://{bucket}/p"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
@@ -446,7 +443,7 @@ def test_a_same_size_object_planted_before_the_first_publish_is_found_and_replac
     proxy = FaultProxy(s3.url).start()
     try:
         env = {"AWS_ENDPOINT_URL": proxy.url}
-        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu", "--json"], cwd=tp.root, env=env)
+        r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu", "--json"], cwd=tp.root, env=env)
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)["models"][0]
         assert doc["uploaded"] == 4 and doc["present"] == 0
@@ -457,7 +454,7 @@ def test_a_same_size_object_planted_before_the_first_publish_is_found_and_replac
         assert {k.split("/", 1)[1]: v for k, v in _objects(s3, bucket).items() if "/sha256/" in k} == files
 
         proxy.log.clear()  # again: every object is shown by its checksum, nothing is downloaded or sent
-        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+        r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
         assert r.returncode == 0, r.stderr
         assert "0 object(s) uploaded, 4 already present (4 by the store's SHA-256 checksum, 0 downloaded and " \
                "hashed)" in r.stdout, r.stdout
@@ -465,13 +462,13 @@ def test_a_same_size_object_planted_before_the_first_publish_is_found_and_replac
 
         c.put_object(Bucket=bucket, Key=f"p/{key_a}", Body=files[key_a])  # the right bytes, no SHA-256 kept
         proxy.log.clear()
-        r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
+        r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root, env=env)
         assert r.returncode == 0 and "4 already present (3 by the store's SHA-256 checksum, 1 downloaded" in r.stdout
         assert proxy.count("GET", "/sha256/") == 1 and proxy.count("PUT") == 1
     finally:
         proxy.stop()
     mirror = tmp_path / "node"
-    r = run_frt(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
+    r = frt_process(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
     assert r.returncode == 0, r.stderr
     assert verify_mirror(lock, mirror, variants=["torch-cpu"]) == []
 
@@ -483,7 +480,7 @@ def test_a_file_store_checks_a_present_object_by_its_bytes(proj, tmp_path):
     key = sorted(files)[0]
     (store / key).parent.mkdir(parents=True)
     (store / key).write_bytes(bytes(len(files[key])))  # planted, same size
-    r = run_frt(["mirror", f"file://{store}", "--variant", "torch-cpu", "--json"], cwd=tp.root)
+    r = frt_process(["mirror", f"file://{store}", "--variant", "torch-cpu", "--json"], cwd=tp.root)
     assert r.returncode == 0, r.stderr
     assert [x["key"] for x in json.loads(r.stdout)["models"][0]["replaced"]] == [key]
     assert (store / key).read_bytes() == files[key]
@@ -495,10 +492,10 @@ def test_a_store_that_goes_away_mid_sync_says_what_is_verified_and_a_rerun_resum
     """The endpoint stops answering at the third request of a sync (the first package's two files
     are in): the run retries within FRT_STORE_ATTEMPTS, then exit 1 saying how many files are
     verified and that a re-run resumes; the package that got nothing leaves no folder behind."""
-    from conftest import run_main
+    from helpers.frt import frt_main
 
     tp, lock = proj
-    r = run_frt(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
+    r = frt_process(["mirror", f"s3://{bucket}/p", "--variant", "torch-cpu"], cwd=tp.root)
     assert r.returncode == 0, r.stderr
     proxy = FaultProxy(s3.url).start()
     proxy.gone_at = 3
@@ -507,7 +504,7 @@ def test_a_store_that_goes_away_mid_sync_says_what_is_verified_and_a_rerun_resum
     monkeypatch.setenv("FRT_STORE_ATTEMPTS", "2")
     monkeypatch.setenv("FRT_STORE_CLIENT", client)
     try:
-        rc, out, err = run_main(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu",
+        rc, out, err = frt_main(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu",
                                  "--project", str(tp.root)])
     finally:
         proxy.stop()
@@ -520,7 +517,7 @@ def test_a_store_that_goes_away_mid_sync_says_what_is_verified_and_a_rerun_resum
     assert folders == ["kernels--t-org--norm"] or folders == ["kernels--t-org--scale"], folders  # none empty
     assert all(any((mirror / f / "blobs").iterdir()) for f in folders)
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3.url)
-    rc, out, err = run_main(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu",
+    rc, out, err = frt_main(["mirror", str(mirror), "--from", f"s3://{bucket}/p", "--variant", "torch-cpu",
                              "--project", str(tp.root)])
     assert rc == 0 and "2 blob(s) fetched, 2 already present and verified" in out, (out, err)
     assert verify_mirror(lock, mirror, variants=["torch-cpu"]) == []

@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
-import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
+from frt_dist.base.canonical import digest
+from frt_dist.documents.lockfile import Lockfile
+from helpers.factories import CPU, receipt_doc, tiny_project
+from helpers.frt import frt_process
 
-from conftest import run_frt  # noqa: E402
-from factories import CPU, receipt_doc, tiny_project  # noqa: E402
-from frt_dist.base.canonical import digest  # noqa: E402
-from frt_dist.documents.lockfile import Lockfile  # noqa: E402
-from s3server import FAKE_KEY_ID, FAKE_SECRET, bucket, s3  # noqa: E402,F401 (fixtures)
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
 
 
 @pytest.fixture
@@ -48,13 +44,14 @@ def _lock_job(tp, tmp_path, name: str, url: str) -> bytes:
     job = tp.copy_to(tmp_path / name)
     shutil.rmtree(job.root / "receipts", ignore_errors=True)
     (job.root / "receipts").mkdir()
-    r = run_frt(["receipts", "pull", url], cwd=job.root)
+    r = frt_process(["receipts", "pull", url], cwd=job.root)
     assert r.returncode == 0, r.stderr
-    r = run_frt(["lock"], cwd=job.root)
+    r = frt_process(["lock"], cwd=job.root)
     assert r.returncode == 0, r.stderr
     return job.lock_path.read_bytes()
 
 
+@pytest.mark.slow
 def test_the_lock_is_byte_identical_whatever_order_receipts_arrive_in(hosts, tmp_path, s3, bucket):
     tp, host_a, host_b, docs = hosts
     c = s3.client()
@@ -62,7 +59,7 @@ def test_the_lock_is_byte_identical_whatever_order_receipts_arrive_in(hosts, tmp
     url1, url2 = f"s3://{bucket}/q", f"s3://{bucket}-2/q"
     for url, order in ((url1, [host_a, host_b]), (url2, [host_b, host_a, host_a])):  # B first, A twice
         for host in order:
-            r = run_frt(["receipts", "push", url, str(host), "--json"], cwd=tp.root)
+            r = frt_process(["receipts", "push", url, str(host), "--json"], cwd=tp.root)
             assert r.returncode == 0, r.stderr
     keys = sorted(o["Key"] for o in c.list_objects_v2(Bucket=bucket)["Contents"])
     assert keys == sorted(f"q/receipts/sha256/{digest(d).split(':')[1]}.json" for d in docs.values())  # 3, not 4
@@ -77,7 +74,7 @@ def test_the_lock_is_byte_identical_whatever_order_receipts_arrive_in(hosts, tmp
                     if p.is_file())
     assert pulled == sorted(Path("tiny") / f"{digest(d).split(':')[1]}.json" for d in docs.values())
     # pulling again writes nothing new
-    r = run_frt(["receipts", "pull", url1, "--json"], cwd=tmp_path / "job1")
+    r = frt_process(["receipts", "pull", url1, "--json"], cwd=tmp_path / "job1")
     assert r.returncode == 0 and json.loads(r.stdout)["written"] == [] and len(json.loads(r.stdout)["present"]) == 3
 
 
@@ -86,14 +83,14 @@ def test_push_validates_first_and_sends_nothing_when_a_receipt_is_invalid(hosts,
     bad = json.loads((host_a / "fast--decode.json").read_text())
     del bad["cell"]["route"]
     (host_a / "zz-bad.json").write_text(json.dumps(bad))
-    r = run_frt(["receipts", "push", f"s3://{bucket}/q", str(host_a)], cwd=tp.root)
+    r = frt_process(["receipts", "push", f"s3://{bucket}/q", str(host_a)], cwd=tp.root)
     assert r.returncode == 2 and "zz-bad.json" in r.stderr and "route" in r.stderr and "Traceback" not in r.stderr
     assert "Contents" not in s3.client().list_objects_v2(Bucket=bucket)
 
 
 def test_what_the_store_holds_is_checked_before_it_is_written(hosts, tmp_path, s3, bucket):
     tp, host_a, _, docs = hosts
-    assert run_frt(["receipts", "push", f"s3://{bucket}/q", str(host_a)], cwd=tp.root).returncode == 0
+    assert frt_process(["receipts", "push", f"s3://{bucket}/q", str(host_a)], cwd=tp.root).returncode == 0
     c = s3.client()
     good = digest(docs["a-dec"]).split(":")[1]
     swapped = dict(docs["a-dec"], verdict="PASS, honest")  # valid receipt, but not the one its key names
@@ -107,10 +104,10 @@ def test_what_the_store_holds_is_checked_before_it_is_written(hosts, tmp_path, s
     job = tp.copy_to(tmp_path / "job")
     # the store is untrusted: each bad object is named and not written, and the pull still succeeds, so one
     # bad object cannot stop every later `frt receipts pull && frt lock`; --strict makes it a failure
-    r = run_frt(["receipts", "pull", f"s3://{bucket}/q", "--strict"], cwd=job.root)
+    r = frt_process(["receipts", "pull", f"s3://{bucket}/q", "--strict"], cwd=job.root)
     assert r.returncode == 1 and "4 receipt(s)" in r.stderr and "Traceback" not in r.stderr, r.stderr
     shutil.rmtree(job.root / "receipts")
-    r = run_frt(["receipts", "pull", f"s3://{bucket}/q"], cwd=job.root)
+    r = frt_process(["receipts", "pull", f"s3://{bucket}/q"], cwd=job.root)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr and r.stderr.count("warning: refused: ") == 4
     assert f"sha256/{good}.json: its canonical digest is sha256:" in r.stderr
@@ -119,7 +116,7 @@ def test_what_the_store_holds_is_checked_before_it_is_written(hosts, tmp_path, s
     assert written == [f"tiny/{digest(docs['pre']).split(':')[1]}.json"]  # only the one intact receipt
     assert not (tmp_path / "outside").exists()
     # pushing again repairs the damaged object (what is there is read and checked, not trusted by its key)
-    assert run_frt(["receipts", "push", f"s3://{bucket}/q", str(host_a)], cwd=tp.root).returncode == 0
+    assert frt_process(["receipts", "push", f"s3://{bucket}/q", str(host_a)], cwd=tp.root).returncode == 0
     stored = c.get_object(Bucket=bucket, Key=f"q/receipts/sha256/{good}.json")["Body"].read()
     assert digest(json.loads(stored)) == f"sha256:{good}"
 
@@ -128,13 +125,13 @@ def test_file_url_carries_receipts_too(hosts, tmp_path):
     tp, host_a, host_b, _ = hosts
     url = f"file://{tmp_path / 'shared'}"
     for host in (host_a, host_b):
-        assert run_frt(["receipts", "push", url, str(host)], cwd=tp.root).returncode == 0
+        assert frt_process(["receipts", "push", url, str(host)], cwd=tp.root).returncode == 0
     assert len(list((tmp_path / "shared" / "receipts" / "sha256").iterdir())) == 3
     assert _lock_job(tp, tmp_path, "job", url) == _lock_job(tp, tmp_path, "job-b", url)
 
 
 def test_pull_refuses_to_write_into_the_bundled_demo(tmp_path, s3, bucket):
-    r = run_frt(["receipts", "pull", f"s3://{bucket}/q", "--demo"], cwd=tmp_path)
+    r = frt_process(["receipts", "pull", f"s3://{bucket}/q", "--demo"], cwd=tmp_path)
     assert r.returncode == 2 and "bundled demo project is read-only" in r.stderr, r.stderr
 
 
@@ -142,10 +139,9 @@ def test_signatures_travel_with_their_receipts_and_the_lock_judges_them(tmp_path
     """A qualification host signs (`frt sign`) and pushes; the lock job pulls and locks under a
     [trust.receipts] policy: the signer is recorded. A signature the store spoiled is written (the
     store is untrusted, the lock judges) and that receipt is rejected naming the signature problem."""
+    import tomli_w
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ed25519
-
-    import tomli_w
 
     tp = tiny_project(tmp_path)
     tp.lock()
@@ -164,9 +160,9 @@ def test_signatures_travel_with_their_receipts_and_the_lock_judges_them(tmp_path
     m = dict(tp.manifest)
     m["trust"] = {"receipts": {"keys": ["keys/qualify-ci.pub"]}}
     (tp.root / "manifests" / "tiny.toml").write_text(tomli_w.dumps(m), "utf-8")
-    assert run_frt(["sign", "--key", str(priv), str(rec)], cwd=tp.root).returncode == 0
+    assert frt_process(["sign", "--key", str(priv), str(rec)], cwd=tp.root).returncode == 0
     url = f"s3://{bucket}/fleet"
-    r = run_frt(["receipts", "push", url, str(host), "--json"], cwd=tp.root)
+    r = frt_process(["receipts", "push", url, str(host), "--json"], cwd=tp.root)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["signatures"] == [str(rec) + ".sig"]
     hexd = digest(json.loads(rec.read_text()))
@@ -197,9 +193,9 @@ def test_signatures_travel_with_their_receipts_and_the_lock_judges_them(tmp_path
     shutil.rmtree(tmp_path / "job")
     j = tp.copy_to(tmp_path / "job")
     shutil.rmtree(j.root / "receipts", ignore_errors=True)
-    r = run_frt(["receipts", "pull", url], cwd=j.root)
+    r = frt_process(["receipts", "pull", url], cwd=j.root)
     assert r.returncode == 0 and "warning: refused: " in r.stderr and "not a JSON object" in r.stderr, r.stderr
-    r = run_frt(["receipts", "pull", url, "--strict"], cwd=j.root)
+    r = frt_process(["receipts", "pull", url, "--strict"], cwd=j.root)
     assert r.returncode == 1 and "not a JSON object" in r.stderr, r.stderr
     assert (j.root / "receipts" / "tiny" / f"{hexd[7:]}.json").is_file()
     assert not pulled.exists()

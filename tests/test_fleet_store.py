@@ -7,17 +7,20 @@ import base64
 import hashlib
 import io
 import os
-import sys
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from frt_dist.distribution.objstore import (  # noqa: E402
-    Location, ObjectMissing, StoreAccess, lock_key, locked_file_key, object_key, open_store, parse_location, receipt_key,
+from frt_dist.distribution.objstore import (
+    Location,
+    ObjectMissing,
+    StoreAccess,
+    lock_key,
+    locked_file_key,
+    object_key,
+    open_store,
+    parse_location,
+    receipt_key,
 )
-from s3server import bucket, s3  # noqa: E402,F401 (fixtures)
 
 HEX = hashlib.sha256(b"x").hexdigest()
 
@@ -59,6 +62,7 @@ def store(request, tmp_path):
         yield st
 
 
+@pytest.mark.subprocess
 def test_the_five_verbs(store):
     key = f"sha256/{HEX}"
     assert store.head(key) is None and store.get_bytes(key) is None and store.list("sha256") == []

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
 from frt_dist.errors import KernelUnavailable, UsageError
 from frt_dist.system.hardware import Hardware
+from helpers.paths import ROOT
 
 PKG = ROOT / "packages" / "frt-cuda-ops"
 VARIANT = "torch213-cxx11-cu128-x86_64-linux"  # what this CPU torch (2.13) would build against CUDA 12.8
@@ -48,6 +48,7 @@ def gpu_check():
 
 # -- the no-GPU run --------------------------------------------------------------------------
 
+@pytest.mark.subprocess
 def test_without_a_gpu_the_check_runs_what_needs_none_and_says_what_it_skipped(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # no GPU, even on a machine that has one
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-check"), "--out", str(tmp_path)],
@@ -200,8 +201,8 @@ DECLARED_H200 = "Hardware(arch='9.0', device_class='h200', backend='cuda', softw
 
 
 def test_the_12_0a_only_build_is_refused_on_an_h200_before_import(checked_project):
-    from frt_dist.loader import load_locked
     from frt_dist.documents.lockfile import Lockfile
+    from frt_dist.loader import load_locked
 
     run, builds = checked_project
     with pytest.raises(KernelUnavailable) as exc:
@@ -216,6 +217,7 @@ def test_the_refuse_step_itself_on_a_declared_h200(checked_project, gpu_check):
     assert got["refused"] and got["imported"] == [] and "declares archs 12.0a; device h200 is 9.0" in got["reason"]
 
 
+@pytest.mark.slow
 def test_the_refuse_step_fails_when_the_build_loads(checked_project, gpu_check):
     run, builds = checked_project  # a 12.0 device admits the 12.0a build: it is imported (the fake binary fails)
     with pytest.raises(RuntimeError) as exc:

@@ -10,19 +10,13 @@ contract miss: counted by kind, named by input number, then a host fallback unde
 
 from __future__ import annotations
 
-import os
-import sys
+import pytest
+import torch
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from factories import CPU, NORM_SRC, impl_doc, manifest_doc, tiny_project  # noqa: E402
-from frt_dist import ContractViolation, ManifestError, loader  # noqa: E402
-from frt_dist.documents.manifest import Manifest  # noqa: E402
-from frt_dist.serve.load import load  # noqa: E402
+from frt_dist import ContractViolation, ManifestError, loader
+from frt_dist.documents.manifest import Manifest
+from frt_dist.serve.load import load
+from helpers.factories import CPU, NORM_SRC, impl_doc, manifest_doc, tiny_project
 
 # act: x * w + r, three inputs, precision family float32/float64 (one per call)
 ADD_SRC = '"""tiny test kernel: scale and add."""\n\n\ndef scale_add(x, w, r):\n    return x * w + r\n'
@@ -151,7 +145,7 @@ def test_a_bad_input_falls_back_to_the_host_under_the_host_policy(lock, args, ki
     plan = _load(lock, fallback="host")
     seen = []
     entry = plan.entry("act", "decode", host=lambda *a, **k: seen.append(a) or "host")
-    assert entry(*args) == "host" and len(seen) == 1 and all(a is b for a, b in zip(seen[0], args))
+    assert entry(*args) == "host" and len(seen) == 1 and all(a is b for a, b in zip(seen[0], args, strict=True))
     assert torch.is_tensor(entry(X, W, R))  # the good call still runs the kernel
     act = plan.ledger()["seams"]["act"]
     assert (act["calls"], act["contract-misses"], act["fallbacks"], act["contract-refusals"]) == (2, {kind: 1}, 1, 0)
@@ -273,7 +267,8 @@ def test_fast_and_exact_checks_agree(lock):
             for r in (torch.randn(rows, 8, dtype=x.dtype), torch.randn(rows + 1, 8), torch.randn(rows, 8).half()):
                 want_ok = con.problems((x, w, r), {}) == []
                 assert con.problems((x,), {"w": w, "r": r}) == con.problems((x, w, r), {})
-                for call in (lambda: entry(x, w, r), lambda: entry(x, w, r=r), lambda: entry(x=x, w=w, r=r)):
+                for call in (lambda x=x, w=w, r=r: entry(x, w, r), lambda x=x, w=w, r=r: entry(x, w, r=r),
+                             lambda x=x, w=w, r=r: entry(x=x, w=w, r=r)):
                     try:
                         call()
                         ok = True

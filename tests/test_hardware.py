@@ -1,4 +1,4 @@
-"""Hardware facts, the device-class rule and the arch rule (SPEC §3, §6)."""
+"""Hardware facts, the device-class rule and the arch rule."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from frt_dist import Hardware, arch_admits, device_class
 from frt_dist.errors import UsageError
 from frt_dist.system.hardware import parse_software
+from helpers.frt import frt_main
 
 # real declarations: flashrt-project/FlashRT-HF-kernels@0823390 build.toml, via shared/data/flashrt-packages.json
 DATA = Path(__file__).resolve().parent / "data" / "flashrt-archs.json"
@@ -130,7 +131,7 @@ def test_detect_this_machine():
         assert hw.arch == hw.cpu and "cuda" not in hw.software and "rocm" not in hw.software
     assert hw.detected and hw.backend == expected
     assert hw.software["torch"] == ".".join(torch.__version__.split(".")[:2])
-    assert hw.software["kernels"] == "0.17"  # major.minor (SPEC §16), independent of the patch release
+    assert hw.software["kernels"] == "0.17"  # major.minor (a cell's software identity), independent of the patch release
     assert hw.device_class and hw.device_name
 
 
@@ -156,7 +157,7 @@ def test_software_that_is_not_a_version_is_a_usage_error():
 
 
 # ---------------------------------------------------------------------------
-# declared facts are checked (SPEC §17, issue 12 item 2)
+# declared facts are checked (issue 12 item 2)
 
 
 @pytest.mark.parametrize("arch, hint", [("sm_90", "9.0"), ("sm90", "9.0"), ("90", "9.0"), ("9", "9.0"),
@@ -201,7 +202,7 @@ def test_declared_facts_are_normalised():
     hw = Hardware(arch="09.0", device_class="NVIDIA H200", cpu="aarch64", os="darwin")
     assert (hw.arch, hw.device_class, hw.cpu, hw.os) == ("9.0", "h200", "aarch64", "darwin")
     assert Hardware(arch="9.0", device_class="NVIDIA-H200").device_class == "h200"
-    # SPEC §3's rule, applied once more, changes nothing: the class is a fixed point
+    # the device-class rule, applied once more, changes nothing: the class is a fixed point
     for name in ("NVIDIA GeForce RTX 5090", "AMD EPYC 7B13", "Intel(R) Xeon(R) CPU @ 2.20GHz"):
         assert Hardware(arch="9.0", device_class=name).device_class == device_class(name) == device_class(device_class(name))
     for backend, arch in (("xpu", "bmg"), ("metal", "m4"), ("cann", "ascend910b"), ("neuron", "trn2"), ("tpu", "v5e")):
@@ -223,10 +224,7 @@ def aarch64_project(tmp_path_factory):
     """Packages with an x86_64 and an aarch64 CUDA 13.0 build; decode receipts measured on a
     Jetson Thor (11.0) and a DGX Spark (12.1), both aarch64, and a Thor prefill receipt that
     records two more software facts (kernels, tvm-ffi)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from factories import tiny_project, write_package
+    from helpers.factories import tiny_project, write_package
 
     tp = tiny_project(tmp_path_factory.mktemp("aarch64"))
     for folder in ("scale", "norm"):
@@ -234,9 +232,9 @@ def aarch64_project(tmp_path_factory):
             write_package(tp.root / "packages" / folder, folder, variant=f"torch213-cxx11-cu130-{cpu}-linux",
                           backend="cuda", archs=["11.0", "12.1"])
     tp.lock()
-    from factories import receipt_doc
     from frt_dist.documents.lockfile import Lockfile
     from frt_dist.lock.build import lock_model
+    from helpers.factories import receipt_doc
 
     lf = Lockfile.read(tp.lock_path)
     rdir = tp.root / "receipts" / tp.model
@@ -251,11 +249,8 @@ def aarch64_project(tmp_path_factory):
 
 
 def _frt(tp, capsys, *argv, phase="decode"):
-    from frt_dist.cli.main import main
-
-    rc = main(["resolve", "--model", "tiny", "--project", str(tp.root), "--phase", phase, *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+    """``frt resolve`` of the project's ``tiny`` model for one phase: (exit code, stdout, stderr)."""
+    return frt_main("resolve", "--model", "tiny", "--project", str(tp.root), "--phase", phase, *argv)
 
 
 @pytest.mark.parametrize("arch, dc", [("11.0", "jetson-thor"), ("12.1", "gb10")])
@@ -321,7 +316,8 @@ def test_missing_software_is_one_reason_and_one_hint(aarch64_project, capsys):
     assert rc == 0 and "route fast" in out and "hint:" not in err
     # a mismatch keeps its own wording and gives no hint
     rc, out, err = _frt(aarch64_project, capsys, *thor, "--software", "torch=2.13,cuda=13.0,kernels=0.16", phase="prefill")
-    assert rc == 1 and "    fast           receipt software kernels 0.17, declared 0.16\n" in out and "--software" not in err  # a mismatch: no software hint (the generic next step only)
+    # a mismatch: no software hint (the generic next step only)
+    assert rc == 1 and "    fast           receipt software kernels 0.17, declared 0.16\n" in out and "--software" not in err
 
 
 @pytest.mark.parametrize("value", ["0.17.2", "012.8", "12", "1.2.3.4", "00.00", "2.13", "7.10.0",

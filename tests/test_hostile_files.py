@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_main
-from factories import tiny_project
-from frt_dist.documents.schema import read_bytes
 from frt_dist.base.canonical import digest
-from frt_dist.errors import ReceiptInvalid, UsageError
 from frt_dist.distribution.fleet import pull_receipts
-from frt_dist.documents.lockfile import Lockfile, write_atomic
 from frt_dist.distribution.objstore import open_store
+from frt_dist.documents.lockfile import Lockfile, write_atomic
+from frt_dist.documents.schema import read_bytes
+from frt_dist.errors import ReceiptInvalid, UsageError
+from helpers.factories import tiny_project
+from helpers.frt import frt_main
 
 FIFO = "is a FIFO (named pipe), not a regular file"
 DEVICE = "is a character device, not a regular file"
@@ -39,7 +39,7 @@ def bounded(fn, *fifos, seconds: float = 20):
     def run():
         try:
             box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
+        except BaseException as exc:  # handed to the test
             box["error"] = exc
 
     t = threading.Thread(target=run, daemon=True)
@@ -123,7 +123,7 @@ def test_lock_rejects_a_fifo_receipt_naming_it_and_locks_the_rest(proj):
     tp, _ = proj
     fifo = tp.root / "receipts" / "tiny" / "zz-pipe.json"
     os.mkfifo(fifo)
-    rc, _, err = bounded(lambda: run_main(["lock", "--project", str(tp.root), "--json"]), fifo)
+    rc, _, err = bounded(lambda: frt_main(["lock", "--project", str(tp.root), "--json"]), fifo)
     assert rc == 0, err
     lock = Lockfile.read(tp.lock_path)
     [rej] = lock.rejected
@@ -143,10 +143,10 @@ def test_a_lockfile_that_is_a_special_or_huge_file_is_refused_never_read_or_repl
     else:
         sparse(lpath)
     for argv in (["verify"], ["resolve", "--model", "tiny", "--phase", "decode"]):
-        rc, _, err = bounded(lambda: run_main([*argv, "--project", str(tp.root)]), lpath)
+        rc, _, err = bounded(lambda argv=argv: frt_main([*argv, "--project", str(tp.root)]), lpath)
         assert rc == 2 and "lockfiles/tiny.lock" in err, (argv, err)
         assert (FIFO if kind == "fifo" else DEVICE if kind == "device" else "over the 256.0 MiB limit") in err, err
-    rc, _, err = bounded(lambda: run_main(["lock", "--project", str(tp.root)]), lpath)
+    rc, _, err = bounded(lambda: frt_main(["lock", "--project", str(tp.root)]), lpath)
     if kind == "sparse":  # a regular file: replaced (write_atomic reads none of its terabyte)
         assert rc == 0 and lpath.stat().st_size < 1 << 20, err
         return
@@ -190,11 +190,11 @@ def test_a_policy_key_file_that_is_a_fifo_or_device_is_exit_2_naming_it(proj, tm
     _policy(tp, "keys/ci.pub")
     pub = tp.root / "keys" / "ci.pub"
     os.mkfifo(pub)
-    rc, _, err = bounded(lambda: run_main(["lock", "--project", str(tp.root)]), pub)
+    rc, _, err = bounded(lambda: frt_main(["lock", "--project", str(tp.root)]), pub)
     assert rc == 2 and f"keys/ci.pub: {FIFO}" in err, err
     pub.unlink()
     zero_link(pub)  # a link leaving the project is refused before its type matters
-    rc, _, err = run_main(["lock", "--project", str(tp.root)])
+    rc, _, err = frt_main(["lock", "--project", str(tp.root)])
     assert rc == 2 and "key file keys/ci.pub leaves the project (a link to /dev/zero)" in err, err
 
 
@@ -211,16 +211,16 @@ def test_a_signature_file_that_is_a_fifo_or_device_rejects_its_receipt_naming_wh
     # the receipt the current lock serves its cell with is rejected: the lock would lose that cell, so
     # `frt lock` refuses (exit 1, the lockfile as it was) naming the rejection; --allow-loss writes it
     before = tp.lock_path.read_bytes()
-    rc, _, err = bounded(lambda: run_main(["lock", "--project", str(tp.root)]), sig)
+    rc, _, err = bounded(lambda: frt_main(["lock", "--project", str(tp.root)]), sig)
     assert rc == 1 and f"receipts/tiny/{rec.name}{suffix}: {FIFO}" in err, err
     assert tp.lock_path.read_bytes() == before
-    rc, _, err = bounded(lambda: run_main(["lock", "--project", str(tp.root), "--allow-loss"]), sig)
+    rc, _, err = bounded(lambda: frt_main(["lock", "--project", str(tp.root), "--allow-loss"]), sig)
     assert rc == 0, err
     [rej] = Lockfile.read(tp.lock_path).rejected
     assert f"receipts/tiny/{rec.name}{suffix}: {FIFO}" in rej["reason"], rej
     sig.unlink()
     zero_link(sig)
-    assert run_main(["lock", "--project", str(tp.root)])[0] == 0
+    assert frt_main(["lock", "--project", str(tp.root)])[0] == 0
     [rej] = Lockfile.read(tp.lock_path).rejected
     assert f"receipts/tiny/{rec.name}{suffix}: {DEVICE}" in rej["reason"], rej
 
@@ -229,12 +229,12 @@ def test_frt_sign_refuses_a_key_or_receipt_that_is_a_fifo(proj, tmp_path):
     tp, _ = proj
     key = tmp_path / "key.pem"
     os.mkfifo(key)
-    rc, _, err = bounded(lambda: run_main(["sign", "--key", str(key), str(_receipt(tp))]), key)
+    rc, _, err = bounded(lambda: frt_main(["sign", "--key", str(key), str(_receipt(tp))]), key)
     assert rc == 2 and FIFO in err and "key.pem" in err, err
     priv, _ = _keypair(tmp_path / "secrets")
     fifo = tp.root / "receipts" / "tiny" / "pipe.json"
     os.mkfifo(fifo)
-    rc, _, err = bounded(lambda: run_main(["sign", "--key", str(priv), str(fifo)]), fifo)
+    rc, _, err = bounded(lambda: frt_main(["sign", "--key", str(priv), str(fifo)]), fifo)
     assert rc == 2 and FIFO in err and "pipe.json" in err, err
     assert not Path(str(fifo) + ".sig").exists()
 
@@ -245,7 +245,7 @@ def test_sign_refuses_to_replace_a_sig_that_is_a_fifo(proj, tmp_path):
     rec = _receipt(tp)
     sig = Path(str(rec) + ".sig")
     os.mkfifo(sig)
-    rc, _, err = bounded(lambda: run_main(["sign", "--key", str(priv), str(rec)]), sig)
+    rc, _, err = bounded(lambda: frt_main(["sign", "--key", str(priv), str(rec)]), sig)
     assert rc == 2 and f"{rec.name}.sig: cannot be written: {FIFO}" in err, err
     assert "hint: nothing partial was left; move " in err and ".sig away (frt replaces only a regular file)" in err
     assert sig.is_fifo() and sorted(p.name for p in rec.parent.iterdir()) == sorted([rec.name, sig.name])
@@ -302,7 +302,7 @@ def test_pull_and_push_refuse_a_hostile_store_object_without_a_traceback(proj, t
     job = tp.copy_to(tmp_path / "job")
     for p in (job.root / "receipts" / "tiny").iterdir():
         p.unlink()
-    rc, out, err = run_main(["receipts", "pull", url, "--project", str(job.root), "--json"])
+    rc, out, err = frt_main(["receipts", "pull", url, "--project", str(job.root), "--json"])
     assert rc == 0, err  # refused and named, and the pull (and a `pull && lock`) goes on
     refused = json.loads(out)["refused"]
     assert {r["key"] for r in refused} == {key, f"receipts/sha256/{'e' * 64}.json"}
@@ -310,9 +310,9 @@ def test_pull_and_push_refuse_a_hostile_store_object_without_a_traceback(proj, t
     assert err.count("warning: refused: ") == 2
     assert not list((job.root / "receipts").rglob("*.json"))
     # push reads what the store holds through the same reader: the damaged object is replaced
-    rc, out, err = run_main(["receipts", "push", url, str(rec), "--project", str(tp.root), "--json"])
+    rc, out, err = frt_main(["receipts", "push", url, str(rec), "--project", str(tp.root), "--json"])
     assert rc == 0 and json.loads(out)["sent"] == [hexd], err
-    rc, out, err = run_main(["receipts", "pull", url, "--project", str(job.root), "--json", "--strict"])
+    rc, out, err = frt_main(["receipts", "pull", url, "--project", str(job.root), "--json", "--strict"])
     assert rc == 1 and json.loads(out)["exit"] == 1, out  # --strict: the other bad object (and the .sig) fail it
     assert "2 receipt(s) in" in json.loads(out)["error"] and f"{hexd}.json.sig: not a JSON object" in out
 
@@ -324,11 +324,11 @@ def test_push_refuses_a_hostile_local_receipt_or_signature_as_bad_input(proj, tm
     bad = tp.root / "receipts" / "tiny" / "zz-bad.json"
     bad.write_bytes(HOSTILE[name])
     url = f"file://{tmp_path / 'store'}"
-    rc, _, err = run_main(["receipts", "push", url, "--project", str(tp.root)])
+    rc, _, err = frt_main(["receipts", "push", url, "--project", str(tp.root)])
     assert rc == 2 and "receipts/tiny/zz-bad.json: not valid JSON" in err, err
     bad.unlink()
     Path(str(rec) + ".sig").write_bytes(HOSTILE[name])
-    rc, _, err = run_main(["receipts", "push", url, "--project", str(tp.root)])
+    rc, _, err = frt_main(["receipts", "push", url, "--project", str(tp.root)])
     assert rc == 2 and f"{rec.name}.sig: not a JSON object" in err, err
     assert not (tmp_path / "store").exists()  # nothing sent
 
@@ -340,12 +340,12 @@ def test_push_refuses_a_receipt_or_signature_that_is_a_special_or_huge_file(proj
     url = f"file://{tmp_path / 'store'}"
     bad = tp.root / "receipts" / "tiny" / "zz.json"
     make(bad)
-    rc, _, err = bounded(lambda: run_main(["receipts", "push", url, "--project", str(tp.root)]), bad)
+    rc, _, err = bounded(lambda: frt_main(["receipts", "push", url, "--project", str(tp.root)]), bad)
     assert rc == 2 and "receipts/tiny/zz.json: " in err and want in err, err
     os.unlink(bad)
     sig = Path(str(_receipt(tp)) + ".sigstore")
     make(sig)
-    rc, _, err = bounded(lambda: run_main(["receipts", "push", url, "--project", str(tp.root)]), sig)
+    rc, _, err = bounded(lambda: frt_main(["receipts", "push", url, "--project", str(tp.root)]), sig)
     if make is zero_link:  # a link beside a receipt is not a signature frt reads: skipped
         assert rc == 0, err
     else:
@@ -362,7 +362,7 @@ def pushed(proj, tmp_path):
 
     signing.sign_receipt(rec, signing.load_private_key(priv))
     url = f"file://{tmp_path / 'store'}"
-    assert run_main(["receipts", "push", url, "--project", str(tp.root)])[0] == 0
+    assert frt_main(["receipts", "push", url, "--project", str(tp.root)])[0] == 0
     job = tp.copy_to(tmp_path / "job")
     for p in (job.root / "receipts" / "tiny").iterdir():
         p.unlink()
@@ -375,7 +375,7 @@ def test_pull_refuses_a_destination_that_is_a_fifo_or_a_link_as_this_projects_pr
     job, url, _, hexd = pushed
     dest = job.root / "receipts" / "tiny" / f"{hexd}.json"
     make(dest)
-    rc, _, err = bounded(lambda: run_main(["receipts", "pull", url, "--project", str(job.root)]), dest)
+    rc, _, err = bounded(lambda: frt_main(["receipts", "pull", url, "--project", str(job.root)]), dest)
     assert rc == 1 and f"receipts/tiny/{hexd}.json: not written: " in err and want in err, err
     assert "hint: move the named file or link away" in err
     assert dest.is_fifo() if make is os.mkfifo else dest.is_symlink()  # not replaced, not written through
@@ -386,7 +386,7 @@ def test_pull_refuses_a_signature_destination_that_is_a_fifo(pushed):
     job, url, _, hexd = pushed
     sig = job.root / "receipts" / "tiny" / f"{hexd}.json.sig"
     os.mkfifo(sig)
-    rc, _, err = bounded(lambda: run_main(["receipts", "pull", url, "--project", str(job.root)]), sig)
+    rc, _, err = bounded(lambda: frt_main(["receipts", "pull", url, "--project", str(job.root)]), sig)
     assert rc == 1 and f"receipts/tiny/{hexd}.json.sig: not written: {FIFO}" in err, err
     assert (job.root / "receipts" / "tiny" / f"{hexd}.json").is_file() and sig.is_fifo()
 
@@ -397,7 +397,7 @@ def test_pull_writes_nothing_through_a_linked_model_folder(pushed, tmp_path):
     elsewhere.mkdir()
     (job.root / "receipts" / "tiny").rmdir()
     (job.root / "receipts" / "tiny").symlink_to(elsewhere)
-    rc, _, err = run_main(["receipts", "pull", url, "--project", str(job.root)])
+    rc, _, err = frt_main(["receipts", "pull", url, "--project", str(job.root)])
     assert rc == 1 and "receipts/tiny is a symbolic link (to " in err, err
     assert not list(elsewhere.iterdir())  # nothing written through the link
 
@@ -406,22 +406,22 @@ def test_pull_does_not_rewrite_a_receipt_present_under_another_name(pushed):
     job, url, rec, hexd = pushed
     mine = job.root / "receipts" / "tiny" / "my-name.json"
     mine.write_bytes(rec.read_bytes())
-    rc, out, err = run_main(["receipts", "pull", url, "--project", str(job.root), "--json"])
+    rc, out, err = frt_main(["receipts", "pull", url, "--project", str(job.root), "--json"])
     assert rc == 0, err
     res = json.loads(out)
     assert res["written"] == [] and res["present"] == [hexd]
     assert res["signatures"] == ["receipts/tiny/my-name.json.sig"]  # its signature comes to it, by its name
     assert sorted(p.name for p in mine.parent.iterdir()) == ["my-name.json", "my-name.json.sig"]
-    rc, out, _ = run_main(["receipts", "pull", url, "--project", str(job.root), "--json"])
+    rc, out, _ = frt_main(["receipts", "pull", url, "--project", str(job.root), "--json"])
     assert rc == 0 and json.loads(out)["signatures"] == []  # the same bytes: nothing rewritten
 
 
 def test_one_invalid_store_object_does_not_stop_pull_and_lock(pushed, tmp_path):
     job, url, _, hexd = pushed
     _put(tmp_path, f"receipts/sha256/{'f' * 64}.json", b"{}")  # someone's junk, forever in the store
-    rc, _, err = run_main(["receipts", "pull", url, "--project", str(job.root)])
+    rc, _, err = frt_main(["receipts", "pull", url, "--project", str(job.root)])
     assert rc == 0 and "warning: refused: " in err and f"{'f' * 64}.json" in err, err
-    rc, _, err = run_main(["lock", "--project", str(job.root)])
+    rc, _, err = frt_main(["lock", "--project", str(job.root)])
     assert rc == 0, err
     assert f"sha256:{hexd}" in Lockfile.read(job.lock_path).receipts
 

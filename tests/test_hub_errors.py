@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from test_lock import REPO, lock, publish, setup_toy
+
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
 
 
 def test_lock_offline_with_a_hub_package_is_a_clear_error(project, hub):

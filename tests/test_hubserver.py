@@ -1,4 +1,4 @@
-"""Tests for tests/hubserver.py against the real huggingface_hub client and the real kernels library."""
+"""Tests for tests/helpers/hubserver.py against the real huggingface_hub client and the real kernels library."""
 
 from __future__ import annotations
 
@@ -11,19 +11,17 @@ import time
 import urllib.request
 from pathlib import Path
 
+import httpx2  # huggingface_hub 2.x transport
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))
-
-import httpx2  # noqa: E402  (huggingface_hub 2.x transport)
-from huggingface_hub import HfApi, constants  # noqa: E402
-from huggingface_hub.errors import (  # noqa: E402
+from huggingface_hub import HfApi, constants
+from huggingface_hub.errors import (
     EntryNotFoundError,
     HfHubHTTPError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from hubserver import HubServer, kernel_variant_files  # noqa: E402
+
+from helpers.hubserver import HubServer, kernel_variant_files
 
 REPO = "testorg/addone"
 META = "build/torch-cpu/metadata.json"
@@ -311,6 +309,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.subprocess
 def test_kernels_get_kernel_subprocess(server, tmp_path):
     server.commit(REPO, {"README.md": b"x"})
     server.commit(REPO, kernel_variant_files(name="add-one", variant="torch-cpu"), branch="v1")

@@ -1,4 +1,4 @@
-"""`import frt_dist` and the lock/resolve/verify/matrix commands import neither torch nor kernels (SPEC §5)."""
+"""`import frt_dist` and the lock/resolve/verify/matrix commands import neither torch nor kernels."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from conftest import kernel_variant_files, toy_manifest, write_files
+from helpers.factories import toy_manifest, write_files
+from helpers.hubserver import kernel_variant_files
 
 PROBE = """
 import sys, runpy
@@ -35,16 +36,20 @@ def _run(body: str, cwd) -> str:
     return r.stdout.rsplit("HEAVY=", 1)[1].strip()
 
 
+@pytest.mark.subprocess
 def test_import_frt_dist_is_light(tmp_path):
-    assert _run("import frt_dist; frt_dist.Hardware(arch='12.0', device_class='h200'); frt_dist.arch_admits(['9.0'], '9.0')", tmp_path) == ""
+    body = "import frt_dist; frt_dist.Hardware(arch='12.0', device_class='h200'); frt_dist.arch_admits(['9.0'], '9.0')"
+    assert _run(body, tmp_path) == ""
 
 
 @pytest.mark.parametrize("argv", [["lock", "--help"], ["verify", "--help"], ["resolve", "--help"], ["matrix", "--help"]])
+@pytest.mark.subprocess
 def test_help_is_light(tmp_path, argv):
     body = f"from frt_dist.cli.main import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
     assert _run(body, tmp_path) == ""
 
 
+@pytest.mark.subprocess
 def test_lock_resolve_verify_matrix_are_light(tmp_path):
     write_files(tmp_path / "packages" / "addone", kernel_variant_files(name="addone", variant="torch-cpu"))
     (tmp_path / "manifests").mkdir()
@@ -54,7 +59,8 @@ def test_lock_resolve_verify_matrix_are_light(tmp_path):
         "from frt_dist.cli.main import main",
         "import contextlib, io",
         "codes = []",
-        "for argv in (['lock'], ['lock', '--check'], ['verify'], ['resolve', '--model', 'toy', '--arch', '12.0', '--device-class', 'h200', '--json'], ['matrix', '--format', 'html']):",
+        "for argv in (['lock'], ['lock', '--check'], ['verify'],"
+        " ['resolve', '--model', 'toy', '--arch', '12.0', '--device-class', 'h200', '--json'], ['matrix', '--format', 'html']):",
         "    with contextlib.redirect_stdout(io.StringIO()):",
         "        codes.append(main(argv))",
         "print('CODES=' + repr(codes))",
@@ -187,6 +193,7 @@ sys.exit(main())
     ["lock", "--model", "demo-decoder", "--check"],
     ["matrix", "--model", "demo-decoder", "--json"],
 ], ids=lambda a: a[0])
+@pytest.mark.subprocess
 def test_each_command_imports_only_what_it_uses(tmp_path, argv):
     """`frt resolve|verify|lock --check|matrix` on the bundled demo, as the console script runs them:
     the modules loaded when the process exits hold none of the forbidden ones (issue 20: start-up)."""

@@ -9,16 +9,13 @@ from __future__ import annotations
 import os
 import sys
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
+import torch
+from kernels import Mode, kernelize, use_kernel_forward_from_hub, use_kernel_mapping
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from kernels import Mode, kernelize, use_kernel_forward_from_hub, use_kernel_mapping  # noqa: E402
-
-from factories import CPU, SCALE_SRC, tiny_project  # noqa: E402
-from frt_dist import ContractViolation, KernelUnavailable, UsageError  # noqa: E402
-from frt_dist.serve.load import load  # noqa: E402
+from frt_dist import ContractViolation, KernelUnavailable, UsageError
+from frt_dist.serve.load import load
+from helpers.factories import CPU, SCALE_SRC, tiny_project
 
 LAYERS_SRC = '''import torch.nn as nn
 
@@ -51,7 +48,7 @@ pytestmark = pytest.mark.usefixtures("fresh_loader")
 
 
 def _plan(tmp_path, receipts, **kw):
-    from factories import NORM_SRC
+    from helpers.factories import NORM_SRC
 
     tp = tiny_project(tmp_path, packages={"scale": SCALE_WITH_LAYERS, "norm": {"name": "norm", "source": NORM_SRC}})
     return load("tiny", lockfile=tp.lock(receipts=receipts).path, hardware=CPU, **kw)
@@ -135,7 +132,7 @@ def test_the_mapping_refuses_what_it_cannot_serve(tmp_path):
 def test_the_mapping_serves_only_layer_classes_the_package_defines(tmp_path):
     """Issue 21: `kernel_mapping({"norm": "__class__"})` ended in a traceback; any attribute of the
     layers module that is not a layer class of the package is refused, naming the seam and the name."""
-    from factories import NORM_SRC
+    from helpers.factories import NORM_SRC
 
     layers = LAYERS_SRC + "import torch\nLinear = torch.nn.Linear\nWIDTH = 8\n\ndef helper():\n    pass\n"
     tp = tiny_project(tmp_path, packages={"scale": {"name": "scale", "module": {
@@ -182,11 +179,13 @@ class RMSNorm(nn.Module):
 '''
 
 
+@pytest.mark.slow
 def test_a_tiny_transformers_model_runs_the_locked_rmsnorm(tmp_path):
     """A randomly initialised Llama from `transformers` (no download), whose
     RMSNorm layers declare ``use_kernel_forward_from_hub("RMSNorm")``, kernelized from the plan."""
     import transformers  # the test extra pins a version whose kernels window holds kernels 0.17.2
-    from factories import NORM_SRC
+
+    from helpers.factories import NORM_SRC
 
     norm_pkg = {"name": "norm", "module": {"__init__.py": NORM_SRC + "from . import layers\n", "layers.py": RMS_LAYER_SRC}}
     tp = tiny_project(tmp_path, packages={"scale": SCALE_WITH_LAYERS, "norm": norm_pkg})

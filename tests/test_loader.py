@@ -8,19 +8,25 @@ import sys
 import types
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from factories import (  # noqa: E402
-    CPU, NORM_SRC, REMOTE, SCALE_SRC, NetworkTripwire, cuda_hw, hub_manifest, sha256_b64, start_hub,
-    tiny_project, write_package,
+from frt_dist import KernelUnavailable, hub_kernel, loader, unavailable_report
+from frt_dist.distribution.hub import HubClient
+from frt_dist.distribution.mirror import mirror_lock
+from frt_dist.documents.lockfile import Lockfile
+from helpers.factories import (
+    CPU,
+    NORM_SRC,
+    REMOTE,
+    SCALE_SRC,
+    NetworkTripwire,
+    cuda_hw,
+    hub_manifest,
+    sha256_b64,
+    start_hub,
+    tiny_project,
+    write_package,
 )
-from frt_dist import KernelUnavailable, hub_kernel, loader, unavailable_report  # noqa: E402
-from frt_dist.distribution.hub import HubClient  # noqa: E402
-from frt_dist.documents.lockfile import Lockfile  # noqa: E402
-from frt_dist.distribution.mirror import mirror_lock  # noqa: E402
 
 SCALE = "t-org/scale"
 PIN = loader.pin_env_name(SCALE)
@@ -170,7 +176,7 @@ def test_special_files_are_refused_without_reading_or_waiting(tmp_path):
                    ("mismatched", "build/torch-cpu/scale/fifo.bin", "not a regular file")]
 
 
-@pytest.mark.parametrize("case,why", [  # kernel-depends are loaded now: tests/test_depends.py
+@pytest.mark.parametrize("case,why", [  # kernel-depends are loaded now: tests/test_package_requirements.py
     ("no-entry", "build/torch-cpu/ has neither __init__.py nor scale/__init__.py"),
 ])
 def test_a_variant_frt_cannot_import_is_refused(tmp_path, case, why):
@@ -233,7 +239,7 @@ def test_no_declared_archs_loads_with_a_note(proj):
 
 
 def test_load_applies_the_admissibility_rule_of_resolve_and_lock(tmp_path):
-    """SPEC §19: a CUDA build that declares no archs makes no arch claim, but it is no CPU build:
+    """One admissibility rule: a CUDA build that declares no archs makes no arch claim, but it is no CPU build:
     admissible.variant_problem refuses it on a CPU cell, and so does the loader, before import."""
     from frt_dist.system.admissible import variant_problem
 
@@ -418,7 +424,7 @@ def test_arch_is_checked_on_hub_downloads_before_import(monkeypatch, tmp_path):
     try:
         before = set(sys.modules)
         exc = _refusal(hub_kernel, REMOTE, 1, hardware=CPU)
-        # the device class test-cpu, normalised (SPEC §17): test
+        # the device class test-cpu, normalised (the device-class rule): test
         assert [r["reason"] for r in exc.reasons] == ["variant torch-cpu declares archs 8.0; device test is x86_64"]
         assert not [m for m in set(sys.modules) - before if m.startswith("_scale")]
     finally:
@@ -457,6 +463,7 @@ def test_with_a_mirror_or_offline_no_connection_is_attempted(hub, tmp_path, monk
 # import cost
 
 
+@pytest.mark.subprocess
 def test_importing_frt_modules_imports_neither_torch_nor_kernels():
     code = ("import sys, frt_dist, frt_dist.loader, frt_dist.serve.load, frt_dist.distribution.mirror, frt_dist.loader.smoke, "
             "frt_dist.loader.integrity; frt_dist.hub_kernel; frt_dist.load; "

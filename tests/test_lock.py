@@ -1,4 +1,4 @@
-"""`frt lock` / `frt verify` against a real Hub protocol (tests/hubserver.py) and path packages."""
+"""`frt lock` / `frt verify` against a real Hub protocol (tests/helpers/hubserver.py) and path packages."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ import tomllib
 
 import pytest
 
-from conftest import kernel_variant_files, run_frt, toy_manifest, write_files
-from frt_dist.documents.schema import parse_toml
-from frt_dist.documents.metadata import parse_variant_metadata
-from frt_dist.errors import KernelUnavailable, LockfileError
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.documents.manifest import Manifest
-from test_formats import receipt_for
+from frt_dist.documents.metadata import parse_variant_metadata
+from frt_dist.documents.schema import parse_toml
+from frt_dist.errors import KernelUnavailable, LockfileError
+from helpers.factories import toy_manifest, write_files
+from helpers.frt import frt_process
+from helpers.hubserver import kernel_variant_files
+
+from test_strict_document_readers import receipt_for
 
 REPO = "testorg/addone"
 # A ceiling that only guards against a hang (a busy machine must never reach it), never a tuned wait.
@@ -40,13 +43,14 @@ def lock(project, hub, *args, env=None):
     # the Hub timeout is a hang guard here; the test of the timeout itself sets a short one
     e = {"HF_ENDPOINT": hub.url, "HF_HOME": str(project / ".hf"), "FRT_HUB_TIMEOUT": str(HANG_GUARD_S)}
     e.update(env or {})
-    return run_frt(["lock", *args], cwd=project, env=e)
+    return frt_process(["lock", *args], cwd=project, env=e)
 
 
 def setup_toy(project, **kw):
     (project / "manifests" / "toy.toml").write_text(toy_manifest(**kw))
 
 
+@pytest.mark.subprocess
 def test_lock_pins_commit_records_variants_and_is_deterministic(project, hub):
     sha = publish(hub)
     setup_toy(project)
@@ -75,6 +79,7 @@ def test_lock_pins_commit_records_variants_and_is_deterministic(project, hub):
     assert str(project) not in text and "127.0.0.1" not in text  # no absolute paths, no hosts
 
 
+@pytest.mark.subprocess
 def test_request_budget_does_not_grow_with_file_count(project, hub):
     publish(hub, "testorg/small", n_files=1)
     publish(hub, "testorg/big", n_files=60)
@@ -90,6 +95,7 @@ def test_request_budget_does_not_grow_with_file_count(project, hub):
     assert lock(project, hub).returncode == 0 and hub.request_count("testorg/") == 0
 
 
+@pytest.mark.subprocess
 def test_branch_move_is_stale_only_with_upgrade(project, hub):
     publish(hub)
     setup_toy(project)
@@ -105,6 +111,7 @@ def test_branch_move_is_stale_only_with_upgrade(project, hub):
     assert Lockfile.read(project / "lockfiles" / "toy.lock").packages[REPO].revision == new
 
 
+@pytest.mark.subprocess
 def test_check_names_what_changed(project, hub):
     publish(hub)
     setup_toy(project)
@@ -119,6 +126,7 @@ def test_check_names_what_changed(project, hub):
     assert (project / "lockfiles" / "toy.lock").read_bytes() == before  # --check writes nothing
 
 
+@pytest.mark.subprocess
 def test_receipts_embedded_rejected_and_strict(project, hub):
     sha = publish(hub)
     setup_toy(project)
@@ -149,6 +157,7 @@ def test_receipts_embedded_rejected_and_strict(project, hub):
     assert r.returncode == 1 and "receipt removed: receipts/toy/good.json" in r.stdout
 
 
+@pytest.mark.subprocess
 def test_untrusted_publisher_refused_unless_trusted(project, hub):
     publish(hub, "strangers/addone")
     setup_toy(project, repo="strangers/addone", package_toml='[packages."strangers/addone"]\nversion = 1')
@@ -178,6 +187,7 @@ def _assert_untouched(project, before: bytes | None):
     (("/refs", 404), "the Hub answered HTTP 404"),
     (("hold", None), "did not answer in time"),
 ])
+@pytest.mark.subprocess
 def test_hub_failures_leave_previous_lock_intact(project, hub, fault, message):
     publish(hub)
     setup_toy(project)
@@ -216,6 +226,7 @@ def _popen(argv, **kw) -> subprocess.Popen:
     return subprocess.Popen(argv, preexec_fn=_default_sigint, **kw)
 
 
+@pytest.mark.subprocess
 def test_a_child_of_a_suite_started_with_sigint_ignored_can_be_interrupted():
     # what `(trap '' INT; pytest)`, `nohup` or `&` from a script hand the suite; set here so the
     # check does not depend on how this run was started
@@ -229,6 +240,7 @@ def test_a_child_of_a_suite_started_with_sigint_ignored_can_be_interrupted():
     assert out.strip() == "True", out
 
 
+@pytest.mark.subprocess
 def test_interrupted_lock_leaves_previous_lockfile_and_no_temp_files(project, hub):
     publish(hub)
     setup_toy(project)
@@ -252,7 +264,7 @@ def test_interrupted_lock_leaves_previous_lockfile_and_no_temp_files(project, hu
             p = _popen([sys.executable, "-m", "frt_dist.cli", "lock"], cwd=project, env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             try:
-                reached = hub.wait_for_request("build", HANG_GUARD_S, alive=lambda: p.poll() is None)
+                reached = hub.wait_for_request("build", HANG_GUARD_S, alive=lambda p=p: p.poll() is None)
                 if not reached:
                     p.kill()
                     out, err = p.communicate()
@@ -273,11 +285,12 @@ def test_interrupted_lock_leaves_previous_lockfile_and_no_temp_files(project, hu
         hub.release()
 
 
+@pytest.mark.subprocess
 def test_path_package_locked_by_content_digest(project):
     pkg = project / "packages" / "addone"
     write_files(pkg, kernel_variant_files(name="addone", variant="torch-cpu"))
     setup_toy(project, package_toml='[packages."testorg/addone"]\npath = "packages/addone"')
-    r = run_frt(["lock"], cwd=project)
+    r = frt_process(["lock"], cwd=project)
     assert r.returncode == 0, r.stderr
     lk = Lockfile.read(project / "lockfiles" / "toy.lock")
     p = lk.packages[REPO]
@@ -285,12 +298,12 @@ def test_path_package_locked_by_content_digest(project):
     # __pycache__ never counts; an edit does
     (pkg / "build" / "torch-cpu" / "addone" / "__pycache__").mkdir()
     (pkg / "build" / "torch-cpu" / "addone" / "__pycache__" / "x.pyc").write_bytes(b"junk")
-    assert run_frt(["lock", "--check"], cwd=project).returncode == 0
+    assert frt_process(["lock", "--check"], cwd=project).returncode == 0
     (pkg / "build" / "torch-cpu" / "addone" / "__init__.py").write_text("def add_one(x):\n    return x + 2\n")
-    r = run_frt(["lock", "--check"], cwd=project)  # its metadata.json still has the old digest: refused
+    r = frt_process(["lock", "--check"], cwd=project)  # its metadata.json still has the old digest: refused
     assert r.returncode == 1 and "addone/__init__.py (expected " in r.stderr, r.stderr
-    assert run_frt(["digest", "packages/addone"], cwd=project).returncode == 0
-    r = run_frt(["lock", "--check"], cwd=project)
+    assert frt_process(["digest", "packages/addone"], cwd=project).returncode == 0
+    r = frt_process(["lock", "--check"], cwd=project)
     assert r.returncode == 1 and "package 'testorg/addone': locked revision sha256:" in r.stdout
 
 
@@ -312,6 +325,7 @@ def test_bad_metadata_refused(variant, meta, why):
     assert why in str(ei.value) and ei.value.reasons[0]["package"] == REPO
 
 
+@pytest.mark.subprocess
 def test_hub_metadata_with_escaping_digest_path_is_refused(project, hub):
     files = kernel_variant_files(name="addone", variant="torch-cpu")
     meta = json.loads(files["build/torch-cpu/metadata.json"])
@@ -330,6 +344,7 @@ def _flip_hex(text: str, at: int) -> str:
     return text[:at] + ("0" if c != "0" else "1") + text[at + 1:]
 
 
+@pytest.mark.subprocess
 def test_verify_catches_one_hex_digit_anywhere(project, hub):
     sha = publish(hub)
     setup_toy(project)
@@ -339,15 +354,16 @@ def test_verify_catches_one_hex_digit_anywhere(project, hub):
     assert lock(project, hub).returncode == 0
     lf = project / "lockfiles" / "toy.lock"
     good = lf.read_text()
-    r = run_frt(["verify"], cwd=project)
+    r = frt_process(["verify"], cwd=project)
     assert r.returncode == 0 and "lockfiles/toy.lock: ok" in r.stdout
-    targets = [m.end() + 5 for m in re.finditer(r'(revision = "|metadata-sha256 = "sha256:|lock-digest = "sha256:|receipt = "sha256:|"receipt": "sha256:)', good)]
+    digests = r'(revision = "|metadata-sha256 = "sha256:|lock-digest = "sha256:|receipt = "sha256:|"receipt": "sha256:)'
+    targets = [m.end() + 5 for m in re.finditer(digests, good)]
     targets.append(good.index("sha256:", good.index("\"receipt\": {")) + 12)  # inside an embedded receipt
     assert len(targets) >= 6
     for at in targets:
         assert re.match(r"[0-9a-f]", good[at]), good[at - 10: at + 10]
         lf.write_text(_flip_hex(good, at))
-        r = run_frt(["verify", "--json"], cwd=project)
+        r = frt_process(["verify", "--json"], cwd=project)
         assert r.returncode == 1, good[at - 30: at + 5]
         doc = json.loads(r.stdout)
         assert doc["ok"] is False and doc["problems"][0]["kind"] == "lock-digest"
@@ -356,6 +372,6 @@ def test_verify_catches_one_hex_digit_anywhere(project, hub):
     lf.write_text(good)
     # resolve refuses a lockfile that does not verify, before any decision
     lf.write_text(_flip_hex(good, targets[0]))
-    r = run_frt(["resolve", "--model", "toy", "--arch", "x86_64", "--device-class", "amd-epyc-7b13"], cwd=project)
+    r = frt_process(["resolve", "--model", "toy", "--arch", "x86_64", "--device-class", "amd-epyc-7b13"], cwd=project)
     assert r.returncode == 1 and "lock-digest does not verify (expected sha256:" in r.stderr
     assert "hint: the lockfile was edited or damaged; regenerate it with `frt lock`" in r.stderr

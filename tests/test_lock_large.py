@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from frt_dist.base.canonical import digest
 from frt_dist.documents import lock_fast as LF
 from frt_dist.documents import lock_index as LI
 from frt_dist.documents import lockfile as L
-from frt_dist.documents.schema import parse_toml
-from frt_dist.base.canonical import digest
-from frt_dist.errors import LockfileError
 from frt_dist.documents.lockfile import Lockfile
+from frt_dist.documents.schema import parse_toml
+from frt_dist.errors import LockfileError
 from frt_dist.project.discover import bundled_root
 
 DEMO = bundled_root() / "lockfiles" / "demo-decoder.lock"

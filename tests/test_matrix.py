@@ -16,11 +16,11 @@ from html.parser import HTMLParser
 
 import pytest
 
-from conftest import run_frt
 from frt_dist.errors import FrtError, UsageError
-from frt_dist.routes.matrix import STATE_CLASSES, render_matrix
 from frt_dist.project.discover import Project
-from resolver_support import build_case
+from frt_dist.routes.matrix import STATE_CLASSES, render_matrix
+from helpers.frt import frt_process
+from helpers.resolver_support import build_case
 
 V128 = "torch213-cxx11-cu128-x86_64-linux"
 WEIRD_NAME = 'NVIDIA GB10 <"DGX" Spark> | dev & co'
@@ -116,9 +116,9 @@ def test_markdown_table_content(proj):
     header, body = rows[0], rows[1:]
     assert header == ["phase", "rows", "precision", "hardware", "device class", "software", *ROUTES]
     assert len(body) == len(EXPECTED_ROWS)
-    for got, ((phase, prec, arch, dev, sw), states) in zip(body, EXPECTED_ROWS):
+    for got, ((phase, prec, arch, dev, sw), states) in zip(body, EXPECTED_ROWS, strict=True):
         assert got[:6] == [phase, "1–16" if phase == "decode" else "64–2048", prec, f"cuda {arch}", dev, sw]
-        for cell, route in zip(got[6:], ROUTES):
+        for cell, route in zip(got[6:], ROUTES, strict=True):
             st = states[route]
             if st == "na":
                 assert cell == "n/a"
@@ -253,11 +253,11 @@ def test_html_structure_states_shape_and_detail(proj):
     route_heads = [h for h in d.find("th", "route")]
     assert [_text(h["children"][0]) for h in route_heads] == ROUTES
     present = set()
-    for r, ((phase, prec, arch, dev, sw), states) in zip(rows, EXPECTED_ROWS):
+    for r, ((phase, prec, arch, dev, sw), states) in zip(rows, EXPECTED_ROWS, strict=True):
         ths = [_text(c) for c in r["children"] if c["tag"] == "th"]
         assert ths == [phase, "1–16" if phase == "decode" else "64–2048", prec, f"cuda {arch}", dev, sw]
         tds = [c for c in r["children"] if c["tag"] == "td"]
-        for td, route in zip(tds, ROUTES):
+        for td, route in zip(tds, ROUTES, strict=True):
             cls = set(td["attrs"]["class"].split())
             assert states[route] in cls and td["attrs"]["data-route"] == route
             present |= cls & set(STATE_CLASSES)
@@ -304,12 +304,13 @@ def test_html_is_deterministic_and_has_no_paths_or_times(proj):
 # CLI and boundaries
 
 
+@pytest.mark.subprocess
 def test_cli_matrix_writes_the_same_text(proj, tmp_path):
     out = tmp_path / "m.html"
-    r = run_frt(["matrix", "--project", str(proj.root), "--format", "html", "-o", str(out)], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(proj.root), "--format", "html", "-o", str(out)], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert out.read_text("utf-8") == render_matrix(_project(proj), fmt="html")
-    r = run_frt(["matrix", "--project", str(proj.root)], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(proj.root)], cwd=tmp_path)
     assert r.returncode == 0 and r.stdout == render_matrix(_project(proj), fmt="md")
 
 
@@ -322,8 +323,9 @@ CELL_KEYS = {"state", "receipt", "winner", "rank", "speedup-median", "max-abs"}
 NOTHING = {"receipt": None, "winner": False, "rank": None, "speedup-median": None, "max-abs": None}
 
 
+@pytest.mark.subprocess
 def test_json_document_keys_and_values(proj, tmp_path):
-    r = run_frt(["matrix", "--project", str(proj.root), "--json"], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(proj.root), "--json"], cwd=tmp_path)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     doc = json.loads(r.stdout)
     assert r.stdout == render_matrix(_project(proj), fmt="json")
@@ -339,7 +341,7 @@ def test_json_document_keys_and_values(proj, tmp_path):
     assert [x["file"] for x in lk["rejected-receipts"]] == ["receipts/case-model/bad-b200.json"]
     # the rows: the same cells, in the same order, as Markdown and HTML show
     assert len(lk["rows"]) == len(EXPECTED_ROWS)
-    for row, ((phase, prec, arch, dev, sw), states) in zip(lk["rows"], EXPECTED_ROWS):
+    for row, ((phase, prec, arch, dev, sw), states) in zip(lk["rows"], EXPECTED_ROWS, strict=True):
         assert set(row) == ROW_KEYS and sorted(row["routes"]) == sorted(ROUTES)
         assert (row["phase"], row["precision"], row["backend"], row["arch"], row["device-class"]) == (
             phase, prec, "cuda", arch, dev)
@@ -362,34 +364,37 @@ def test_json_document_keys_and_values(proj, tmp_path):
     assert lk["rows"][7]["routes"]["fused"]["receipt"] == proj.names["fused-h200-213"]
     # -o FILE gets the same document
     out = tmp_path / "m.json"
-    r = run_frt(["matrix", "--project", str(proj.root), "--json", "-o", str(out)], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(proj.root), "--json", "-o", str(out)], cwd=tmp_path)
     assert r.returncode == 0 and r.stdout == "" and out.read_text("utf-8") == render_matrix(_project(proj), fmt="json")
 
 
+@pytest.mark.subprocess
 def test_json_and_format_together_is_a_usage_error(proj, tmp_path):
-    r = run_frt(["matrix", "--project", str(proj.root), "--json", "--format", "html"], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(proj.root), "--json", "--format", "html"], cwd=tmp_path)
     assert r.returncode == 2
     assert json.loads(r.stdout) == {"error": "--json and --format html each choose the output; give one",
                                     "hints": [], "exit": 2, "reasons": []}
 
 
+@pytest.mark.subprocess
 def test_missing_lockfile_is_a_no_in_text_and_json(proj, tmp_path):
-    """SPEC §4: a missing lockfile is a "no" (exit 1), as `frt lock --check` has it; an unknown model is bad input."""
+    """A missing lockfile is a "no" (exit 1), as `frt lock --check` has it; an unknown model is bad input."""
     root = tmp_path / "p"
     build_case(CASE, root)
     (root / "lockfiles" / "case-model.lock").unlink()
-    r = run_frt(["matrix", "--project", str(root), "--model", "case-model"], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(root), "--model", "case-model"], cwd=tmp_path)
     assert (r.returncode, r.stdout) == (1, "")
     assert r.stderr == ("error: no lockfile for model 'case-model' (lockfiles/case-model.lock)\n"
                         "hint: frt lock --model case-model\n")
-    r = run_frt(["matrix", "--project", str(root), "--model", "case-model", "--json"], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(root), "--model", "case-model", "--json"], cwd=tmp_path)
     assert r.returncode == 1 and r.stderr == ""
     assert json.loads(r.stdout) == {"error": "no lockfile for model 'case-model' (lockfiles/case-model.lock)",
                                     "hints": ["frt lock --model case-model"], "exit": 1, "reasons": []}
-    r = run_frt(["matrix", "--project", str(root), "--model", "nope"], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(root), "--model", "nope"], cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("error: unknown model 'nope'"), r.stderr
 
 
+@pytest.mark.subprocess
 def test_missing_lockfiles_and_unknown_model(tmp_path, proj):
     empty = tmp_path / "empty"
     (empty / "manifests").mkdir(parents=True)
@@ -400,14 +405,15 @@ def test_missing_lockfiles_and_unknown_model(tmp_path, proj):
         render_matrix(_project(proj), model="nope")
     with pytest.raises(UsageError):
         render_matrix(_project(proj), fmt="pdf")
-    r = run_frt(["matrix", "--project", str(empty)], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(empty)], cwd=tmp_path)
     assert r.returncode == 1 and r.stderr.startswith("error: no lockfiles") and "hint: run `frt lock`" in r.stderr
 
 
+@pytest.mark.subprocess
 def test_output_file_is_readable_like_any_report(proj, tmp_path):
     """`frt matrix -o FILE` writes a report for others to read: not a 0600 file (the temp file's mode)."""
     out = tmp_path / "m.md"
-    r = run_frt(["matrix", "--project", str(proj.root), "-o", str(out)], cwd=tmp_path)
+    r = frt_process(["matrix", "--project", str(proj.root), "-o", str(out)], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     umask = os.umask(0)
     os.umask(umask)
@@ -449,6 +455,7 @@ def test_lock_without_receipts_renders_every_cell_unknown(tmp_path):
     assert len(d.find("td", "unknown")) == 6 and len(d.find("td", "na")) == 6
 
 
+@pytest.mark.subprocess
 def test_matrix_imports_neither_torch_nor_kernels(proj):
     code = ("import sys; from frt_dist.routes.matrix import render_matrix; from frt_dist.project.discover import Project; "
             f"render_matrix(Project(__import__('pathlib').Path({str(proj.root)!r}), 'project'), fmt='html'); "

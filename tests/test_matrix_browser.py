@@ -13,15 +13,17 @@ import pytest
 
 from frt_dist.project.discover import Project
 from frt_dist.routes.matrix import STATE_CLASSES, render_matrix
-from pngread import count_colours, read_png
-from resolver_support import build_case
+from helpers.pngread import count_colours, read_png
+from helpers.resolver_support import build_case
+
 from test_matrix import CASE, EXPECTED_ROWS, ROUTES, check_html_structure
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 if CHROMIUM is None and os.environ.get("CI"):
     pytest.fail("CI: chromium is not installed (.ci/run installs Debian's chromium); the HTML matrix must be "
                 "checked in a real browser", pytrace=False)
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (CI installs it and fails without)")
+pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (CI installs it and fails without)"),
+              pytest.mark.subprocess]
 
 # the stylesheet's colours (frt_dist/routes/matrix.py): cell states, the legend box, winners' outlines
 COLOURS = {"certified_fast": "#d1f4dc", "supported_correct": "#fff1c2", "unknown": "#f3f4f6",
@@ -55,6 +57,7 @@ def test_the_browser_builds_the_table_states_and_legend(page, tmp_path):
     assert d.find("div", "legend")
 
 
+@pytest.mark.slow
 def test_the_screenshot_shows_state_colours_legend_and_winners(page, tmp_path):
     shot = tmp_path / "matrix.png"
     r = _chromium([f"--screenshot={shot}", "--window-size=1400,900", page.as_uri()], tmp_path)

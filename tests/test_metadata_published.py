@@ -7,21 +7,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
-import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
+from kernels._rust import Metadata  # the oracle: kernels' own metadata parser
 
-import pytest  # noqa: E402
-from kernels._rust import Metadata  # noqa: E402 - the oracle: kernels' own metadata parser
-
-from factories import CPU, REMOTE, hub_manifest, start_hub, tiny_project  # noqa: E402
-from frt_dist import KernelUnavailable, loader  # noqa: E402
-from frt_dist.distribution.hub import HubClient  # noqa: E402
-from frt_dist.documents.lockfile import Lockfile  # noqa: E402
-from frt_dist.documents.metadata import parse_variant_metadata  # noqa: E402
+from frt_dist import KernelUnavailable, loader
+from frt_dist.distribution.hub import HubClient
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.documents.metadata import parse_variant_metadata
+from helpers.factories import CPU, REMOTE, hub_manifest, start_hub, tiny_project
 
 SCALE = "t-org/scale"
 
@@ -79,8 +74,7 @@ def test_unlocked_load_of_a_variant_without_digest_is_refused(tmp_path, monkeypa
 def test_hub_package_without_digest_is_locked_from_its_files(monkeypatch, tmp_path):
     server, _ = start_hub(monkeypatch, tmp_path)
     try:
-        sys.path.insert(0, os.path.dirname(__file__))
-        from hubserver import kernel_variant_files
+        from helpers.hubserver import kernel_variant_files
 
         files = kernel_variant_files(name="scale", variant="torch-cpu",
                                      module_files={"__init__.py": b"def scale(x, w):\n    return x * w\n",

@@ -10,15 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from factories import CPU, NORM_SRC, REMOTE, cuda_hw, hub_manifest, sha256_b64, start_hub, tiny_project  # noqa: E402
-from frt_dist import KernelUnavailable, UsageError, loader  # noqa: E402
-from frt_dist.distribution.hub import HubClient  # noqa: E402
-from frt_dist.distribution.mirror import mirror_lock, verify_mirror  # noqa: E402
+from frt_dist import KernelUnavailable, UsageError, loader
+from frt_dist.distribution.hub import HubClient
+from frt_dist.distribution.mirror import mirror_lock, verify_mirror
+from helpers.factories import CPU, NORM_SRC, REMOTE, cuda_hw, hub_manifest, sha256_b64, start_hub, tiny_project
 
 SRC = str(Path(loader.__file__).parents[2])
 SCALE_DIR = "kernels--t-org--scale"
@@ -135,7 +132,7 @@ def test_a_source_that_does_not_match_the_lock_never_becomes_a_blob(proj, tmp_pa
 def test_selection_of_variants(tmp_path):
     pkgs = {"scale": {"name": "scale"}, "norm": {"name": "norm", "source": NORM_SRC}}
     tp = tiny_project(tmp_path, packages=pkgs)
-    from factories import write_package
+    from helpers.factories import write_package
 
     write_package(tp.root / "packages" / "scale", "scale", variant="torch-cuda", backend="cuda", archs=["9.0"])
     lock = tp.lock()
@@ -163,6 +160,7 @@ print(json.dumps(r.to_dict()))
 """
 
 
+@pytest.mark.subprocess
 def test_concurrent_runs_fetch_each_blob_once(proj, tmp_path):
     _, lock = proj
     mirror, go = tmp_path / "mirror", tmp_path / "go"
@@ -185,6 +183,7 @@ print(m.__name__, m.scale(torch.ones(2), torch.full((2,), 3.0)).tolist())
 """
 
 
+@pytest.mark.subprocess
 def test_plain_kernels_loads_from_the_mirror_offline(proj, tmp_path):
     _, lock = proj
     mirror = tmp_path / "mirror"

@@ -12,15 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from factories import tiny_project  # noqa: E402
-from frt_dist.cli.main import main  # noqa: E402
-from frt_dist.loader import repo_folder  # noqa: E402
-from frt_dist.distribution.mirror import LOCKS, RUNS, STALE_S, TMP, verify_mirror  # noqa: E402
+from frt_dist.distribution.mirror import LOCKS, RUNS, STALE_S, TMP, verify_mirror
+from frt_dist.loader import repo_folder
+from helpers.factories import tiny_project
+from helpers.frt import frt_main
 
 pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX links and dir_fd"),
               pytest.mark.usefixtures("fresh_loader")]
@@ -36,9 +33,8 @@ def proj(tmp_path):
 
 
 def _frt(capsys, tp, mirror: Path, *extra):
-    rc = main(["mirror", str(mirror), "--project", str(tp.root), "--variant", "torch-cpu", *extra])
-    out, err = capsys.readouterr()
-    return rc, out, err
+    """``frt mirror`` of the project's torch-cpu variants into ``mirror``: (exit code, stdout, stderr)."""
+    return frt_main("mirror", str(mirror), "--project", str(tp.root), "--variant", "torch-cpu", *extra)
 
 
 def _tree(root: Path) -> dict:

@@ -13,14 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from factories import NORM_SRC, hub_manifest, manifest_doc, start_hub, tiny_project  # noqa: E402
-from frt_dist.distribution.hub import HubClient  # noqa: E402
-from frt_dist.distribution.mirror import LOCKS, RUNS, STALE_S, TMP, mirror_lock, sweep_locks, sweep_temp, verify_mirror  # noqa: E402
+from frt_dist.distribution.hub import HubClient
+from frt_dist.distribution.mirror import LOCKS, RUNS, STALE_S, TMP, mirror_lock, sweep_locks, sweep_temp, verify_mirror
+from helpers.factories import NORM_SRC, hub_manifest, manifest_doc, start_hub, tiny_project
 
 pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL and flock semantics"),
               pytest.mark.usefixtures("fresh_loader")]  # conftest: no outside mirror, lock or offline setting
@@ -50,6 +47,7 @@ def _default_sigint() -> None:
 
 
 def _frt(args, *, cwd, env, wait=True):
+    # not helpers.frt: a Popen that the test interrupts (SIGINT restored in the child), with its own whole env
     cmd = [sys.executable, "-m", "frt_dist.cli", *args]
     if not wait:
         return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -94,6 +92,7 @@ def _verify(tp, mirror: Path, tmp_path: Path):
     return r
 
 
+@pytest.mark.subprocess
 def test_a_killed_run_leaves_nothing_once_the_next_run_ends(monkeypatch, tmp_path):
     server, tp = _hub_project(monkeypatch, tmp_path)
     mirror = tmp_path / "mirror"
@@ -125,6 +124,7 @@ def test_a_killed_run_leaves_nothing_once_the_next_run_ends(monkeypatch, tmp_pat
         server.stop()
 
 
+@pytest.mark.subprocess
 def test_an_interrupted_run_says_what_it_kept_and_the_next_run_resumes(monkeypatch, tmp_path):
     """Ctrl-C mid-run (issue 21 item 4): not "nothing was written" — the verified blobs stay, the
     temp files and locks go, no ref points at the unfinished package, and the next run resumes."""
@@ -175,6 +175,8 @@ def _size(path: Path) -> int:
         return 0
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_partial_blob_of_a_killed_run_is_removed_by_the_next_run(tmp_path):
     """Killed while copying a large path-package file: the partial blob is in the run's temp folder."""
     doc = manifest_doc()
@@ -210,6 +212,8 @@ def test_a_partial_blob_of_a_killed_run_is_removed_by_the_next_run(tmp_path):
     _verify(tp, mirror, tmp_path)
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_concurrent_runs_temp_folder_and_held_locks_stay(monkeypatch, tmp_path):
     """Two processes on one mirror: B starts and ends while A is stuck in a download.
     B removes what it can lock (its own locks, a dead run's leftovers) and nothing A holds."""
@@ -269,6 +273,7 @@ def test_loose_temp_entries_without_an_owner_go_only_when_stale(tmp_path):
     assert sweep_temp(mirror, now=t + STALE_S + 10) == 1 and not fresh.exists()
 
 
+@pytest.mark.subprocess
 def test_a_lock_held_in_another_process_is_not_swept(tmp_path):
     locks = tmp_path / "m" / LOCKS / "kernels--o--n"
     locks.mkdir(parents=True)
@@ -307,8 +312,8 @@ def test_a_run_starts_even_when_another_run_removes_a_folder_it_is_making_a_fold
     before it made ``frt-runs`` or its own folder in it: the mkdir in the removed folder fails
     (ENOENT) and the run walks again from the mirror's root, instead of failing (seen once in four
     concurrent runs under load, test_mirror.py::test_concurrent_runs_fetch_each_blob_once)."""
-    from frt_dist.distribution import mirror as M
     from frt_dist.base.safedir import SafeDir
+    from frt_dist.distribution import mirror as M
 
     real_child, raced = SafeDir.child, []
 

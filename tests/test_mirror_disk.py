@@ -12,18 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from factories import NORM_SRC, manifest_doc, tiny_project  # noqa: E402
-from frt_dist import loader  # noqa: E402
-from frt_dist.cli.main import main  # noqa: E402
-from frt_dist.distribution.mirror import LOCKS, TMP  # noqa: E402
+from frt_dist import loader
+from frt_dist.distribution.mirror import LOCKS, TMP
+from helpers.factories import NORM_SRC, manifest_doc, tiny_project
+from helpers.frt import frt_main
 
 pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="tmpfs mounts and POSIX permissions"),
-              pytest.mark.usefixtures("fresh_loader")]
+              pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess]
 
 SRC = str(Path(loader.__file__).parents[2])
 BIG = 2 << 20  # larger than the 1 MiB file system
@@ -63,9 +60,8 @@ def _big_project(root: Path):
 
 
 def _frt(capsys, tp, mirror: Path):
-    rc = main(["mirror", str(mirror), "--project", str(tp.root), "--variant", "torch-cpu"])
-    out, err = capsys.readouterr()
-    return rc, out, err
+    """``frt mirror`` of the project's torch-cpu variants into ``mirror``: (exit code, stdout, stderr)."""
+    return frt_main("mirror", str(mirror), "--project", str(tp.root), "--variant", "torch-cpu")
 
 
 def _assert_nothing_half_written(mirror: Path) -> None:
@@ -115,7 +111,7 @@ def test_a_read_only_file_system(tmp_path, tmpfs, capsys):
 def _drop_dac_caps() -> None:
     """In the child, as root: give up the capabilities that bypass file permissions (CAP_DAC_OVERRIDE,
     CAP_DAC_READ_SEARCH, CAP_FOWNER) from the bounding set, so the command runs under the folder's mode."""
-    import ctypes  # noqa: PLC0415
+    import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     for cap in (1, 2, 3):

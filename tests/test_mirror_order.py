@@ -10,16 +10,13 @@ import os
 import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from factories import tiny_project  # noqa: E402
-from frt_dist.distribution import mirror as mirror_mod  # noqa: E402
-from frt_dist.base import safedir  # noqa: E402
-from frt_dist.loader import repo_folder  # noqa: E402
-from frt_dist.distribution.mirror import LOCKS, TMP, mirror_lock, verify_mirror  # noqa: E402
+from frt_dist.base import safedir
+from frt_dist.distribution import mirror as mirror_mod
+from frt_dist.distribution.mirror import LOCKS, TMP, mirror_lock, verify_mirror
+from frt_dist.loader import repo_folder
+from helpers.factories import tiny_project
 
 pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX dir_fd"),
               pytest.mark.usefixtures("fresh_loader")]

@@ -8,24 +8,30 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from factories import (CPU, NORM_SRC, REMOTE, SCALE_SRC, TinyProject, hub_manifest, manifest_doc,  # noqa: E402
-                       receipt_doc, start_hub, tiny_project)
-from frt_dist.cli.main import main  # noqa: E402
-from frt_dist.system.hardware import Hardware  # noqa: E402
-from frt_dist.distribution.hub import HubClient  # noqa: E402
-from frt_dist.documents.lockfile import Lockfile  # noqa: E402
-from frt_dist.lock.build import lock_model  # noqa: E402
-from frt_dist.errors import KernelUnavailable  # noqa: E402
-from frt_dist.distribution.mirror import mirror_lock, verify_mirror  # noqa: E402
-from frt_dist.system.variants import select_variants  # noqa: E402
+from frt_dist.distribution.hub import HubClient
+from frt_dist.distribution.mirror import mirror_lock, verify_mirror
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.errors import KernelUnavailable
+from frt_dist.lock.build import lock_model
+from frt_dist.system.hardware import Hardware
+from frt_dist.system.variants import select_variants
+from helpers.factories import (
+    CPU,
+    NORM_SRC,
+    REMOTE,
+    SCALE_SRC,
+    TinyProject,
+    hub_manifest,
+    manifest_doc,
+    receipt_doc,
+    start_hub,
+    tiny_project,
+)
+from helpers.frt import frt_main
 
 ARM = "torch213-cxx11-cu128-aarch64-linux"  # a build for GH200's Grace CPU
 SW = {"torch": "2.13", "cuda": "12.8"}
@@ -41,7 +47,7 @@ def hub(monkeypatch, tmp_path):
     monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
     server, _ = start_hub(monkeypatch, tmp_path)
-    from hubserver import kernel_variant_files
+    from helpers.hubserver import kernel_variant_files
 
     files = {}
     for variant, backend, archs in (("torch-cpu", "cpu", None), ("torch-cuda", "cuda", ["9.0"]), (ARM, "cuda", ["9.0"])):
@@ -52,12 +58,6 @@ def hub(monkeypatch, tmp_path):
     tp.hub = HubClient(endpoint=server.url)
     yield tp, tp.lock()
     server.stop()
-
-
-def _frt(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def _mirrored(doc) -> dict:
@@ -79,7 +79,7 @@ def test_two_machines_mirror_the_union_of_what_each_selects(hub, capsys, tmp_pat
     tp, lock = hub
     assert sorted(lock.packages[REMOTE].variants) == sorted(["torch-cpu", "torch-cuda", ARM])
     mirror = tmp_path / "m"
-    rc, out, err = _frt(capsys, "mirror", str(mirror), "--project", str(tp.root), "--json", *H200,
+    rc, out, err = frt_main("mirror", str(mirror), "--project", str(tp.root), "--json", *H200,
                         "--machine", CPU_MACHINE)
     assert rc == 0, err
     # the oracle: what each machine selects, recomputed here, united per package
@@ -99,7 +99,7 @@ def test_two_machines_mirror_the_union_of_what_each_selects(hub, capsys, tmp_pat
 
 def test_a_machine_declares_its_cpu_and_os(hub, capsys, tmp_path):
     tp, lock = hub
-    rc, out, err = _frt(capsys, "mirror", str(tmp_path / "m"), "--project", str(tp.root), "--json", "--machine",
+    rc, out, err = frt_main("mirror", str(tmp_path / "m"), "--project", str(tp.root), "--json", "--machine",
                         "arch=9.0,device-class=gh200,cpu=aarch64,os=linux,software=torch=2.13;cuda=12.8")
     assert rc == 0, err
     assert select_variants(lock.packages[REMOTE].variants, GH200).selected == ARM
@@ -118,7 +118,7 @@ def test_cells_mirror_what_every_locked_cell_selects(hub, capsys, tmp_path):
     lock = Lockfile.read(tp.lock_path)
     assert len(lock.index) == 2
     mirror = tmp_path / "m"
-    rc, out, err = _frt(capsys, "mirror", str(mirror), "--project", str(tp.root), "--json", "--cells")
+    rc, out, err = frt_main("mirror", str(mirror), "--project", str(tp.root), "--json", "--cells")
     assert rc == 0, err
     # the oracle: the variants the receipts measured (GH200's cpu comes from its variant's name)
     measured: dict = {}
@@ -131,7 +131,7 @@ def test_cells_mirror_what_every_locked_cell_selects(hub, capsys, tmp_path):
 
 def test_cells_without_receipts_is_a_no(hub, capsys, tmp_path):
     tp, _ = hub
-    rc, out, err = _frt(capsys, "mirror", str(tmp_path / "m"), "--project", str(tp.root), "--cells")
+    rc, out, err = frt_main("mirror", str(tmp_path / "m"), "--project", str(tp.root), "--cells")
     assert rc == 1
     assert ("error: --cells: the lock for model 'tiny' has no cells (no receipts), so no cell selects a variant"
             in err)
@@ -141,7 +141,7 @@ def test_cells_without_receipts_is_a_no(hub, capsys, tmp_path):
 def test_a_machine_that_selects_nothing_exits_1_and_writes_nothing(hub, capsys, tmp_path):
     tp, lock = hub
     mirror = tmp_path / "m"
-    rc, out, err = _frt(capsys, "mirror", str(mirror), "--project", str(tp.root), "--machine", CPU_MACHINE,
+    rc, out, err = frt_main("mirror", str(mirror), "--project", str(tp.root), "--machine", CPU_MACHINE,
                         "--machine", "arch=gfx942,device-class=mi300x,software=torch=2.13;rocm=6.3")
     assert rc == 1
     has = "; ".join(f"{r} has {', '.join(sorted(p.variants))}" for r, p in sorted(lock.packages.items()))
@@ -170,7 +170,7 @@ def test_every_model_is_checked_before_anything_is_written(capsys, tmp_path):
         "zn": {"name": "norm", "source": NORM_SRC, "variant": "torch-cuda", "backend": "cuda"}})
     zeta.lock()
     mirror = tmp_path / "m"
-    rc, out, err = _frt(capsys, "mirror", str(mirror), "--project", str(tp.root), "--machine", CPU_MACHINE)
+    rc, out, err = frt_main("mirror", str(mirror), "--project", str(tp.root), "--machine", CPU_MACHINE)
     assert rc == 1
     assert "error: mirror: model 'zeta' selects no locked variant for machine(s) epyc-7b13 (cpu x86_64)" in err
     assert not mirror.exists()  # tiny, which selects, was not mirrored first
@@ -181,14 +181,15 @@ def test_every_model_is_checked_before_anything_is_written(capsys, tmp_path):
     (["--cells", "--machine", CPU_MACHINE], "declared machines (--arch/--machine) and --cells exclude each other"),
     (["--variant", "torch-cpu", *H200], "--variant and declared machines (--arch/--machine) exclude each other"),
     (["--machine", "arch=9.0"], "--machine 'arch=9.0': a machine needs arch= and device-class="),
-    (["--machine", "arch=9.0,gpu=h200"], "--machine 'arch=9.0,gpu=h200': 'gpu=h200' is not KEY=VALUE with KEY one of arch, device-class, backend, "),
+    (["--machine", "arch=9.0,gpu=h200"],
+     "--machine 'arch=9.0,gpu=h200': 'gpu=h200' is not KEY=VALUE with KEY one of arch, device-class, backend, "),
     (["--machine", "arch=9.0,arch=8.0,device-class=h200"], "--machine 'arch=9.0,arch=8.0,device-class=h200': 'arch=8.0' repeats"),
     (["--machine", "arch=9.0,device-class=h200,backend=cuba"], "--machine: argument --backend: invalid choice: 'cuba'"),
     (["--machine", "arch=9.0,device-class=h200,software=torch"], "--software: expected KEY=VALUE pairs separated by commas, got 'torch'"),
 ])
 def test_conflicting_or_malformed_selections_exit_2(hub, capsys, tmp_path, argv, message):
     tp, _ = hub
-    rc, out, err = _frt(capsys, "mirror", str(tmp_path / "m"), "--project", str(tp.root), *argv)
+    rc, out, err = frt_main("mirror", str(tmp_path / "m"), "--project", str(tp.root), *argv)
     assert rc == 2, err
     assert f"error: {message}" in err
     assert not (tmp_path / "m").exists()
@@ -201,7 +202,7 @@ def _run_hint(hint: str, capsys, project: Path) -> int:
             os.remove(path)
         return 0
     assert cmd[0] == "frt"
-    rc, out, err = _frt(capsys, *cmd[1:], "--project", str(project))
+    rc, out, err = frt_main(*cmd[1:], "--project", str(project))
     assert rc == 0, err
     return rc
 
@@ -209,26 +210,26 @@ def _run_hint(hint: str, capsys, project: Path) -> int:
 def test_verify_hints_name_the_commands_that_fix_the_mirror(hub, capsys, tmp_path):
     tp, lock = hub
     mirror = tmp_path / "m"
-    assert _frt(capsys, "mirror", str(mirror), "--project", str(tp.root), "--machine", CPU_MACHINE)[0] == 0
+    assert frt_main("mirror", str(mirror), "--project", str(tp.root), "--machine", CPU_MACHINE)[0] == 0
     from frt_dist.loader import repo_folder
 
     snap = mirror / repo_folder(REMOTE) / "snapshots" / lock.packages[REMOTE].snapshot / "build" / "torch-cpu"
     (snap / "scale" / "__init__.py").unlink()
     (snap / "scale" / "extra.py").write_text("evil = 1\n")
-    rc, out, err = _frt(capsys, "verify", "--project", str(tp.root), "--model", "tiny", "--mirror", str(mirror))
+    rc, out, err = frt_main("verify", "--project", str(tp.root), "--model", "tiny", "--mirror", str(mirror))
     assert rc == 1
     hints = [line[len("hint: "):] for line in err.splitlines() if line.startswith("hint: ")]
     assert hints == [f"refill the mirror with `frt mirror {mirror} --model tiny --variant torch-cpu`",
                      f"remove what the lock does not know with `rm -- {snap / 'scale' / 'extra.py'}`"]
     for hint in hints:  # the hints are the fix
         assert _run_hint(hint, capsys, tp.root) == 0
-    assert _frt(capsys, "verify", "--project", str(tp.root), "--model", "tiny", "--mirror", str(mirror))[0] == 0
+    assert frt_main("verify", "--project", str(tp.root), "--model", "tiny", "--mirror", str(mirror))[0] == 0
     (mirror / repo_folder(REMOTE) / "refs" / "v1").unlink()  # a ref only: the variants the mirror holds
-    rc, out, err = _frt(capsys, "verify", "--project", str(tp.root), "--mirror", str(mirror))
+    rc, out, err = frt_main("verify", "--project", str(tp.root), "--mirror", str(mirror))
     [hint] = [line for line in err.splitlines() if line.startswith("hint: ")]
     assert hint == f"hint: refill the mirror with `frt mirror {mirror} --variant torch-cpu`"
     assert _run_hint(hint, capsys, tp.root) == 0
-    assert _frt(capsys, "verify", "--project", str(tp.root), "--mirror", str(mirror))[0] == 0
+    assert frt_main("verify", "--project", str(tp.root), "--mirror", str(mirror))[0] == 0
 
 
 def test_verify_hint_names_the_lockfile_to_regenerate(capsys, tmp_path):
@@ -236,9 +237,9 @@ def test_verify_hint_names_the_lockfile_to_regenerate(capsys, tmp_path):
     tp.lock()
     text = tp.lock_path.read_text("utf-8")
     tp.lock_path.write_text(text.replace('lock-digest = "sha256:', 'lock-digest = "sha256:0', 1), "utf-8")
-    rc, out, err = _frt(capsys, "verify", "--project", str(tp.root))
+    rc, out, err = frt_main("verify", "--project", str(tp.root))
     assert rc == 1
     [hint] = [line for line in err.splitlines() if line.startswith("hint: ")]
     assert hint == "hint: regenerate the lockfile with `frt lock --model tiny`"
     assert _run_hint(hint, capsys, tp.root) == 0
-    assert _frt(capsys, "verify", "--project", str(tp.root))[0] == 0
+    assert frt_main("verify", "--project", str(tp.root))[0] == 0

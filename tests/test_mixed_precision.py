@@ -5,21 +5,15 @@ one precision all its impls serve."""
 from __future__ import annotations
 
 import copy
-import os
-import sys
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from factories import CPU, impl_doc, manifest_doc, tiny_project  # noqa: E402
-from frt_dist.errors import ManifestError  # noqa: E402
-from frt_dist.documents.manifest import Manifest  # noqa: E402
-from frt_dist.routes.resolver import resolve  # noqa: E402
-from frt_dist.serve.load import load  # noqa: E402
-
+from frt_dist.documents.manifest import Manifest
+from frt_dist.errors import ManifestError
+from frt_dist.routes.resolver import resolve
+from frt_dist.serve.load import load
+from helpers.factories import CPU, impl_doc, manifest_doc, tiny_project
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")
 

@@ -1,11 +1,11 @@
-"""The one name validator (SPEC §21): the vectors an attacker would try, through every kind of name."""
+"""The one name validator (names are checked where they are read): the vectors an attacker would try, through every kind of name."""
 
 from __future__ import annotations
 
 import pytest
 
-from frt_dist.errors import ManifestError
 from frt_dist.base.names import check, problem
+from frt_dist.errors import ManifestError
 
 # (vector, why it is dangerous)
 BAD = [

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers.paths import ROOT
+
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
 
 pytest.importorskip("hatchling")
 
@@ -124,6 +126,7 @@ def installed(dists, tmp_path_factory):
 
 
 def _frt(installed, *args: str) -> subprocess.CompletedProcess:
+    # not helpers.frt: the installed copy's own environment and folder, not this checkout's
     _, env, cwd = installed
     return subprocess.run([sys.executable, "-m", "frt_dist.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=HANG_GUARD_S)

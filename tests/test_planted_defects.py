@@ -15,8 +15,7 @@ import statistics
 
 import pytest
 
-from s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, bucket, s3  # noqa: F401 (fixtures)
-
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy
 
 # ---------------------------------------------------------------------------
 # object-store clients
@@ -27,7 +26,7 @@ def test_a_client_configuration_error_never_shows_the_credentials(monkeypatch):
     from frt_dist.distribution.objstore import StoreAccess, open_store
 
     for var, value in {"AWS_ACCESS_KEY_ID": FAKE_KEY_ID, "AWS_SECRET_ACCESS_KEY": FAKE_SECRET,
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
+                       "AWS_CONFIG_FILE": os.devnull,
                        "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true",
                        "FRT_STORE_CLIENT": "boto3",
                        # a region botocore refuses and quotes, carrying both credentials (a pasted line gone
@@ -45,12 +44,13 @@ def test_a_client_configuration_error_never_shows_the_credentials(monkeypatch):
 
 
 @pytest.mark.parametrize("client", ["boto3", "auto"])
-def test_a_resumed_read_never_splices_an_object_replaced_after_the_cut(s3, bucket, monkeypatch, client):  # noqa: F811
+@pytest.mark.subprocess
+def test_a_resumed_read_never_splices_an_object_replaced_after_the_cut(s3, bucket, monkeypatch, client):
     """Defect: the resumed ranged GET no longer pinned to the object's ETag. The object is replaced
     between the cut and the resume: the read must fail (or return one whole object), never the
     first object's head joined to the second's tail."""
-    from frt_dist.errors import FrtError
     from frt_dist.distribution.objstore import open_store
+    from frt_dist.errors import FrtError
 
     key = "sha256/" + "cd" * 32
     old, new = os.urandom(1 << 20), os.urandom(1 << 20)
@@ -78,13 +78,14 @@ def test_a_resumed_read_never_splices_an_object_replaced_after_the_cut(s3, bucke
 # receipt signatures: frt verify trusts the policy's keys, not the lock's pins
 
 
+@pytest.mark.subprocess
 def test_verify_refuses_a_signature_by_a_key_the_lock_pins_but_the_policy_does_not_list(tmp_path):
     """Defect: ``frt verify`` builds its keys from the lock's pins instead of the policy's list, so a
     lock edited to pin an intruder's key (and to embed the intruder's envelope) verifies the receipt."""
-    from test_receipt_signing import _locked, edit_lock, sig_problems, verify_json
-
-    from frt_dist.provenance import signing
     from frt_dist.documents.receipt import Receipt
+    from frt_dist.provenance import signing
+
+    from test_receipt_signing import _locked, edit_lock, sig_problems, verify_json
 
     p, _, pub = _locked(tmp_path)
     intruder, intruder_pub = p.key("intruder")
@@ -152,7 +153,7 @@ def test_the_recorded_speedup_median_is_the_median_not_the_mean():
     host = [1.0] * 7 + [10.0]
     route = [1.0, 0.8, 0.9, 1.0, 0.5, 0.8, 1.0, 1.0]
     t = _timing("host", "route", {"64": None}, rounds=8, warmup=0, measure=_clock(host, route))
-    ratios = [h / r for h, r in zip(host, route)]
+    ratios = [h / r for h, r in zip(host, route, strict=True)]
     assert statistics.median(ratios) != pytest.approx(statistics.mean(ratios), abs=1e-3)
     assert t["speedup-median"] == round(statistics.median(ratios), 4)
     assert t["host-median-ms"] == round(statistics.median(host) * 1e3, 4)
@@ -175,10 +176,9 @@ def test_certified_fast_under_a_gate_below_1_needs_the_interval_to_clear_1():
 
 
 def test_the_lock_rejects_certified_fast_whose_interval_starts_under_1_with_a_gate_below_1(tmp_path):
-    from factories import manifest_doc, receipt_doc, tiny_project
-
-    from frt_dist.lock.build import lock_model
     from frt_dist.documents.lockfile import Lockfile
+    from frt_dist.lock.build import lock_model
+    from helpers.factories import manifest_doc, receipt_doc, tiny_project
 
     doc = manifest_doc()
     doc["routes"]["fast"]["gate"] = {"min-speedup": 0.9}

@@ -16,7 +16,10 @@ import termios
 
 import pytest
 
-from conftest import BUNDLED, needs_no_gpu
+from helpers.gpu import needs_no_gpu
+from helpers.paths import BUNDLED
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
 
 
 @pytest.fixture
@@ -28,6 +31,7 @@ def demo(tmp_path):
 
 
 def _run(argv, cwd, *, tty: bool, env=None) -> tuple[int, str]:
+    # not helpers.frt: stderr must be a terminal (a pty) for the progress display to draw
     e = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     e.update(PYTHONDONTWRITEBYTECODE="1", HF_HOME=str(cwd / ".hf"), **(env or {}))
     cmd = [sys.executable, "-m", "frt_dist.cli", *argv]

@@ -4,7 +4,7 @@ Outside any project every command is exit 2 (``no frt project here``, with hints
 ``frt_dist.load``; the bundled demo is used only under ``--demo``. A folder holding ``lockfiles/``
 and no ``manifests/`` is a node: the lock-only commands work there and name it as the project,
 ``lock``/``qualify`` say they need manifests, and hints point at ``--from URL``. The commands run
-in-process (``conftest.run_main``) from a ``chdir``; one module-scoped project is locked and
+in-process (``helpers.frt.frt_main``) from a ``chdir``; one module-scoped project is locked and
 published to a ``file://`` store once."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_frt, run_main
-from factories import CPU, tiny_project
+from helpers.factories import CPU, tiny_project
+from helpers.frt import frt_main, frt_process
+from helpers.paths import ROOT
 
 pytestmark = pytest.mark.usefixtures("fresh_loader")
 
@@ -34,7 +35,7 @@ def fleet(tmp_path_factory):
     tp = tiny_project(base)
     tp.lock(receipts=[("fast", "decode"), ("fast", "prefill")])
     store = base / "store"
-    rc, out, err = run_main(["mirror", f"file://{store}", "--variant", "torch-cpu", "--project", str(tp.root)])
+    rc, out, err = frt_main(["mirror", f"file://{store}", "--variant", "torch-cpu", "--project", str(tp.root)])
     assert rc == 0, err
     return tp, f"file://{store}"
 
@@ -50,7 +51,7 @@ def _node(fleet, where: Path, *, pyproject: str | None = None) -> Path:
 
 
 def _json(argv) -> tuple[int, dict, str]:
-    rc, out, err = run_main([*argv, "--json"])
+    rc, out, err = frt_main([*argv, "--json"])
     return rc, json.loads(out), err
 
 
@@ -75,7 +76,7 @@ def outside(tmp_path, monkeypatch):
 def test_outside_a_project_every_command_is_exit_2_and_says_what_to_do(outside, argv):
     store = outside.parent / "store"
     argv = [f"file://{store}" if a == "STORE" else a for a in argv]
-    rc, out, err = run_main(argv)
+    rc, out, err = frt_main(argv)
     lines = err.splitlines()
     assert rc == 2 and out == "", err
     assert lines[0] == f"error: {NO_PROJECT}{outside}: no manifests/, lockfiles/ or pyproject.toml with [tool.frt] " \
@@ -91,8 +92,9 @@ def test_outside_a_project_every_command_is_exit_2_and_says_what_to_do(outside, 
     assert [h.split(" ")[0] for h in doc["hints"]] == ["`frt", "or", "the"] and "--demo" in doc["hints"][2]
 
 
+@pytest.mark.subprocess
 def test_the_console_script_outside_a_project(tmp_path):
-    r = run_frt(["resolve", "--model", "demo-decoder", *HW], cwd=tmp_path)
+    r = frt_process(["resolve", "--model", "demo-decoder", *HW], cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith(f"error: {NO_PROJECT}"), r.stderr
     assert r.stdout == "" and "Traceback" not in r.stderr
 
@@ -117,7 +119,7 @@ def test_what_names_a_project_outside_one(outside, fleet, monkeypatch, tmp_path)
     rc, doc, _ = _json(["verify"])
     assert rc == 0 and doc["project"] == {"root": str(tp.root), "kind": "project", "bundled": False}
     monkeypatch.setenv("FRT_PROJECT", str(tmp_path / "absent"))
-    rc, out, err = run_main(["verify"])
+    rc, out, err = frt_main(["verify"])
     assert rc == 2 and err.startswith(f"error: FRT_PROJECT: {tmp_path / 'absent'} is not a directory"), err
     monkeypatch.delenv("FRT_PROJECT")
     monkeypatch.setenv("FRT_HOME", str(tp.root))
@@ -131,14 +133,14 @@ def test_what_names_a_project_outside_one(outside, fleet, monkeypatch, tmp_path)
 def test_the_demo_only_when_asked_for(outside):
     bundled = {"root": str(ROOT), "kind": "bundled", "bundled": True}
     for argv in (["--demo", "resolve", "--model", "demo-decoder", *HW], ["resolve", "--demo", "--model", "demo-decoder", *HW]):
-        rc, out, err = run_main([*argv, "--json"])
+        rc, out, err = frt_main([*argv, "--json"])
         assert rc in (0, 1) and json.loads(out)["project"] == bundled, err
         assert err.splitlines() == [f"note: using the bundled demo project (read-only) at {ROOT} (--demo)"]
-    rc, out, err = run_main(["verify", "--demo", "--project", str(outside)])
+    rc, out, err = frt_main(["verify", "--demo", "--project", str(outside)])
     assert rc == 2 and f"error: --demo and --project {outside} each name the project; give one" in err
-    rc, out, err = run_main(["--demo", "init", "x"])
+    rc, out, err = frt_main(["--demo", "init", "x"])
     assert rc == 2 and "error: --demo: frt init uses no project" in err and not (outside / "x").exists()
-    rc, out, err = run_main(["lock", "--demo", "--check"])  # asked for: the demo's lockfile, as shipped
+    rc, out, err = frt_main(["lock", "--demo", "--check"])  # asked for: the demo's lockfile, as shipped
     assert rc == 0 and out == "lockfiles/demo-decoder.lock: up to date\n", err
 
 
@@ -160,9 +162,9 @@ def test_a_node_runs_the_lock_only_commands_and_names_itself(fleet, tmp_path, mo
         "kernels--t-org--norm", "kernels--t-org--scale"]  # the node's model, not the demo's
     rc, doc, err = _json(["verify", "--mirror", "m", "--variant", "torch-cpu"])
     assert rc == 0 and doc["ok"] and doc["lockfiles"] == ["lockfiles/tiny.lock"] and doc["project"] == me, err
-    rc, out, err = run_main(["matrix", "--format", "md"])
+    rc, out, err = frt_main(["matrix", "--format", "md"])
     assert rc == 0 and "tiny" in out and "demo-decoder" not in out, err
-    rc, out, err = run_main(["lock", "--export", "kernels"])
+    rc, out, err = frt_main(["lock", "--export", "kernels"])
     assert rc == 0 and "t-org/scale" in out, err
     import frt_dist
 
@@ -175,7 +177,7 @@ def test_a_node_runs_the_lock_only_commands_and_names_itself(fleet, tmp_path, mo
 def test_on_a_node_lock_and_qualify_say_they_need_manifests(fleet, tmp_path, monkeypatch, argv):
     node = _node(fleet, tmp_path)
     monkeypatch.chdir(node)
-    rc, out, err = run_main(argv)
+    rc, out, err = frt_main(argv)
     assert rc == 2, err
     assert err.splitlines()[0] == (f"error: frt {argv[0]} needs the project's manifests: {node} is a node "
                                    "(lockfiles/ and no manifests/)"), err
@@ -194,7 +196,7 @@ def test_a_node_verifies_its_own_lockfile_not_the_demos(fleet, tmp_path, monkeyp
     assert rc == 1 and not doc["ok"] and doc["project"]["root"] == str(node), err
     assert "lock-digest" in {p["kind"] for p in doc["problems"]}
     assert all(p["path"].startswith("lockfiles/tiny.lock") for p in doc["problems"])
-    rc, out, err = run_main(["verify"])
+    rc, out, err = frt_main(["verify"])
     assert rc == 1 and "demo-decoder" not in out + err
     assert "hint: bring a fresh lockfiles/tiny.lock from the project that locks it (`frt lock --model tiny` there)" \
         in err and "hint: regenerate" not in err
@@ -214,19 +216,19 @@ def test_node_hints_point_at_from_url(fleet, tmp_path, monkeypatch):
     node = _node(fleet, tmp_path, pyproject=f'[tool.frt]\nmirror = "{url}"\n')
     monkeypatch.chdir(node)
     # a mirror filled without --from: the node holds none of the path sources
-    rc, out, err = run_main(["mirror", "m", "--variant", "torch-cpu"])
+    rc, out, err = frt_main(["mirror", "m", "--variant", "torch-cpu"])
     assert rc == 1 and err.splitlines()[-1] == f"hint: a node fills its mirror from the fleet's store: " \
                                                f"`frt mirror m --from {url}`", err
     assert "fix the source" not in err
-    assert run_main(["mirror", "m", "--from", url, "--variant", "torch-cpu"])[0] == 0
+    assert frt_main(["mirror", "m", "--from", url, "--variant", "torch-cpu"])[0] == 0
     victim = next((node / "m").glob("kernels--t-org--scale/snapshots/*/build/torch-cpu/scale/__init__.py"))
     os.chmod(victim, 0o644)
     victim.write_text("# edited\n")
-    rc, out, err = run_main(["verify", "--mirror", "m", "--variant", "torch-cpu"])
+    rc, out, err = frt_main(["verify", "--mirror", "m", "--variant", "torch-cpu"])
     assert rc == 1 and f"hint: refill the mirror with `frt mirror m --variant torch-cpu --from {url}`" in err, err
-    rc, out, err = run_main(["resolve", "--model", "other", *HW])
+    rc, out, err = frt_main(["resolve", "--model", "other", *HW])
     assert rc == 1 and "hint: copy lockfiles/other.lock here from the project that locks it" in err, err
-    rc, out, err = run_main(["resolve", "--arch", "9.0", "--device-class", "h200", "--software", "torch=2.13,cuda=12.8"])
+    rc, out, err = frt_main(["resolve", "--arch", "9.0", "--device-class", "h200", "--software", "torch=2.13,cuda=12.8"])
     assert rc == 1 and "and bring the new lockfile to this node" in err and "then `frt lock`\n" not in err, err
 
 
@@ -256,9 +258,9 @@ def test_frt_lock_mirror_from_is_labelled_with_the_locks_model(fleet, tmp_path, 
     monkeypatch.setenv("FRT_LOCK", str(tp.lock_path))
     rc, doc, err = _json(["mirror", str(tmp_path / "m"), "--from", url, "--variant", "torch-cpu"])
     assert rc == 0 and [m["model"] for m in doc["models"]] == ["tiny"], err
-    rc, out, err = run_main(["mirror", str(tmp_path / "m"), "--from", url, "--variant", "torch-cpu"])
+    rc, out, err = frt_main(["mirror", str(tmp_path / "m"), "--from", url, "--variant", "torch-cpu"])
     assert rc == 0 and out.startswith("tiny: 2 package(s) into ") and "demo-decoder" not in out + err, err
-    rc, out, err = run_main(["mirror", str(tmp_path / "m"), "--from", url, "--model", "demo-decoder", "--all-variants"])
+    rc, out, err = frt_main(["mirror", str(tmp_path / "m"), "--from", url, "--model", "demo-decoder", "--all-variants"])
     assert rc == 2 and f"error: FRT_LOCK {tp.lock_path} is the lockfile of model 'tiny', not 'demo-decoder'" in err
 
 

@@ -1,4 +1,4 @@
-"""Publisher signatures (SPEC §27, issue 19 items 3, 4, 6): ``metadata.json.sigstore``.
+"""Publisher signatures (issue 19 items 3, 4, 6): ``metadata.json.sigstore``.
 
 What is tested with **real Sigstore signatures** (``tests/data/sigstore``, see its README:
 a production bundle made by trailofbits/rfc8785.py's release workflow, and a staging one):
@@ -35,13 +35,13 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from factories import NORM_SRC, SCALE_SRC, NetworkTripwire, manifest_doc, tiny_project
-from frt_dist.provenance import publisher
 from frt_dist.base.canonical import digest
-from conftest import run_main as _run
-from frt_dist.errors import UsageError
 from frt_dist.documents.lockfile import Lockfile
+from frt_dist.errors import UsageError
+from frt_dist.provenance import publisher
 from frt_dist.provenance.publisher import KERNELS_COMMUNITY, SignatureRefused, SignerPolicy, verify_bundle
+from helpers.factories import NORM_SRC, SCALE_SRC, NetworkTripwire, manifest_doc, tiny_project
+from helpers.frt import frt_main as _run
 
 DATA = Path(__file__).parent / "data" / "sigstore"  # real Sigstore test vectors (see its README)
 WHEEL = DATA / "rfc8785-0.1.2-py3-none-any.whl"
@@ -342,9 +342,9 @@ SECRET = "hf_frtPublisherTestSecret0123456789"
 def sig_hub(monkeypatch, tmp_path):
     """A loopback Hub with ``kernels-community/scale`` v1 (one variant, carrying the trailofbits
     bundle) and a project whose ``act`` seam uses it."""
-    from factories import start_hub
-    from hubserver import kernel_variant_files
     from frt_dist.distribution.hub import HubClient
+    from helpers.factories import start_hub
+    from helpers.hubserver import kernel_variant_files
 
     for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE"):
         monkeypatch.delenv(var, raising=False)

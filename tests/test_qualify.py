@@ -9,55 +9,12 @@ import sys
 
 import pytest
 
-from conftest import kernel_variant_files, needs_no_gpu, run_frt, write_files, TESTS
 from frt_dist.documents.lockfile import Lockfile
-from frt_dist.lock.build import lock_model
-from frt_dist.project.discover import Project
-from frt_dist.qualify.run import qualify
 from frt_dist.documents.receipt import Receipt
-
-KERNELS = {
-    "fastscale": b"def scale(x, w):\n    return x * w\n",
-    "slowscale": b"import time\n\ndef scale(x, w):\n    time.sleep(0.006)\n    return x * w\n",
-    "badscale": b"def scale(x, w):\n    return x * w + 0.1\n",
-}
-
-MANIFEST = '''schema = "frt.manifest/1"
-model = "toyq"
-binding = "toy_block"
-host = "torch"
-family = "toy"
-default-precision = "fp32"
-host-entry = "toyhost:build_host"
-{packages}
-[phases.decode]
-rows = [1, 16]
-
-[seams.norm]
-structure = "scale@1"
-{impls}
-{routes}
-[qualify]
-tolerance = {{ abs = 1e-5, rel = 1e-4 }}
-rounds = 6
-warmup = 1
-'''
-
-
-@pytest.fixture
-def qproject(project):
-    pk = im = rt = ""
-    for name, code in KERNELS.items():
-        write_files(project / "packages" / name, kernel_variant_files(
-            name=name, variant="torch-cpu", module_files={"__init__.py": code}, id=f"_toyq_{name}"))
-        pk += f'[packages."testorg/{name}"]\npath = "packages/{name}"\n'
-        im += (f'[seams.norm.impls.{name}]\npackage = "testorg/{name}"\nentry = "scale"\nprecision = "fp32"\n'
-               f'contract = {{ device = "cpu", dtypes = ["float32"], layout = "contiguous", width = 8 }}\n'
-               f'smoke = {{ inputs = [{{ shape = ["rows", 8], dtype = "float32" }}, {{ shape = [8], dtype = "float32" }}] }}\n')
-        rt += f'[routes.{name}]\nassembly = "eager"\nseams = {{ norm = "{name}" }}\ngate = {{ min-speedup = 1.05 }}\n'
-    (project / "manifests" / "toyq.toml").write_text(MANIFEST.format(packages=pk, impls=im, routes=rt))
-    lock_model(Project(project, "project"), "toyq")
-    return project
+from frt_dist.qualify.run import qualify
+from helpers.frt import frt_main, frt_process  # in this process (no second torch import), or as the console command
+from helpers.gpu import needs_no_gpu
+from helpers.paths import HELPERS
 
 
 def _lock(p):
@@ -93,45 +50,32 @@ def test_correct_but_slower_route_is_supported_correct(qproject):
     assert res.receipt["evidence"]["timing"]["speedup-median"] < 1.05
 
 
-def _frt_in_process(argv, cwd, monkeypatch, capsys) -> subprocess.CompletedProcess:
-    """``frt argv`` through ``frt_dist.cli.main.main`` in this process, in ``cwd``: what ``run_frt`` checks
-    (exit code, stdout, stderr) without a new interpreter importing torch again (~2 s). ``toyhost``
-    is found on this process's path (tests/), as ``PYTHONPATH=tests`` finds it for ``run_frt``; the
-    console command's own process is tested by ``test_cli_writes_receipts_that_lock_embeds``."""
-    from frt_dist.cli import main as cli
-
-    monkeypatch.chdir(cwd)
-    capsys.readouterr()
-    rc = cli.main(argv)
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["frt", *argv], rc, out, err)
-
-
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
 def test_failed_parity_writes_no_receipt(qproject, monkeypatch, capsys):
-    r = _frt_in_process(["qualify", "--model", "toyq", "--route", "badscale"], qproject, monkeypatch, capsys)
+    r = frt_main(["qualify", "--model", "toyq", "--route", "badscale"], cwd=qproject)
     assert r.returncode == 1
     assert "decode   FAIL (no receipt written)" in r.stdout and "parity failed: max-abs 0.1" in r.stdout
     assert not (qproject / "receipts" / "toyq").exists()
 
 
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
+@pytest.mark.subprocess
 def test_cli_writes_receipts_that_lock_embeds(qproject):
-    r = run_frt(["qualify", "--model", "toyq", "--route", "fastscale", "--json"], cwd=qproject,
-                env={"PYTHONPATH": str(TESTS)})
+    r = frt_process(["qualify", "--model", "toyq", "--route", "fastscale", "--json"], cwd=qproject,
+                env={"PYTHONPATH": str(HELPERS)})
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["results"][0]["state"] == "certified_fast"
     path = qproject / doc["results"][0]["receipt"]
     assert path.is_file()
-    r = run_frt(["lock"], cwd=qproject)
+    r = frt_process(["lock"], cwd=qproject)
     assert r.returncode == 0 and "1 receipts, 0 rejected, 1 cells" in r.stdout
-    r = run_frt(["resolve", "--model", "toyq", "--detect"], cwd=qproject)
+    r = frt_process(["resolve", "--model", "toyq", "--detect"], cwd=qproject)
     assert r.returncode == 0 and "route fastscale  [certified_fast]" in r.stdout
 
 
 def test_unknown_route_is_usage_error(qproject, monkeypatch, capsys):
-    r = _frt_in_process(["qualify", "--model", "toyq", "--route", "nope"], qproject, monkeypatch, capsys)
+    r = frt_main(["qualify", "--model", "toyq", "--route", "nope"], cwd=qproject)
     assert r.returncode == 2 and "unknown route 'nope' for model 'toyq' (valid: fastscale, slowscale, badscale)" in r.stderr
 
 
@@ -139,11 +83,12 @@ def test_unknown_route_is_usage_error(qproject, monkeypatch, capsys):
     (["--route", "nope"], "unknown route 'nope' for model 'toyq' (valid: fastscale, slowscale, badscale)"),
     (["--route", "fastscale", "--phase", "nope"], "unknown phase 'nope' for model 'toyq'"),
 ])
+@pytest.mark.subprocess
 def test_a_mistyped_route_or_phase_is_refused_before_torch_is_imported(qproject, argv, why):
     """The names are checked before ``frt qualify`` imports torch and kernels (seconds): here torch
     cannot be imported at all, and the refusal still comes, naming the valid names (exit 2)."""
     code = ("import sys; sys.modules['torch'] = None; sys.modules['kernels'] = None\n"
             "from frt_dist.cli.main import main; sys.exit(main(sys.argv[1:]))")
     r = subprocess.run([sys.executable, "-c", code, "qualify", "--model", "toyq", *argv], cwd=qproject,
-                       capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(TESTS)})
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(HELPERS)})
     assert r.returncode == 2 and why in r.stderr, r.stderr

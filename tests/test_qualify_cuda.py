@@ -9,14 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from factories import CPU, TinyProject, receipt_doc
-from frt_dist.system import detect as det
-from frt_dist.qualify import run as q
-from frt_dist.errors import ReceiptInvalid, UsageError
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.documents.receipt import Receipt
+from frt_dist.errors import ReceiptInvalid, UsageError
+from frt_dist.qualify import run as q
+from frt_dist.system import detect as det
+from helpers.factories import CPU, TinyProject, receipt_doc
+
 from test_detect import FakeNVML
-from test_qualify import _lock, qproject  # noqa: F401 - the fixture
+from test_qualify import _lock
 
 
 @pytest.mark.parametrize("backend, device, clock", [("cpu", "cpu", "perf-counter"), ("cuda", "cuda", "cuda-events"),
@@ -110,7 +111,7 @@ def test_cuda_timing_records_gpu_clocks_and_method(monkeypatch):
     assert log.count("synchronize") == 2 * (2 + 1)  # one per measured side, warm-up included
 
 
-def test_cpu_qualify_records_the_wall_clock(qproject):  # noqa: F811
+def test_cpu_qualify_records_the_wall_clock(qproject):
     res = qualify_cpu(qproject)
     t = res.receipt["evidence"]["timing"]
     assert t["clock"] == "perf-counter" and "device" not in t and "l2-flush" not in t

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import BUNDLED
-from frt_dist.qualify import run as q
 from frt_dist.documents.manifest import Manifest
 from frt_dist.documents.receipt import Receipt
+from frt_dist.qualify import run as q
+from helpers.paths import BUNDLED
 
 MANIFEST = Manifest.read(BUNDLED / "manifests" / "demo-decoder.toml", label="manifests/demo-decoder.toml")
 CERTIFIED = json.loads((BUNDLED / "receipts" / "demo-decoder" / "fused--decode--fp32--amd-epyc.json").read_text())

@@ -11,10 +11,11 @@ import uuid
 
 import pytest
 
-from conftest import TESTS, needs_no_gpu, run_frt
-from test_qualify import qproject  # noqa: F401 - the fixture
+from helpers.frt import frt_main, frt_process
+from helpers.gpu import needs_no_gpu
+from helpers.paths import HELPERS
 
-TOYHOST = (TESTS / "toyhost.py").read_text()
+TOYHOST = (HELPERS / "toyhost.py").read_text()
 
 
 def broken_host(tmp_path, patch: str):
@@ -22,12 +23,12 @@ def broken_host(tmp_path, patch: str):
     d = tmp_path / f"host-{uuid.uuid4().hex[:8]}"
     d.mkdir()
     (d / "toyhost.py").write_text(TOYHOST + "\n" + patch)
-    return {"PYTHONPATH": f"{d}{os.pathsep}{TESTS}"}
+    return {"PYTHONPATH": f"{d}{os.pathsep}{HELPERS}"}
 
 
 def qualify(project, *extra, env=None):
-    return run_frt(["qualify", "--model", "toyq", "--route", "fastscale", *extra], cwd=project,
-                   env=env or {"PYTHONPATH": str(TESTS)})
+    return frt_process(["qualify", "--model", "toyq", "--route", "fastscale", *extra], cwd=project,
+                   env=env or {"PYTHONPATH": str(HELPERS)})
 
 
 @pytest.fixture
@@ -37,17 +38,12 @@ def qualify_in_process(monkeypatch, capsys):
     first on ``sys.path`` and any ``toyhost`` already imported set aside, as a fresh process with
     that PYTHONPATH would see it. The real-process path (exit code of the console command) is
     covered by ``test_a_factory_with_the_wrong_signature_is_named``, which still uses ``qualify``."""
-    from frt_dist.cli import main as cli
-
     def run(project, *extra, env):
-        monkeypatch.chdir(project)
         monkeypatch.syspath_prepend(env["PYTHONPATH"].split(os.pathsep)[0])
         monkeypatch.delitem(sys.modules, "toyhost", raising=False)
-        capsys.readouterr()
-        rc = cli.main(["qualify", "--model", "toyq", "--route", "fastscale", *extra])
-        out, err = capsys.readouterr()
+        r = frt_main("qualify", "--model", "toyq", "--route", "fastscale", *extra, cwd=project)
         sys.modules.pop("toyhost", None)  # the broken one; monkeypatch puts any earlier one back
-        return subprocess.CompletedProcess(["frt", "qualify"], rc, out, err)
+        return r
 
     return run
 
@@ -65,7 +61,7 @@ def qualify_in_process(monkeypatch, capsys):
      "__call__ (it is not callable), seams (a mapping), host_seams (a mapping), bind() (a method), "
      "detach() (a method), make_inputs() (a method)"),
 ])
-def test_a_host_object_missing_part_of_its_interface_is_named(qproject, tmp_path, patch, missing,  # noqa: F811
+def test_a_host_object_missing_part_of_its_interface_is_named(qproject, tmp_path, patch, missing,
                                                              qualify_in_process):
     r = qualify_in_process(qproject, env=broken_host(tmp_path, patch))
     assert r.returncode == 2, r.stderr
@@ -78,7 +74,7 @@ def test_a_host_object_missing_part_of_its_interface_is_named(qproject, tmp_path
     assert not (qproject / "receipts" / "toyq").exists()
 
 
-def test_host_seams_without_the_routes_seam_is_named(qproject, tmp_path, qualify_in_process):  # noqa: F811
+def test_host_seams_without_the_routes_seam_is_named(qproject, tmp_path, qualify_in_process):
     patch = ("_orig = ToyBlock.__init__\n"
              "def _init(self, seed=0):\n"
              "    _orig(self, seed)\n"
@@ -90,14 +86,15 @@ def test_host_seams_without_the_routes_seam_is_named(qproject, tmp_path, qualify
             "that the route binds (it has: other)") in r.stderr
 
 
-def test_a_factory_with_the_wrong_signature_is_named(qproject, tmp_path):  # noqa: F811
+@pytest.mark.subprocess
+def test_a_factory_with_the_wrong_signature_is_named(qproject, tmp_path):
     r = qualify(qproject, env=broken_host(tmp_path, "def build_host(phase):\n    return ToyBlock()\n"))
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert ("error: host-entry 'toyhost:build_host': calling it as factory('decode', seed=0) raised TypeError: "
             in r.stderr)
 
 
-def test_make_inputs_returning_no_tensor_is_named(qproject, tmp_path, qualify_in_process):  # noqa: F811
+def test_make_inputs_returning_no_tensor_is_named(qproject, tmp_path, qualify_in_process):
     r = qualify_in_process(qproject, env=broken_host(tmp_path, "ToyBlock.make_inputs = lambda self, rows, seed=0: [rows]\n"))
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "error: host-entry 'toyhost:build_host': make_inputs(1, seed=1) returned a list, not a tensor" in r.stderr
@@ -131,7 +128,8 @@ def mounts():
 
 
 @needs_no_gpu
-def test_a_read_only_receipts_folder_is_refused_before_measuring(qproject, mounts):  # noqa: F811
+@pytest.mark.subprocess
+def test_a_read_only_receipts_folder_is_refused_before_measuring(qproject, mounts):
     ro = mounts(qproject / "ro", "ro,size=1m")
     r = qualify(qproject, "--out", str(ro / "receipts"))
     assert r.returncode == 2, r.stderr
@@ -143,7 +141,8 @@ def test_a_read_only_receipts_folder_is_refused_before_measuring(qproject, mount
 
 
 @needs_no_gpu
-def test_the_projects_own_read_only_receipts_folder_is_refused_before_measuring(qproject, mounts):  # noqa: F811
+@pytest.mark.subprocess
+def test_the_projects_own_read_only_receipts_folder_is_refused_before_measuring(qproject, mounts):
     (qproject / "receipts" / "toyq").mkdir(parents=True)
     mounts(qproject / "receipts" / "toyq", "ro,size=1m")
     r = qualify(qproject)
@@ -152,7 +151,8 @@ def test_the_projects_own_read_only_receipts_folder_is_refused_before_measuring(
     assert "timing" not in r.stderr
 
 
-def test_a_receipts_path_that_is_a_file_is_refused(qproject):  # noqa: F811
+@pytest.mark.subprocess
+def test_a_receipts_path_that_is_a_file_is_refused(qproject):
     (qproject / "afile").write_text("x")
     r = qualify(qproject, "--out", str(qproject / "afile" / "receipts"))
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
@@ -160,7 +160,8 @@ def test_a_receipts_path_that_is_a_file_is_refused(qproject):  # noqa: F811
 
 
 @needs_no_gpu
-def test_a_full_disk_at_the_end_is_a_clean_error_with_nothing_partial(qproject, mounts):  # noqa: F811
+@pytest.mark.subprocess
+def test_a_full_disk_at_the_end_is_a_clean_error_with_nothing_partial(qproject, mounts):
     full = mounts(qproject / "full", "size=64k")
     out = full / "receipts"
     out.mkdir()
@@ -182,13 +183,14 @@ def test_a_full_disk_at_the_end_is_a_clean_error_with_nothing_partial(qproject, 
 
 
 @needs_no_gpu
-def test_both_sides_of_the_timing_run_on_one_block_with_its_seams_switched(qproject, monkeypatch):  # noqa: F811
+def test_both_sides_of_the_timing_run_on_one_block_with_its_seams_switched(qproject, monkeypatch):
     """Two block objects (the same weights, in different memory) timed 2x apart in one run and
     ~1.0x in the next (bench/RESULTS.md): the host side and the route side of each round must be
     the one block, the host's seam callable bound for one and the route's for the other."""
     import toyhost
 
     from frt_dist.qualify import run as q
+
     from test_qualify import _lock
 
     seen = []

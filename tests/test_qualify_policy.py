@@ -17,22 +17,23 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from conftest import ROOT, TESTS, needs_no_gpu, run_frt
-from factories import receipt_doc, tiny_project
-from frt_dist.provenance import signing
 from frt_dist.base.canonical import digest
-from frt_dist.errors import UsageError
 from frt_dist.documents.lockfile import Lockfile
-from frt_dist.lock.build import lock_model
 from frt_dist.documents.manifest import Manifest
-from frt_dist.qualify.run import check_signing_policy, keep_previous, write_receipt
 from frt_dist.documents.receipt import superseded_path
+from frt_dist.errors import UsageError
+from frt_dist.lock.build import lock_model
+from frt_dist.provenance import signing
+from frt_dist.qualify.run import check_signing_policy, keep_previous, write_receipt
+from helpers.factories import receipt_doc, tiny_project
+from helpers.frt import frt_process
+from helpers.gpu import needs_no_gpu
+from helpers.paths import HELPERS, ROOT
 
 pytest.importorskip("cryptography")
-from test_qualify import qproject  # noqa: E402,F401 - a project with a host-entry and CPU packages
-from test_receipt_signing import H200, make_key  # noqa: E402
+from test_receipt_signing import H200, make_key
 
-ENV = {"PYTHONPATH": f"{ROOT}{os.pathsep}{TESTS}"}  # this checkout's frt_dist, and the toy host
+ENV = {"PYTHONPATH": f"{ROOT}{os.pathsep}{HELPERS}"}  # this checkout's frt_dist, and the toy host
 
 
 # ---------------------------------------------------------------------------
@@ -85,13 +86,14 @@ def test_a_rewritten_receipt_leaves_no_old_signature_beside_it(signed):
     assert [c.kind for c in res.coverage.changes] == ["gained"]  # (against the lock --allow-loss wrote)
 
 
+@pytest.mark.subprocess
 def test_the_kept_receipt_is_named_by_the_loss_it_would_undo(signed):
     """Re-qualified as supported_correct: `frt lock` refuses the drop and says where the previous
     receipt was kept and how to put it back."""
     tp, lk, folder, path, key, old = signed
     write_receipt(receipt_doc(lk, "fast", "decode", H200, state="supported_correct", speedup=1.0), folder)
     signing.sign_receipt(path, key)
-    r = run_frt(["lock"], cwd=tp.root)
+    r = frt_process(["lock"], cwd=tp.root)
     assert r.returncode == 1
     aside = f"receipts/tiny/fast--decode--fp32--h200.json.superseded-{digest(old)[7:19]}"
     assert "dropped  decode/fp32/cpu/x86_64/h200  route fast (certified_fast -> supported_correct)" in r.stdout
@@ -142,12 +144,13 @@ def _policy(root: Path, model: str, keys=("keys/ci.pub",), **extra) -> None:
     m.write_text(m.read_text() + "\n[trust.receipts]\n" + body)
 
 
+@pytest.mark.subprocess
 def test_qualify_without_sign_under_a_policy_is_exit_2_before_measuring(qproject, tmp_path):
     priv, pub = make_key(tmp_path / "secrets", "ci")
     (qproject / "keys").mkdir()
     shutil.copy(pub, qproject / "keys" / "ci.pub")
     _policy(qproject, "toyq")
-    r = run_frt(["qualify", "--model", "toyq", "--route", "fastscale"], cwd=qproject, env=ENV)
+    r = frt_process(["qualify", "--model", "toyq", "--route", "fastscale"], cwd=qproject, env=ENV)
     assert r.returncode == 2, r.stdout + r.stderr
     first = r.stderr.splitlines()[0]
     assert first.startswith("error: manifests/toyq.toml: [trust.receipts] covers device class ")
@@ -157,18 +160,18 @@ def test_qualify_without_sign_under_a_policy_is_exit_2_before_measuring(qproject
     assert "qualifying" not in r.stderr and "Traceback" not in r.stderr
     assert not list((qproject / "receipts").rglob("*.json"))
     # --json: the error document
-    r = run_frt(["qualify", "--model", "toyq", "--route", "fastscale", "--json"], cwd=qproject, env=ENV)
+    r = frt_process(["qualify", "--model", "toyq", "--route", "fastscale", "--json"], cwd=qproject, env=ENV)
     doc = json.loads(r.stdout)
     assert r.returncode == 2 and doc["exit"] == 2 and "[trust.receipts] covers device class" in doc["error"]
     # a key the policy does not list: refused the same way, naming both keys
     other, _ = make_key(tmp_path / "secrets", "other")
-    r = run_frt(["qualify", "--model", "toyq", "--route", "fastscale", "--sign", str(other)], cwd=qproject, env=ENV)
+    r = frt_process(["qualify", "--model", "toyq", "--route", "fastscale", "--sign", str(other)], cwd=qproject, env=ENV)
     assert r.returncode == 2
     assert r.stderr.startswith(f"error: --sign: key {signing.keyid(signing.load_private_key(other).public_key())} is "
                                "not one manifests/toyq.toml: [trust.receipts] lists (listed: keys/ci.pub (sha256:")
     assert "`frt lock` would reject the receipts it signs; nothing was measured" in r.stderr
     # both flags at once is a usage error
-    r = run_frt(["qualify", "--model", "toyq", "--route", "fastscale", "--sign", str(priv), "--unsigned"],
+    r = frt_process(["qualify", "--model", "toyq", "--route", "fastscale", "--sign", str(priv), "--unsigned"],
                 cwd=qproject, env=ENV)
     assert r.returncode == 2 and "not allowed with argument" in r.stderr
 
@@ -189,20 +192,22 @@ def test_check_signing_policy_rules(tmp_path):
 
 
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_requalifying_keeps_the_previous_receipt_and_its_signature(qproject, tmp_path):
     priv, pub = make_key(tmp_path / "secrets", "ci")
     (qproject / "keys").mkdir()
     shutil.copy(pub, qproject / "keys" / "ci.pub")
     _policy(qproject, "toyq")
     args = ["qualify", "--model", "toyq", "--route", "fastscale", "--rounds", "6", "--json"]
-    r = run_frt([*args, "--unsigned"], cwd=qproject, env=ENV)  # on purpose: signed afterwards
+    r = frt_process([*args, "--unsigned"], cwd=qproject, env=ENV)  # on purpose: signed afterwards
     assert r.returncode == 0, r.stdout + r.stderr
     [res] = json.loads(r.stdout)["results"]
     first = qproject / res["receipt"]
     assert res["signature"] is None and not Path(str(first) + ".sig").exists()
-    assert run_frt(["sign", "--key", str(priv), str(first)], cwd=qproject).returncode == 0
+    assert frt_process(["sign", "--key", str(priv), str(first)], cwd=qproject).returncode == 0
     old_bytes = first.read_bytes()
-    r = run_frt([*args, "--sign", str(priv)], cwd=qproject, env=ENV)
+    r = frt_process([*args, "--sign", str(priv)], cwd=qproject, env=ENV)
     assert r.returncode == 0, r.stdout + r.stderr
     [res] = json.loads(r.stdout)["results"]
     assert qproject / res["receipt"] == first and first.read_bytes() != old_bytes

@@ -6,7 +6,7 @@ a Qwen3-8B-style manifest over 17 of them (5 seams, 7 routes, 4 precisions, deco
 receipts on H200, B200, RTX 5090, L40S, A100, DGX Spark (GB10, aarch64) and Jetson Thor (aarch64).
 
 Every decision of `frt lock`, `frt resolve`, `frt matrix` and `frt mirror` is checked against an
-oracle built only from `kernels`' own functions and the JSON data (``tests/realdata.py``).
+oracle built only from `kernels`' own functions and the JSON data (``tests/helpers/realdata.py``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import HubServer
 
-import realdata as rd
+from helpers import realdata as rd
+from helpers.hubserver import HubServer
+
+pytestmark = pytest.mark.slow  # every test here takes more than ~5 s
 
 ACCEPTS = (("certified_fast",), ("certified_fast", "supported_correct"))
 
@@ -72,6 +74,7 @@ def test_the_corpus_is_the_real_declarations():
     assert len({s for _, seams in rd.ROUTES.values() for s in seams}) == 5
 
 
+@pytest.mark.subprocess
 def test_lock_pins_every_package_at_its_branch_with_the_published_archs(corpus, lock):
     assert set(lock.packages) == set(corpus.commits)
     for p in rd.packages():
@@ -86,8 +89,9 @@ def test_lock_pins_every_package_at_its_branch_with_the_published_archs(corpus, 
     assert corpus.lock_requests <= 2 * len(corpus.commits) + n_variants + 1, corpus.lock_requests
 
 
+@pytest.mark.subprocess
 def test_receipts_the_device_archs_do_not_admit_are_rejected_at_lock(corpus, lock):
-    """SPEC §9.19: a receipt whose cell the locked variant's archs do not admit is rejected at lock
+    """One admissibility rule: a receipt whose cell the locked variant's archs do not admit is rejected at lock
     time, naming the package; every admitted one is accepted."""
     rejected = {r["file"].rsplit("/", 1)[-1]: r["reason"] for r in lock.rejected}
     bad = [s for s in corpus.specs if not s.admitted]
@@ -100,19 +104,21 @@ def test_receipts_the_device_archs_do_not_admit_are_rejected_at_lock(corpus, loc
     wrongly = [s.file for s in corpus.specs if s.admitted and s.file in rejected]
     assert not wrongly, {f: rejected[f] for f in wrongly}
     warned = [line for line in corpus.lock_stderr.splitlines() if line.startswith("warning: ")]
-    assert all(any(s.file in line for line in warned) for s in bad), corpus.lock_stderr[-2000:]  # SPEC §8.7
+    assert all(any(s.file in line for line in warned) for s in bad), corpus.lock_stderr[-2000:]  # each invalid receipt is named
 
 
 @pytest.mark.parametrize("accept", ACCEPTS, ids=["certified", "both"])
+@pytest.mark.subprocess
 def test_every_resolve_decision_agrees_with_the_kernels_oracle(decisions, accept):
     """7 machines x 4 precisions x 2 bands through `frt resolve --json` with declared hardware: route
     and state, or refusal, and the reason of every route not taken (text checked), equal to the
-    oracle's; the exit code follows SPEC §8.10."""
+    oracle's; resolve exits 1 when any requested band is refused."""
     r = decisions[accept]
     print(f"oracle agreement ({','.join(accept)}): {r.agree}/{r.total}")
     assert r.agree == r.total and not r.diffs, "\n".join(r.diffs[:20])
 
 
+@pytest.mark.subprocess
 def test_the_corpus_covers_routes_and_every_refusal_kind(corpus):
     """The oracle's table is not trivial: routes are chosen in both states, each refusal reason
     occurs, and in some cell state must outrank speed (a certified_fast winner over a faster
@@ -139,15 +145,16 @@ def _matrix_winners(md: str) -> dict[tuple[str, str, str], str]:
         if cols[0] == "phase":
             header = cols
         elif header and line.startswith("|") and len(cols) == len(header) and cols[0] in rd.PHASES:
-            row = dict(zip(header, cols))
+            row = dict(zip(header, cols, strict=False))
             for route in rd.ROUTES:
                 if row[route].startswith("★"):
                     out[(row["phase"], row["precision"], row["device class"])] = route
     return out
 
 
+@pytest.mark.subprocess
 def test_matrix_winners_are_the_resolve_decisions(corpus, decisions):
-    """SPEC §9.19: the matrix never shows a winner that resolve refuses (accept both states)."""
+    """One admissibility rule: the matrix never shows a winner that resolve refuses (accept both states)."""
     rc, md, err = rd.cli(["matrix", "--model", rd.MODEL, "--project", str(corpus.root)])
     assert rc == 0, err
     winners = _matrix_winners(md)
@@ -157,6 +164,7 @@ def test_matrix_winners_are_the_resolve_decisions(corpus, decisions):
 
 
 @pytest.mark.parametrize("machine", [rd.MACHINES[0], rd.MACHINES[-1]], ids=lambda m: m.device_class)
+@pytest.mark.subprocess
 def test_mirror_for_a_machine_holds_the_variants_kernels_selects(corpus, tmp_path, machine):
     """`frt mirror DIR` for a declared machine fetches, per locked package, exactly the variant
     `kernels` would select there (x86_64 cu128 on H200, aarch64 cu130 on Jetson Thor)."""

@@ -7,10 +7,10 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from factories import tiny_project
 
 from frt_dist.routes import resolver
 from frt_dist.routes.resolver import REASON_KINDS, Decision, Reason
+from helpers.factories import tiny_project
 
 HW = ["--arch", "x86_64", "--device-class", "test-cpu", "--backend", "cpu", "--software", "torch=2.13"]
 ACCEPT_HINT = ("hint: the qualified routes here are supported_correct (correct, no speed claim): `--accept "

@@ -1,4 +1,4 @@
-"""Receipt rules (SPEC §3 "Receipt", §8.7, §20): evidence that contradicts itself, or does not
+"""Receipt rules: evidence that contradicts itself, or does not
 support its state, is invalid.
 
 Every rule of ``receipt.EVIDENCE_RULES`` has cases here: a valid receipt (real evidence, the
@@ -14,11 +14,11 @@ import shutil
 
 import pytest
 
-from conftest import BUNDLED
-from frt_dist.lock.build import lock_model
 from frt_dist.documents.manifest import Manifest
-from frt_dist.project.discover import Project
 from frt_dist.documents.receipt import EVIDENCE_RULES, MIN_CERT_ROUNDS, Receipt
+from frt_dist.lock.build import lock_model
+from frt_dist.project.discover import Project
+from helpers.paths import BUNDLED
 
 MANIFEST = Manifest.read(BUNDLED / "manifests" / "demo-decoder.toml", label="manifests/demo-decoder.toml")
 RECEIPTS = BUNDLED / "receipts" / "demo-decoder"
@@ -228,7 +228,7 @@ def test_the_median_of_ratios_may_differ_from_the_ratio_of_medians():
 
 
 def test_invalid_receipts_never_stop_frt_lock(tmp_path):
-    """SPEC §8.7: a receipt whose evidence contradicts itself is recorded under
+    """Invalid receipts do not stop `frt lock`: a receipt whose evidence contradicts itself is recorded under
     [[rejected-receipts]] with the reason; the lock is written and the cell keeps its other evidence."""
     root = tmp_path / "demo"
     root.mkdir()

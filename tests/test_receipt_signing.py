@@ -1,4 +1,4 @@
-"""Signed receipts and the receipt-signer policy (SPEC §26, issue 19 items 1, 2, 4, 6).
+"""Signed receipts and the receipt-signer policy (issue 19 items 1, 2, 4, 6).
 
 Real keys (made here with ``cryptography``), real envelopes written by ``frt sign``, real
 locks. Oracles frt did not write: ``openssl`` for the keyid, the DSSE spec's own PAE vector
@@ -19,16 +19,18 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from conftest import BUNDLED, run_frt
-from factories import receipt_doc, tiny_project
-from frt_dist.documents.schema import parse_toml
 from frt_dist.base.canonical import canonical_json, digest
-from frt_dist.errors import LockfileError, ManifestError, UsageError
-from frt_dist.system.hardware import Hardware
 from frt_dist.documents.lockfile import Lockfile, render
+from frt_dist.documents.schema import parse_toml
+from frt_dist.errors import LockfileError, ManifestError, UsageError
 from frt_dist.lock.build import lock_model
 from frt_dist.provenance import signing
 from frt_dist.provenance.signing import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, check_bundle, pae
+from frt_dist.system.hardware import Hardware
+from helpers.factories import receipt_doc, tiny_project
+from helpers.frt import frt_process
+from helpers.gpu import needs_no_gpu
+from helpers.paths import BUNDLED, HELPERS, ROOT
 
 crypto = pytest.importorskip("cryptography")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -104,7 +106,7 @@ class Proj:
 
 
 def verify_json(root: Path) -> tuple[int, dict]:
-    r = run_frt(["verify", "--json"], cwd=root)
+    r = frt_process(["verify", "--json"], cwd=root)
     assert "Traceback" not in r.stderr, r.stderr
     return r.returncode, json.loads(r.stdout)
 
@@ -138,6 +140,7 @@ def test_pae_matches_the_dsse_spec_vector_and_sigstore():
 
 
 @pytest.mark.parametrize("kind", ["ed25519", "ec"])
+@pytest.mark.subprocess
 def test_keyid_is_what_openssl_prints(tmp_path, kind):
     if not shutil.which("openssl"):
         pytest.skip("no openssl on PATH")
@@ -153,10 +156,11 @@ def test_keyid_is_what_openssl_prints(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["ed25519", "ec"])
+@pytest.mark.subprocess
 def test_frt_sign_writes_a_dsse_envelope_over_the_receipt_digest(tmp_path, kind):
     p = Proj(tmp_path)
     priv, pub = p.key("ci", kind)
-    r = run_frt(["sign", "--key", str(priv), str(p.receipts[0]), "--json"], cwd=tmp_path)
+    r = frt_process(["sign", "--key", str(priv), str(p.receipts[0]), "--json"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     env_path = Path(str(p.receipts[0]) + ".sig")
@@ -186,6 +190,7 @@ def test_frt_sign_writes_a_dsse_envelope_over_the_receipt_digest(tmp_path, kind)
 
 
 @pytest.mark.parametrize("kind", ["ed25519", "ec"])
+@pytest.mark.subprocess
 def test_signed_receipt_is_accepted_and_its_signer_recorded(tmp_path, kind):
     p = Proj(tmp_path)
     priv, pub = p.key("ci", kind)
@@ -202,7 +207,7 @@ def test_signed_receipt_is_accepted_and_its_signer_recorded(tmp_path, kind):
     # deterministic: locking again writes the same bytes (an ECDSA envelope is read, not made, at lock)
     before = p.tp.lock_path.read_bytes()
     assert p.lock() and p.tp.lock_path.read_bytes() == before
-    assert run_frt(["lock", "--check"], cwd=p.root).returncode == 0
+    assert frt_process(["lock", "--check"], cwd=p.root).returncode == 0
 
 
 def test_without_a_policy_signatures_change_nothing(tmp_path):
@@ -217,8 +222,9 @@ def test_without_a_policy_signatures_change_nothing(tmp_path):
     assert b"receipt-signatures" not in after and b"receipt-keys" not in after
 
 
+@pytest.mark.subprocess
 def test_the_bundled_demo_lock_is_still_up_to_date():
-    r = run_frt(["--project", str(BUNDLED), "lock", "--check"], cwd=BUNDLED)
+    r = frt_process(["--project", str(BUNDLED), "lock", "--check"], cwd=BUNDLED)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -327,6 +333,7 @@ def test_the_keyid_in_an_envelope_is_only_a_hint(tmp_path):
     assert [r["signer"] for r in lock.signatures.values()] == [keyid_of(p.root / pub)]
 
 
+@pytest.mark.subprocess
 def test_two_keys_at_once_rotation(tmp_path):
     p = Proj(tmp_path, receipts=(("fast", "decode", H200), ("fast", "prefill", H200)))
     old, old_pub = p.key("ci-2025")
@@ -341,6 +348,7 @@ def test_two_keys_at_once_rotation(tmp_path):
     assert verify_json(p.root)[0] == 0
 
 
+@pytest.mark.subprocess
 def test_policy_restricted_to_h200_covers_only_h200(tmp_path):
     """``device-classes = ["NVIDIA H200"]`` (normalised to h200) covers h200 receipts only: an
     unsigned rtx-5090 receipt is read as without a policy (accepted, no signer recorded); an
@@ -377,6 +385,7 @@ def _locked(tmp_path, n=1):
     return p, priv, pub
 
 
+@pytest.mark.subprocess
 def test_verify_catches_a_sig_swapped_after_lock(tmp_path):
     p, _, _ = _locked(tmp_path)
     other, _ = p.key("intruder")
@@ -389,6 +398,7 @@ def test_verify_catches_a_sig_swapped_after_lock(tmp_path):
     assert "another envelope" in prob["derived"]
 
 
+@pytest.mark.subprocess
 def test_verify_catches_a_lock_edited_to_claim_another_signer(tmp_path):
     p, _, _ = _locked(tmp_path)
     _, other_pub = p.key("intruder")
@@ -406,6 +416,7 @@ def test_verify_catches_a_lock_edited_to_claim_another_signer(tmp_path):
     assert any(x["kind"] == "index" for x in doc["problems"])  # the receipt's cell is derived without it
 
 
+@pytest.mark.subprocess
 def test_verify_catches_an_embedded_envelope_moved_to_another_receipt(tmp_path):
     p, _, _ = _locked(tmp_path, n=2)
 
@@ -419,6 +430,7 @@ def test_verify_catches_an_embedded_envelope_moved_to_another_receipt(tmp_path):
     assert len([x for x in probs if "is another receipt's" in x["derived"]]) == 2, probs
 
 
+@pytest.mark.subprocess
 def test_verify_catches_an_unsigned_receipt_in_a_lock_under_policy(tmp_path):
     p, _, _ = _locked(tmp_path)
     edit_lock(p.tp.lock_path, lambda doc, rows: rows.clear())
@@ -428,6 +440,7 @@ def test_verify_catches_an_unsigned_receipt_in_a_lock_under_policy(tmp_path):
     assert prob["derived"].startswith("rejected: unsigned: the lock embeds no signature")
 
 
+@pytest.mark.subprocess
 def test_verify_and_check_catch_a_key_file_changed_after_lock(tmp_path):
     p, _, pub = _locked(tmp_path)
     _, other_pub = p.key("intruder")
@@ -437,10 +450,11 @@ def test_verify_and_check_catch_a_key_file_changed_after_lock(tmp_path):
     [prob] = sig_problems(doc)
     assert prob["path"].endswith('receipt-keys."keys/ci.pub"') and "not the key the lock pinned" in prob["message"]
     assert prob["computed"] == keyid_of(p.root / pub)
-    r = run_frt(["lock", "--check"], cwd=p.root)
+    r = frt_process(["lock", "--check"], cwd=p.root)
     assert r.returncode == 1 and "keys/ci.pub" in r.stdout and "receipt signers' keys" in r.stdout
 
 
+@pytest.mark.subprocess
 def test_verify_catches_a_pinned_key_edited_in_the_lock(tmp_path):
     p, _, pub = _locked(tmp_path)
     (p.root / pub).unlink()  # the project's key file is gone: verify relies on the pinned PEM alone
@@ -457,6 +471,7 @@ def test_verify_catches_a_pinned_key_edited_in_the_lock(tmp_path):
     assert "which the policy does not list" in rec["derived"]  # and the receipt has no listed key left
 
 
+@pytest.mark.subprocess
 def test_verify_catches_a_signature_row_for_no_accepted_receipt(tmp_path):
     p, _, _ = _locked(tmp_path)
 
@@ -470,6 +485,7 @@ def test_verify_catches_a_signature_row_for_no_accepted_receipt(tmp_path):
     assert "gone.json" in prob["path"] and prob["derived"] == "no accepted receipt the policy covers"
 
 
+@pytest.mark.subprocess
 def test_a_malformed_signature_row_is_bad_input_naming_the_field(tmp_path):
     p, _, _ = _locked(tmp_path)
 
@@ -478,10 +494,11 @@ def test_a_malformed_signature_row_is_bad_input_naming_the_field(tmp_path):
 
     with pytest.raises(LockfileError, match=r"receipt-signatures\[0\]\.kind: expected one of key, sigstore, got 'pgp'"):
         edit_lock(p.tp.lock_path, pgp)
-    r = run_frt(["verify"], cwd=p.root)
+    r = frt_process(["verify"], cwd=p.root)
     assert r.returncode == 2 and "receipt-signatures[0].kind" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.subprocess
 def test_signatures_travel_in_the_lock_so_verify_needs_no_sig_files(tmp_path):
     p, _, _ = _locked(tmp_path)
     Path(str(p.receipts[0]) + ".sig").unlink()
@@ -501,6 +518,7 @@ def test_signatures_travel_in_the_lock_so_verify_needs_no_sig_files(tmp_path):
     ("encrypted", "the private key is encrypted"),
     ("missing", "file not found"),
 ])
+@pytest.mark.subprocess
 def test_frt_sign_refuses_a_bad_key(tmp_path, what, want):
     p = Proj(tmp_path)
     priv, pub = p.key("ci")
@@ -514,40 +532,43 @@ def test_frt_sign_refuses_a_bad_key(tmp_path, what, want):
             ec.generate_private_key(ec.SECP384R1() if what == "p384" else ec.SECP256R1())
         enc = serialization.BestAvailableEncryption(b"pw") if what == "encrypted" else serialization.NoEncryption()
         bad.write_bytes(k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc))
-    r = run_frt(["sign", "--key", str(bad), str(p.receipts[0])], cwd=tmp_path)
+    r = frt_process(["sign", "--key", str(bad), str(p.receipts[0])], cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith(f"error: {bad}: ") and want in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert not Path(str(p.receipts[0]) + ".sig").exists()
 
 
+@pytest.mark.subprocess
 def test_frt_sign_refuses_a_receipt_that_does_not_parse(tmp_path):
     p = Proj(tmp_path)
     priv, _ = p.key("ci")
     bad = p.root / "receipts" / "tiny" / "bad.json"
     bad.write_text('{"schema": "frt.receipt/1"}')
-    r = run_frt(["sign", "--key", str(priv), str(bad), "--json"], cwd=tmp_path)
+    r = frt_process(["sign", "--key", str(priv), str(bad), "--json"], cwd=tmp_path)
     assert r.returncode == 2
     out = json.loads(r.stdout)
     assert out["exit"] == 2 and str(bad) in out["error"] and "cell" in out["error"]
     assert not Path(str(bad) + ".sig").exists()
 
 
+@pytest.mark.subprocess
 def test_frt_sign_into_an_unwritable_place_leaves_nothing(tmp_path):
     p = Proj(tmp_path)
     priv, _ = p.key("ci")
     blocker = Path(str(p.receipts[0]) + ".sig")
     blocker.mkdir()  # the .sig path is taken by a folder: the atomic rename fails
-    r = run_frt(["sign", "--key", str(priv), str(p.receipts[0])], cwd=tmp_path)
+    r = frt_process(["sign", "--key", str(priv), str(p.receipts[0])], cwd=tmp_path)
     assert r.returncode == 2 and f"{p.receipts[0]}.sig: cannot be written" in r.stderr, r.stderr
     assert sorted(x.name for x in p.receipts[0].parent.iterdir()) == sorted([p.receipts[0].name, blocker.name])
 
 
+@pytest.mark.subprocess
 def test_qualify_sign_refuses_a_bad_key_before_measuring(tmp_path):
     p = Proj(tmp_path)
     bad = tmp_path / "bad.pem"
     bad.write_text("nope")
-    r = run_frt(["qualify", "--route", "fast", "--sign", str(bad)], cwd=p.root)
+    r = frt_process(["qualify", "--route", "fast", "--sign", str(bad)], cwd=p.root)
     assert r.returncode == 2 and f"error: {bad}: not a PEM private key" in r.stderr, r.stderr
     assert "qualifying" not in r.stderr
 
@@ -565,6 +586,7 @@ def test_qualify_sign_refuses_a_bad_key_before_measuring(tmp_path):
     ({"keys": ["keys/priv.pem"]}, "trust.receipts.keys[0]", "is a private key"),
     ({"keys": ["keys/rsa.pub"]}, "trust.receipts.keys[0]", "RSA key; a receipt signer's key is EC P-256"),
 ])
+@pytest.mark.subprocess
 def test_a_bad_policy_is_exit_2_naming_file_and_field(tmp_path, trust, field, want):
     p = Proj(tmp_path)
     priv, _ = p.key("ci")
@@ -578,7 +600,7 @@ def test_a_bad_policy_is_exit_2_naming_file_and_field(tmp_path, trust, field, wa
     with pytest.raises(ManifestError) as exc:
         p.lock()
     assert str(exc.value).startswith(f"manifests/tiny.toml: {field}") and want in str(exc.value), str(exc.value)
-    r = run_frt(["lock"], cwd=p.root)
+    r = frt_process(["lock"], cwd=p.root)
     assert r.returncode == 2 and f"error: manifests/tiny.toml: {field}" in r.stderr and "Traceback" not in r.stderr
     assert p.tp.lock_path.read_bytes() == before  # the previous lockfile is untouched
 
@@ -592,21 +614,22 @@ def test_a_key_link_leaving_the_project_is_refused(tmp_path):
         p.lock()
 
 
+@pytest.mark.subprocess
 def test_no_private_key_material_in_any_output(tmp_path):
     p = Proj(tmp_path)
     priv, pub = p.key("ci", "ec")
     p.policy(keys=[pub])
     secret_lines = [ln for ln in priv.read_text().splitlines() if ln and not ln.startswith("-----")]
-    outs = [run_frt(["sign", "--key", str(priv), *map(str, p.receipts)], cwd=tmp_path),
-            run_frt(["sign", "--key", str(priv), *map(str, p.receipts), "--json"], cwd=tmp_path),
-            run_frt(["lock", "--json"], cwd=p.root), run_frt(["verify", "--json"], cwd=p.root),
-            run_frt(["verify"], cwd=p.root)]
+    outs = [frt_process(["sign", "--key", str(priv), *map(str, p.receipts)], cwd=tmp_path),
+            frt_process(["sign", "--key", str(priv), *map(str, p.receipts), "--json"], cwd=tmp_path),
+            frt_process(["lock", "--json"], cwd=p.root), frt_process(["verify", "--json"], cwd=p.root),
+            frt_process(["verify"], cwd=p.root)]
     texts = [o.stdout + o.stderr for o in outs]
     texts += [p.tp.lock_path.read_text(), Path(str(p.receipts[0]) + ".sig").read_text()]
     # a key refused as bad input is not echoed either
     broken = tmp_path / "broken.pem"
     broken.write_text(priv.read_text().replace("PRIVATE KEY", "PRIVATE KEX"))
-    texts.append(run_frt(["sign", "--key", str(broken), str(p.receipts[0]), "--json"], cwd=tmp_path).stdout)
+    texts.append(frt_process(["sign", "--key", str(broken), str(p.receipts[0]), "--json"], cwd=tmp_path).stdout)
     for t in texts:
         for ln in secret_lines:
             assert ln not in t
@@ -680,6 +703,7 @@ def test_trusted_root_is_the_file_the_sigstore_wheel_ships():
     assert "sigstage" not in str(root)
 
 
+@pytest.mark.subprocess
 def test_a_lock_without_a_policy_imports_no_cryptography(tmp_path):
     p = Proj(tmp_path)
     code = ("import sys\nfrom frt_dist.cli.main import main\nrc = main(['lock', '--quiet'])\n"
@@ -694,17 +718,15 @@ def test_signing_errors_are_usage_errors():
     assert issubclass(signing.SigningUnavailable, UsageError)
 
 
-from test_qualify import qproject  # noqa: E402,F401 - the qualification fixture (a project with a host-entry)
-from conftest import ROOT, TESTS, needs_no_gpu  # noqa: E402
-
-
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_qualify_sign_signs_what_it_writes_and_lock_accepts_it(qproject, tmp_path):
     priv, pub = make_key(tmp_path / "secrets", "ci", "ec")
     (qproject / "keys").mkdir()
     shutil.copy(pub, qproject / "keys" / "ci.pub")
-    r = run_frt(["qualify", "--model", "toyq", "--route", "fastscale", "--rounds", "6", "--sign", str(priv), "--json"],
-                cwd=qproject, env={"PYTHONPATH": f"{ROOT}{os.pathsep}{TESTS}"})  # this checkout's frt_dist first
+    r = frt_process(["qualify", "--model", "toyq", "--route", "fastscale", "--rounds", "6", "--sign", str(priv), "--json"],
+                cwd=qproject, env={"PYTHONPATH": f"{ROOT}{os.pathsep}{HELPERS}"})  # this checkout's frt_dist first
     assert r.returncode == 0, r.stdout + r.stderr
     [res] = json.loads(r.stdout)["results"]
     assert res["signature"] == res["receipt"] + ".sig" and (qproject / res["signature"]).is_file()
@@ -722,22 +744,24 @@ def TinyRoot(root):
     return Project(root, "project", {})
 
 
+@pytest.mark.subprocess
 def test_keyless_signing_without_an_identity_token_is_exit_2_writing_nothing(tmp_path):
     """``frt sign --sigstore`` needs a CI's OIDC token (and the network): without one it says so,
     before any Sigstore service is asked, and writes nothing."""
     p = Proj(tmp_path)
     env = {k: "" for k in ("GITHUB_ACTIONS", "ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
                            "SIGSTORE_ID_TOKEN", "GITLAB_CI", "BUILDKITE", "CIRCLECI", "GOOGLE_SERVICE_ACCOUNT_NAME")}
-    r = run_frt(["sign", "--sigstore", str(p.receipts[0])], cwd=tmp_path, env=env)
+    r = frt_process(["sign", "--sigstore", str(p.receipts[0])], cwd=tmp_path, env=env)
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("error: --sigstore: no OIDC identity token in this environment"), r.stderr
     assert "id-token: write" in r.stderr
     assert not Path(str(p.receipts[0]) + ".sigstore").exists()
-    r = run_frt(["sign", str(p.receipts[0])], cwd=tmp_path)  # neither --key nor --sigstore
+    r = frt_process(["sign", str(p.receipts[0])], cwd=tmp_path)  # neither --key nor --sigstore
     assert r.returncode == 2 and "one of the arguments --key --sigstore is required" in r.stderr
 
 
 @needs_data
+@pytest.mark.subprocess
 def test_verify_rechecks_an_embedded_sigstore_bundle_offline(tmp_path):
     """A lock edited to claim a Sigstore identity signed the receipt, with a real bundle (the
     wheel's) embedded: verify re-checks the bundle against the pinned root over the receipt's
@@ -796,12 +820,13 @@ def test_verify_accepts_a_bundle_by_its_recorded_identity_and_refuses_another(tm
     assert prob["path"].endswith(".signer") and prob["derived"] == f"{WORKFLOW} {GITHUB}" and accepted == {}
 
 
+@pytest.mark.subprocess
 def test_the_sbom_of_a_signed_lock_names_each_receipt_signer(tmp_path):
     """Issue 19 item 5 meets items 1-2: `frt lock --export cyclonedx` on a lock made under a
     policy carries each receipt's signer and signature kind (frt_dist.provenance.sbom reads Lockfile.signatures)."""
     pytest.importorskip("cyclonedx")
     p, _, pub = _locked(tmp_path)
-    r = run_frt(["lock", "--export", "cyclonedx", "--model", "tiny"], cwd=p.root)
+    r = frt_process(["lock", "--export", "cyclonedx", "--model", "tiny"], cwd=p.root)
     assert r.returncode == 0, r.stderr
     bom = json.loads(r.stdout)
     [rec] = [c for c in bom["components"] if c["type"] == "data"]  # each receipt is a component of its own

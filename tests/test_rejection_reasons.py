@@ -15,13 +15,13 @@ import shutil
 
 import pytest
 
-from conftest import run_frt
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.lock.build import lock_model
 from frt_dist.routes.resolver import resolve
+from helpers.frt import frt_process
 
 pytest.importorskip("cryptography")
-from test_receipt_signing import H200, Proj, keyid_of  # noqa: E402
+from test_receipt_signing import H200, Proj, keyid_of
 
 
 def test_resolve_names_the_rejected_receipt_of_the_band_not_the_other_phase(tmp_path):
@@ -43,6 +43,7 @@ def test_resolve_names_the_rejected_receipt_of_the_band_not_the_other_phase(tmp_
     assert "the receipt was edited after signing" in reason
 
 
+@pytest.mark.subprocess
 def test_an_unlisted_key_is_named_by_the_file_the_previous_lock_pinned(tmp_path):
     p = Proj(tmp_path)
     old, old_pub = p.key("ci-2025")
@@ -52,7 +53,7 @@ def test_an_unlisted_key_is_named_by_the_file_the_previous_lock_pinned(tmp_path)
     assert p.lock().rejected == []
     p.policy(keys=[new_pub])  # the key rotated out before the receipt was signed again
     before = p.tp.lock_path.read_bytes()
-    r = run_frt(["lock"], cwd=p.root)
+    r = frt_process(["lock"], cwd=p.root)
     assert r.returncode == 1 and p.tp.lock_path.read_bytes() == before  # a lost cell
     want = (f"signed by {keyid_of(p.root / old_pub)} ({old_pub}, which the previous lock pinned), which the policy "
             f"does not list (listed keys: {keyid_of(p.root / new_pub)} ({new_pub}))")
@@ -64,46 +65,48 @@ def test_an_unlisted_key_is_named_by_the_file_the_previous_lock_pinned(tmp_path)
     assert f"signed by {keyid_of(p.root / old_pub)}, which the policy does not list" in reason
 
 
+@pytest.mark.subprocess
 def test_sign_skips_signature_files_a_glob_matched(tmp_path):
     p = Proj(tmp_path, receipts=(("fast", "decode", H200), ("fast", "prefill", H200)))
     priv, _ = p.key("ci")
     p.sign(priv)
     every = sorted(str(x) for x in (p.root / "receipts" / "tiny").iterdir())  # receipts/tiny/*
     assert len(every) == 4
-    r = run_frt(["sign", "--key", str(priv), *every], cwd=p.root)
+    r = frt_process(["sign", "--key", str(priv), *every], cwd=p.root)
     assert r.returncode == 0, r.stderr
     sigs = [x for x in every if x.endswith(".sig")]
     for s in sigs:
         assert f"note: skipped {s}: a signature file, not a receipt" in r.stderr
     assert r.stdout.count(": signed sha256:") == 2
     assert not list((p.root / "receipts" / "tiny").glob("*.sig.sig"))
-    doc = json.loads(run_frt(["sign", "--key", str(priv), "--json", *every], cwd=p.root).stdout)
+    doc = json.loads(frt_process(["sign", "--key", str(priv), "--json", *every], cwd=p.root).stdout)
     assert [s["file"] for s in doc["skipped"]] == sigs and len(doc["signed"]) == 2
     # nothing but signature files: nothing to sign is a usage error
-    r = run_frt(["sign", "--key", str(priv), *sigs], cwd=p.root)
+    r = frt_process(["sign", "--key", str(priv), *sigs], cwd=p.root)
     assert r.returncode == 2
     assert r.stderr.startswith(f"error: no receipt to sign among the 2 file(s) given: {sigs[0]}: a signature file")
     assert "hint: name the receipts (*.json)" in r.stderr
 
 
+@pytest.mark.subprocess
 def test_verify_reports_a_receipt_file_that_differs_from_the_locked_one_as_stale(tmp_path):
     p = Proj(tmp_path)
     p.lock()
     rel = str(p.receipts[0].relative_to(p.root))
-    assert run_frt(["verify"], cwd=p.root).returncode == 0
+    assert frt_process(["verify"], cwd=p.root).returncode == 0
     doc = json.loads(p.receipts[0].read_text())
     p.receipts[0].write_text(json.dumps(doc, indent=4))  # another layout, the same receipt: not stale
-    assert run_frt(["verify"], cwd=p.root).returncode == 0
+    assert frt_process(["verify"], cwd=p.root).returncode == 0
     locked = Lockfile.read(p.tp.lock_path)
     [dig] = locked.receipts
     doc["evidence"]["timing"]["speedup-max"] = 1.4  # re-qualified, or edited, after the lock
     p.receipts[0].write_text(json.dumps(doc))
-    r = run_frt(["verify", "--json"], cwd=p.root)
+    r = frt_process(["verify", "--json"], cwd=p.root)
     assert r.returncode == 1
     [prob] = json.loads(r.stdout)["problems"]
     assert prob["kind"] == "stale" and prob["file"] == rel and prob["expected"] == dig
     assert prob["path"] == f"lockfiles/tiny.lock: receipts ({rel})"
-    r = run_frt(["verify"], cwd=p.root)
+    r = frt_process(["verify"], cwd=p.root)
     assert r.returncode == 1
     assert f"stale: {rel} in the project is not the receipt lockfiles/tiny.lock embeds (locked {dig[:19]}, the file " \
            "is sha256:" in r.stdout
@@ -112,6 +115,6 @@ def test_verify_reports_a_receipt_file_that_differs_from_the_locked_one_as_stale
            "the locked one" in r.stderr
     # locked again: verify agrees (a receipt file that is not there is no problem: the lock carries it)
     assert lock_model(p.tp.project, "tiny", warn=lambda m: None).written
-    assert run_frt(["verify"], cwd=p.root).returncode == 0
+    assert frt_process(["verify"], cwd=p.root).returncode == 0
     shutil.rmtree(p.root / "receipts")
-    assert run_frt(["verify"], cwd=p.root).returncode == 0
+    assert frt_process(["verify"], cwd=p.root).returncode == 0

@@ -3,8 +3,8 @@ of a project that names a ``[release]``, ``--upgrade-release``, ``frt release tr
 beside a release's, ``frt mirror`` / offline lock / ``frt verify``.
 
 Everything goes through the real ``huggingface_hub`` client against the loopback Hub of
-``tests/hubserver.py`` (its create-repo, branch, preupload and commit endpoints), with real keys
-and ``frt sign`` envelopes, and the CLI in this process (``conftest.run_main``).
+``tests/helpers/hubserver.py`` (its create-repo, branch, preupload and commit endpoints), with real keys
+and ``frt sign`` envelopes, and the CLI in this process (``helpers.frt.frt_main``).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from conftest import run_main
-from factories import NORM_SRC, SCALE_SRC, TinyProject, impl_doc, manifest_doc, receipt_doc
+from frt_dist.documents.lockfile import Lockfile
 from frt_dist.documents.schema import parse_toml
 from frt_dist.system.hardware import Hardware
-from frt_dist.documents.lockfile import Lockfile
+from helpers.factories import NORM_SRC, SCALE_SRC, TinyProject, impl_doc, manifest_doc, receipt_doc
+from helpers.frt import frt_main
 
 crypto = pytest.importorskip("cryptography")
 from cryptography.hazmat.primitives import serialization  # noqa: E402
@@ -44,10 +44,11 @@ def make_key(folder: Path, name: str):
 
 
 def frt(*argv, cwd=None) -> tuple[int, str, str]:
+    """``frt argv`` in this process, for the project at ``cwd`` (``--project``, not a working folder)."""
     args = list(argv)
     if cwd is not None:
         args = ["--project", str(cwd), *args]
-    return run_main(args)
+    return frt_main(args)
 
 
 def hub_manifest_doc() -> dict:
@@ -61,7 +62,7 @@ def hub_manifest_doc() -> dict:
 @pytest.fixture
 def env(hub, monkeypatch, tmp_path):
     """The loopback Hub serving two kernel packages, writable with ``TOKEN``; HF_ENDPOINT/HF_TOKEN set."""
-    from conftest import kernel_variant_files
+    from helpers.hubserver import kernel_variant_files
 
     for name, src in (("scale", SCALE_SRC), ("norm", NORM_SRC)):
         hub.commit(f"remote-org/{name}", kernel_variant_files(name=name, variant="torch-cpu",

@@ -1,6 +1,6 @@
-"""`frt resolve` and the lockfile it needs: a missing one is a "no" (exit 1, SPEC §4) wherever it
+"""`frt resolve` and the lockfile it needs: a missing one is a "no" (exit 1) wherever it
 was named, with the command that writes it as the hint; a stale one is used (it is what was
-reviewed) with one `warning:` (SPEC §23), in text and in JSON. Real subprocesses, declared hardware."""
+reviewed) with one `warning:` (a stale lock is named), in text and in JSON. Real subprocesses, declared hardware."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import tomllib
 
 import pytest
 
-from conftest import run_frt
 from frt_dist.documents.manifest import Manifest
-from resolver_support import build_case
+from helpers.frt import frt_process
+from helpers.resolver_support import build_case
+
 from test_matrix import CASE
 
 HW = ["--arch", "12.0", "--device-class", "rtx-5090", "--software", "torch=2.13,cuda=12.8"]
@@ -26,10 +27,11 @@ def root(tmp_path):
 
 
 def resolve(root, *args, env=None):
-    return run_frt(["resolve", "--project", str(root), "--model", "case-model", *HW, *args], cwd=root.parent,
+    return frt_process(["resolve", "--project", str(root), "--model", "case-model", *HW, *args], cwd=root.parent,
                    env=env)
 
 
+@pytest.mark.subprocess
 def test_missing_project_lockfile_is_a_no_with_the_lock_command(root):
     (root / "lockfiles" / "case-model.lock").unlink()
     r = resolve(root)
@@ -40,11 +42,12 @@ def test_missing_project_lockfile_is_a_no_with_the_lock_command(root):
     assert json.loads(r.stdout) == {"error": NO_LOCK, "hints": ["frt lock --model case-model"], "exit": 1,
                                     "reasons": []}
     # an unknown model stays bad input (exit 2), naming the models there are
-    r = run_frt(["resolve", "--project", str(root), "--model", "nope", *HW], cwd=root.parent)
+    r = frt_process(["resolve", "--project", str(root), "--model", "nope", *HW], cwd=root.parent)
     assert r.returncode == 2 and r.stderr.startswith("error: unknown model 'nope'") and "case-model" in r.stderr
 
 
 @pytest.mark.parametrize("source", ["--lockfile", "FRT_LOCK"])
+@pytest.mark.subprocess
 def test_missing_named_lockfile_is_a_no_too(root, source):
     gone = root / "elsewhere.lock"
     args, env = (["--lockfile", str(gone)], None) if source == "--lockfile" else ([], {"FRT_LOCK": str(gone)})
@@ -60,6 +63,7 @@ def test_missing_named_lockfile_is_a_no_too(root, source):
     assert r.returncode == 2 and "elsewhere.lock" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.subprocess
 def test_stale_lock_is_used_with_one_warning(root):
     lockfile = root / "lockfiles" / "case-model.lock"
     manifest = root / "manifests" / "case-model.toml"
@@ -88,10 +92,11 @@ def test_stale_lock_is_used_with_one_warning(root):
     assert doc["decisions"] == json.loads(fresh.stdout)["decisions"]
 
 
+@pytest.mark.subprocess
 def test_stale_check_never_follows_an_unsafe_manifest_file(root):
-    """A lock whose ``manifest-file`` leaves the project (SPEC §21) is not compared with what lies
+    """A lock whose ``manifest-file`` leaves the project (names cannot escape it) is not compared with what lies
     there: no file outside the project is read, no warning is built from it (verify names it)."""
-    from test_names_e2e import _relock_digest
+    from test_names_cannot_escape import _relock_digest
 
     lockfile = root / "lockfiles" / "case-model.lock"
     doc = tomllib.loads(lockfile.read_text("utf-8"))

@@ -19,15 +19,7 @@ from frt_dist import errors as frt_errors
 from frt_dist.base.canonical import digest
 from frt_dist.documents.receipt import CellKey
 from frt_dist.routes.resolver import Reporter
-from resolver_support import (
-    build_case,
-    case_files,
-    cell_key,
-    copy_case,
-    load_case,
-    make_hardware,
-    queries,
-)
+from helpers.resolver_support import build_case, case_files, cell_key, copy_case, load_case, make_hardware, queries
 
 CASES = {p.stem: load_case(p) for p in case_files()}
 
@@ -94,7 +86,7 @@ def check_query(b, q: dict) -> None:
         if "reasons" in exp:
             want = exp["reasons"]
             assert [r.route for r in d.reasons] == [w["route"] for w in want], got
-            for r, w in zip(d.reasons, want):
+            for r, w in zip(d.reasons, want, strict=True):
                 _match(r.reason, w, f"reason for route {r.route}")
         # one reason per route not chosen, in manifest order
         routes = [r for r in b.lock.manifest.routes if r != d.route]
@@ -267,7 +259,7 @@ def test_deterministic_over_runs_and_shuffled_receipt_files(built, tmp_path, ste
         rng.shuffle(shuffled.get("receipts", []))
         prefixes = {}
 
-        def prefix(i, name, rng=rng):
+        def prefix(i, name, rng=rng, prefixes=prefixes):
             return prefixes.setdefault(name, f"{rng.randrange(10**6):06d}-")
 
         b2 = build_case(shuffled, tmp_path / f"s{seed}", file_prefix=prefix)
@@ -288,7 +280,7 @@ def test_lockfile_is_byte_identical_when_rebuilt(built, tmp_path):
 
 
 def test_receipts_are_full_and_valid_per_spec(built):
-    """The builders write the receipt shape of SPEC §7 (sanity for the support code)."""
+    """The builders write the receipt shape `frt qualify` writes (sanity for the support code)."""
     b = built("01_certified_pick")
     data = json.loads((b.root / b.files["fused-decode"]).read_text())
     assert digest(data) == b.names["fused-decode"]

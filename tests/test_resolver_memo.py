@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from factories import CPU, tiny_project
 from frt_dist.routes.resolver import Reporter, resolve
+from helpers.factories import CPU, tiny_project
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from factories import NORM_SRC, hub_manifest, tiny_project
 from frt_dist.provenance import publisher
-from conftest import run_main as _run
+from helpers.factories import NORM_SRC, hub_manifest, tiny_project
+from helpers.frt import frt_main as _run
 
 DATA = Path(__file__).parent / "data" / "sigstore"  # real Sigstore test vectors (see its README)
 BUNDLE = DATA / "rfc8785-0.1.2-py3-none-any.whl.sigstore"
@@ -31,8 +31,9 @@ def project(monkeypatch, tmp_path):
     """A project with a Hub package (``remote-org/scale`` on a loopback Hub), a path package
     carrying a publisher bundle (sigstore's Verifier stood in for, as in test_publisher.py), and
     accepted receipts."""
-    from factories import start_hub
     from frt_dist.distribution.hub import HubClient
+    from helpers.factories import start_hub
+
     from test_publisher import _SigstoreStandIn
 
     for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE"):
@@ -50,6 +51,7 @@ def project(monkeypatch, tmp_path):
     server.stop()
 
 
+@pytest.mark.slow
 def test_the_sbom_validates_and_holds_what_the_lock_holds(project, tmp_path):
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
@@ -125,7 +127,7 @@ def test_the_sbom_validates_and_holds_what_the_lock_holds(project, tmp_path):
     from frt_dist import __version__
     [tool] = sbom["metadata"]["tools"]["components"]
     assert (tool["name"], tool["version"]) == ("frt-dist", __version__)
-    for ref, c in comps.items():
+    for c in comps.values():
         assert c["supplier"] == {"name": c["group"]}
     assert comps[[r for r in comps if r.startswith("t-org/norm@")][0]]["licenses"] == [{"license": {"id": "Apache-2.0"}}]
 
@@ -157,7 +159,7 @@ def test_several_models_need_model_and_a_missing_library_is_named(tmp_path, monk
 
 def test_a_receipt_signer_the_lock_records_is_in_the_sbom(tmp_path):
     """A lock made under a [trust.receipts] policy records each accepted receipt's signer
-    (``Lockfile.signatures``, SPEC §26); the SBOM carries it beside the receipt."""
+    (``Lockfile.signatures``); the SBOM carries it beside the receipt."""
     from frt_dist.provenance.sbom import cyclonedx_json
 
     tp = tiny_project(tmp_path)
@@ -177,10 +179,11 @@ def test_a_key_signed_receipt_names_the_key_file_the_lock_pins_and_validates(tmp
     for that keyid (an identity a reader can look up), beside the keyid; the whole validates strictly."""
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
-    from test_receipt_signing import _locked
 
     from frt_dist.documents.lockfile import Lockfile
     from frt_dist.provenance.sbom import cyclonedx_json
+
+    from test_receipt_signing import _locked
 
     p, _, pub = _locked(tmp_path)
     lock = Lockfile.read(p.tp.lock_path)

@@ -1,4 +1,4 @@
-"""A store cannot lead a node astray (issue 26 item 5): hostile endpoints (tests/hostile.py, real HTTP
+"""A store cannot lead a node astray (issue 26 item 5): hostile endpoints (tests/helpers/hostile.py, real HTTP
 servers on 127.0.0.1) against both read clients, obstore and boto3. A redirect to another host is
 never followed with credentials; a trickling endpoint ends in a refusal within FRT_STORE_DEADLINE;
 a listing that does not end is refused, and a 200 that is not XML is named as such; an endpoint URL
@@ -15,16 +15,19 @@ import sys
 import threading
 import time
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from frt_dist.distribution.objstore import (  # noqa: E402
-    ObstoreS3Reader, S3Store, StoreAccess, StoreUnavailable, endpoint_problem, open_store, read_client_why,
+from frt_dist.distribution.objstore import (
+    ObstoreS3Reader,
+    S3Store,
+    StoreAccess,
+    StoreUnavailable,
+    endpoint_problem,
+    open_store,
+    read_client_why,
 )
-from hostile import Hostile  # noqa: E402
-from s3server import FAKE_KEY_ID, FAKE_SECRET  # noqa: E402
+from helpers.hostile import Hostile
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET
 
 KEY = "sha256/" + "ab" * 32
 TOKEN = "frtSessionTokenDoNotLeak0123456789"
@@ -70,7 +73,7 @@ def _bounded(fn, limit: float):
         t0 = time.monotonic()
         try:
             box["r"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back
+        except BaseException as exc:  # handed back
             box["r"] = exc
         box["t"] = time.monotonic() - t0
 
@@ -172,7 +175,7 @@ def test_a_200_that_is_not_xml_is_reported_as_malformed_not_as_a_500(client, aws
     f"https://{FAKE_SECRET}@s3.internal",
 ])
 def test_an_endpoint_with_a_user_or_password_is_refused_without_showing_it(url, aws_env, tmp_path):
-    from conftest import run_main
+    from helpers.frt import frt_main
 
     assert endpoint_problem(url)
     for client in ("auto", "boto3"):
@@ -184,7 +187,7 @@ def test_an_endpoint_with_a_user_or_password_is_refused_without_showing_it(url, 
         for secret in (FAKE_SECRET, FAKE_KEY_ID, "p@ss", "usr0"):
             assert secret not in str(ei.value) + " ".join(ei.value.hints)
     (tmp_path / "lockfiles").mkdir()
-    rc, out, err = run_main(["mirror", str(tmp_path / "m"), "--from", "s3://bkt/p", "--project", str(tmp_path)])
+    rc, out, err = frt_main(["mirror", str(tmp_path / "m"), "--from", "s3://bkt/p", "--project", str(tmp_path)])
     assert rc == 2 and "AWS_ENDPOINT_URL cannot be used" in err and "hint:" in err, err
     assert FAKE_SECRET not in out + err and FAKE_KEY_ID not in out + err and "p@ss" not in out + err
 
@@ -212,7 +215,7 @@ def checking_s3():
     import subprocess
     import urllib.request
 
-    from s3server import free_port
+    from helpers.s3server import free_port
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
@@ -234,9 +237,10 @@ def checking_s3():
         proc.wait(10)
 
 
+@pytest.mark.subprocess
 def test_wrong_credentials_read_the_same_from_both_clients(checking_s3, aws_env, tmp_path):
-    from conftest import run_main
-    from factories import tiny_project
+    from helpers.factories import tiny_project
+    from helpers.frt import frt_main
 
     tp = tiny_project(tmp_path)
     tp.lock()
@@ -251,7 +255,7 @@ def test_wrong_credentials_read_the_same_from_both_clients(checking_s3, aws_env,
                 call(open_store("s3://bkt-x/p", reading=True))
             said[client, verb] = (str(ei.value), ei.value.hints, ei.value.exit_code)
             _clean(ei.value)
-        rc, out, err = run_main(["mirror", str(tmp_path / f"m-{client}"), "--from", "s3://bkt-x/p", "--variant",
+        rc, out, err = frt_main(["mirror", str(tmp_path / f"m-{client}"), "--from", "s3://bkt-x/p", "--variant",
                                  "torch-cpu", "--project", str(tp.root)])
         said[client, "sync"] = (rc, err.replace(str(tmp_path / f"m-{client}"), "DIR"))
         assert rc == 2 and "access denied (InvalidAccessKeyId)" in err and "hint: " in err, err

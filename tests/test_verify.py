@@ -1,4 +1,4 @@
-"""`frt verify` re-derives, it does not trust (SPEC §20).
+"""`frt verify` re-derives, it does not trust: it recomputes from the lockfile and the files.
 
 Each test edits a real lockfile the way an author with a text editor would: the lock-digest
 (an unkeyed sha256 over the lock's content), the manifest digest and every receipt digest the
@@ -14,19 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUNDLED, run_frt
-from factories import CPU as CPU_HW, NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, sha256_b64, start_hub, tiny_project
-from frt_dist.documents.schema import parse_toml
 from frt_dist.base.canonical import digest
-from frt_dist.errors import LockfileError
-from frt_dist.system.hardware import Hardware
 from frt_dist.distribution.hub import HubClient
-from frt_dist.documents.receipt import CellKey
 from frt_dist.documents.lockfile import Lockfile, index_text, manifest_text, render
+from frt_dist.documents.receipt import CellKey
+from frt_dist.documents.schema import parse_toml
+from frt_dist.errors import LockfileError
 from frt_dist.lock.build import lock_model
-from frt_dist.project.discover import Project
 from frt_dist.lock.verify import verify
-from test_depends import HELPER, USES_HELPER, _hub_lock, dep_hub  # noqa: F401 - the Hub fixture: a lock with kernel-depends
+from frt_dist.project.discover import Project
+from frt_dist.system.hardware import Hardware
+from helpers.factories import CPU as CPU_HW
+from helpers.factories import NORM_SRC, REMOTE, SCALE_SRC, hub_manifest, sha256_b64, start_hub, tiny_project
+from helpers.frt import frt_process
+from helpers.paths import BUNDLED
+
+from test_package_requirements import HELPER, USES_HELPER, _hub_lock, dep_hub  # noqa: F401 - the Hub fixture: a lock with kernel-depends
 
 MODEL = "demo-decoder"
 
@@ -90,7 +93,7 @@ class Edit:
 
 
 def run_verify(root: Path) -> tuple[int, dict, str]:
-    r = run_frt(["verify", "--json"], cwd=root)
+    r = frt_process(["verify", "--json"], cwd=root)
     return r.returncode, json.loads(r.stdout), r.stderr
 
 
@@ -121,6 +124,7 @@ def lockpath(root: Path) -> Path:
     return root / "lockfiles" / f"{MODEL}.lock"
 
 
+@pytest.mark.subprocess
 def test_the_untouched_lock_verifies(demo):
     rc, doc, err = run_verify(demo)
     assert rc == 0 and doc["ok"] and doc["problems"] == [] and doc["notes"] == [], (doc, err)
@@ -128,6 +132,7 @@ def test_the_untouched_lock_verifies(demo):
     assert report.ok and report.lockfiles == [f"lockfiles/{MODEL}.lock"]
 
 
+@pytest.mark.subprocess
 def test_an_index_cell_copied_to_another_device_class(demo):
     e = Edit(lockpath(demo))
     copy = json.loads(json.dumps(e.cell("decode")))
@@ -142,6 +147,7 @@ def test_an_index_cell_copied_to_another_device_class(demo):
     assert "was measured on decode/fp32/cpu/x86_64/amd-epyc" in p["message"]
 
 
+@pytest.mark.subprocess
 def test_an_index_winner_swapped_with_its_runner_up(demo):
     e = Edit(lockpath(demo))
     c = e.cell("decode")
@@ -157,6 +163,7 @@ def test_an_index_winner_swapped_with_its_runner_up(demo):
     assert w["recorded"].startswith("split supported_correct") and w["derived"].startswith("fused certified_fast")
 
 
+@pytest.mark.subprocess
 def test_a_candidate_state_relabelled_in_the_index(demo):
     e = Edit(lockpath(demo))
     e.cell("decode")["candidates"][1]["state"] = "certified_fast"
@@ -168,6 +175,7 @@ def test_a_candidate_state_relabelled_in_the_index(demo):
     assert "state 'certified_fast' recorded, 'supported_correct' in the receipt" in p["message"]
 
 
+@pytest.mark.subprocess
 def test_an_embedded_receipt_relabelled_with_its_digest_recomputed(demo):
     e = Edit(lockpath(demo))
     row = e.receipt("split", "decode")
@@ -188,6 +196,7 @@ def test_an_embedded_receipt_relabelled_with_its_digest_recomputed(demo):
     assert "split certified_fast" in i["recorded"] and "split" not in i["derived"]
 
 
+@pytest.mark.subprocess
 def test_evidence_made_self_contradictory_with_its_digest_recomputed(demo):
     e = Edit(lockpath(demo))
     row = e.receipt("fused", "decode")
@@ -202,6 +211,7 @@ def test_evidence_made_self_contradictory_with_its_digest_recomputed(demo):
                             "max-rel 0.003509 exceeds its rel 0.001: the evidence contradicts itself")
 
 
+@pytest.mark.subprocess
 def test_trust_flipped_on_a_path_package(demo):
     e = Edit(lockpath(demo))
     e.doc["packages"]["frt-demo/rmsnorm"]["trust"] = "trusted-publisher"
@@ -211,12 +221,13 @@ def test_trust_flipped_on_a_path_package(demo):
     p = problem(doc, "trust", 'packages."frt-demo/rmsnorm".trust')
     assert (p["recorded"], p["derived"]) == ("trusted-publisher", "project-path")
     # frt lock --check names the flip as stale
-    r = run_frt(["lock", "--check"], cwd=demo)
+    r = frt_process(["lock", "--check"], cwd=demo)
     assert r.returncode == 1
     assert ("package 'frt-demo/rmsnorm': trust decision 'trusted-publisher' in the lock, 'project-path' derived "
             "from the manifest and the publisher facts") in r.stdout
 
 
+@pytest.mark.subprocess
 def test_a_receipt_removed_but_left_in_the_index(demo):
     e = Edit(lockpath(demo))
     gone = e.receipt("split", "decode")
@@ -233,6 +244,7 @@ def test_a_receipt_removed_but_left_in_the_index(demo):
     assert f"{gone['digest'][:19]} is not embedded in the lock" in p["message"]
 
 
+@pytest.mark.subprocess
 def test_a_package_revision_changed(demo):
     e = Edit(lockpath(demo))
     real = e.doc["packages"]["frt-demo/fused-ffn"]["revision"]
@@ -247,6 +259,7 @@ def test_a_package_revision_changed(demo):
     assert r["derived"].startswith(f"rejected: cell.impls.ffn: measured frt-demo/fused-ffn at revision {real}")
 
 
+@pytest.mark.subprocess
 def test_a_variant_archs_widened(demo):
     e = Edit(lockpath(demo))
     e.doc["packages"]["frt-demo/rmsnorm"]["variants"]["torch-cpu"]["archs"] = ["8.0", "9.0", "12.0"]
@@ -257,6 +270,7 @@ def test_a_variant_archs_widened(demo):
     assert (p["recorded"], p["derived"]) == ('["8.0", "9.0", "12.0"]', "[]")
 
 
+@pytest.mark.subprocess
 def test_a_route_digest_changed_in_an_embedded_receipt(demo):
     e = Edit(lockpath(demo))
     row = e.receipt("fused", "prefill")
@@ -270,6 +284,7 @@ def test_a_route_digest_changed_in_an_embedded_receipt(demo):
     assert p["derived"].startswith(f"rejected: route-digest sha256:{'2' * 64} does not match the route's definition sha256:3d3c34f9")
 
 
+@pytest.mark.subprocess
 def test_a_route_digest_changed_in_the_routes_table(demo):
     e = Edit(lockpath(demo))
     e.doc["routes"]["split"]["route-digest"] = "sha256:" + "3" * 64
@@ -280,11 +295,12 @@ def test_a_route_digest_changed_in_the_routes_table(demo):
     assert "3333" in p["recorded"] and "sha256:d5f715f0" in p["derived"]
 
 
+@pytest.mark.subprocess
 def test_the_cli_names_recorded_and_derived(demo):
     e = Edit(lockpath(demo))
     e.doc["packages"]["frt-demo/rmsnorm"]["trust"] = "manifest"
     e.save()
-    r = run_frt(["verify"], cwd=demo)
+    r = frt_process(["verify"], cwd=demo)
     assert r.returncode == 1
     assert ('trust: lockfiles/demo-decoder.lock: packages."frt-demo/rmsnorm".trust: recorded manifest, '
             'derived project-path') in r.stdout
@@ -294,9 +310,9 @@ def test_the_cli_names_recorded_and_derived(demo):
 
 
 def _refused_name(root: Path, field: str) -> dict | None:
-    """A bad name either stops the lock reader (exit 2, the field named: SPEC §21) or, where the
+    """A bad name either stops the lock reader (exit 2, the field named: names are checked where they are read) or, where the
     reader lets it through, is a ``name`` problem of verify (exit 1). Returns the problem, if any."""
-    r = run_frt(["verify", "--json"], cwd=root)
+    r = frt_process(["verify", "--json"], cwd=root)
     assert r.returncode in (1, 2), (r.stdout, r.stderr)
     if r.returncode == 2:
         assert field in r.stdout + r.stderr, (r.stdout, r.stderr)
@@ -304,6 +320,7 @@ def _refused_name(root: Path, field: str) -> dict | None:
     return problem(json.loads(r.stdout), "name", field)
 
 
+@pytest.mark.subprocess
 def test_an_unsafe_name_is_refused(demo):
     e = Edit(lockpath(demo))
     e.receipts[0]["file"] = "receipts/../../../etc/passwd"
@@ -319,6 +336,7 @@ def test_an_unsafe_name_is_refused(demo):
     _refused_name(demo, "../../escape.py")
 
 
+@pytest.mark.subprocess
 def test_a_path_source_that_changed_since_the_lock_fails_verify(demo):
     (demo / "packages" / "rmsnorm" / "build" / "torch-cpu" / "rmsnorm" / "__init__.py").write_text("# changed\n")
     rc, doc, _ = run_verify(demo)
@@ -347,6 +365,7 @@ def _hub_lockpath(tp) -> Path:
     return tp.root / "lockfiles" / f"{tp.model}.lock"
 
 
+@pytest.mark.subprocess
 def test_trust_flipped_to_trusted_publisher(hubproj):
     tp, server = hubproj
     assert run_verify(tp.root)[0] == 0
@@ -363,6 +382,7 @@ def test_trust_flipped_to_trusted_publisher(hubproj):
                          "from the manifest and the publisher facts"]
 
 
+@pytest.mark.subprocess
 def test_trust_flipped_for_a_publisher_the_manifest_does_not_trust(hubproj):
     tp, server = hubproj
     e = Edit(_hub_lockpath(tp))
@@ -380,6 +400,7 @@ def test_trust_flipped_for_a_publisher_the_manifest_does_not_trust(hubproj):
     assert res.stale and res.stale[0] == "manifest manifests/tiny.toml changed since lockfiles/tiny.lock was written"
 
 
+@pytest.mark.subprocess
 def test_a_trusted_publisher_decision_records_the_fact_it_rests_on(monkeypatch, tmp_path):
     server, commit = start_hub(monkeypatch, tmp_path, trusted=True)
     try:
@@ -429,6 +450,7 @@ def _hub_project_mirrored(tmp_path, server):
     return tp, lock, mirror
 
 
+@pytest.mark.subprocess
 def test_hub_variant_facts_are_rederived_from_a_mirror(monkeypatch, tmp_path):
     """Offline, a Hub package's variant facts rest on the lock alone (verify says so in a note);
     with --mirror they are derived again from the mirrored metadata.json."""
@@ -444,12 +466,13 @@ def test_hub_variant_facts_are_rederived_from_a_mirror(monkeypatch, tmp_path):
     rc, doc, err = run_verify(tp.root)
     assert rc == 0, (doc, err)
     assert any(f"{REMOTE}: Hub commit and variant facts not re-derived offline" in n for n in doc["notes"])
-    r = run_frt(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
+    r = frt_process(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
     assert r.returncode == 1, r.stderr
     p = problem(json.loads(r.stdout), "package", f'packages."{REMOTE}".variants.torch-cpu.archs')
     assert (p["recorded"], p["derived"]) == ('["8.0", "9.0"]', "[]")
 
 
+@pytest.mark.subprocess
 def test_anything_else_frt_lock_would_write_differently_is_named(tmp_path):
     """The catch-all: when every named check agrees, the document must still be what frt lock
     writes from the same inputs (here: an empty receipts array frt lock never writes)."""
@@ -478,7 +501,8 @@ def _one(problems: list[dict], kind: str, path_end: str) -> dict:
     return problem({"problems": problems}, kind, path_end)
 
 
-def test_kernel_depends_packages_are_accepted_and_nothing_else(dep_hub, tmp_path):
+@pytest.mark.subprocess
+def test_kernel_depends_packages_are_accepted_and_nothing_else(dep_hub, tmp_path):  # noqa: F811 - the fixture
     from frt_dist.errors import KernelUnavailable
     from frt_dist.lock.build import _Locker, depends_cycle
 
@@ -527,7 +551,7 @@ def test_kernel_depends_packages_are_accepted_and_nothing_else(dep_hub, tmp_path
     p = _one(_problems(tp.root), "trust", dep_at + ".trust")
     assert (p["recorded"], p["derived"]) == ("manifest", "trusted-publisher")
 
-    # a cycle, reported as frt lock refuses it (test_depends: "kernel-depends cycle: helper -> scale -> helper")
+    # a cycle, reported as frt lock refuses it (test_package_requirements: "kernel-depends cycle: helper -> scale -> helper")
     path.write_bytes(good)
     e = Edit(path)
     e.doc["packages"][HELPER]["variants"]["torch-cpu"]["kernel-depends"] = [{"repo-id": remote, "version": 1}]
@@ -573,6 +597,7 @@ def _no_digest_project(tmp_path):
     ("kernels-minver", "0.99.0", '"0.99.0"', '"0.17.0"'),
     ("python-depends", [], "[]", '["einops"]'),
 ])
+@pytest.mark.subprocess
 def test_a_path_variant_without_digest_verifies_and_its_new_fields_are_rederived(tmp_path, key, value, recorded, derived):
     tp, lock = _no_digest_project(tmp_path)
     v = lock.packages["t-org/scale"].variants["torch-cpu"]
@@ -601,9 +626,10 @@ def test_a_path_variant_gaining_kernel_depends_is_named(tmp_path):
     assert (p["recorded"], p["derived"]) == ('[["t-org/norm", 1]]', "[]")
 
 
+@pytest.mark.subprocess
 def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp_path):
     """The mirror re-derivation computes the digests as frt lock did (metadata.with_computed_digests)."""
-    from hubserver import kernel_variant_files
+    from helpers.hubserver import kernel_variant_files
 
     server, _ = start_hub(monkeypatch, tmp_path, trusted=True)
     try:
@@ -620,7 +646,7 @@ def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp
     v = lock.packages[REMOTE].variants["torch-cpu"]
     assert v.digest_source == "frt" and v.files == declared
     verify_mirror = ["verify", "--json", "--mirror", str(mirror)]
-    r = run_frt(verify_mirror, cwd=tp.root)
+    r = frt_process(verify_mirror, cwd=tp.root)
     assert r.returncode == 0 and json.loads(r.stdout)["problems"] == [], (r.stdout, r.stderr)
     good = _hub_lockpath(tp).read_bytes()
     for key, value, recorded, derived in (("kernels-minver", "0.18.0", '"0.18.0"', '"0.17.0"'),
@@ -631,7 +657,7 @@ def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp
         table.pop(key) if value is None else table.update({key: value})
         e.save()
         assert run_verify(tp.root)[0] == 0  # offline: the Hub facts are not re-derived (a note says so)
-        r = run_frt(verify_mirror, cwd=tp.root)
+        r = frt_process(verify_mirror, cwd=tp.root)
         assert r.returncode == 1, r.stderr
         p = problem(json.loads(r.stdout), "package", f'packages."{REMOTE}".variants.torch-cpu.{key}')
         assert (p["recorded"], p["derived"]) == (recorded, derived)
@@ -643,7 +669,7 @@ def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp
     files_table = e.doc["packages"][REMOTE]["variants"]["torch-cpu"]["files"]
     files_table["scale/__init__.py"] = "A" * 43 + "="
     e.save()
-    doc = json.loads(run_frt(verify_mirror, cwd=tp.root).stdout)
+    doc = json.loads(frt_process(verify_mirror, cwd=tp.root).stdout)
     snap = lock.packages[REMOTE].snapshot
     assert [(p["kind"], p["path"], p["expected"], p["computed"]) for p in doc["problems"]] == [
         ("mismatched", f"kernels--remote-org--scale/snapshots/{snap}/build/torch-cpu/scale/__init__.py",
@@ -652,9 +678,10 @@ def test_a_hub_variant_without_digest_verifies_against_a_mirror(monkeypatch, tmp
 
 
 # ---------------------------------------------------------------------------
-# freshness (SPEC §23) and a mirror that is not there (SPEC §4: bad input)
+# freshness (a stale lock is named) and a mirror that is not there (bad input, exit 2)
 
 
+@pytest.mark.subprocess
 def test_a_stale_lock_fails_verify_naming_the_manifest(tmp_path):
     import tomllib
 
@@ -670,40 +697,42 @@ def test_a_stale_lock_fails_verify_naming_the_manifest(tmp_path):
     mpath.write_text(tomli_w.dumps(doc), "utf-8")
     now = Manifest.read(mpath).digest
     assert now != lock.manifest.digest
-    r = run_frt(["verify", "--json"], cwd=tp.root)
+    r = frt_process(["verify", "--json"], cwd=tp.root)
     assert r.returncode == 1, r.stderr
     [p] = json.loads(r.stdout)["problems"]  # the lock itself is intact: only its freshness fails
     assert (p["kind"], p["path"], p["manifest"]) == ("stale", "lockfiles/tiny.lock: manifest-digest", "manifests/tiny.toml")
     assert (p["expected"], p["computed"]) == (lock.manifest.digest, now)
     assert p["message"] == (f"lockfile for 'tiny' is stale: manifest manifests/tiny.toml changed since it was locked "
                             f"(locked {lock.manifest.digest[:19]}, now {now[:19]}); run `frt lock --model tiny`")
-    r = run_frt(["verify"], cwd=tp.root)
+    r = frt_process(["verify"], cwd=tp.root)
     assert r.returncode == 1
     assert r.stdout.splitlines()[0] == f"stale: {p['message']}"
     assert "hint: regenerate the lockfile with `frt lock --model tiny`" in r.stderr
     assert "who edited it" not in r.stderr  # nobody edited the lock
     tp.lock()
-    assert run_frt(["verify"], cwd=tp.root).returncode == 0
+    assert frt_process(["verify"], cwd=tp.root).returncode == 0
 
 
 @pytest.mark.parametrize("kind", ["missing", "a file"])
+@pytest.mark.subprocess
 def test_verify_with_a_mirror_that_is_not_a_directory_is_bad_input(demo, tmp_path, kind):
     where = tmp_path / "no-mirror"
     if kind == "a file":
         where.write_text("")
     what = "does not exist" if kind == "missing" else "is not a directory"
-    r = run_frt(["verify", "--mirror", str(where)], cwd=demo)
+    r = frt_process(["verify", "--mirror", str(where)], cwd=demo)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines()[0] == f"error: --mirror {where}: {what}"
     assert f"hint: fill it with `frt mirror {where}`" in r.stderr
-    r = run_frt(["verify", "--json", "--mirror", str(where)], cwd=demo)
+    r = frt_process(["verify", "--json", "--mirror", str(where)], cwd=demo)
     out = json.loads(r.stdout)
     assert r.returncode == 2 and out["exit"] == 2 and out["error"] == f"--mirror {where}: {what}"
 
 
+@pytest.mark.subprocess
 def test_a_hostile_manifest_file_is_never_followed_for_freshness(demo, tmp_path):
     """The freshness check reads the project's manifest file only under a safe name: a lock that
-    names one outside the project gets a ``name`` problem, never a read there (SPEC §21)."""
+    names one outside the project gets a ``name`` problem, never a read there."""
     outside = demo.parent / "elsewhere.toml"
     outside.write_text((demo / "manifests" / f"{MODEL}.toml").read_text("utf-8").replace("1.05", "1.5"), "utf-8")
     e = Edit(lockpath(demo))
@@ -716,11 +745,12 @@ def test_a_hostile_manifest_file_is_never_followed_for_freshness(demo, tmp_path)
 
 
 @pytest.mark.parametrize("declared", [True, False], ids=["metadata-digests", "frt-digests"])
+@pytest.mark.subprocess
 def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, declared):
     """Issue 21 item 4: a mirror file damaged after `frt mirror` is the mirror's problem: verify
     names the file and hints to refill the mirror, never to find out who edited the lockfile
     (nothing in the lock changed), whether the metadata declares the digests or frt computed them."""
-    from hubserver import kernel_variant_files
+    from helpers.hubserver import kernel_variant_files
 
     server, _ = start_hub(monkeypatch, tmp_path, trusted=True)
     try:
@@ -739,7 +769,7 @@ def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, 
     rel = f"kernels--remote-org--scale/snapshots/{snap}/build/torch-cpu/scale/__init__.py"
     (mirror / rel).unlink()  # the snapshot's link into blobs/, replaced by damaged bytes
     (mirror / rel).write_bytes(b"damaged\n")
-    r = run_frt(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
+    r = frt_process(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
     assert r.returncode == 1, r.stderr
     doc = json.loads(r.stdout)
     assert [(p["kind"], p["path"], p["computed"]) for p in doc["problems"]] == [
@@ -749,6 +779,7 @@ def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, 
     assert "edited" not in r.stderr
 
 
+@pytest.mark.subprocess
 def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp_path):
     """Issue 21 item 10(a): the mirror check hashes metadata.json against the lock's
     metadata-sha256 (loader/integrity.py), not only the files the metadata declares: a
@@ -775,7 +806,7 @@ def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp
     assert check_variant_dir((mirror / rel).parent, Expected.from_locked(lv), tree_root=mirror / "kernels--remote-org--scale") == [
         {"kind": "mismatched", "path": "metadata.json", "expected": lv.metadata_sha256, "computed": computed,
          "reason": f"metadata.json: digest mismatch (expected {lv.metadata_sha256}, computed {computed})"}]
-    r = run_frt(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
+    r = frt_process(["verify", "--json", "--mirror", str(mirror)], cwd=tp.root)
     assert r.returncode == 1, r.stderr
     assert [(p["kind"], p["path"], p["expected"], p["computed"]) for p in json.loads(r.stdout)["problems"]] == [
         ("mismatched", rel, lv.metadata_sha256, computed)]
@@ -787,6 +818,7 @@ def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp
     loader._forget_all()
 
 
+@pytest.mark.subprocess
 def test_fallbacks_in_an_embedded_certified_receipt_with_its_digest_recomputed(demo):
     """Issue 21 item 10(c): a certified receipt that fell back to the host is no qualification;
     verify re-applies the fallbacks rule to the embedded receipt (skipping it must fail here)."""
@@ -807,6 +839,7 @@ def test_fallbacks_in_an_embedded_certified_receipt_with_its_digest_recomputed(d
 # the `nearest` summary and the texts' layout (what resolve looks cells and receipts up by)
 
 
+@pytest.mark.subprocess
 def test_a_lock_without_the_nearest_summary_reads_resolves_and_verifies(demo):
     """A lock an older frt wrote (no `nearest`, schema frt.lock/1) still reads, decides as the
     current lock does (its refusal reasons group every cell instead), and verifies, with a note."""
@@ -828,6 +861,7 @@ def test_a_lock_without_the_nearest_summary_reads_resolves_and_verifies(demo):
     assert any("no `nearest` summary" in n for n in out["notes"])
 
 
+@pytest.mark.subprocess
 def test_an_edited_nearest_summary_is_named_by_verify(demo):
     e = Edit(lockpath(demo))
     rows = json.loads(e.doc["nearest"])
@@ -840,6 +874,7 @@ def test_an_edited_nearest_summary_is_named_by_verify(demo):
     assert "a-closer-gpu" in p["recorded"] and "a-closer-gpu" not in p["derived"]
 
 
+@pytest.mark.subprocess
 def test_an_index_line_in_another_key_order_is_named_by_verify(demo):
     """The same cells, one line written with its keys in another order: every value is what frt
     lock derives, but resolve finds a cell by the head frt lock writes, so it cannot find this
@@ -864,6 +899,7 @@ def test_an_index_line_in_another_key_order_is_named_by_verify(demo):
     ("index line", "index: not valid JSON"),
     ("receipt twice", "is embedded twice"),
 ])
+@pytest.mark.subprocess
 def test_a_line_no_decision_reads_is_still_refused_by_verify(demo, damage, why):
     """Resolve reads only the lines it decides with; verify reads every line, so a broken line
     elsewhere (digest recomputed: an author's file) is refused there naming the file, exit 2, as
@@ -881,6 +917,6 @@ def test_a_line_no_decision_reads_is_still_refused_by_verify(demo, damage, why):
     else:
         e.receipts.append(e.receipts[0])
         e.save(readable=False)
-    r = run_frt(["verify"], cwd=demo)
+    r = frt_process(["verify"], cwd=demo)
     assert r.returncode == 2 and why in r.stderr and "lockfiles/demo-decoder.lock" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr

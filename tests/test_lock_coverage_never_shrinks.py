@@ -4,7 +4,7 @@ lock it replaces (``frt_dist.lock.coverage``), names every cell gained, lost or 
 ``supported_correct`` unless ``--allow-loss``.
 
 The cases are the ones an operator meets: a package upgrade that leaves every receipt measured
-on the old commit (a real Hub protocol, ``tests/hubserver.py``), a receipt-signing policy added
+on the old commit (a real Hub protocol, ``tests/helpers/hubserver.py``), a receipt-signing policy added
 over unsigned receipts (real keys made with ``cryptography``), a re-qualification that comes back
 ``supported_correct``, a receipt file deleted.
 """
@@ -17,14 +17,16 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from conftest import run_frt
-from factories import receipt_doc, tiny_project
 from frt_dist.base.canonical import digest
-from frt_dist.lock.coverage import coverage_diff
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.lock.build import CoverageLoss, lock_model
-from test_lock import REPO, lock as hub_lock, publish, setup_toy
-from test_formats import receipt_for
+from frt_dist.lock.coverage import coverage_diff
+from helpers.factories import receipt_doc, tiny_project
+from helpers.frt import frt_process
+
+from test_lock import REPO, publish, setup_toy
+from test_lock import lock as hub_lock
+from test_strict_document_readers import receipt_for
 
 CELL = "decode/fp32/cpu/x86_64/test"  # (the declared class test-cpu, normalised)
 PREFILL = "prefill/fp32/cpu/x86_64/test"
@@ -72,6 +74,7 @@ def _hub_project(project, hub):
     return project / "lockfiles" / "toy.lock"
 
 
+@pytest.mark.subprocess
 def test_a_package_upgrade_that_loses_every_cell_is_exit_1_and_leaves_the_lock(project, hub):
     lf = _hub_project(project, hub)
     before = lf.read_bytes()
@@ -158,6 +161,7 @@ def test_lock_model_raises_coverage_loss_and_writes_nothing(locked):
     assert PREFILL not in {"/".join(k) for k in Lockfile.read(locked.lock_path).index}
 
 
+@pytest.mark.subprocess
 def test_a_state_drop_is_a_loss(locked):
     """Re-qualifying comes back supported_correct (the same route, the same cell, the same file):
     the cell keeps its route but not its speed claim."""
@@ -177,7 +181,7 @@ def test_a_state_drop_is_a_loss(locked):
                            f"supported_correct receipt ({digest(doc)[:19]})")
     assert "dropped to supported_correct" in str(ei.value)
     # the line the CLI prints for it
-    rc = run_frt(["lock"], cwd=locked.root)
+    rc = frt_process(["lock"], cwd=locked.root)
     assert rc.returncode == 1
     assert f"dropped  {CELL}  route fast (certified_fast -> supported_correct): receipts/tiny/00-fast-decode.json " \
            "was rewritten" in rc.stdout
@@ -187,12 +191,13 @@ def test_a_state_drop_is_a_loss(locked):
     assert not res.written and res.coverage.changes == ()
 
 
+@pytest.mark.subprocess
 def test_gained_and_changed_cells_are_listed(locked, tmp_path):
     lk = Lockfile.read(locked.lock_path)
     _write_receipt(locked, "03-solo-prefill.json", receipt_doc(lk, "solo", "prefill"))
     # fast/decode re-qualified: another receipt, same state, a better speedup
     _write_receipt(locked, "00-fast-decode.json", receipt_doc(lk, "fast", "decode", speedup=1.5))
-    r = run_frt(["lock"], cwd=locked.root)
+    r = frt_process(["lock"], cwd=locked.root)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "0 lost, 0 dropped, 1 changed, 1 gained" in r.stdout
     assert f"gained   {PREFILL}  route solo (certified_fast): new in this lock (receipts/tiny/03-solo-prefill.json)" \
@@ -201,11 +206,12 @@ def test_gained_and_changed_cells_are_listed(locked, tmp_path):
     assert "speedup 1.25x -> 1.5x" in r.stdout
 
 
+@pytest.mark.subprocess
 def test_a_first_lock_has_nothing_to_lose(tmp_path):
     tp = tiny_project(tmp_path)
-    r = run_frt(["lock"], cwd=tp.root)
+    r = frt_process(["lock"], cwd=tp.root)
     assert r.returncode == 0 and "first lock" in r.stdout
-    doc = json.loads(run_frt(["lock", "--check", "--json"], cwd=tp.root).stdout)
+    doc = json.loads(frt_process(["lock", "--check", "--json"], cwd=tp.root).stdout)
     assert doc["lockfiles"][0]["coverage"] == {"first-lock": False, "counts": {"lost": 0, "dropped": 0, "changed": 0,
                                                                                 "gained": 0}, "changes": []}
 
@@ -229,6 +235,7 @@ def test_the_winner_changing_is_named(locked):
 crypto = pytest.importorskip("cryptography")
 
 
+@pytest.mark.subprocess
 def test_a_policy_over_unsigned_receipts_is_a_loss_naming_the_signing_fix(locked):
     from test_receipt_signing import make_key
 
@@ -238,7 +245,7 @@ def test_a_policy_over_unsigned_receipts_is_a_loss_naming_the_signing_fix(locked
     m = dict(locked.manifest, trust={"receipts": {"keys": ["keys/ci.pub"]}})
     (locked.root / "manifests" / "tiny.toml").write_text(tomli_w.dumps(m))
     before = locked.lock_path.read_bytes()
-    r = run_frt(["lock"], cwd=locked.root)
+    r = frt_process(["lock"], cwd=locked.root)
     assert r.returncode == 1 and locked.lock_path.read_bytes() == before
     assert "3 lost, 0 dropped" in r.stdout
     assert f"error: tiny: lost {CELL} route fast: receipts/tiny/00-fast-decode.json is rejected: unsigned: no " \
@@ -246,9 +253,9 @@ def test_a_policy_over_unsigned_receipts_is_a_loss_naming_the_signing_fix(locked
     assert "hint: sign it with a key the policy lists: frt sign --key KEY receipts/tiny/00-fast-decode.json, " \
            "then frt lock" in r.stderr
     # signed: accepted again; nothing lost against the old lock (the same receipts, now with signers)
-    assert run_frt(["sign", "--key", str(priv), *sorted(str(p) for p in (locked.root / "receipts" / "tiny").glob("*.json"))],
+    assert frt_process(["sign", "--key", str(priv), *sorted(str(p) for p in (locked.root / "receipts" / "tiny").glob("*.json"))],
                    cwd=locked.root).returncode == 0
-    r = run_frt(["lock"], cwd=locked.root)
+    r = frt_process(["lock"], cwd=locked.root)
     assert r.returncode == 0 and "3 receipts, 0 rejected, 2 cells; coverage unchanged" in r.stdout, r.stdout + r.stderr
 
 
@@ -264,10 +271,11 @@ def test_coverage_diff_is_pure_over_two_locks(locked):
     assert coverage_diff(None, new).first and coverage_diff(new, new).changes == ()
 
 
+@pytest.mark.subprocess
 def test_a_loss_in_one_model_leaves_its_lock_and_writes_the_others(locked):
     """Several models: the one that would lose coverage is refused (its lockfile as it was), the
     others are locked and written, and the run exits 1."""
-    from factories import manifest_doc
+    from helpers.factories import manifest_doc
 
     (locked.root / "manifests" / "other.toml").write_text(tomli_w.dumps(manifest_doc(model="other")))
     assert _lock_other(locked).written
@@ -275,7 +283,7 @@ def test_a_loss_in_one_model_leaves_its_lock_and_writes_the_others(locked):
     _write_receipt(locked, "../other/00-fast-decode.json", receipt_doc(other_lock, "fast", "decode"))
     (locked.root / "receipts" / "tiny" / "02-solo-decode.json").unlink()
     before = locked.lock_path.read_bytes()
-    r = run_frt(["lock"], cwd=locked.root)
+    r = frt_process(["lock"], cwd=locked.root)
     assert r.returncode == 1, r.stdout + r.stderr
     assert locked.lock_path.read_bytes() == before
     assert "lockfiles/tiny.lock: not written, coverage would shrink" in r.stdout

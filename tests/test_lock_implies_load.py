@@ -10,21 +10,20 @@ Also `frt digest`, the command the hint names, and the walk-through's section on
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from factories import CPU, tiny_project
 from frt_dist import loader
 from frt_dist.cli.main import main
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.system.variants import select_variants
+from helpers.factories import CPU, tiny_project
+from helpers.frt import frt_process
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = Path("packages/rmsnorm/build/torch-cpu/rmsnorm/__init__.py")
@@ -142,10 +141,7 @@ def _mirror_and_load(root: Path, mirror: Path, capsys, monkeypatch) -> None:
 
 
 def _frt(args, cwd: Path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
-    env.update(PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1")
-    return subprocess.run([sys.executable, "-m", "frt_dist.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return frt_process(args, cwd=cwd, env={"HF_HUB_OFFLINE": "1"})  # the printed hint's command, as a user runs it
 
 
 def _hint_command(stderr: str) -> list[str]:
@@ -155,6 +151,8 @@ def _hint_command(stderr: str) -> list[str]:
 
 
 @pytest.mark.parametrize("where", [".", "packages"])  # the hint's path works from the folder it is printed in
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_lock_refuses_an_edited_kernel_naming_the_file_and_the_hint_fixes_it(tmp_path, capsys, where):
     root = _init(tmp_path)
     assert main(["lock", "--project", str(root), "-q"]) == 0
@@ -181,6 +179,7 @@ def test_lock_refuses_an_edited_kernel_naming_the_file_and_the_hint_fixes_it(tmp
     assert _frt(["mirror", str(tmp_path / "m")], cwd).returncode == 0
 
 
+@pytest.mark.subprocess
 def test_an_extra_and_a_missing_file_are_named(tmp_path):
     root = _init(tmp_path)
     (root / KERNEL).with_name("helpers.py").write_text("X = 1\n")
@@ -265,6 +264,7 @@ def test_verify_names_a_lock_digest_mismatch_as_a_digest_problem(tmp_path, capsy
 # --- the walk-through's section, run as written ------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_the_first_project_redigest_section_runs_as_written(tmp_path):
     text = (ROOT / "docs" / "first-project.md").read_text("utf-8")
     section = text.split("## 8. Edit the kernel", 1)[1].split("\n## ", 1)[0]
@@ -274,4 +274,4 @@ def test_the_first_project_redigest_section_runs_as_written(tmp_path):
     assert _frt(["lock"], root).returncode == 0
     _edit(root)
     codes = [_frt(shlex.split(ln)[1:], root).returncode for ln in lines]
-    assert codes == [1] + [0] * (len(lines) - 1), list(zip(lines, codes))
+    assert codes == [1] + [0] * (len(lines) - 1), list(zip(lines, codes, strict=False))

@@ -28,13 +28,13 @@ from pathlib import Path
 
 import tomli_w
 
-DATA = Path(__file__).resolve().parent / "data" / "flashrt-archs.json"
+DATA = Path(__file__).resolve().parents[1] / "data" / "flashrt-archs.json"
 MODEL = "qwen3-8b"
 TORCH = "2.13"
 BUILDER_DEFAULT_CAPS = ("7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")  # assumption, see the docstring
 PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")
 PHASES = {"decode": [1, 16], "prefill": [64, 2048]}
-STATES = ("certified_fast", "supported_correct")  # best first (SPEC: certified_fast > supported_correct)
+STATES = ("certified_fast", "supported_correct")  # best first: certified_fast > supported_correct
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Machine:
         return {"torch": TORCH, "cuda": self.cuda}
 
     def flags(self) -> list[str]:
-        """Declared hardware for ``frt resolve|mirror`` (SPEC §9.17: CPU and OS are declared too)."""
+        """Declared hardware for ``frt resolve|mirror`` (CPU and OS are declared too)."""
         return ["--arch", self.arch, "--device-class", self.device_class, "--backend", "cuda", "--cpu", self.cpu,
                 "--os", "linux", "--software", f"torch={TORCH},cuda={self.cuda}"]
 
@@ -128,7 +128,7 @@ def variants_of(p: dict) -> dict[str, tuple[str, list[str] | None]]:
 
 def publish(server) -> dict[str, str]:
     """Commit every package to the test Hub on its version branch; ``{repo: commit}``."""
-    from hubserver import kernel_variant_files
+    from .hubserver import kernel_variant_files
 
     commits = {}
     for p in packages():
@@ -235,8 +235,9 @@ def receipt_specs() -> list[Spec]:
 def write_receipts(root: Path, lock, specs: list[Spec]) -> None:
     """Receipts as another machine's `frt qualify` writes them (``factories.receipt_doc``), with each
     impl's variant set to the one `kernels` selects there."""
-    from factories import receipt_doc
     from frt_dist.system.hardware import Hardware
+
+    from .factories import receipt_doc
 
     by_repo = {p["repo_id"]: p for p in packages()}
     rdir = root / "receipts" / MODEL
@@ -328,26 +329,17 @@ def build_corpus(root: Path, server) -> Corpus:
 
 
 def frt(args: list[str], env: dict[str, str]):
-    """`frt` in a subprocess (``conftest.run_frt``), for commands that talk to the Hub."""
-    from conftest import run_frt
+    """`frt` in a subprocess (``helpers.frt.frt_process``), for commands that talk to the Hub."""
+    from .frt import frt_process
 
-    return run_frt(args, cwd=Path(env["HF_HOME"]).parent, env=env, timeout=600)
+    return frt_process(args, cwd=Path(env["HF_HOME"]).parent, env=env, timeout=600)
 
 
 def cli(args: list[str]) -> tuple[int, str, str]:
     """``frt`` in this process (resolve and matrix touch no network): (exit, stdout, stderr)."""
-    import contextlib
-    import io
+    from .frt import frt_main
 
-    from frt_dist.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(args)
-        except SystemExit as exc:  # argparse ends a usage error this way
-            rc = exc.code
-    return rc, out.getvalue(), err.getvalue()
+    return frt_main(args)
 
 
 def resolve_cli(root: Path, m: Machine, precision: str, accept: tuple[str, ...]) -> tuple[int, dict]:
@@ -410,7 +402,7 @@ def agreement(root: Path, specs: list[Spec], accept: tuple[str, ...]) -> Agreeme
             if "decisions" not in doc:
                 res.diffs.append(f"{m.name} {prec}: exit {rc}: {str(doc)[:300]}")
                 continue
-            if rc != (1 if any(e["route"] is None for e in exp.values()) else 0):  # SPEC §8.10
+            if rc != (1 if any(e["route"] is None for e in exp.values()) else 0):  # resolve exits 1 when any requested band is refused
                 res.diffs.append(f"{m.name} {prec}: exit {rc}")
             for d in doc["decisions"]:
                 bad = compare({"decisions": [d]}, exp)

@@ -1,11 +1,13 @@
 """Many node processes loading a model through an object-store mirror at once: the 16-node test
 (tests/test_fleet_nodes.py) and the fleet benchmark (bench/bench_fleet.py).
 
-    python tests/fleetnodes.py SPEC.json
+    python tests/helpers/fleetnodes.py SPEC.json
 
 SPEC: ``{"nodes": [{"env": {...}, "cwd": DIR, "model": M, "lockfile": PATH|null, "mirror": URL|null,
 "hardware": {Hardware kwargs}, "check": [[seam, phase, rows, width], ...], "mode": "load"|"prepare"}],
 "out": DIR}``. ``prepare`` stops where ``load`` would import (the benchmark's fetch-and-verify part).
+A node with ``"wait_for": PATH`` waits, once started, until that file exists (bounded), so a test can
+start something else while every node is known to be running, without reading a clock.
 
 The parent imports what every node imports anyway (torch, kernels, boto3, obstore, frt_dist), prints
 ``ready`` and waits for a line on stdin, then **forks one real process per node** at once: each
@@ -59,9 +61,9 @@ class _Done(Exception):
 def _prepare(node: dict, hw) -> None:
     """What ``frt_dist.load`` does before it imports: resolve, then every bound package's
     variant fetched and verified into the store (``prepare_locked``), nothing imported."""
-    from frt_dist.loader import CheckBatch, prepare_locked  # noqa: PLC0415
-    from frt_dist.routes.resolver import refusal_error, resolve_all  # noqa: PLC0415
-    from frt_dist.serve.load import _binds, find_lockfile  # noqa: PLC0415
+    from frt_dist.loader import CheckBatch, prepare_locked
+    from frt_dist.routes.resolver import refusal_error, resolve_all
+    from frt_dist.serve.load import _binds, find_lockfile
 
     lock, root = find_lockfile(node["model"], node.get("lockfile"))
     decisions = resolve_all(lock, hardware=hw, precision=None, fallback="refuse", accept=("certified_fast",))
@@ -72,8 +74,8 @@ def _prepare(node: dict, hw) -> None:
     binds = sorted({(b.repo, b.variant) for b in _binds(lock, decisions)})
     mirror = node.get("mirror")
     if node.get("sync_dir"):  # the other design: fill a local mirror from the store, then load from it
-        from frt_dist.distribution.mirror import mirror_lock  # noqa: PLC0415
-        from frt_dist.distribution.objstore import open_store  # noqa: PLC0415
+        from frt_dist.distribution.mirror import mirror_lock
+        from frt_dist.distribution.objstore import open_store
 
         with open_store(mirror) as store:
             mirror_lock(lock, node["sync_dir"], variants=sorted({v for _, v in binds}), source=store, root=root)
@@ -82,18 +84,30 @@ def _prepare(node: dict, hw) -> None:
         prepare_locked(lock, repo, variant, mirror=mirror, hardware=hw, root=root, batch=batch)
 
 
+def _wait_for(path: str, doc: dict, limit_s: float = 60.0) -> None:
+    """Poll (bounded) until ``path`` exists; ``doc["waited_for"]`` says it did."""
+    deadline = time.monotonic() + limit_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {limit_s:.0f} s")
+        time.sleep(0.01)
+    doc["waited_for"] = path
+
+
 def _node(i: int, node: dict, out: str) -> int:
     t0 = time.perf_counter()
     doc = {"i": i, "ok": False, "start_epoch": time.time()}
     try:
         os.chdir(node.get("cwd") or os.getcwd())
         os.environ.update(node.get("env") or {})
-        import frt_dist  # noqa: PLC0415
-        from frt_dist.system.hardware import Hardware  # noqa: PLC0415
-        from frt_dist.loader import remote  # noqa: PLC0415
-        from frt_dist.serve.load import find_lockfile  # noqa: PLC0415
+        import frt_dist
+        from frt_dist.loader import remote
+        from frt_dist.serve.load import find_lockfile
+        from frt_dist.system.hardware import Hardware
 
         hw = Hardware(**node["hardware"])
+        if node.get("wait_for"):  # started, then held until the test says go on (a file appears)
+            _wait_for(node["wait_for"], doc)
         if node.get("mode") == "prepare":  # load's first half: resolve, fetch, verify into the store; no import
             _prepare(node, hw)
             doc["stats"] = remote.stats()
@@ -108,7 +122,7 @@ def _node(i: int, node: dict, out: str) -> int:
                                "variant": p.variant, "revision": p.revision} for r, p in plan.packages.items()}
         sums = {}
         if node.get("check"):
-            import torch  # noqa: PLC0415
+            import torch
 
             for seam, phase, rows, width in node["check"]:
                 fn = plan.entry(seam, phase)
@@ -118,14 +132,14 @@ def _node(i: int, node: dict, out: str) -> int:
         doc["ok"] = not doc["bad_files"]
     except _Done:
         pass
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+    except BaseException as exc:  # reported to the parent
         doc["error"] = f"{type(exc).__name__}: {exc}"
         doc["exit_code"] = getattr(exc, "exit_code", None)
         try:
-            from frt_dist.loader import remote  # noqa: PLC0415
+            from frt_dist.loader import remote
 
             doc["stats"] = remote.stats()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
     doc["t"] = time.perf_counter() - t0
     doc["end_epoch"] = time.time()
@@ -137,20 +151,21 @@ def _node(i: int, node: dict, out: str) -> int:
 def main(argv: list[str]) -> int:
     spec = json.load(open(argv[0]))
     if spec.get("preimport_client", True):  # off: each node imports its S3 client itself, as a fresh process does
-        import boto3  # noqa: F401,PLC0415 - what every node needs: imported once, before the fork
+        import boto3  # noqa: F401 - what every node needs: imported once, before the fork
         try:  # the read client when the environment allows it (frt_dist.distribution.objstore.read_client)
-            import obstore  # noqa: F401,PLC0415
+            import obstore  # noqa: F401
         except ImportError:  # pragma: no cover
             pass
-    import torch  # noqa: F401,PLC0415
-    import frt_dist  # noqa: F401,PLC0415
-    import frt_dist.serve.load  # noqa: F401,PLC0415
-    from frt_dist.loader import _kernels_adapter  # noqa: PLC0415
-    from frt_dist.loader import remote  # noqa: F401,PLC0415
+    import torch  # noqa: F401
+
+    import frt_dist
+    import frt_dist.loader.remote
+    import frt_dist.serve.load  # noqa: F401
+    from frt_dist.loader import _kernels_adapter
 
     _kernels_adapter.read_metadata  # noqa: B018
     try:
-        import kernels  # noqa: F401,PLC0415
+        import kernels  # noqa: F401
     except ImportError:  # pragma: no cover
         pass
     os.makedirs(spec["out"], exist_ok=True)

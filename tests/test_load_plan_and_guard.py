@@ -8,16 +8,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-import frt_dist  # noqa: E402
-from factories import CPU, NORM_SRC, impl_doc, manifest_doc, tiny_project  # noqa: E402
-from frt_dist import ContractViolation, KernelUnavailable, RouteRefused, UsageError, loader  # noqa: E402
-from frt_dist.serve.load import load  # noqa: E402
+import frt_dist
+from frt_dist import ContractViolation, KernelUnavailable, RouteRefused, UsageError, loader
+from frt_dist.serve.load import load
+from helpers.factories import CPU, NORM_SRC, impl_doc, manifest_doc, tiny_project
 
 BOTH = [("fast", "decode"), ("fast", "prefill")]
 W = torch.randn(8)
@@ -322,8 +319,8 @@ def test_ledger_and_prometheus(tmp_path, monkeypatch):
     assert "# TYPE frt_seam_calls_total counter" in lines
     assert 'frt_seam_calls_total{model="tiny",seam="act",phase="decode",route="fast",state="certified_fast"} 3' in lines
     assert 'frt_seam_contract_misses_total{model="tiny",seam="act",phase="decode",reason="rows"} 1' in lines
-    assert ('frt_package_info{model="tiny",repo="t-org/scale",revision="%s",variant="torch-cpu",source="path",'
-            'pinned="true"} 1' % rev) in lines
+    assert (f'frt_package_info{{model="tiny",repo="t-org/scale",revision="{rev}",variant="torch-cpu",source="path",'
+            'pinned="true"} 1') in lines
     assert act["captures"] == 0 and act["notes"] == []
     plan._counts[("act", "decode")].captures = 2  # what two calls during a CUDA graph capture leave (no GPU here)
     act = plan.ledger()["seams"]["act"]
@@ -448,8 +445,8 @@ def test_bundled_demo_binds_into_the_decoder_block(tmp_path, monkeypatch):
     for mid in [m for m in sys.modules if m.startswith("_frt_demo_")]:
         monkeypatch.delitem(sys.modules, mid)  # imported outside frt by other tests: would be refused as shadowed
 
-    from factories import TinyProject
     from frt_dist.demo.decoder import build_host
+    from helpers.factories import TinyProject
 
     root = tmp_path / "demo"
     shutil.copytree(DEMO / "manifests", root / "manifests")

@@ -1,5 +1,5 @@
 """Test support for the vLLM plugin: a tiny Qwen2 made locally, a vLLM binding project, and a runner
-that starts a real vLLM engine in a subprocess (``python -m tests.vllm_support run CONFIG``).
+that starts a real vLLM engine in a subprocess (``python tests/helpers/vllm_support.py run CONFIG``).
 
 Nothing is downloaded: the model is random weights saved by ``transformers`` with a word-level
 tokenizer built by ``tokenizers``; every run sets ``HF_HUB_OFFLINE=1``.
@@ -107,7 +107,7 @@ def engine_hardware():
 
 def make_project(root: Path, model_dir: Path, receipts=(("eager", "decode"), ("eager", "prefill")), **kw):
     """A vLLM binding project at ``root`` whose lock accepts ``receipts`` on this machine."""
-    from factories import TinyProject
+    from .factories import TinyProject
 
     tp = TinyProject(Path(root), manifest=binding_manifest(**kw), packages=package_specs())
     (tp.root / "models").mkdir(exist_ok=True)
@@ -132,7 +132,7 @@ def engine_env(project: Path | None, **extra) -> dict:
 def run_engine(config: dict, env: dict, *, timeout: int = 480) -> tuple[int, dict | None, str]:
     """Start an engine in a subprocess with ``config``; (exit code, its JSON result or None, its log)."""
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "run", json.dumps(config)], env=env,
-                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=timeout)
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=timeout)
     result = None
     for line in proc.stdout.splitlines():
         if line.startswith("FRT-RESULT "):
@@ -152,7 +152,7 @@ def _generate(llm, prompts, max_tokens):
     for o in outs:
         c = o.outputs[0]
         res.append({"tokens": list(c.token_ids),
-                    "logprobs": [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)]})
+                    "logprobs": [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids, strict=False)]})
     return res
 
 

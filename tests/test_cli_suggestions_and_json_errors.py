@@ -1,4 +1,4 @@
-"""A command line that does not make people guess (SPEC §24): suggestions for mistyped
+"""A command line that does not make people guess: suggestions for mistyped
 subcommands and flags, JSON for every outcome under --json, a closed stdout ends quietly."""
 
 from __future__ import annotations
@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import BUNDLED
+import pytest
+
 from frt_dist.cli.main import main
+from helpers.paths import BUNDLED
 
 FRT = str(Path(sys.executable).with_name("frt"))
 
@@ -49,6 +51,7 @@ def test_usage_errors_and_refusals_are_json_under_json(capsys):
     assert out.err == ""  # a project (the checkout's own): nothing said on stderr when it is not a terminal
 
 
+@pytest.mark.subprocess
 def test_a_closed_stdout_ends_quietly():
     p = subprocess.Popen([FRT, "matrix"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     p.stdout.close()  # the reader leaves before anything is written (`frt matrix | head -0`)
@@ -71,6 +74,7 @@ def test_out_of_range_numbers_and_missing_output_folders_are_usage_errors(tmp_pa
     assert not (tmp_path / "no").exists()
 
 
+@pytest.mark.subprocess
 def test_the_bundled_demo_is_never_used_silently(tmp_path):
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("FRT_")}
     r = subprocess.run([FRT, "resolve", "--model", "demo-decoder", "--arch", "9.0", "--device-class", "h200"],
@@ -103,6 +107,7 @@ def test_every_subcommand_and_flag_has_help_text():
     assert missing == []
 
 
+@pytest.mark.subprocess
 def test_a_refusal_ends_with_the_next_step(tmp_path):
     r = subprocess.run([FRT, "resolve", "--demo", "--model", "demo-decoder", "--arch", "9.0", "--device-class", "h200"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)

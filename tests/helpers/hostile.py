@@ -17,14 +17,13 @@ Every handler stops when the server stops (``stop()``), so no test is left waiti
 from __future__ import annotations
 
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 __all__ = ["Hostile"]
 
 
 class Hostile:
-    def __init__(self, mode: str, *, body: bytes = b"x" * 64, every_s: float = 0.2, target: "Hostile | None" = None,
+    def __init__(self, mode: str, *, body: bytes = b"x" * 64, every_s: float = 0.2, target: Hostile | None = None,
                  host: str = "127.0.0.1"):
         self.mode, self.body, self.every_s, self.target, self.host = mode, body, every_s, target, host
         self.requests: list[tuple[str, str, dict]] = []
@@ -112,7 +111,7 @@ class Hostile:
     def url(self) -> str:
         return f"http://{self.host}:{self.server.server_address[1]}"
 
-    def start(self) -> "Hostile":
+    def start(self) -> Hostile:
         self.thread.start()
         return self
 

@@ -122,7 +122,7 @@ class _Blob:
         return self.sha256 if self.lfs else self.git_sha
 
     @staticmethod
-    def make(path: str, data: bytes) -> "_Blob":
+    def make(path: str, data: bytes) -> _Blob:
         sha256 = hashlib.sha256(data).hexdigest()
         lfs = path.endswith(_LFS_SUFFIXES) or len(data) >= _LFS_MIN_SIZE
         if lfs:
@@ -228,7 +228,7 @@ class HubServer:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self) -> "HubServer":
+    def start(self) -> HubServer:
         if self._httpd is not None:
             return self
         handler = type("_BoundHandler", (_Handler,), {"hub": self})
@@ -251,7 +251,7 @@ class HubServer:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> "HubServer":
+    def __enter__(self) -> HubServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -428,7 +428,7 @@ class _Handler(BaseHTTPRequestHandler):
     # with Nagle on, the body waits for the client's delayed ACK, ~44 ms per request on loopback
     disable_nagle_algorithm = True
 
-    def log_message(self, format, *args):  # noqa: A002 - silence stderr logging
+    def log_message(self, format, *args):  # silence stderr logging
         pass
 
     # -- plumbing -----------------------------------------------------------
@@ -792,7 +792,7 @@ def kernel_variant_files(
     archs: list[str] | None = None,
     module_files: dict[str, bytes] | None = None,
     version: int = 1,
-    id: str | None = None,  # noqa: A002 - mirrors the metadata key
+    id: str | None = None,  # mirrors the metadata key
     extra_metadata: dict | None = None,
 ) -> dict[str, bytes]:
     """Files of one kernel build variant, keyed by repo path ``build/<variant>/...``.

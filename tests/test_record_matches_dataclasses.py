@@ -107,7 +107,7 @@ def test_what_it_does_not_do_is_refused_at_class_creation():
     with pytest.raises(ValueError, match="mutable default"):
         @_record.dataclass
         class B:
-            a: list = []  # noqa: RUF012
+            a: list = []
     with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
         @_record.dataclass
         class C:
@@ -126,8 +126,8 @@ def test_what_it_does_not_do_is_refused_at_class_creation():
 
 def test_frt_value_classes_are_equal_and_hash_as_before():
     """The classes moved off `dataclasses`: equality, hashing and replace as the tests and code use them."""
-    from frt_dist.system.hardware import Hardware
     from frt_dist.documents.lockfile import LockedVariant
+    from frt_dist.system.hardware import Hardware
 
     h = Hardware(arch="x86_64", device_class="amd-epyc", software={"torch": "2.13"})
     assert h == Hardware(arch="x86_64", device_class="AMD EPYC", software={"torch": "2.13"})

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import tomli_w
 
-from frt_dist.system.hardware import Hardware
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.lock.build import lock_model
 from frt_dist.project.discover import Project
+from frt_dist.system.hardware import Hardware
 from frt_dist.system.variants import select_variants
 
 __all__ = ["CPU", "cuda_hw", "SCALE_SRC", "NORM_SRC", "variant_files", "write_variant", "write_package",
@@ -76,7 +76,7 @@ def sha256_b64(data: bytes) -> str:
 
 
 def variant_files(name: str, *, module: dict[str, str | bytes] | None = None, source: str = SCALE_SRC,
-                  id: str | None = None, version: int = 1, backend: str = "cpu",  # noqa: A002
+                  id: str | None = None, version: int = 1, backend: str = "cpu",
                   archs: list[str] | None = None, extra: dict | None = None) -> dict[str, bytes]:
     """Files of one variant, keyed by path inside ``build/<variant>/``.
 
@@ -223,13 +223,13 @@ class TinyProject:
         return Lockfile.read(self.lock_path)
 
     @classmethod
-    def existing(cls, root: Path, model: str) -> "TinyProject":
+    def existing(cls, root: Path, model: str) -> TinyProject:
         """Wrap a project folder that is already on disk (nothing is written)."""
         tp = object.__new__(cls)
         tp.root, tp.manifest, tp.packages = Path(root), {"model": model}, {}
         return tp
 
-    def copy_to(self, dest: Path) -> "TinyProject":
+    def copy_to(self, dest: Path) -> TinyProject:
         shutil.copytree(self.root, dest, symlinks=True)
         clone = TinyProject.existing(dest, self.model)
         clone.manifest, clone.packages = self.manifest, self.packages
@@ -241,7 +241,7 @@ def tiny_project(tmp_path: Path, name: str = "proj", **kw) -> TinyProject:
 
 
 # ---------------------------------------------------------------------------
-# a Hub for tests (tests/hubserver.py) and a network tripwire
+# a Hub for tests (tests/helpers/hubserver.py) and a network tripwire
 
 REMOTE = "remote-org/scale"
 
@@ -250,12 +250,10 @@ def start_hub(monkeypatch, tmp_path: Path, *, trusted: bool = True, archs=None):
     """A loopback Hub serving ``remote-org/scale`` (branch ``v1``: ``torch-cpu``,
     module ``scale``), with ``HF_ENDPOINT``/``HF_HOME`` pointed at test folders.
     Returns ``(server, commit)``; the caller stops the server."""
-    import sys as _sys
-
-    _sys.path.insert(0, str(Path(__file__).parent))
     from huggingface_hub import constants
     from huggingface_hub.utils import _detect_agent, disable_progress_bars
-    from hubserver import HubServer, kernel_variant_files
+
+    from .hubserver import HubServer, kernel_variant_files
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     # telemetry would ask huggingface.co for its agent registry: pre-seed it (see test_hubserver.py)
@@ -306,3 +304,100 @@ class NetworkTripwire:
 
         monkeypatch.setattr(socket.socket, "connect", connect)
         monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+
+
+# --- a one-package toy project (the CLI and lock tests' smallest manifest) --------------------------
+
+def write_files(root: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+
+
+MANIFEST_TMPL = '''schema = "frt.manifest/1"
+model = "{model}"
+binding = "toy_binding"
+host = "torch"
+family = "toy"
+default-precision = "fp32"
+
+{packages}
+
+[phases.decode]
+rows = [1, 16]
+
+[phases.prefill]
+rows = [64, 2048]
+
+[seams.norm]
+structure = "norm@1"
+
+[seams.norm.impls.fast]
+package = "{repo}"
+entry = "add_one"
+precision = "fp32"
+contract = {{ device = "cpu", dtypes = ["float32"], layout = "contiguous" }}
+smoke = {{ inputs = [{{ shape = ["rows", 8], dtype = "float32" }}] }}
+
+[routes.fast]
+assembly = "eager"
+seams = {{ norm = "fast" }}
+gate = {{ min-speedup = 1.05 }}
+'''
+
+
+def toy_manifest(model="toy", repo="testorg/addone", package_toml=None) -> str:
+    package_toml = package_toml or f'[packages."{repo}"]\nversion = 1\ntrust = true'
+    return MANIFEST_TMPL.format(model=model, repo=repo, packages=package_toml)
+
+
+
+
+# --- a project `frt qualify` can measure: model ``toyq`` on the toy host (helpers/toyhost.py) ---------------
+
+QUALIFY_KERNELS = {  # three routes for the toy host's norm seam: fast, correct but slow, wrong
+    "fastscale": b"def scale(x, w):\n    return x * w\n",
+    "slowscale": b"import time\n\ndef scale(x, w):\n    time.sleep(0.006)\n    return x * w\n",
+    "badscale": b"def scale(x, w):\n    return x * w + 0.1\n",
+}
+
+QUALIFY_MANIFEST = '''schema = "frt.manifest/1"
+model = "toyq"
+binding = "toy_block"
+host = "torch"
+family = "toy"
+default-precision = "fp32"
+host-entry = "toyhost:build_host"
+{packages}
+[phases.decode]
+rows = [1, 16]
+
+[seams.norm]
+structure = "scale@1"
+{impls}
+{routes}
+[qualify]
+tolerance = {{ abs = 1e-5, rel = 1e-4 }}
+rounds = 6
+warmup = 1
+'''
+
+
+def qualify_project(project: Path) -> Path:
+    """``toyq`` in ``project`` (an empty project folder), locked: one seam, three path packages
+    (``QUALIFY_KERNELS``), host-entry ``toyhost:build_host``, which needs ``helpers/`` on the path."""
+    from .hubserver import kernel_variant_files
+
+    pk = im = rt = ""
+    for name, code in QUALIFY_KERNELS.items():
+        write_files(project / "packages" / name, kernel_variant_files(
+            name=name, variant="torch-cpu", module_files={"__init__.py": code}, id=f"_toyq_{name}"))
+        pk += f'[packages."testorg/{name}"]\npath = "packages/{name}"\n'
+        im += (f'[seams.norm.impls.{name}]\npackage = "testorg/{name}"\nentry = "scale"\nprecision = "fp32"\n'
+               f'contract = {{ device = "cpu", dtypes = ["float32"], layout = "contiguous", width = 8 }}\n'
+               f'smoke = {{ inputs = [{{ shape = ["rows", 8], dtype = "float32" }}, {{ shape = [8], dtype = "float32" }}] }}\n')
+        rt += f'[routes.{name}]\nassembly = "eager"\nseams = {{ norm = "{name}" }}\ngate = {{ min-speedup = 1.05 }}\n'
+    (project / "manifests" / "toyq.toml").write_text(QUALIFY_MANIFEST.format(packages=pk, impls=im, routes=rt))
+    lock_model(Project(project, "project"), "toyq")
+    return project

@@ -1,27 +1,17 @@
 """Demo host binding (frt_dist.demo.decoder) and the bundled CPU kernel packages."""
 
-import sys
-
-sys.dont_write_bytecode = True  # a __pycache__ inside a package source would break its digest
-
 import ast
 import base64
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT
-try:
-    import frt_dist  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(SRC))
+from helpers.paths import ROOT
 
 torch = pytest.importorskip("torch")
 
-from frt_dist.demo import decoder  # noqa: E402
+from frt_dist.demo import decoder  # noqa: E402 - after the torch check
 from frt_dist.demo.decoder import DecoderBlock, build_host, host_gated_mlp, host_rms_norm  # noqa: E402
 
 PACKAGES = ROOT / "packages"
@@ -69,7 +59,7 @@ def _close(actual, expected):
 
 
 def test_demo_package_does_not_import_torch():
-    tree = ast.parse((SRC / "frt_dist" / "demo" / "__init__.py").read_text())
+    tree = ast.parse((ROOT / "frt_dist" / "demo" / "__init__.py").read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             assert not any(a.name.split(".")[0] == "torch" for a in node.names)

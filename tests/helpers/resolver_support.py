@@ -61,16 +61,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from frt_dist.base.canonical import digest, file_digest_b64, tree_digests
-from frt_dist.system.hardware import Hardware
 from frt_dist.documents.lockfile import Lockfile
-from frt_dist.lock.build import lock_model
 from frt_dist.documents.manifest import Manifest
-from frt_dist.project.discover import Project
 from frt_dist.documents.receipt import CellKey
+from frt_dist.lock.build import lock_model
+from frt_dist.project.discover import Project
 from frt_dist.routes.resolver import resolve
+from frt_dist.system.hardware import Hardware
 from frt_dist.system.variants import select_variants
 
-CASES_DIR = Path(__file__).resolve().parent / "resolver_cases"
+CASES_DIR = Path(__file__).resolve().parents[1] / "resolver_cases"
 MODEL = "case-model"
 
 _TOP_KEYS = {"description", "manifest", "packages", "routes", "hardware", "policy", "receipt-defaults",

@@ -10,24 +10,23 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from frt_dist.base.canonical import digest
 from frt_dist.documents import lock_fast as LF
 from frt_dist.documents import lock_index as LI
 from frt_dist.documents import lockfile as L
-from frt_dist.documents.schema import parse_toml
-from frt_dist.base.canonical import digest
-from frt_dist.errors import LockfileError
-from frt_dist.system.hardware import Hardware
 from frt_dist.documents.lockfile import LockCache, Lockfile
-from frt_dist.project.discover import bundled_root
 from frt_dist.documents.receipt import CellKey
+from frt_dist.documents.schema import parse_toml
+from frt_dist.errors import LockfileError
+from frt_dist.project.discover import bundled_root
 from frt_dist.routes import resolver
 from frt_dist.routes.resolver import resolve_all
+from frt_dist.system.hardware import Hardware
+from helpers.frt import frt_process
 
 DEMO = bundled_root() / "lockfiles" / "demo-decoder.lock"
 DEMO_HW = Hardware(arch="x86_64", device_class="amd-epyc", backend="cpu", software={"torch": "2.13", "kernels": "0.17.2"})
@@ -251,6 +250,7 @@ def test_an_index_not_in_frts_layout_is_read_whole_and_the_same(tmp_path, how):
     ("route", "index[1].candidates[1].route", "'nope' is not a route of the embedded manifest"),
     ("receipt", "index[1].candidates[0].receipt", "names a receipt the lockfile does not embed"),
 ])
+@pytest.mark.subprocess
 def test_a_damaged_cell_is_refused_when_it_is_used(tmp_path, damage, path_, why):
     """A cell is checked when a decision reads it, with the message reading every entry gives
     (a lock whose digest holds but whose index names what it lacks: an author's edit). A cell
@@ -272,12 +272,12 @@ def test_a_damaged_cell_is_refused_when_it_is_used(tmp_path, damage, path_, why)
     with pytest.raises(LockfileError) as listed:
         list(Lockfile.read(path).index.items())
     assert str(lazy.value) == str(whole.value) == str(listed.value) == f"{path}: {path_}: {why}"
-    cli = [sys.executable, "-m", "frt_dist.cli", "resolve", "--lockfile", str(path), "--arch", "x86_64",
+    cli = ["resolve", "--lockfile", str(path), "--arch", "x86_64",
            "--device-class", "amd-epyc", "--software", "torch=2.13,kernels=0.17.2", "--json"]
-    r = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    r = frt_process(cli, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert json.loads(r.stdout)["error"] == f"{path}: {path_}: {why}"
-    r = subprocess.run(cli + ["--phase", entries[0]["phase"]], capture_output=True, text=True, timeout=60)
+    r = frt_process(cli + ["--phase", entries[0]["phase"]], timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert [d["route"] for d in json.loads(r.stdout)["decisions"]] == [entries[0]["route"]]
 
@@ -318,7 +318,7 @@ def test_nearest_miss_reasons_match_the_full_grouping():
             nearest = None
 
         lock = Fake()
-        lock.index = type("I", (), {"lazy": False, "cell_routes": lambda self: iter(index.items())})()
+        lock.index = type("I", (), {"lazy": False, "cell_routes": lambda self, index=index: iter(index.items())})()
         lock.cache, lock.rejected = LockCache(), []
         for _ in range(10):
             key = CellKey(*(rnd.choice(v) for v in vals.values()))
@@ -333,7 +333,7 @@ def test_nearest_miss_reasons_match_the_full_grouping():
                     "dc": f"{value}, device is {key.device_class}", "arch": f"arch {value}, device is {key.arch}",
                     "backend": f"backend {value}, device is {key.backend}"}[kind]
             else:
-                phases, precisions = eval(want)  # noqa: S307 - the reference's own repr
+                phases, precisions = eval(want)  # the reference's own repr
                 if phases and key.phase not in phases:
                     assert got_kind == "phase-not-covered"
                     assert got.endswith(f"receipts cover phase {', '.join(phases)}, not {key.phase}")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUNDLED
-from factories import tiny_project
+from helpers.factories import tiny_project
+from helpers.paths import BUNDLED
 
 FRT = str(Path(sys.executable).with_name("frt"))
 NOTE = f"note: using the bundled demo project (read-only) at {BUNDLED} (--demo)"
@@ -30,6 +30,7 @@ def _env(**extra) -> dict:
 
 
 def frt(args, cwd, **kw) -> subprocess.CompletedProcess:
+    # not helpers.frt: the installed console script itself (its entry point), not python -m frt_dist.cli
     """The installed console script, stdout and stderr piped (as in CI)."""
     return subprocess.run([FRT, *args], cwd=cwd, env=kw.pop("env", None) or _env(), capture_output=True, text=True,
                           timeout=kw.pop("timeout", 120), **kw)
@@ -38,6 +39,7 @@ def frt(args, cwd, **kw) -> subprocess.CompletedProcess:
 # --- the bundled demo is never used silently ---------------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_every_command_on_the_demo_names_the_bundled_demo_on_stderr(tmp_path):
     """Outside a project the demo is used only when asked for (`--demo`); then every command says so."""
     work = tmp_path / "empty"
@@ -58,6 +60,7 @@ def test_every_command_on_the_demo_names_the_bundled_demo_on_stderr(tmp_path):
     assert frt(["verify", "-q", "--demo"], work).stderr == ""  # --quiet: nothing but errors
 
 
+@pytest.mark.subprocess
 def test_json_documents_name_the_project_in_force(tmp_path):
     tp = tiny_project(tmp_path)
     tp.lock()
@@ -71,6 +74,7 @@ def test_json_documents_name_the_project_in_force(tmp_path):
 # --- frt --project DIR COMMAND, and --model left out -------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_project_as_a_global_option_before_the_command(tmp_path):
     assert frt(["init", str(tmp_path / "p")], tmp_path).returncode == 0
     elsewhere = tmp_path / "elsewhere"
@@ -89,6 +93,7 @@ def test_project_as_a_global_option_before_the_command(tmp_path):
     assert "--project DIR" in frt(["--help"], tmp_path).stdout
 
 
+@pytest.mark.subprocess
 def test_model_may_be_left_out_when_the_project_has_one(tmp_path):
     root = tmp_path / "p"
     assert frt(["init", str(root)], tmp_path).returncode == 0 and frt(["lock"], root).returncode == 0
@@ -109,6 +114,7 @@ def test_model_may_be_left_out_when_the_project_has_one(tmp_path):
 HW = ["--arch", "x86_64", "--device-class", "test-cpu", "--backend", "cpu", "--software", "torch=2.13"]
 
 
+@pytest.mark.subprocess
 def test_a_refusal_lost_only_on_state_hints_accept_supported_correct(tmp_path):
     tp = tiny_project(tmp_path)
     tp.lock(receipts=[(route, phase, "supported_correct") for route in ("fast", "solo") for phase in ("decode", "prefill")])
@@ -126,6 +132,7 @@ def test_a_refusal_lost_only_on_state_hints_accept_supported_correct(tmp_path):
     assert r.stderr.splitlines()[-1].startswith("hint: `--explain` shows every candidate")
 
 
+@pytest.mark.subprocess
 def test_resolve_names_the_arch_as_an_arch(tmp_path):
     """The demo printed `rtx-5090 (cuda 12.0)` for the refused hardware, which reads as a CUDA version."""
     r = frt(["resolve", "--demo", "--arch", "12.0", "--device-class", "rtx-5090", "--software", "torch=2.13,cuda=12.8"],
@@ -155,6 +162,7 @@ def _on_a_terminal(argv, cwd) -> str:
     return b"".join(chunks).decode("utf-8").replace("\r\n", "\n")
 
 
+@pytest.mark.subprocess
 def test_the_terminal_matrix_is_a_plain_table_and_a_pipe_gets_markdown(tmp_path):
     shown = _on_a_terminal(["matrix", "--demo"], tmp_path)
     assert "\\_" not in shown and "**" not in shown and "|" not in shown, shown
@@ -206,9 +214,10 @@ def _fill(folder: Path) -> None:
         os.close(fd)
 
 
+@pytest.mark.subprocess
 def test_matrix_and_export_output_on_a_full_disk_name_the_file_and_leave_it_as_it_was(tmpfs, tmp_path):
     full = tmpfs("full", "size=16k")
-    for argv, name in ((["matrix"], "m.md"), (["lock", "--export", "kernels"], "kernels.lock")):
+    for _argv, name in ((["matrix"], "m.md"), (["lock", "--export", "kernels"], "kernels.lock")):
         (full / name).write_text("previous\n")
     _fill(full)
     for argv, name in ((["matrix"], "m.md"), (["lock", "--export", "kernels"], "kernels.lock")):
@@ -221,6 +230,7 @@ def test_matrix_and_export_output_on_a_full_disk_name_the_file_and_leave_it_as_i
     assert sorted(p.name for p in full.iterdir()) == ["filler", "kernels.lock", "m.md"]  # no temp file left
 
 
+@pytest.mark.subprocess
 def test_matrix_output_into_a_read_only_folder_is_one_error(tmpfs, tmp_path):
     ro = tmpfs("ro", "ro")
     r = frt(["matrix", "--demo", "-o", str(ro / "m.html"), "--format", "html"], tmp_path)
@@ -231,6 +241,7 @@ def test_matrix_output_into_a_read_only_folder_is_one_error(tmpfs, tmp_path):
     assert list(ro.iterdir()) == []
 
 
+@pytest.mark.subprocess
 def test_every_writing_command_on_a_read_only_project_ends_in_an_error_not_a_traceback(tmpfs, tmp_path):
     """The commands' own messages are theirs; what holds for all: exit non-zero, `error:`, no traceback."""
     rw = tmp_path / "p"
@@ -312,6 +323,8 @@ sys.meta_path.insert(0, _Slow())
     ("frt_dist.lock.build", ["lock"], False),  # `frt lock` loading the locker
     ("torch", ["qualify", "--route", "fast-norm"], True),  # `import torch` in `frt qualify`: held until done
 ])
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_ctrl_c_during_start_up_ends_quietly_with_130(tmp_path, module, argv, held):
     hook = tmp_path / "hook"
     hook.mkdir()

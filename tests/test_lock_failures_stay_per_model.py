@@ -7,8 +7,14 @@ from __future__ import annotations
 
 import json
 
-from conftest import kernel_variant_files, toy_manifest
+import pytest
+
+from helpers.factories import toy_manifest
+from helpers.hubserver import kernel_variant_files
+
 from test_lock import REPO, lock, publish
+
+pytestmark = pytest.mark.subprocess  # every test here starts frt or a server as a process
 
 OLD = b"# an older lockfile: frt must leave it alone when this model cannot be locked\n"
 

@@ -9,15 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
 
-import pytest  # noqa: E402
-
-from factories import tiny_project  # noqa: E402
-from frt_dist import loader  # noqa: E402
-from frt_dist.lock.export_kernels import kernels_lock_json  # noqa: E402
-from frt_dist.distribution.mirror import mirror_lock  # noqa: E402
+from frt_dist import loader
+from frt_dist.distribution.mirror import mirror_lock
+from frt_dist.lock.export_kernels import kernels_lock_json
+from helpers.factories import tiny_project
 
 SRC = str(Path(loader.__file__).parents[2])
 
@@ -52,6 +49,7 @@ print("locked-layer-repository accepted it")
 """
 
 
+@pytest.mark.subprocess
 def test_kernels_loads_the_export_offline_from_an_frt_mirror(proj, tmp_path):
     from frt_dist.cli.main import main
 
@@ -97,6 +95,7 @@ def test_export_errors_name_the_problem_and_write_nothing(proj, tmp_path, capsys
     assert "error: no lockfile for model 'tiny' (lockfiles/tiny.lock)" in err and "hint: frt lock --model tiny" in err
 
 
+@pytest.mark.subprocess
 def test_kernels_runs_an_edited_mirror_file_so_the_export_points_to_verify_mirror(proj, tmp_path, capsys):
     """What README and `--help` say of the export, held true: `kernels` loads through it without
     checking a digest (an edited mirror file runs), `frt verify --mirror` catches the edit, and the

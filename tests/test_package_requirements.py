@@ -5,23 +5,19 @@ transitively and loaded dependencies first. kernels' own validators are the orac
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import types
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
+from kernels._rust import Metadata
+from kernels.python_deps import validate_dependencies
+from kernels.validate import MinverValidator
 
-import pytest  # noqa: E402
-from kernels._rust import Metadata  # noqa: E402
-from kernels.python_deps import validate_dependencies  # noqa: E402
-from kernels.validate import MinverValidator  # noqa: E402
-
-from factories import CPU, NORM_SRC, SCALE_SRC, tiny_project  # noqa: E402
-from frt_dist.system.hardware import Hardware  # noqa: E402
-from frt_dist.documents.lockfile import Lockfile  # noqa: E402
-from frt_dist.routes.resolver import resolve  # noqa: E402
+from frt_dist.documents.lockfile import Lockfile
+from frt_dist.routes.resolver import resolve
+from frt_dist.system.hardware import Hardware
+from helpers.factories import CPU, NORM_SRC, SCALE_SRC, tiny_project
 
 BOTH = [("fast", "decode"), ("fast", "prefill")]
 
@@ -110,8 +106,8 @@ def test_python_depends_installed_here_resolves(tmp_path, monkeypatch):
     ("kernel-depends", [{"repo-id": "a/b", "version": "1"}], "kernel-depends[0].version: expected a version number"),
 ])
 def test_bad_requirement_fields_name_the_field(field, value, why):
-    from frt_dist.errors import KernelUnavailable
     from frt_dist.documents.metadata import parse_variant_metadata
+    from frt_dist.errors import KernelUnavailable
 
     meta = {"name": "addone", "id": "_addone_1", "version": 1, "license": "mit", "python-depends": [],
             "backend": {"type": "cpu"}, field: value}
@@ -148,8 +144,8 @@ def scale(x, w):
 
 @pytest.fixture
 def dep_hub(monkeypatch, tmp_path):
-    from factories import REMOTE, start_hub
     from frt_dist import loader
+    from helpers.factories import REMOTE, start_hub
 
     loader._forget_all()
     for var in ("FRT_MIRROR", "FRT_LOCK", "HF_HUB_OFFLINE"):
@@ -157,7 +153,7 @@ def dep_hub(monkeypatch, tmp_path):
     monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "kcache"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
     server, _ = start_hub(monkeypatch, tmp_path)
-    from hubserver import kernel_variant_files
+    from helpers.hubserver import kernel_variant_files
 
     def publish(repo, name, module, depends=()):
         extra = {"kernel-depends": [{"repo-id": d, "version": 1} for d in depends]} if depends else None
@@ -170,8 +166,8 @@ def dep_hub(monkeypatch, tmp_path):
 
 
 def _hub_lock(tmp_path, server):
-    from factories import hub_manifest
     from frt_dist.distribution.hub import HubClient
+    from helpers.factories import hub_manifest
 
     tp = tiny_project(tmp_path, "hubproj", manifest=hub_manifest())
     tp.hub = HubClient(endpoint=server.url)
@@ -246,12 +242,13 @@ def test_a_dependency_only_an_edited_lock_names_is_never_prepared_let_alone_run(
     the load is refused naming the difference before the smuggled package is even downloaded,
     so its code (which leaves a marker when it runs) never runs. `frt verify --mirror` names the
     same difference, and says the Hub commits themselves were not checked."""
-    from factories import hub_manifest
     from frt_dist import loader
-    from frt_dist.errors import KernelUnavailable
     from frt_dist.distribution.hub import HubClient
     from frt_dist.distribution.mirror import mirror_lock
+    from frt_dist.errors import KernelUnavailable
     from frt_dist.lock.verify import verify
+    from helpers.factories import hub_manifest
+
     from test_verify import Edit
 
     server, publish, remote = dep_hub

@@ -9,25 +9,23 @@ lone surrogate escapes, NaN)."""
 from __future__ import annotations
 
 import copy
-import io
 import json
 import random
 import shutil
 import tomllib
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 import tomli_w
 
-from conftest import BUNDLED
-from frt_dist.cli import main as cli
 from frt_dist.base.canonical import digest
-from frt_dist.errors import FrtError
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.documents.manifest import Manifest
 from frt_dist.documents.metadata import parse_variant_metadata
 from frt_dist.documents.receipt import Receipt
+from frt_dist.errors import FrtError
+from helpers.frt import frt_main
+from helpers.paths import BUNDLED
 
 MODEL = "demo-decoder"
 N = {"lockfile": 700, "manifest": 450, "receipt": 450, "metadata": 450}  # 2,050 documents in all
@@ -81,9 +79,7 @@ def _json_text(doc, raw_slots) -> str:
 
 
 def _run(argv, project: Path, monkeypatch) -> int:
-    monkeypatch.chdir(project)
-    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
-        return cli.main(argv)
+    return frt_main(argv, cwd=project).code
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -113,10 +109,11 @@ def _commands(i: int, argvs, demo: Path, monkeypatch, outcomes: dict, crashed: l
             rc = _run(argv, demo, monkeypatch)
             outcomes[rc] = outcomes.get(rc, 0) + 1
             assert rc in (0, 1, 2), (argv, rc)
-        except Exception as exc:  # noqa: BLE001 - the point of the tests
+        except Exception as exc:  # the point of the tests
             crashed.append(_crash(f"frt {argv[0]}", i, exc))
 
 
+@pytest.mark.slow
 def test_damaged_lockfiles_give_documented_errors_only(demo, monkeypatch):
     rng = random.Random(11)
     lock_path = demo / "lockfiles" / f"{MODEL}.lock"
@@ -157,7 +154,7 @@ def test_damaged_lockfiles_give_documented_errors_only(demo, monkeypatch):
             Lockfile.read(lock_path)
         except FrtError:
             pass
-        except Exception as exc:  # noqa: BLE001 - the point of the test
+        except Exception as exc:  # the point of the test
             crashed.append(_crash("Lockfile.read", i, exc))
         _commands(i, (["verify"], ["resolve", "--model", MODEL, "--arch", "x86_64", "--device-class", "amd-epyc",
                                    "--software", "torch=2.13,kernels=0.17"], ["matrix"]), demo, monkeypatch, outcomes, crashed)
@@ -167,6 +164,7 @@ def test_damaged_lockfiles_give_documented_errors_only(demo, monkeypatch):
     assert outcomes.get(2, 0) > 100 and outcomes.get(1, 0) > 100  # the damage reached both kinds of refusal
 
 
+@pytest.mark.slow
 def test_damaged_manifests_give_documented_errors_and_write_nothing(demo, monkeypatch):
     rng = random.Random(12)
     mpath = demo / "manifests" / f"{MODEL}.toml"
@@ -189,17 +187,18 @@ def test_damaged_manifests_give_documented_errors_and_write_nothing(demo, monkey
             Manifest.read(mpath)
         except FrtError:
             pass
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             crashed.append(_crash("Manifest.read", i, exc))
         try:
             rc = _run(["lock", "--model", MODEL], demo, monkeypatch)
             if rc != 0:
                 assert _files(demo) == before, f"manifest #{i}: frt lock failed ({rc}) but wrote"
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             crashed.append(_crash("frt lock", i, exc))
     assert crashed == [], f"{len(crashed)} tracebacks:\n" + "\n".join(crashed[:15])
 
 
+@pytest.mark.slow
 def test_damaged_receipts_never_stop_frt_lock(demo, monkeypatch):
     rng = random.Random(13)
     rdir = demo / "receipts" / MODEL
@@ -217,14 +216,14 @@ def test_damaged_receipts_never_stop_frt_lock(demo, monkeypatch):
             Receipt.read(target)
         except FrtError:
             pass
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             crashed.append(_crash("Receipt.read", i, exc))
         try:
             rc = _run(["lock", "--model", MODEL], demo, monkeypatch)
             assert rc == 0, f"receipt #{i}: an invalid receipt stopped frt lock (exit {rc})"
         except AssertionError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             crashed.append(_crash("frt lock", i, exc))
     assert crashed == [], f"{len(crashed)} tracebacks:\n" + "\n".join(crashed[:15])
 
@@ -245,12 +244,13 @@ def test_damaged_metadata_json_gives_documented_errors_only():
             parse_variant_metadata(data, repo="frt-demo/rmsnorm", variant=rng.choice(["torch-cpu"] + NAMES))
         except KernelUnavailable:
             refused += 1
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             crashed.append(_crash("parse_variant_metadata", i, exc))
     assert crashed == [], f"{len(crashed)} tracebacks:\n" + "\n".join(crashed[:15])
     assert refused > N["metadata"] // 2
 
 
+@pytest.mark.slow
 def test_damaged_lines_in_frts_own_layout_give_documented_errors_only(demo, monkeypatch):
     """The same damage, inside one line of the index, of ``nearest`` or of the receipts, written
     back in the layout ``frt lock`` writes (one JSON object per line in TOML literal strings, the
@@ -298,7 +298,7 @@ def test_damaged_lines_in_frts_own_layout_give_documented_errors_only(demo, monk
             lazy += isinstance(lock.index, LI._FoundIndex) and isinstance(lock.receipts, LI._FoundReceipts)
         except FrtError:
             pass
-        except Exception as exc:  # noqa: BLE001 - the point of the test
+        except Exception as exc:  # the point of the test
             crashed.append(_crash("Lockfile.read", i, exc))
         _commands(i, (["resolve", "--model", MODEL, "--arch", "x86_64", "--device-class", "amd-epyc",
                        "--software", "torch=2.13,kernels=0.17.2"],

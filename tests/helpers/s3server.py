@@ -36,8 +36,8 @@ def run_traced(cmd: list[str], log, **kw) -> tuple[subprocess.CompletedProcess, 
     thread, whatever language made it (a Python audit hook sees only Python's sockets, not those
     of obstore's Rust client). The peers are ``(address, port)`` of the IPv4/IPv6 connects, UDP
     (a DNS query) included. ``None`` in place of the set when strace is not installed."""
-    import re  # noqa: PLC0415
-    import shutil  # noqa: PLC0415
+    import re
+    import shutil
 
     strace = shutil.which("strace")
     if strace is None:
@@ -66,7 +66,7 @@ class S3Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "S3Server":
+    def start(self) -> S3Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -104,7 +104,7 @@ class S3Server:
 
     def client(self):
         """A boto3 client for test set-up and inspection (bucket creation, tampering)."""
-        import boto3  # noqa: PLC0415
+        import boto3
 
         return boto3.client("s3", endpoint_url=self.url, aws_access_key_id=FAKE_KEY_ID,
                             aws_secret_access_key=FAKE_SECRET, region_name="us-east-1")
@@ -221,7 +221,7 @@ class FaultProxy:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def _kill(self) -> None:
-        import signal  # noqa: PLC0415
+        import signal
 
         try:
             os.kill(self.kill_pid, signal.SIGKILL)
@@ -229,7 +229,7 @@ class FaultProxy:
             pass
         self.kill_pid = None
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         self.thread.start()
         return self
 
@@ -240,37 +240,3 @@ class FaultProxy:
     def count(self, method: str, path_part: str = "") -> int:
         with self._lock:
             return sum(1 for m, p in self.log if m == method and path_part in p)
-
-
-# ---------------------------------------------------------------------------
-# pytest fixtures (import them into a test module: `from s3server import s3, bucket`)
-
-try:
-    import pytest
-except ImportError:  # pragma: no cover - the bench imports this module without pytest
-    pytest = None
-
-if pytest is not None:
-    @pytest.fixture(scope="session")
-    def s3():
-        """One moto server process for the session (each test takes its own bucket)."""
-        srv = S3Server().start()
-        try:
-            yield srv
-        finally:
-            srv.stop()
-
-    @pytest.fixture
-    def bucket(s3, monkeypatch):
-        """A fresh bucket on the session's server, and the standard AWS environment pointing at it
-        (in this process, for in-process calls; ``env`` for subprocesses). Yields the bucket name."""
-        import uuid  # noqa: PLC0415
-
-        name = f"frt-{uuid.uuid4().hex[:12]}"
-        s3.client().create_bucket(Bucket=name)
-        for k in [k for k in os.environ if k.startswith("AWS_")]:
-            monkeypatch.delenv(k)
-        for k, v in s3.env().items():
-            monkeypatch.setenv(k, v)
-        monkeypatch.setenv("FRT_STORE_TIMEOUT", "5")
-        yield name

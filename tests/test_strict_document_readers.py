@@ -7,12 +7,13 @@ import json
 
 import pytest
 
-from conftest import BUNDLED, toy_manifest
-from frt_dist.errors import LockfileError, ManifestError, ReceiptInvalid
 from frt_dist.base.canonical import digest
 from frt_dist.documents.lockfile import Lockfile, render
 from frt_dist.documents.manifest import Manifest, validate_repo_id
 from frt_dist.documents.receipt import Receipt
+from frt_dist.errors import LockfileError, ManifestError, ReceiptInvalid
+from helpers.factories import toy_manifest
+from helpers.paths import BUNDLED
 
 
 def _m(tmp_path, text, name="toy.toml"):
@@ -395,5 +396,5 @@ def test_receipt_software_is_read_as_major_minor_and_kept_as_recorded(toy):
     d = receipt_for(toy)
     d["cell"]["software"] = {"torch": "2.13.0+cpu", "kernels": "0.17.2", "cuda": "12.8"}
     r = Receipt.parse(d, file="receipts/toy/r.json")
-    assert r.software == {"torch": "2.13", "kernels": "0.17", "cuda": "12.8"}  # SPEC §16
+    assert r.software == {"torch": "2.13", "kernels": "0.17", "cuda": "12.8"}  # software identity as major.minor
     assert r.cell["software"]["kernels"] == "0.17.2" and r.digest == digest(d)  # the evidence itself is untouched
