@@ -24,8 +24,8 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m frt_dist.demo.run
 
-# What `make test` lints ([tool.ruff] in pyproject.toml); frt_dist/ joins, and this becomes ".", once it is clean.
-LINT    := tests bench scripts examples
+# What `make test` lints ([tool.ruff] in pyproject.toml): everything.
+LINT    := .
 
 test: $(STAMP)
 	$(BIN)/ruff check $(LINT)

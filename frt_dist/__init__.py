@@ -66,7 +66,7 @@ _LAZY = {
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
+        import importlib  # noqa: PLC0415 - on first use: `import frt_dist` stays free
 
         mod, attr = _LAZY[name]
         value = getattr(importlib.import_module(f"{__name__}.{mod}"), attr)

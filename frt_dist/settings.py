@@ -14,7 +14,8 @@ Importing this module imports nothing but ``os``; it costs ``frt resolve`` nothi
 from __future__ import annotations
 
 import os
-from typing import Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
 __all__ = ["Setting", "SETTINGS", "FAMILIES", "declared", "raw", "value", "flag", "number", "family"]
 

@@ -53,7 +53,7 @@ class FrozenInstanceError(AttributeError):
 class _Field:
     __slots__ = ("name", "type", "default", "default_factory", "init", "repr", "compare")
 
-    def __init__(self, default, default_factory, init, repr, compare):  # noqa: A002 - dataclasses' names
+    def __init__(self, default, default_factory, init, repr, compare):
         self.name = None
         self.type = None
         self.default = default
@@ -63,7 +63,7 @@ class _Field:
         self.compare = compare
 
 
-def field(*, default=MISSING, default_factory=MISSING, init=True, repr=True, compare=True):  # noqa: A002
+def field(*, default=MISSING, default_factory=MISSING, init=True, repr=True, compare=True):
     """As ``dataclasses.field`` (the arguments frt uses)."""
     if default is not MISSING and default_factory is not MISSING:
         raise ValueError("cannot specify both default and default_factory")
@@ -75,7 +75,7 @@ class _Params:
 
     __slots__ = ("init", "repr", "eq", "order", "unsafe_hash", "frozen")
 
-    def __init__(self, init, repr, eq, frozen):  # noqa: A002
+    def __init__(self, init, repr, eq, frozen):
         self.init, self.repr, self.eq, self.order, self.unsafe_hash, self.frozen = init, repr, eq, False, False, frozen
 
 
@@ -144,7 +144,7 @@ def _on_first_call(cls, name: str, src: str):
     form is what dataclasses generates (as fast; closures over the field names took 2x as long)."""
     def first_call(self, *args):
         ns: dict = {}
-        exec(src, {}, ns)  # noqa: S102 - generated from the class's own field names, as dataclasses does
+        exec(src, {}, ns)
         fn = ns[name]
         fn.__qualname__ = f"{cls.__qualname__}.{name}"
         if name == "__repr__":
@@ -209,7 +209,7 @@ def _process(cls, frozen: bool, eq: bool, init: bool, repr_: bool):
         src.append(f"def __init__({', '.join(params)}):\n" + ("\n".join(body) or "  pass"))
     methods: dict = {}
     if src:
-        exec(src[0], env, methods)  # noqa: S102 - generated from the class's own field names, as dataclasses does
+        exec(src[0], env, methods)
         methods["__init__"].__annotations__ = {**{f.name: f.type for f in fields if f.init}, "return": None}
     # compiling every method when the class is made cost ~0.3 ms a class: the rest wait for their first call
     if repr_ and "__repr__" not in own:
@@ -248,7 +248,7 @@ def _process(cls, frozen: bool, eq: bool, init: bool, repr_: bool):
     return cls
 
 
-def dataclass(cls=None, /, *, frozen: bool = False, eq: bool = True, init: bool = True, repr: bool = True,  # noqa: A002
+def dataclass(cls=None, /, *, frozen: bool = False, eq: bool = True, init: bool = True, repr: bool = True,
               **unsupported):
     """As ``dataclasses.dataclass`` for frt's value classes (see the module's docstring)."""
     if unsupported:

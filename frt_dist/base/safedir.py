@@ -67,7 +67,7 @@ class SafeDir:
 
     # -- opening ----------------------------------------------------------------
     @classmethod
-    def root(cls, path, *, create: bool = False) -> "SafeDir":
+    def root(cls, path, *, create: bool = False) -> SafeDir:
         """The user's folder, links followed (their choice); made (``mkdir -p``) when ``create``."""
         path = os.fspath(path)
         if not _SUPPORTED:
@@ -91,7 +91,7 @@ class SafeDir:
     def _join(self, name: str) -> str:
         return f"{self.path.rstrip('/')}/{name}"
 
-    def child(self, name: str, *, create: bool = False) -> "SafeDir | None":
+    def child(self, name: str, *, create: bool = False) -> SafeDir | None:
         """The folder ``name`` in this one (made when ``create``; else None when absent). A link,
         or anything not a folder, under that name is ``UnsafePath``."""
         _check_name(name)
@@ -127,7 +127,7 @@ class SafeDir:
                                                 f"inside a mirror")
         return UnsafePath(self._join(name), "is not a directory")
 
-    def walk(self, *names: str, create: bool = False) -> "SafeDir | None":
+    def walk(self, *names: str, create: bool = False) -> SafeDir | None:
         """``child`` over several components; the intermediate descriptors are closed."""
         cur, owned = self, False
         for name in names:
@@ -146,7 +146,7 @@ class SafeDir:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> "SafeDir":
+    def __enter__(self) -> SafeDir:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -245,7 +245,7 @@ class SafeDir:
         except OSError as exc:
             raise _write_error(exc, self._join(name)) from None
 
-    def replace(self, name: str, dst: "SafeDir", dst_name: str) -> None:
+    def replace(self, name: str, dst: SafeDir, dst_name: str) -> None:
         """Rename ``name`` here onto ``dst_name`` in ``dst`` (atomic; a link there is replaced, not followed)."""
         try:
             os.replace(_check_name(name), _check_name(dst_name), src_dir_fd=self.fd, dst_dir_fd=dst.fd)
@@ -300,7 +300,7 @@ class SafeDir:
         self.rmdir(name)
 
     # -- locks ------------------------------------------------------------------
-    def lock(self, name: str, *, blocking: bool = True, own: bool = False) -> "DirLock | None":
+    def lock(self, name: str, *, blocking: bool = True, own: bool = False) -> DirLock | None:
         """An exclusive ``flock`` on the file ``name`` here (made when absent); None when
         ``blocking`` is false and another process holds it. A lock file deleted or replaced
         between its open and the lock is opened again, so a held lock is always the file that
@@ -355,7 +355,7 @@ class DirLock:
             if self.own:
                 self.folder.close()
 
-    def __enter__(self) -> "DirLock":
+    def __enter__(self) -> DirLock:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -390,7 +390,7 @@ class _Writer:
         except OSError as exc:
             raise _write_error(exc, self.path) from None
 
-    def __enter__(self) -> "_Writer":
+    def __enter__(self) -> _Writer:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -59,7 +59,7 @@ def _export_kernels(args) -> int:
     models = [args.model] if args.model is not None else project.models()
     locks = _locks(args, project, models)
     text = kernels_lock_json(locks)
-    export_output(args, text, f"{len(json.loads(text))} kernels, from {', '.join(project.rel(l.path) for l in locks)}")
+    export_output(args, text, f"{len(json.loads(text))} kernels, from {', '.join(project.rel(lk.path) for lk in locks)}")
     if not args.quiet:  # after the export exists: a write that failed gets its error alone
         print("note: kernels checks no file digest when it loads through this kernels.lock: run "
               "`frt verify --mirror DIR` on the mirror before such a load", file=sys.stderr)

@@ -129,7 +129,8 @@ def run(args) -> int:
         {"model": r.model, "path": project.rel(r.path), "written": r.written, "stale": r.stale,
          "lock-digest": None if r.model in refused else r.lockfile.lock_digest, "receipts": len(r.lockfile.receipts),
          "rejected": r.lockfile.rejected, "refused": "coverage-loss" if r.model in refused else None,
-         "coverage": r.coverage.to_dict(), **({"release": r.release} if r.release else {})} for r in results], "failures": failures, "hints": hints}
+         "coverage": r.coverage.to_dict(), **({"release": r.release} if r.release else {})} for r in results],
+        "failures": failures, "hints": hints}
     emit(args, doc, "\n".join(lines))
     if stale_any:
         print("error: lockfile is stale", file=sys.stderr)

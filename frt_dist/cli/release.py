@@ -17,7 +17,8 @@ def add_parser(sub) -> None:
                        description="push: upload the model's manifest, the receipts its lock accepted (with their "
                                    "signature files) and the lockfile as one commit on branch vN of a Hub model repo "
                                    "(HF_ENDPOINT, HF_TOKEN). trust: add the signers the consumed release's lockfile "
-                                   "names to the manifest's [trust.receipts], printing each (docs/releases-publish.md, docs/releases-consume.md).",
+                                   "names to the manifest's [trust.receipts], printing each "
+                                   "(docs/releases-publish.md, docs/releases-consume.md).",
                        epilog="example: frt release push hf://acme/qwen-kernels --version 1; "
                               "frt release trust --model qwen")
     rsub = s.add_subparsers(dest="release_command", metavar="ACTION", parser_class=Parser, required=True,

@@ -40,7 +40,7 @@ def run(args) -> int:
     args.receipts, skipped = _receipts_to_sign(args)
     if args.sigstore:
         rows = [{"receipt": r, "signature": str(out), "digest": dig, "identity": who}
-                for r, (out, dig, who) in zip(args.receipts, sign_receipts_sigstore([Path(r) for r in args.receipts]))]
+                for r, (out, dig, who) in zip(args.receipts, sign_receipts_sigstore([Path(r) for r in args.receipts]), strict=False)]
         emit(args, {"ok": True, "signed": rows, "skipped": skipped},
               "\n".join(f"{x['signature']}: signed {short_digest(x['digest'])} as {x['identity']}" for x in rows))
         return 0

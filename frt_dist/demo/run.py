@@ -16,10 +16,11 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from .. import settings
 from pathlib import Path
 
 from frt_dist.project.discover import bundled_root
+
+from .. import settings
 
 MODEL = "demo-decoder"
 

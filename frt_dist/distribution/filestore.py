@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 from ..errors import FrtError, ObjectMissing, StoreAccess, StoreUnavailable
-from .store_api import _CHUNK, Pump, _SEGMENT, Location, ObjectStore, _check_key
+from .store_api import _CHUNK, _SEGMENT, Location, ObjectStore, Pump, _check_key
 
 __all__ = ["FileStore"]
 

@@ -37,16 +37,16 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
+from ..base.safedir import SafeDir, UnsafePath
 from ..documents.schema import JSONInvalid, json_loads, read_bytes
 from ..errors import FrtError, KernelUnavailable, ReceiptInvalid
 from .objstore import ObjectStore, lock_key, receipt_key
 from .sources import HashingWriter, Unsupplied, hash_copy, locate_file, locked_files
-from ..base.safedir import SafeDir, UnsafePath
 
 __all__ = ["publish_lock", "PublishReport", "push_receipts", "pull_receipts", "ReceiptTransfer"]
 

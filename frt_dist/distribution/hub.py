@@ -12,9 +12,8 @@ frt then reads its files to compute them.
 
 from __future__ import annotations
 
-
-from ..base.record import dataclass
 from .. import settings
+from ..base.record import dataclass
 from ..errors import HubError
 
 __all__ = ["HubClient", "RemoteVariant", "configure_timeout", "apply_timeout"]
@@ -32,7 +31,7 @@ def configure_timeout(seconds: float | None = None) -> None:
     by the CLI (``FRT_HUB_TIMEOUT``, default 30 s); library callers keep whatever
     client they configured unless they call it."""
     global _TIMEOUT_S
-    _TIMEOUT_S = float(seconds if seconds is not None else (settings.raw("FRT_HUB_TIMEOUT") if settings.raw("FRT_HUB_TIMEOUT") is not None else DEFAULT_TIMEOUT_S))
+    _TIMEOUT_S = float(seconds if seconds is not None else settings.number("FRT_HUB_TIMEOUT"))
 
 
 def _apply_timeout() -> None:

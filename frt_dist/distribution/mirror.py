@@ -52,16 +52,15 @@ the variants those machines select; ``cells`` the machines of the lock's cells; 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..base.safedir import SafeDir
-from ..errors import KernelUnavailable
-from ..errors import MirrorUnsafe, MirrorUnwritable  # noqa: F401 - defined with every FrtError
+from ..errors import KernelUnavailable, MirrorUnsafe, MirrorUnwritable
 from ..project.discover import lock_root
 from .mirror_check import bundle_problems, read_mirrored, verify_mirror  # noqa: F401 - public here
 from .mirror_housekeeping import LOCKS, RUNS, STALE_S, TMP, _Run, sweep_locks, sweep_temp  # noqa: F401 - public here
-from .mirror_select import cell_machines, machine_label, select_for_mirror  # noqa: F401 - public here
+from .mirror_select import cell_machines, machine_label, select_for_mirror
 from .mirror_write import MirrorReport, _drop_if_empty, _Mirror, _mirror_errors
 from .sources import HashingWriter, locked_files, repo_folder  # noqa: F401 - HashingWriter: public here before
 

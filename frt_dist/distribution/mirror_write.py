@@ -16,16 +16,24 @@ import shlex
 import shutil
 import threading
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..base.safedir import SafeDir, UnsafePath, WriteError
 from ..errors import FrtError, MirrorUnsafe, MirrorUnwritable
 from .mirror_housekeeping import LOCKS, _lock_in, _staging_prefix
-from .sources import (HashingWriter, LockedFile, Unsupplied, hash_copy, is_offline, locate_file, locked_files,
-                      repo_folder)
+from .sources import (
+    HashingWriter,
+    LockedFile,
+    Unsupplied,
+    hash_copy,
+    is_offline,
+    locate_file,
+    locked_files,
+    repo_folder,
+)
 
 __all__ = ["MirrorReport"]
 
@@ -225,7 +233,7 @@ class _Mirror:
                 return self.blob(pkg, item, blobs)
             except (KeyboardInterrupt, SystemExit):
                 raise
-            except BaseException as exc:  # noqa: BLE001 - handed to package(), which sorts them
+            except BaseException as exc:
                 return exc
 
         pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(items))))
@@ -239,7 +247,7 @@ class _Mirror:
         for r in results:  # a store that refuses us (no credentials, no bucket) ends the run
             if isinstance(r, FrtError):
                 raise r
-        return dict(zip(items, results))
+        return dict(zip(items, results, strict=False))
 
 
 def _drop_if_empty(top: SafeDir, name: str) -> None:

@@ -68,11 +68,23 @@ import os
 from typing import TYPE_CHECKING
 
 from .. import settings
-from ..errors import UsageError
-from ..errors import ObjectMissing, StoreAccess, StoreUnavailable  # noqa: F401 - defined with every FrtError
-from .store_api import (Location, ObjectStore, StoreInfo, _OBSTORE, check_endpoint,  # noqa: F401 - public here
-                        digest_from_object_key, endpoint_problem, is_url, lock_key, locked_file_key, object_key,
-                        parse_location, receipt_key, store_config)
+from ..errors import ObjectMissing, StoreAccess, StoreUnavailable, UsageError
+from .store_api import (
+    _OBSTORE,
+    Location,
+    ObjectStore,
+    StoreInfo,
+    check_endpoint,
+    digest_from_object_key,
+    endpoint_problem,
+    is_url,
+    lock_key,
+    locked_file_key,
+    object_key,
+    parse_location,
+    receipt_key,
+    store_config,
+)
 
 if TYPE_CHECKING:  # the clients are imported when first used (``__getattr__`` below)
     from .filestore import FileStore

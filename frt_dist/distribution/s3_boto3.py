@@ -15,9 +15,25 @@ import threading
 
 from .. import settings
 from ..errors import FrtError, ObjectMissing, StoreAccess, StoreUnavailable
-from .store_api import (_ACCESS_CODES, Pump, _CHUNK, _CRED_HINTS, _LIST_PAGES, _TLS, Location, ObjectStore, StoreInfo,
-                       _check_key, _deadline, _deadline_error, _DeadlinePassed, _endless_listing, _malformed_error,
-                       _no_such_bucket, store_config)
+from .store_api import (
+    _ACCESS_CODES,
+    _CHUNK,
+    _CRED_HINTS,
+    _LIST_PAGES,
+    _TLS,
+    Location,
+    ObjectStore,
+    Pump,
+    StoreInfo,
+    _check_key,
+    _deadline,
+    _deadline_error,
+    _DeadlinePassed,
+    _endless_listing,
+    _malformed_error,
+    _no_such_bucket,
+    store_config,
+)
 
 __all__ = ["S3Store"]
 
@@ -44,7 +60,8 @@ class S3Store(ObjectStore):
             self.client = session.client(
                 # botocore reads AWS_DEFAULT_REGION only; AWS_REGION (which the other AWS SDKs and obstore
                 # read first) is documented here too, so it wins when set, as it does in those
-                "s3", region_name=settings.value("AWS_REGION") or None, config=Config(retries={"mode": "standard", "total_max_attempts": self.attempts},
+                "s3", region_name=settings.value("AWS_REGION") or None,
+                config=Config(retries={"mode": "standard", "total_max_attempts": self.attempts},
                                     connect_timeout=cfg["timeout"], read_timeout=cfg["timeout"],
                                     max_pool_connections=32, signature_version="s3v4",
                                     # botocore >= 1.36 adds CRC checksums to every PUT by default, which
@@ -52,7 +69,7 @@ class S3Store(ObjectStore):
                                     # checks every byte against the lock's digest itself
                                     request_checksum_calculation="when_required",
                                     response_checksum_validation="when_required"))
-        except Exception as exc:  # noqa: BLE001 - ProfileNotFound, a bad config file, a bad endpoint
+        except Exception as exc:
             raise self._error(exc, "") from None
         self.deadline = cfg["deadline"]
         self._checksums = True  # False once the server refused a PUT's SHA-256 checksum (then size + download)
@@ -123,7 +140,7 @@ class S3Store(ObjectStore):
         except self._bex.ClientError as exc:
             status = int((exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
             return status == 404
-        except Exception:  # noqa: BLE001 - cannot tell: report the object
+        except Exception:
             return False
 
     def _call(self, fn, key: str, **kw):
@@ -133,7 +150,7 @@ class S3Store(ObjectStore):
                 return fn(**kw)
             except FrtError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - mapped; unknown ones re-raised by _error
+            except Exception as exc:
                 raise _no_such_bucket(self, self._error(exc, key)) from None
 
     # -- verbs ------------------------------------------------------------------
@@ -144,7 +161,7 @@ class S3Store(ObjectStore):
             return None
         return int(r["ContentLength"])
 
-    def stat(self, key: str) -> "StoreInfo | None":
+    def stat(self, key: str) -> StoreInfo | None:
         """HEAD with ``ChecksumMode=ENABLED``: the size, and the object's full SHA-256 when the server
         keeps one (an object frt put with its checksum; not a multipart object's checksum of part
         checksums, and not on a server that ignores the header)."""
@@ -175,7 +192,7 @@ class S3Store(ObjectStore):
             body = r["Body"]
             try:
                 return pump.feed(body.iter_chunks(_CHUNK))
-            except Exception as exc:  # noqa: BLE001 - a stream cut mid-way: resume from byte n
+            except Exception as exc:
                 body.close()
                 err = self._error(exc, key)
                 if attempt + 1 >= self.attempts or not isinstance(err, StoreUnavailable) or _TLS.transfer.expired:
@@ -247,7 +264,7 @@ class S3Store(ObjectStore):
     def close(self) -> None:
         try:
             self.client.close()
-        except Exception:  # noqa: BLE001 - best effort
+        except Exception:
             pass
 
 

@@ -10,8 +10,22 @@ import threading
 
 from .. import settings
 from ..errors import FrtError, ObjectMissing, StoreAccess, StoreUnavailable, UsageError
-from .store_api import (_ACCESS_CODES, _CHUNK, _CRED_HINTS, _LIST_PAGES, _OBSTORE, Location, ObjectStore, _check_key,
-                       _deadline, _deadline_error, _endless_listing, _malformed_error, _no_such_bucket, store_config)
+from .store_api import (
+    _ACCESS_CODES,
+    _CHUNK,
+    _CRED_HINTS,
+    _LIST_PAGES,
+    _OBSTORE,
+    Location,
+    ObjectStore,
+    _check_key,
+    _deadline,
+    _deadline_error,
+    _endless_listing,
+    _malformed_error,
+    _no_such_bucket,
+    store_config,
+)
 
 __all__ = ["ObstoreS3Reader"]
 
@@ -71,7 +85,7 @@ class ObstoreS3Reader(ObjectStore):
                               "backoff": {"init_backoff": timedelta(milliseconds=100),
                                           "max_backoff": timedelta(seconds=5), "base": 2}},
                 **kw)
-        except Exception as exc:  # noqa: BLE001 - a bad endpoint URL, a bad region
+        except Exception as exc:
             raise StoreAccess(f"{self.url}: the object-store configuration is not usable ({type(exc).__name__})",
                               hints=["check AWS_ENDPOINT_URL and AWS_REGION"]) from None
 
@@ -125,7 +139,7 @@ class ObstoreS3Reader(ObjectStore):
             for _ in self._ob.list(self.store, prefix=self.loc.prefix or None, chunk_size=1):
                 break
             return False
-        except Exception as exc:  # noqa: BLE001 - cannot tell: report the object
+        except Exception as exc:
             return "NoSuchBucket" in str(exc)
 
     def _raise(self, exc: Exception, key: str):
@@ -135,7 +149,7 @@ class ObstoreS3Reader(ObjectStore):
     def head(self, key: str) -> int | None:
         try:
             meta = self._ob.head(self.store, self._key(key))
-        except Exception as exc:  # noqa: BLE001 - mapped
+        except Exception as exc:
             try:
                 self._raise(exc, key)
             except ObjectMissing:
@@ -154,7 +168,7 @@ class ObstoreS3Reader(ObjectStore):
         try:
             r = self._ob.get(self.store, self._key(key))
             it = iter(r.stream(min_chunk_size=_CHUNK))
-        except Exception as exc:  # noqa: BLE001 - mapped
+        except Exception as exc:
             if transfer.expired:
                 raise _deadline_error(self.where(key), self.deadline) from None
             self._raise(exc, key)
@@ -164,7 +178,7 @@ class ObstoreS3Reader(ObjectStore):
                 chunk = next(it)
             except StopIteration:
                 return n
-            except Exception as exc:  # noqa: BLE001 - the stream failed past obstore's retries
+            except Exception as exc:
                 if transfer.expired or ("Timeout" in str(exc) and transfer.expiry.wait(2)):
                     # obstore's own total timeout (just past the deadline) ended it; a timer thread
                     # held up on a loaded machine is given two seconds to say so
@@ -202,12 +216,12 @@ class ObstoreS3Reader(ObjectStore):
                 if transfer.expired:
                     raise _deadline_error(self.where(prefix), self.deadline)
                 seen.update(paths)
-                for meta, path in zip(batch, paths):
+                for meta, path in zip(batch, paths, strict=False):
                     rel = path[len(self.loc.prefix) + 1:] if self.loc.prefix else path
                     out.append((rel, int(meta["size"])))
         except FrtError:
             raise
-        except Exception as exc:  # noqa: BLE001 - mapped
+        except Exception as exc:
             self._raise(exc, prefix)
         return sorted(out)
 

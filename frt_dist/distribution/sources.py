@@ -53,9 +53,9 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .. import settings
 
@@ -294,7 +294,7 @@ def download_variant(repo: str, revision: str, variant: str) -> tuple[Path, Path
         snap = Path(snapshot_download(repo, repo_type="kernel", revision=revision,
                                       allow_patterns=[f"build/{variant}/*"], ignore_patterns=_BYTECODE,
                                       cache_dir=settings.value("KERNELS_CACHE") or None, endpoint=hub_endpoint()))
-    except Exception as exc:  # noqa: BLE001 - every Hub failure is a refusal with its text
+    except Exception as exc:
         raise NotFound(f"download of build/{variant}/ at {revision} failed: {type(exc).__name__}: {exc}") from None
     vdir = snap / "build" / variant
     if not vdir.is_dir():
@@ -383,7 +383,7 @@ def locate_file(pkg, item: LockedFile, *, project_root: Path, offline: bool,
     try:
         return Path(hf_hub_download(pkg.repo, rel, repo_type="kernel", revision=pkg.revision,
                                     local_dir=staging, endpoint=hub_endpoint())), staging
-    except Exception as exc:  # noqa: BLE001 - every Hub failure is a problem with its text
+    except Exception as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise Unsupplied(item, None, f"download failed: {type(exc).__name__}: {exc}") from None
     except BaseException:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .. import settings
-from ..errors import FrtError, UsageError
-from ..errors import ObjectMissing, StoreAccess, StoreUnavailable
+from ..errors import FrtError, ObjectMissing, StoreAccess, StoreUnavailable, UsageError
 
 __all__ = ["Location", "parse_location", "is_url", "ObjectStore", "StoreInfo", "object_key", "locked_file_key",
            "lock_key", "receipt_key", "digest_from_object_key", "store_config", "endpoint_problem",
@@ -163,8 +162,8 @@ def endpoint_problem(url: str) -> str | None:
     """Why an endpoint URL (``AWS_ENDPOINT_URL``) cannot be used, in words that never repeat it
     (it may carry a password), or ``None``. Parsed as RFC 3986 reads it (``urllib.parse``): the
     authority ends at the first ``/``, ``?`` or ``#``; a ``user[:password]@`` part, or any ``@``
-    (a password holding a ``/`` spills into the path), is refused: frt signs every request with the AWS key pair and sends nothing else, so a password
-    in the URL would only ever leak (into a Host header, a log, a message)."""
+    (a password holding a ``/`` spills into the path), is refused: frt signs every request with the AWS key pair and sends
+    nothing else, so a password in the URL would only ever leak (into a Host header, a log, a message)."""
     from urllib.parse import urlsplit  # noqa: PLC0415
 
     if "@" in url:  # userinfo, or a password with a '/', '?' or '#' in it that spilled into the path
@@ -226,7 +225,7 @@ class ObjectStore:
             raise StoreUnavailable(f"{self.where(key)}: larger than {limit} bytes; not a file frt wrote there")
         return bytes(buf.data)
 
-    def stat(self, key: str) -> "StoreInfo | None":
+    def stat(self, key: str) -> StoreInfo | None:
         """The object's size, and its SHA-256 when the store can vouch for it without a download
         (``StoreInfo``); ``None`` when absent. This base form knows only the size."""
         size = self.head(key)
@@ -397,7 +396,7 @@ class _Transfer:
                 return
 
 
-class _deadline:  # noqa: N801 - a context manager used like a function
+class _deadline:
     """``with _deadline(s):`` runs the block as one transfer (nested blocks join the outer one)."""
 
     def __init__(self, seconds: float):

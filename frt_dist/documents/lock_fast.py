@@ -79,7 +79,7 @@ def _read_fast(raw: bytes) -> tuple[dict, str] | None:
         doc = rtoml.loads("".join(rest))
     except ValueError:
         return None
-    for _, start, end, key in cuts:
+    for _, _start, _end, key in cuts:
         if doc.get(key) != token:
             return None
         doc[key] = texts[key]

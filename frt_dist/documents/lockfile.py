@@ -27,13 +27,22 @@ from ..base.canonical import digest
 from ..base.record import dataclass, field
 from ..errors import LockfileError
 from .lock_fast import _lock_digest, read_fast
-from .lock_index import _SHA, Candidate, CellIndex, IndexEntry, RouteIndex, embedded_receipt_rows, read_index, read_receipts
+from .lock_index import (
+    _SHA,
+    Candidate,
+    CellIndex,
+    IndexEntry,
+    RouteIndex,
+    embedded_receipt_rows,
+    read_index,
+    read_receipts,
+)
 from .manifest import Manifest
 from .receipt import Receipt
 from .schema import Reader, parse_toml, read_bytes
 
-__all__ = ["Lockfile", "LockCache", "LockedPackage", "LockedVariant", "IndexEntry", "Candidate", "RouteIndex", "CellIndex",  # and lock_writer's (__getattr__)
-           "embedded_receipt_rows", "TRUST_DECISIONS"]
+__all__ = ["Lockfile", "LockCache", "LockedPackage", "LockedVariant", "IndexEntry", "Candidate", "RouteIndex",
+           "CellIndex", "embedded_receipt_rows", "TRUST_DECISIONS"]  # and lock_writer's names (__getattr__)
 
 SCHEMA = "frt.lock/1.1"  # 1.1: the `nearest` summary (docs/reference.md#lockfile)
 SCHEMA_RELEASE = "frt.lock/1.2"  # 1.2: the `[release]` table, written only by a lock that consumes a Hub release

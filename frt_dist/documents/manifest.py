@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ..base import names
-from ..base.record import dataclass, field
-from .schema import Reader, load_toml
 from ..base.canonical import digest
+from ..base.record import dataclass, field
 from ..errors import ManifestError
 from ..system.hardware import device_class
+from .schema import Reader, load_toml
 
 __all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES", "ReceiptPolicy",
            "Identity", "ReleaseRef"]
@@ -191,13 +191,13 @@ class Manifest:
 
     # -- reading ------------------------------------------------------------
     @classmethod
-    def read(cls, path: Path, *, label: str | None = None) -> "Manifest":
+    def read(cls, path: Path, *, label: str | None = None) -> Manifest:
         label = label or str(path)
         data = load_toml(Path(path), ManifestError, label)
         return cls.from_dict(data, file=label)
 
     @classmethod
-    def from_dict(cls, data: dict, *, file: str) -> "Manifest":
+    def from_dict(cls, data: dict, *, file: str) -> Manifest:
         r = Reader(file, ManifestError)
         r.only(data, {"schema", "model", "binding", "host", "family", "default-precision", "host-entry",
                       "description", "packages", "phases", "seams", "routes", "qualify", "trust", "release", "host-model"}, "")

@@ -18,13 +18,15 @@ import stat
 from pathlib import Path
 
 from ..base import names
-from ..base.record import replace
-from .schema import JSONInvalid, json_loads
 from ..base.canonical import IGNORED_PARTS, sha256_hex
-from ..errors import KernelUnavailable
-from .lockfile import LockedVariant
+from ..base.record import replace
+from ..errors import (
+    KernelUnavailable,
+    PackageDigestMismatch,
+)
 from ..system.variants import valid_variant_name
-from ..errors import PackageDigestMismatch  # noqa: F401 - defined with every FrtError
+from .lockfile import LockedVariant
+from .schema import JSONInvalid, json_loads
 
 __all__ = ["parse_variant_metadata", "with_computed_digests", "requirement_problem", "variant_file_digests",
            "digest_mismatches", "PackageDigestMismatch", "MAX_METADATA_BYTES"]
@@ -252,5 +254,6 @@ def _python_depends_problem(short: str, v: LockedVariant) -> str | None:
             return f"package {short} needs Python dependency {dep!r}, which kernels does not support on {v.backend}"
         for py in info.get("python", []):
             if py.get("import") and importlib.util.find_spec(py["import"]) is None:
-                return f"package {short} needs Python dependency {py.get('pkg', dep)!r}, not installed here (pip install {py.get('pkg', dep)})"
+                return (f"package {short} needs Python dependency {py.get('pkg', dep)!r}, not installed here "
+                        f"(pip install {py.get('pkg', dep)})")
     return None

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..base import names
-from ..base.record import dataclass, field
-from .schema import Reader, load_json
 from ..base.canonical import digest
+from ..base.record import dataclass, field
 from ..errors import ReceiptInvalid
 from ..system.hardware import device_class, software_version
+from .schema import Reader, load_json
 
 __all__ = ["Receipt", "STATES", "CellKey", "MIN_CERT_ROUNDS", "EVIDENCE_RULES", "SUPERSEDED", "superseded_path"]
 
@@ -76,12 +76,12 @@ class Receipt:
 
     # -- parsing --------------------------------------------------------------
     @classmethod
-    def read(cls, path: Path, *, label: str | None = None) -> "Receipt":
+    def read(cls, path: Path, *, label: str | None = None) -> Receipt:
         label = label or str(path)
         return cls.parse(load_json(Path(path), ReceiptInvalid, label), file=label)
 
     @classmethod
-    def parse(cls, data: Any, *, file: str) -> "Receipt":
+    def parse(cls, data: Any, *, file: str) -> Receipt:
         r = Reader(file, ReceiptInvalid)
         if not isinstance(data, dict):
             raise r.fail("", "a receipt is a JSON object")
@@ -282,7 +282,8 @@ class Receipt:
             out.append(f"route {c['route']!r} is not defined by the manifest (routes: {', '.join(manifest.routes)})")
             return out
         if c["route-digest"] != route.digest:
-            out.append(f"route-digest {c['route-digest']} does not match the route's definition {route.digest} (the route changed since it was measured)")
+            out.append(f"route-digest {c['route-digest']} does not match the route's definition {route.digest} "
+                       "(the route changed since it was measured)")
         phase = manifest.phases.get(c["phase"])
         if phase is None:
             out.append(f"phase {c['phase']!r} is not a phase band of the manifest (phases: {', '.join(manifest.phases)})")

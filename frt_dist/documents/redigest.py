@@ -20,9 +20,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .schema import JSONInvalid, json_loads, read_bytes
 from ..errors import KernelUnavailable, UsageError
 from .metadata import MAX_METADATA_BYTES, digest_mismatches, variant_file_digests
+from .schema import JSONInvalid, json_loads, read_bytes
 
 __all__ = ["redigest", "VariantDigest"]
 

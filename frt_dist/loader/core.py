@@ -95,22 +95,34 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import settings
+from ..distribution.sources import (
+    NotFound,
+    cache_dirs,
+    download_variant,
+    is_offline,
+    locate_variant,
+    mirror_dir,
+    mirror_location,
+    repo_folder,
+)
+from ..distribution.sources import hub_endpoint as _hub_endpoint
 from ..errors import FrtError, KernelUnavailable
+from ..project.discover import lock_root
 from ..system.admissible import variant_problem
 from ..system.hardware import Hardware
-from ..project.discover import lock_root  # noqa: F401 - lives with the project rules; re-exported here
-from ._kernels_adapter import forget as forget_registered, loading_context, read_metadata, register, validate
-from .importer import forget as forget_module, import_verified, package_dir
+from ..system.variants import select_variants, valid_variant_name
+from ._kernels_adapter import forget as forget_registered
+from ._kernels_adapter import loading_context, read_metadata, register, validate
+from .importer import forget as forget_module
+from .importer import import_verified, package_dir
 from .integrity import Expected, format_problems, real_dir
 from .store import StoreUnusable, admit, open_store, rehash_requested
-from ..distribution.sources import (NotFound, cache_dirs, download_variant, hub_endpoint as _hub_endpoint, is_offline,
-                                    locate_variant, mirror_dir, mirror_location, repo_folder)
-from ..system.variants import select_variants, valid_variant_name
 
 if TYPE_CHECKING:
     from ..documents.lockfile import LockedVariant
@@ -552,7 +564,7 @@ def _import(want: _Want, entry: Entry, mid: str, meta: dict, meta_bytes: bytes, 
                                  seals=None if rehash_requested() else entry.seals)
         register(entry.variant_dir, metadata, module)
         return module
-    except Exception as exc:  # noqa: BLE001 - an import that raises is a refusal, with its text
+    except Exception as exc:
         forget_module(mid)
         raise _refuse(want.repo, [f"import of build/{want.variant}/ failed: {type(exc).__name__}: {exc}"],
                       revision=want.revision) from None

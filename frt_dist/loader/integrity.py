@@ -29,8 +29,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..base.canonical import hash_open_file, scan_tree
 from ..base.canonical import file_digest_b64 as file_digest
+from ..base.canonical import hash_open_file, scan_tree
 
 __all__ = ["Expected", "check_variant_dir", "file_digest", "format_problems", "real_dir"]
 
@@ -52,7 +52,7 @@ class Expected:
     metadata_sha256: str | None = None
 
     @classmethod
-    def from_locked(cls, variant) -> "Expected":
+    def from_locked(cls, variant) -> Expected:
         """From a ``frt_dist.documents.lockfile.LockedVariant``."""
         return cls(variant.algorithm, dict(variant.files), variant.metadata_sha256)
 

@@ -44,11 +44,15 @@ import threading
 from pathlib import Path
 
 from .. import settings
-from ..errors import FrtError, KernelUnavailable
 from ..distribution.sources import HashingWriter, LockedFile, expected_files, location_of
+from ..errors import (
+    FrtError,
+    KernelUnavailable,
+    VerifiedStoreFull,
+)
 from .integrity import _problem, format_problems
-from .store import STORE_ENV, VARIANT, Entry, StoreUnusable, identity_of, open_store as open_verified_store
-from ..errors import VerifiedStoreFull  # noqa: F401 - defined with every FrtError
+from .store import STORE_ENV, VARIANT, Entry, StoreUnusable, identity_of
+from .store import open_store as open_verified_store
 
 __all__ = ["fetch_variant", "location_of", "stats", "reset_stats", "VerifiedStoreFull"]
 

@@ -119,14 +119,23 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from ..base.canonical import canonical_json, digest, scan_tree
-from .integrity import (METADATA, Expected, _IGNORED_TOP, _inside, _link_target, _open_checked, _problem,
-                        _real_dir, missing_problems)
-from ..errors import StoreUnusable  # noqa: F401 - defined with every FrtError
 from .. import settings
+from ..base.canonical import canonical_json, digest, scan_tree
+from ..errors import StoreUnusable
+from .integrity import (
+    _IGNORED_TOP,
+    METADATA,
+    Expected,
+    _inside,
+    _link_target,
+    _open_checked,
+    _problem,
+    _real_dir,
+    missing_problems,
+)
 
 __all__ = ["STORE_ENV", "REHASH_ENV", "FORMAT", "StoreUnusable", "Entry", "Admitted", "Store", "store_path",
            "open_store", "identity_of", "admit", "seal_holds", "rehash_requested"]
@@ -177,7 +186,7 @@ def _owned_private_dir(path: Path, what: str) -> None:
                             "frt imports only from a store that only you can write")
 
 
-def open_store(path: str | os.PathLike | None = None) -> "Store":
+def open_store(path: str | os.PathLike | None = None) -> Store:
     """The store at ``path`` (default ``store_path()``), created 0700 when absent; refused
     (``StoreUnusable``) when it is not a directory owned by this user and closed to others."""
     root = Path(path) if path is not None else store_path()
@@ -579,7 +588,7 @@ def _copy_hash_large(fd: int, out: int, algorithm: str):
                     break  # the source shrank: the copy is what was read, the digest will say so
                 off += k
                 posted.put(off)
-        except BaseException as exc:  # noqa: BLE001 - handed to the hashing thread
+        except BaseException as exc:
             failed.append(exc)
         posted.put(None)
 

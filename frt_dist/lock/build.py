@@ -14,25 +14,39 @@ import warnings
 from pathlib import Path
 
 from ..base import names
-from ..base.record import dataclass, field, replace
-from ..documents.schema import JSONInvalid, NotRegular, json_loads, load_json, read_bytes
-from ..system.admissible import admission_problems
 from ..base.canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
-from .coverage import CoverageDiff, coverage_diff
-from ..errors import FrtError, FrtWarning, KernelUnavailable, LockfileError, ReceiptInvalid, UsageError
+from ..base.record import dataclass, field, replace
 from ..documents.lock_index import CellIndex
 from ..documents.lock_writer import same_bytes, write_atomic
 from ..documents.lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile
 from ..documents.manifest import Manifest, Package
-from ..documents.metadata import (MAX_METADATA_BYTES, PackageDigestMismatch, digest_mismatches, parse_variant_metadata, variant_file_digests,
-                       with_computed_digests)
+from ..documents.metadata import (
+    MAX_METADATA_BYTES,
+    PackageDigestMismatch,
+    digest_mismatches,
+    parse_variant_metadata,
+    variant_file_digests,
+    with_computed_digests,
+)
+from ..documents.receipt import STATES, CellKey, Receipt, superseded_path
+from ..documents.schema import JSONInvalid, NotRegular, json_loads, load_json, read_bytes
+from ..errors import (
+    CoverageLoss,
+    FrtError,
+    FrtWarning,
+    KernelUnavailable,
+    LockFailed,
+    LockfileError,
+    ReceiptInvalid,
+    UsageError,
+)
 from ..project.discover import Project
 from ..provenance.publisher import BUNDLE
-from ..documents.receipt import STATES, CellKey, Receipt, superseded_path
-from ..errors import CoverageLoss, LockFailed  # noqa: F401 - defined with every FrtError
+from ..system.admissible import admission_problems
+from .coverage import CoverageDiff, coverage_diff
 
-__all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "CoverageLoss", "loss_hints", "rank_candidates", "derive_index", "derive_trust", "receipt_verdict",
-           "derive_path_package", "judge_signature"]
+__all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "CoverageLoss", "loss_hints", "rank_candidates",
+           "derive_index", "derive_trust", "receipt_verdict", "derive_path_package", "judge_signature"]
 
 
 @dataclass

@@ -20,8 +20,8 @@ report it the same way.
 
 from __future__ import annotations
 
-from ..base.record import dataclass
 from ..base.canonical import short_digest
+from ..base.record import dataclass
 from ..documents.receipt import STATES, CellKey
 
 __all__ = ["CellChange", "CoverageDiff", "coverage_diff", "cell_name", "KINDS", "LOSS_KINDS"]

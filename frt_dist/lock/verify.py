@@ -53,8 +53,8 @@ import json
 from pathlib import Path
 
 from ..base import names
-from ..base.record import dataclass, field, replace
 from ..base.canonical import short_digest
+from ..base.record import dataclass, field, replace
 from ..errors import FrtError, LockfileError, ReceiptInvalid, UsageError
 
 __all__ = ["verify", "VerifyReport", "rederive", "DERIVED_KINDS"]
@@ -223,8 +223,8 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
     receipts (plus the path sources under ``project`` and the ``mirror``, when given), compared
     with what ``lock`` records. Returns ``(problems, notes)``."""
     from ..documents.lockfile import Lockfile, embedded_receipt_rows  # noqa: PLC0415
-    from .build import derive_index, receipt_verdict  # noqa: PLC0415
     from ..documents.receipt import CellKey, Receipt  # noqa: PLC0415
+    from .build import derive_index, receipt_verdict  # noqa: PLC0415
 
     f = _Findings(label)
     doc, m = lock.read_document(), lock.manifest
@@ -368,14 +368,14 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
 
 
 def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict, project) -> tuple[dict, dict]:
-    """Receipt signatures (docs/reference.md#receipt-signatures), re-derived offline: under the embedded manifest's ``[trust.receipts]`` policy,
-    every accepted receipt it covers must carry an embedded signature that verifies with a pinned
-    key (or, for a Sigstore bundle, against the pinned trusted root with a listed identity) over
-    the receipt's own digest, by the signer the lock records. Each pinned key must be the key its
-    PEM holds (keyid recomputed) and, where the project holds the key file, that file's key; each
-    ``.sig`` beside a receipt in the project must be the one locked. A receipt that fails is
-    dropped from ``accepted`` (its cell is then derived without it) and reported as kind
-    ``signature``. Returns the (signatures, keys) ``frt lock`` would record."""
+    """Receipt signatures (docs/reference.md#receipt-signatures), re-derived offline: under the embedded
+    manifest's ``[trust.receipts]`` policy, every accepted receipt it covers must carry an embedded signature
+    that verifies with a pinned key (or, for a Sigstore bundle, against the pinned trusted root with a listed
+    identity) over the receipt's own digest, by the signer the lock records. Each pinned key must be the key
+    its PEM holds (keyid recomputed) and, where the project holds the key file, that file's key; each ``.sig``
+    beside a receipt in the project must be the one locked. A receipt that fails is dropped from ``accepted``
+    (its cell is then derived without it) and reported as kind ``signature``. Returns the (signatures, keys)
+    ``frt lock`` would record."""
     policy = lock.manifest.receipt_policy
     released = set()
     if lock.release:  # a Hub release's receipts: always judged, never without a policy
@@ -388,7 +388,7 @@ def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict,
             f.add("receipt", f"receipts ({rec.file})", f"accepted as {rec.state}", "rejected: " + NO_POLICY,
                   f"frt lock would reject {rec.file}: {NO_POLICY}")
     if policy is None:
-        for dig, row in sorted(lock.signatures.items()):
+        for _dig, row in sorted(lock.signatures.items()):
             f.add("signature", f"receipt-signatures ({row.get('file')})", f"signed by {row.get('signer')}", "no policy",
                   "the lock records a receipt signature, but its manifest has no [trust.receipts] policy")
         for rel in sorted(lock.receipt_keys):
@@ -576,8 +576,8 @@ def _check_package(f: _Findings, lock, repo: str, project, mirror, depends: set[
     re-derived (the recorded facts where nothing could be). A package in ``depends`` (reached
     through ``kernel-depends`` only) is checked as ``frt lock`` locks it: a Hub package at the
     version asked for (``_check_depends`` compares that), trusted as any other."""
-    from .build import derive_trust  # noqa: PLC0415
     from ..documents.manifest import Package  # noqa: PLC0415
+    from .build import derive_trust  # noqa: PLC0415
 
     lp, m = lock.packages[repo], lock.manifest
     fp = f"packages.{_q(repo)}"
@@ -657,8 +657,8 @@ def _check_mirrored_signature(f: _Findings, lp, vname: str, raw: bytes, mirror: 
     """A signed variant's bundle in the mirror, verified again offline over the mirrored metadata.json
     (when the bundle is the locked one: a missing or other file is verify_mirror's to report)."""
     from ..base.canonical import sha256_hex  # noqa: PLC0415
-    from ..loader.core import repo_folder  # noqa: PLC0415
     from ..distribution.mirror import read_mirrored  # noqa: PLC0415
+    from ..loader.core import repo_folder  # noqa: PLC0415
     from ..provenance.publisher import BUNDLE, SignatureRefused, signature_record, verify_bundle  # noqa: PLC0415
 
     sig = lp.variants[vname].signature
@@ -692,7 +692,6 @@ def _rederive_path(f: _Findings, lp, mp, derived, project, policy=None):
                "are not re-derived")
         return derived
     from ..documents.metadata import PackageDigestMismatch  # noqa: PLC0415
-
     from ..provenance.publisher import SignatureRefused  # noqa: PLC0415
 
     try:
@@ -732,9 +731,9 @@ def _rederive_from_mirror(f: _Findings, lp, mirror: Path, policy=None) -> None:
     """Each mirrored variant's facts from its metadata.json (only where the bytes are the locked
     ones: a mismatched file is verify_mirror's to report)."""
     from ..base.canonical import sha256_hex  # noqa: PLC0415
+    from ..documents.metadata import parse_variant_metadata, with_computed_digests  # noqa: PLC0415
     from ..errors import KernelUnavailable  # noqa: PLC0415
     from ..loader.core import repo_folder  # noqa: PLC0415
-    from ..documents.metadata import parse_variant_metadata, with_computed_digests  # noqa: PLC0415
 
     if names.problem("repo", lp.repo):
         return
@@ -812,7 +811,8 @@ def _compare_variants(f: _Findings, fp: str, recorded: dict, derived: dict, *, s
         for key, attr in _VARIANT_FIELDS:
             va, vb = getattr(a, attr), getattr(b, attr)
             if va != vb:
-                show = (lambda v: json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True))
+                def show(v):
+                    return (json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True))
                 said = (f"the digests frt computes from the files of build/{vname}/ in {source} (its metadata.json "
                         "declares none) differ" if key == "files" and b.digest_source == "frt"
                         else f"build/{vname}/metadata.json in {source} says otherwise")

@@ -21,11 +21,11 @@ import re
 import sys
 from pathlib import Path
 
+from .. import settings as env
 from ..base import names
 from ..base.record import dataclass, field
 from ..documents.schema import parse_toml
 from ..errors import FrtError, NoProject, UsageError
-from .. import settings as env
 
 __all__ = ["Project", "bundled_root", "import_entry", "lock_root", "no_project"]
 
@@ -135,13 +135,13 @@ class Project:
         return f"{label} {self.root}"
 
     @classmethod
-    def demo(cls) -> "Project":
+    def demo(cls) -> Project:
         """The bundled demo project, read-only: only when asked for (``frt --demo``)."""
         return cls(bundled_root(), "bundled", {})
 
     @classmethod
     def find(cls, start: str | os.PathLike | None = None, *, explicit: str | os.PathLike | None = None,
-             demo: bool = False, lockfile: str | os.PathLike | None = None, python: bool = False) -> "Project":
+             demo: bool = False, lockfile: str | os.PathLike | None = None, python: bool = False) -> Project:
         """The project in force (the module's docstring says the order). ``lockfile``: a lockfile named
         by the caller (``load(lockfile=)``), which, like ``FRT_LOCK``, stands for a project when none is
         found. ``python``: ``NoProject``'s hints name ``load``'s arguments instead of the flags."""
@@ -190,7 +190,7 @@ def no_project(here: Path, *, python: bool = False) -> NoProject:
                      "in it or in a folder above it)", hints=hints)
 
 
-def _project_above(here: Path) -> "Project | None":
+def _project_above(here: Path) -> Project | None:
     """The nearest project or node at or above ``here``, like git and uv."""
     bundled = bundled_root()
     for d in (here, *here.parents):

@@ -164,9 +164,9 @@ def _refuse_links_and_clashes(dest: Path, model: str) -> None:
 def _validate(staging: Path, model: str) -> None:
     """The project in ``staging`` as `frt lock` reads it: its manifest and its path package,
     with the validators lock uses, so init never writes a project lock refuses."""
+    from ..documents.manifest import Manifest  # noqa: PLC0415
     from ..errors import FrtError  # noqa: PLC0415
     from ..lock.build import derive_path_package  # noqa: PLC0415
-    from ..documents.manifest import Manifest  # noqa: PLC0415
     from .discover import Project  # noqa: PLC0415
 
     try:

@@ -37,10 +37,12 @@ import hashlib
 import os
 from pathlib import Path
 
-from ..base.record import dataclass
-from ..errors import UsageError
-from ..errors import SignatureRefused  # noqa: F401 - defined with every FrtError
 from .. import settings
+from ..base.record import dataclass
+from ..errors import (
+    SignatureRefused,
+    UsageError,
+)
 
 __all__ = ["BUNDLE", "SIGNATURE_MODES", "GITHUB_ISSUER", "KERNELS_COMMUNITY", "SignerPolicy", "PublisherPolicy",
            "SignerFacts", "SignatureRefused", "verify_bundle", "signer_problems", "trusted_root_path",
@@ -199,7 +201,7 @@ def _verifier(path: str):
         raise UsageError(f"{path}: the Sigstore trusted root cannot be read: {exc.strerror or exc}",
                          hints=["point FRT_SIGSTORE_TRUSTED_ROOT at a trusted_root.json, or unset it to use the "
                                 "one the sigstore package ships"]) from None
-    except Exception as exc:  # noqa: BLE001 - a file that is not a trusted root, whatever the parser raised
+    except Exception as exc:
         raise UsageError(f"{path}: not a Sigstore trusted root: {exc}") from None
 
 
@@ -254,7 +256,7 @@ def verify_bundle(artifact: bytes, bundle: bytes, signer: SignerPolicy | None, *
                                reason=f"not a Sigstore bundle: {exc}") from None
     try:
         facts = facts_of(parsed.signing_certificate)
-    except Exception as exc:  # noqa: BLE001 - a certificate cryptography cannot read
+    except Exception as exc:
         raise SignatureRefused(f"{where}: its certificate cannot be read: {exc}", repo=repo, variant=variant,
                                reason=f"unreadable certificate: {exc}") from None
 
@@ -284,7 +286,7 @@ def verify_bundle(artifact: bytes, bundle: bytes, signer: SignerPolicy | None, *
             reason = f"the signature does not verify under the pinned Sigstore trusted root (sigstore: {msg})"
         raise SignatureRefused(f"{where}: {reason}; signer named in the bundle: {facts.describe()}", repo=repo,
                                variant=variant, facts=facts, reason=reason) from None
-    except Exception as exc:  # noqa: BLE001 - a bundle someone else wrote: whatever sigstore raises on it is a "no"
+    except Exception as exc:
         reason = f"the bundle cannot be checked ({type(exc).__name__}: {exc})"
         raise SignatureRefused(f"{where}: {reason}; signer named in the bundle: {facts.describe()}", repo=repo,
                                variant=variant, facts=facts, reason=reason) from None

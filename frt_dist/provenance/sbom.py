@@ -52,8 +52,8 @@ import json
 import uuid
 from pathlib import Path
 
-from ..errors import UsageError
 from .. import settings
+from ..errors import UsageError
 
 __all__ = ["cyclonedx_json", "purl_of", "package_licences", "source_date"]
 
@@ -93,7 +93,7 @@ def source_date(environ=None) -> datetime.datetime | None:
     try:
         if not raw.isdigit():
             raise ValueError
-        return datetime.datetime.fromtimestamp(int(raw), tz=datetime.timezone.utc)
+        return datetime.datetime.fromtimestamp(int(raw), tz=datetime.UTC)
     except (ValueError, OverflowError, OSError):
         raise UsageError(f"SOURCE_DATE_EPOCH={raw[:40]!r}: expected whole seconds since 1970-01-01 UTC "
                          "(a non-negative integer)", hints=["unset it for an SBOM without a timestamp"]) from None
@@ -105,8 +105,8 @@ def package_licences(lock, root) -> dict[str, str]:
     cache at the locked commit. A file is used only when its sha256 is the one the lock records for
     that variant (read bounded, a FIFO or a device refused); a package none of whose variants can be
     read so has no entry."""
-    from ..documents.schema import JSONInvalid, json_loads, read_bytes  # noqa: PLC0415
     from ..base.canonical import sha256_hex  # noqa: PLC0415
+    from ..documents.schema import JSONInvalid, json_loads, read_bytes  # noqa: PLC0415
     from ..errors import FrtError  # noqa: PLC0415
 
     out = {}
@@ -198,7 +198,7 @@ def cyclonedx_json(lock, *, licences: dict[str, str] | None = None, supplier: di
     if timestamp is None:
         doc.get("metadata", {}).pop("timestamp", None)  # the lock has none: the same lock, the same bytes
     else:
-        doc["metadata"]["timestamp"] = timestamp.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        doc["metadata"]["timestamp"] = timestamp.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 

@@ -34,12 +34,15 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..base.record import dataclass, field
-from ..documents.schema import JSONInvalid, json_loads, read_bytes
 from ..base.canonical import canonical_json
-from ..errors import FrtError, UsageError
+from ..base.record import dataclass, field
 from ..documents.manifest import Identity, ReceiptPolicy  # the policy's shape is the manifest's; judged here
-from ..errors import SigningUnavailable  # noqa: F401 - defined with every FrtError
+from ..documents.schema import JSONInvalid, json_loads, read_bytes
+from ..errors import (
+    FrtError,
+    SigningUnavailable,
+    UsageError,
+)
 
 __all__ = ["PAYLOAD_TYPE", "STATEMENT_TYPE", "PREDICATE_TYPE", "SIG_SUFFIX", "BUNDLE_SUFFIX", "pae", "statement",
            "ReceiptPolicy", "Identity", "PolicyKey", "Signed", "load_private_key", "load_public_key", "keyid",
@@ -140,7 +143,7 @@ def load_private_key(path: str | Path, *, label: str | None = None):
         raise UsageError(f"{label}: the private key is encrypted; frt signs with an unencrypted PEM key",
                          hints=["keep the key in the CI's secret store and write it to a private file for the "
                                 "signing step (`openssl pkey -in enc.pem -out key.pem`)"]) from None
-    except Exception as exc:  # noqa: BLE001 - cryptography raises ValueError or UnsupportedAlgorithm
+    except Exception as exc:
         why = "not a PEM private key" if b"PRIVATE KEY" not in data else f"not a usable PEM private key ({type(exc).__name__})"
         hint = ("this is a public key: sign with the private key, and list the public key in the manifest's "
                 "[trust.receipts] keys") if b"PUBLIC KEY" in data else \
@@ -162,7 +165,7 @@ def load_public_key(data: bytes, *, label: str, error=UsageError, field_: str = 
     where = f"{label}: {field_}: " if field_ else f"{label}: "
     try:
         key = serialization.load_pem_public_key(data)
-    except Exception:  # noqa: BLE001 - ValueError, UnsupportedAlgorithm: one answer for the user
+    except Exception:
         why = "is a private key; list the public key (`openssl pkey -pubout`)" if b"PRIVATE KEY" in data \
             else "is not a PEM public key"
         raise error(where + why, reasons=[{"file": label, "field": field_, "reason": why}]) from None
@@ -503,7 +506,7 @@ def check_bundle(bundle, digest_hex: str, identities, *, trusted_root: Path | No
         return None, "the .sigstore file is not a Sigstore bundle (a JSON object)"
     try:
         b = Bundle.from_json(json.dumps(bundle))
-    except Exception as exc:  # noqa: BLE001 - pydantic and sigstore raise several kinds
+    except Exception as exc:
         return None, f"not a Sigstore bundle: {str(exc).splitlines()[0]}"
     v = _verifier(trusted_root)
     try:

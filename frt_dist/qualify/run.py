@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..base import names
-from ..errors import KernelUnavailable, UsageError
-from ..system.hardware import Hardware
 from ..documents.lockfile import Lockfile, write_atomic
 from ..documents.receipt import MIN_CERT_ROUNDS, superseded_path
+from ..errors import KernelUnavailable, UsageError
+from ..system.hardware import Hardware
 
 __all__ = ["qualify", "QualifyResult", "write_receipt", "receipt_filename", "load_host_factory", "keep_previous",
            "check_signing_policy"]
@@ -408,8 +408,8 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
     import torch  # noqa: PLC0415
 
     from ..loader.core import load_locked, lock_root  # noqa: PLC0415
-    from ..serve.load import plan_for_route  # noqa: PLC0415
     from ..loader.smoke import smoke_impl  # noqa: PLC0415
+    from ..serve.load import plan_for_route  # noqa: PLC0415
 
     m = lock.manifest
     emit = progress or (lambda event: None)
@@ -451,7 +451,7 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
     for ph in phases:
         phase = m.phases[ph]
         failures = []
-        for seam, (impl, fn) in entries.items():
+        for _seam, (impl, fn) in entries.items():
             why = smoke_impl(fn, impl, phase)
             if why:
                 failures.append(why)
@@ -488,7 +488,7 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
             fallbacks = sum(led[s]["phases"][ph]["fallbacks"] for s in entries)
             # detach restores host bit-exactly
             probe = build_host_block(factory, m.host_entry, ph, seed, entries)
-            for seam, (impl, fn) in entries.items():
+            for seam, (_impl, fn) in entries.items():
                 probe.bind(seam, fn)
             probe.detach()
             detach_ok = all(torch.equal(ref[r], v) for r, v in _run_all(probe, inputs).items())

@@ -31,12 +31,15 @@ import os
 import re
 from pathlib import Path
 
+from .. import settings
 from ..base import names
 from ..base.record import dataclass, field
-from ..errors import FrtError, UsageError
+from ..errors import (
+    FrtError,
+    ReleaseError,
+    UsageError,
+)
 from .record import NO_POLICY, is_release_label, label_prefix, release_receipts  # noqa: F401 (re-exported)
-from ..errors import ReleaseError  # noqa: F401 - defined with every FrtError
-from .. import settings
 
 __all__ = ["Fetched", "LockRelease", "ReleaseError", "parse_ref", "fetch", "for_lock", "trust", "signers",
            "change", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",
@@ -268,8 +271,8 @@ class LockRelease:
 
     def receipts(self) -> list[tuple[str, object, Path]]:
         """(label, Receipt or its ReceiptInvalid, path) for every receipt of the release."""
-        from ..errors import ReceiptInvalid  # noqa: PLC0415
         from ..documents.receipt import Receipt  # noqa: PLC0415
+        from ..errors import ReceiptInvalid  # noqa: PLC0415
 
         out = []
         for rel in sorted(self.fetched.files):
@@ -292,8 +295,8 @@ class LockRelease:
         if rel not in self.fetched.files:
             return old
         from ..base.record import replace  # noqa: PLC0415
-        from ..errors import LockfileError  # noqa: PLC0415
         from ..documents.lockfile import Lockfile  # noqa: PLC0415
+        from ..errors import LockfileError  # noqa: PLC0415
 
         try:
             theirs = Lockfile.read(self.fetched.path(rel), label=self.prefix + rel)
@@ -401,8 +404,8 @@ def signers(fetched: Fetched) -> list[dict]:
     """The signers the release's lockfile records for its receipts: ``{"kind": "key", "keyid", "pem",
     "receipts"}`` (the PEM as that lock pins it, its keyid checked) or ``{"kind": "sigstore",
     "identity", "issuer", "receipts"}``."""
-    from ..errors import LockfileError  # noqa: PLC0415
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
+    from ..errors import LockfileError  # noqa: PLC0415
 
     rel = f"lockfiles/{fetched.model}.lock"
     if rel not in fetched.files:
@@ -437,10 +440,10 @@ def trust(project, model: str, fetched: Fetched) -> list[dict]:
     ``keys/<org>/<name>/<keyid>.pub`` and listed under ``[trust.receipts] keys``, each Sigstore
     identity under ``identities``. Returns one row per signer with ``"added"`` true or false (already
     listed). Nothing is written when the manifest's policy cannot be edited in place."""
-    from ..documents.schema import load_toml  # noqa: PLC0415
-    from ..errors import ManifestError  # noqa: PLC0415
     from ..documents.lockfile import write_atomic  # noqa: PLC0415
     from ..documents.manifest import Manifest  # noqa: PLC0415
+    from ..documents.schema import load_toml  # noqa: PLC0415
+    from ..errors import ManifestError  # noqa: PLC0415
 
     found = signers(fetched)
     if not found:
@@ -607,9 +610,9 @@ def strip_policy(text: str) -> tuple[str, bool]:
 
 def release_manifest(fetched: Fetched) -> str:
     """The consumer's manifest: the release's, its receipt policy left out, plus ``[release]``."""
+    from ..documents.manifest import Manifest  # noqa: PLC0415
     from ..documents.schema import parse_toml  # noqa: PLC0415
     from ..errors import ManifestError  # noqa: PLC0415
-    from ..documents.manifest import Manifest  # noqa: PLC0415
 
     rel = f"manifests/{fetched.model}.toml"
     raw = fetched.read(rel)

@@ -42,9 +42,9 @@ def push(project, model: str, repo: str, version: int) -> dict:
     from huggingface_hub.hf_api import RepoFile  # noqa: PLC0415
 
     from ..base.canonical import digest  # noqa: PLC0415
+    from ..documents.lockfile import Lockfile  # noqa: PLC0415
     from ..documents.schema import json_loads  # noqa: PLC0415
     from ..lock.build import lock_model  # noqa: PLC0415
-    from ..documents.lockfile import Lockfile  # noqa: PLC0415
 
     lpath = project.existing_lockfile(model)
     check = lock_model(project, model, check=True, warn=lambda m: None)

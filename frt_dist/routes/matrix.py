@@ -343,7 +343,7 @@ def _text(tables: list[Table]) -> str:
         grid = [[" ".join(str(v).split()) for v in line] for line in grid]  # one line per row, whatever a name holds
         widths = [max(len(line[i]) for line in grid) for i in range(len(grid[0]))]
         for n, line in enumerate(grid):
-            out.append("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
+            out.append("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=False)).rstrip())
             if n == 0:
                 out.append("  ".join("-" * w for w in widths))
         out += ["", "routes:"] + [f"  {_route_line(lk, rn)}" for rn in t.routes]

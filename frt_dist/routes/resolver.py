@@ -204,7 +204,7 @@ def _software_problem(rec: Receipt, hw: Hardware) -> _Why | None:
 
 
 def _variant_problem(rec: Receipt, variants: dict) -> _Why | None:
-    for seam, it in sorted(rec.cell["impls"].items()):
+    for _seam, it in sorted(rec.cell["impls"].items()):
         sel = variants.get(it["package"])
         if sel != it["variant"]:
             return ("variant-mismatch",

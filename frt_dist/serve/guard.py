@@ -14,8 +14,8 @@ Python, so the ledger counts captures apart and says that replays are not counte
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..errors import ContractViolation, RouteRefused
 from .ledger import _Counts
@@ -174,7 +174,7 @@ class _Contract:
         lead = None  # (input number, dtype) of the first input that sets the call's precision
         dev0 = None  # (input number, device) of the first input on the contract's device type
         rows = None  # the call's row count: the first input's leading dim
-        for i, (a, spec) in enumerate(zip(ins, self.inputs)):
+        for i, (a, spec) in enumerate(zip(ins, self.inputs, strict=False)):
             tag = f"input {i + 1}"
             if a is _MISSING:
                 continue
@@ -217,7 +217,7 @@ class _Contract:
                 out.append(("shape", f"{tag}: shape {list(got)}, expected {self._show(shape, rows)}"))
                 continue
             bad = False
-            for j, (g, d) in enumerate(zip(got, shape)):
+            for j, (g, d) in enumerate(zip(got, shape, strict=False)):
                 if i == 0 and (j == 0 and d == "rows" or j == len(got) - 1 and self.width is not None):
                     continue  # reported as rows / width above
                 want = rows if d == "rows" else d
@@ -292,7 +292,7 @@ def _fast_checks(con: _Contract) -> tuple[list[str], str, dict]:
     consts: dict = {}
     conds = [f"(type({v}) is Tensor or type({v}) is Parameter)" for v in names]  # before any attribute read
     family = [i for i, spec in enumerate(con.inputs) if spec.dtype is None]
-    for i, (v, spec) in enumerate(zip(names, con.inputs)):
+    for i, (v, spec) in enumerate(zip(names, con.inputs, strict=False)):
         if spec.dtype is not None:
             consts[f"pin{i}"] = spec.dtype
             conds.append(f"{v}.dtype is pin{i}")
@@ -319,7 +319,7 @@ def _fast_checks(con: _Contract) -> tuple[list[str], str, dict]:
                 conds.append(f"s[{j}] == r")
             elif d != "rows":
                 conds.append(f"s[{j}] == {int(d)}")
-    for i, (v, spec) in enumerate(zip(names, con.inputs)):
+    for i, (v, spec) in enumerate(zip(names, con.inputs, strict=False)):
         if i == 0:
             continue
         if "rows" in spec.shape:
@@ -351,8 +351,8 @@ def _fast_source(con: _Contract) -> tuple[str, dict]:
             consts["inames"], rest = inames, "(not kw or inames.isdisjoint(kw))"
         else:
             consts["okkw"], rest = frozenset(con.kwnames) - inames, "(not kw or okkw.issuperset(kw))"
-        present = " and ".join(f"({v} is not _M or {p!r} in kwargs)" for v, p in zip(names, pnames))
-        moves = "\n".join(f"        if {v} is _M:\n            {v} = kw.pop({p!r})" for v, p in zip(names, pnames))
+        present = " and ".join(f"({v} is not _M or {p!r} in kwargs)" for v, p in zip(names, pnames, strict=False))
+        moves = "\n".join(f"        if {v} is _M:\n            {v} = kw.pop({p!r})" for v, p in zip(names, pnames, strict=False))
         keywords = _KEYWORDS_TEMPLATE.format(present=present, moves=moves, rest=rest, checks=checks, call=call)
     # A CUDA contract's calls may be captured into a CUDA graph: the checks run at capture
     # (eager Python, the same path), replays run no Python, so a capture is counted apart.
@@ -407,7 +407,7 @@ def _kernel_entry(fn: Callable, st: _Counts, con: _Contract, host: Callable | No
         "dtype0": con.dtypes[0] if con.dtypes else None, "dtypes": con.dtypes,
         "device": con.device, "lo": con.lo, "hi": con.hi, **consts,
     }
-    exec(compile(src, f"<frt guard {con.seam}/{con.phase}>", "exec"), namespace)  # noqa: S102
+    exec(compile(src, f"<frt guard {con.seam}/{con.phase}>", "exec"), namespace)
     entry = namespace["entry"]
     entry.__name__ = getattr(fn, "__name__", "entry")
     entry.__qualname__ = f"frt_guard[{con.seam}/{con.phase}]"

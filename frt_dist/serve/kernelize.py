@@ -28,7 +28,7 @@ arguments are module attributes the binding decides.
 from __future__ import annotations
 
 import inspect
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..errors import ContractViolation, KernelUnavailable, UsageError
 

@@ -56,8 +56,8 @@ def _project(project, lockfile=None):
 def find_lockfile(model: str, lockfile=None, project=None):
     """(Lockfile, project root for its path packages), in this order: ``lockfile=``,
     ``FRT_LOCK``, the project's ``lockfiles/<model>.lock``."""
-    from ..loader.core import lock_root  # noqa: PLC0415
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
+    from ..loader.core import lock_root  # noqa: PLC0415
 
     proj = _project(project, lockfile)
     if isinstance(lockfile, Lockfile):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ..errors import RouteRefused, UsageError
 from ..system.hardware import Hardware
@@ -101,7 +101,7 @@ class Plan:
         self.fns = {}
 
     # -- ledger ---------------------------------------------------------------
-    def ledger(self, format: str | None = None):  # noqa: A002 - the documented keyword
+    def ledger(self, format: str | None = None):
         """A snapshot of the counts (docs/reference.md#loading-and-guard); ``format="prometheus"`` for text exposition.
 
         ``{"model", "lock-digest", "hardware", "fallback", "detached", "host-bands",

@@ -40,7 +40,8 @@ def exposition(snap: dict, plan) -> str:
         head(name, kind, text)
         for seam, p, v in views:
             lines.append(f"{name}{_labels(model=model, seam=seam, phase=p, route=v['route'], state=v['state'])} {v[key]}")
-    head("frt_seam_contract_misses_total", "counter", "Contract misses by reason kind (arity, type, device, dtype, layout, rows, width, shape).")
+    head("frt_seam_contract_misses_total", "counter",
+         "Contract misses by reason kind (arity, type, device, dtype, layout, rows, width, shape).")
     for seam, p, v in views:
         for kind, n in v["contract-misses"].items():
             lines.append(f"frt_seam_contract_misses_total{_labels(model=model, seam=seam, phase=p, reason=kind)} {n}")
@@ -50,7 +51,9 @@ def exposition(snap: dict, plan) -> str:
         lines.append(f"frt_seam_observed{_labels(model=model, seam=seam, phase=p)} {int(v['observed'])}")
     head("frt_package_info", "gauge", "Packages bound by the plan (value 1), with revision, variant and pin flag.")
     for repo, pkg in sorted(plan.packages.items()):
-        lines.append(f"frt_package_info{_labels(model=model, repo=repo, revision=pkg.revision, variant=pkg.variant, source=pkg.source, pinned=str(pkg.pinned).lower())} 1")
+        labels = _labels(model=model, repo=repo, revision=pkg.revision, variant=pkg.variant, source=pkg.source,
+                         pinned=str(pkg.pinned).lower())
+        lines.append(f"frt_package_info{labels} 1")
     for key, name, kind, text in (
             ("calls", "frt_calls_total", "counter", "Guarded calls, all seams."),
             ("fallbacks", "frt_fallbacks_total", "counter", "Contract-miss fallbacks to the host, all seams."),

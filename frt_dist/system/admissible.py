@@ -24,7 +24,7 @@ Lower than both ``locker`` and ``routes`` (it imports only ``hardware`` and
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from .hardware import arch_admits, parse_cuda_arch
 from .variants import parse_variant

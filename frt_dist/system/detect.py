@@ -21,9 +21,10 @@ as its CPU with the reason saying so; declare it instead (``--arch gfx942 --devi
 from __future__ import annotations
 
 import re
-from .. import settings
 from dataclasses import dataclass, field
 from importlib import metadata
+
+from .. import settings
 
 __all__ = ["SystemFacts", "read_system", "nvml_device_facts", "nvml_clocks", "torch_facts"]
 

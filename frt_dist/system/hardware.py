@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from ..base.record import dataclass, field
 from ..errors import UsageError
@@ -292,14 +292,14 @@ class Hardware:
     @classmethod
     def from_flags(cls, *, arch: str, device_class: str, backend: str | None = None,
                    software: Mapping[str, str] | str | None = None, device_name: str = "",
-                   cpu: str | None = None, os: str | None = None) -> "Hardware":
+                   cpu: str | None = None, os: str | None = None) -> Hardware:
         if isinstance(software, str):
             software = parse_software(software)
         return cls(arch=arch, device_class=device_class, backend=backend or "",
                    software=software or {}, device_name=device_name, cpu=cpu or "", os=os or "")
 
     @classmethod
-    def detect(cls, nvml=None) -> "Hardware":
+    def detect(cls, nvml=None) -> Hardware:
         """Read the running system without importing torch (docs/reference.md#hardware-and-detection): the
         NVIDIA device NVML sees, else the CPU. The facts come from ``frt_dist.system.detect.read_system`` (``nvml``: a
         stand-in for the ``pynvml`` module, for tests)."""

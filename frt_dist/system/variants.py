@@ -136,7 +136,7 @@ class _System:
     macos: tuple[int, int] | None
 
     @classmethod
-    def of(cls, hw: Hardware) -> "_System":
+    def of(cls, hw: Hardware) -> _System:
         def version(key: str) -> tuple[int, int] | None:
             v = software_version(hw.software.get(key))
             return tuple(int(x) for x in v.split(".")) if v else None

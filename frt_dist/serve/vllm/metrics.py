@@ -19,8 +19,9 @@ import shutil
 import tempfile
 import threading
 import time
-from ... import settings
 from pathlib import Path
+
+from ... import settings
 
 __all__ = ["ledger_dir", "start_writer", "install_collector", "read_ledgers", "FAMILIES"]
 

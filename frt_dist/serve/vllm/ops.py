@@ -37,8 +37,8 @@ counted (the ledger's ``observed`` is 0 and its notes say why).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 __all__ = ["ADAPTERS", "Adapter", "route_class", "vllm_op_class"]
 
@@ -116,11 +116,11 @@ def smoke_layer(adapter: Adapter, base, layer, impl, rows: int) -> str | None:
         try:
             want = op.forward_native(*[a.clone() for a in args], **kwargs)
             got = layer.forward(op, *[a.clone() for a in args], **kwargs)
-        except Exception as exc:  # noqa: BLE001 - any raise is a smoke failure, named
+        except Exception as exc:
             return f"layers.{impl.layer} raised {type(exc).__name__}: {exc} at rows {rows}"
         want = want if isinstance(want, tuple) else (want,)
         got = got if isinstance(got, tuple) else (got,)
-        if len(got) != len(want) or any(tuple(g.shape) != tuple(w.shape) for g, w in zip(got, want)):
+        if len(got) != len(want) or any(tuple(g.shape) != tuple(w.shape) for g, w in zip(got, want, strict=False)):
             return (f"layers.{impl.layer} returned shapes {[list(g.shape) for g in got]}, vLLM's {adapter.name} "
                     f"returns {[list(w.shape) for w in want]} (rows {rows})")
         if not all(bool(torch.isfinite(g).all()) for g in got):

@@ -26,8 +26,8 @@ import dataclasses
 import logging
 import threading
 
-from ...errors import FrtError
 from ... import settings
+from ...errors import FrtError
 
 __all__ = ["register", "engine", "FrtStartupError", "ENGINE_FORMS"]
 
@@ -192,7 +192,7 @@ class Engine:
         self.ops: dict = {}  # seam -> vllm op name
 
     @classmethod
-    def from_env(cls, model: str) -> "Engine":
+    def from_env(cls, model: str) -> Engine:
         from ...errors import UsageError  # noqa: PLC0415
         from ...project.discover import Project  # noqa: PLC0415
         from ..load import find_lockfile  # noqa: PLC0415

@@ -84,7 +84,7 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
                     max_rounds, timing, speed_state, gate)
 
 
-def _engine(LLM, model_dir, route, top, seed):  # noqa: N803
+def _engine(LLM, model_dir, route, top, seed):
     return LLM(model=str(model_dir), enforce_eager=True, dtype=_DTYPES.get(route.precision, route.precision),
               max_model_len=max(256, top + 16), max_num_batched_tokens=max(256, top + 16), max_num_seqs=8, seed=seed,
               skip_tokenizer_init=True, kv_cache_memory_bytes=64 << 20,
@@ -100,7 +100,7 @@ def _measure(llm, eng, sp, lock, route_name, route, m, phases, cases, rounds, wa
         outs = []
         for p in prompts:  # one prompt at a time: its prefill is exactly its length in rows
             o = llm.generate([p], sp, use_tqdm=False)[0].outputs[0]
-            outs.append((list(o.token_ids), [lp[t].logprob for lp, t in zip(o.logprobs, o.token_ids)]))
+            outs.append((list(o.token_ids), [lp[t].logprob for lp, t in zip(o.logprobs, o.token_ids, strict=False)]))
         return outs
 
     def side(routed):
@@ -119,9 +119,9 @@ def _measure(llm, eng, sp, lock, route_name, route, m, phases, cases, rounds, wa
     def parity(a, b):
         worst = 0.0
         same = True
-        for (ta, la), (tb, lb) in zip(a, b):
+        for (ta, la), (tb, lb) in zip(a, b, strict=False):
             same = same and ta == tb
-            worst = max([worst] + [abs(x - y) for x, y in zip(la, lb)])
+            worst = max([worst] + [abs(x - y) for x, y in zip(la, lb, strict=False)])
         return {"tokens-identical": same, "max-abs": worst, "tolerance": tol,
                 "pass": same and worst <= tol["abs"] + tol["rel"] * 1.0}
 
