@@ -808,7 +808,8 @@ def test_verify_accepts_a_bundle_by_its_recorded_identity_and_refuses_another(tm
     policy = ReceiptPolicy(identities=(signing.Identity(GITHUB, WORKFLOW),))
     row = {"receipt": dig, "file": "receipts/w.json", "kind": "sigstore", "signer": WORKFLOW, "issuer": GITHUB,
            "bundle": _bundle(WHEEL.name + ".sigstore")}
-    lock = SimpleNamespace(manifest=SimpleNamespace(receipt_policy=policy), receipt_keys={}, signatures={dig: row})
+    lock = SimpleNamespace(manifest=SimpleNamespace(receipt_policy=policy), receipt_keys={}, signatures={dig: row},
+                           release=None)
     f = _Findings("x.lock")
     signatures, _ = _check_receipt_signatures(f, lock, {dig: rec}, {}, None)
     assert f.problems == [] and signatures == {dig: row}

@@ -12,7 +12,6 @@ route order, so a refusal reads like a table.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import NamedTuple
 
 from ..base.record import dataclass, field
 from ..documents.lockfile import Lockfile
@@ -56,13 +55,30 @@ REASON_KINDS = MappingProxyType({
 })
 
 
-class Reason(NamedTuple):
-    """Why one candidate route was not taken (a named tuple: several per decision): ``reason`` is
-    the sentence for people, ``kind`` (one of ``REASON_KINDS``) what a program decides on."""
+class Reason(tuple):
+    """Why one candidate route was not taken (several per decision): ``reason`` is the sentence for
+    people, ``kind`` (one of ``REASON_KINDS``) what a program decides on. It is the pair
+    ``(route, reason)`` it always was (it compares, unpacks and indexes as that pair), with ``kind``
+    as an attribute beside it."""
 
-    route: str
-    reason: str
-    kind: str = "no-receipt"
+    def __new__(cls, route: str, reason: str, kind: str = "no-receipt"):
+        self = tuple.__new__(cls, (route, reason))
+        self.kind = kind
+        return self
+
+    def __getnewargs__(self):
+        return (self[0], self[1], self.kind)
+
+    @property
+    def route(self) -> str:
+        return self[0]
+
+    @property
+    def reason(self) -> str:
+        return self[1]
+
+    def __repr__(self) -> str:
+        return f"Reason(route={self[0]!r}, reason={self[1]!r}, kind={self.kind!r})"
 
     def to_dict(self) -> dict:
         return {"route": self.route, "reason": self.reason, "kind": self.kind}
