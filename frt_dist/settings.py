@@ -37,7 +37,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        topic="project"),
     _S("FRT_HOME", None, "the project used when the working folder is in none (after `--project` and FRT_PROJECT)",
        topic="project"),
-    _S("FRT_LOCK", None, "the lockfile `frt_dist.load`, `frt resolve`, `frt mirror` and the vLLM plugin read, "
+    _S("FRT_LOCK", None, "the lockfile `frt_dist.load`, `frt resolve`, `frt mirror`, `frt publish` and the vLLM plugin read, "
        "instead of the project's `lockfiles/<model>.lock`", topic="project"),
     _S("FRT_MIRROR", None, "a mirror (a folder, or an object-store URL such as s3://bucket/prefix) that loads "
        "and `frt init --from` read locked files from, instead of the Hub", topic="distribution"),

@@ -1,4 +1,4 @@
-"""``frt lock --export kernels``: the same pins in `kernels`' own lock format.
+"""``frt export --format kernels`` (formerly ``frt lock --export kernels``): the same pins in `kernels`' own lock format.
 
 `kernels` projects pin their kernels in a ``kernels.lock`` (JSON: a list of
 ``{"dependency": {"repo-id", "version"}, "lock": {"commit"}}``) that
@@ -18,7 +18,7 @@ in frt's lockfile: the export is a view for `kernels`, not a replacement.
 `kernels` checks no file digest on any load path (``load_kernel``, ``get_locked_kernel``,
 the locked layer repositories): a file edited in the mirror or the cache after ``frt mirror``
 wrote it runs. A load through the export is as safe as the mirror it reads, so check the
-mirror with ``frt verify --mirror DIR`` before it (``frt lock --export`` says so on stderr);
+mirror with ``frt verify --mirror DIR`` before it (``frt export`` says so on stderr);
 ``frt_dist.load`` verifies every file against the lock itself.
 """
 
@@ -48,11 +48,11 @@ def kernels_lock_json(locks) -> str:
                 raise LockfileError(
                     f"{repo} is pinned twice: v{seen[0].version} at {seen[0].snapshot} in {seen[1].path}, "
                     f"v{pkg.version} at {pkg.snapshot} in {lf.path}; a kernels.lock holds one pin per repo",
-                    hints=["export one model: frt lock --export kernels --model MODEL"])
+                    hints=["export one model: frt export --format kernels --model MODEL"])
     try:
         from kernels.locking import KernelLocks  # noqa: PLC0415
     except ImportError as exc:
-        raise UsageError("frt lock --export kernels needs the kernels library installed",
+        raise UsageError("frt export --format kernels needs the kernels library installed",
                          hints=["pip install 'frt-dist[runtime]' (or: pip install kernels)"]) from exc
     draft = [{"dependency": {"repo-id": repo, "version": pkg.version}, "lock": {"commit": pkg.snapshot}}
              for repo, (pkg, _) in sorted(pins.items())]

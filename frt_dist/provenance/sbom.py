@@ -1,4 +1,4 @@
-"""``frt lock --export cyclonedx``: the lock as a CycloneDX 1.6 SBOM (JSON).
+"""``frt export --format cyclonedx`` (formerly ``frt lock --export cyclonedx``): the lock as a CycloneDX 1.6 SBOM (JSON).
 
 Built with ``cyclonedx-python-lib`` (the CycloneDX project's own library; the ``provenance``
 extra), imported only when this export is asked for. What it holds, read from the lockfile (and,
@@ -65,7 +65,7 @@ def _lib():
     try:
         import cyclonedx  # noqa: F401, PLC0415
     except ImportError:
-        raise UsageError("frt lock --export cyclonedx needs the cyclonedx-python-lib library",
+        raise UsageError("frt export --format cyclonedx needs the cyclonedx-python-lib library",
                          hints=["pip install 'frt-dist[provenance]'"]) from None
 
 
@@ -178,7 +178,7 @@ def cyclonedx_json(lock, *, licences: dict[str, str] | None = None, supplier: di
         receipts.append((_receipt(lock, dig, rec), rec, needs))
 
     tool = Component(name="frt-dist", type=ComponentType.APPLICATION, version=__version__, bom_ref="frt-tool:frt-dist",
-                     description="frt lock --export cyclonedx: the SBOM of a frt lockfile")
+                     description="frt export --format cyclonedx: the SBOM of a frt lockfile")
     serial = uuid.uuid5(uuid.NAMESPACE_URL, f"frt-lock:{lock.lock_digest}")
     meta = BomMetaData(component=root, tools=ToolRepository(components=[tool]), supplier=org_entity)
     components = [*packages.values(), *sorted(runtime.values(), key=lambda c: str(c.bom_ref)),
