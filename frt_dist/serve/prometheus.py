@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from .ledger import NOT_OBSERVED
 
-__all__ = ["exposition"]
+__all__ = ["exposition", "SEAM_COUNTERS"]
 
-_METRICS = (
+# (family, kind, help, ledger key per band): the per-seam counters, also what the vLLM plugin sums over its
+# engine processes (frt_dist/serve/vllm/metrics.py)
+SEAM_COUNTERS = (
     ("frt_seam_calls_total", "counter", "Calls that entered the frt guard, per seam and phase band.", "calls"),
     ("frt_seam_fallbacks_total", "counter", "Contract misses that ran the caller's host path.", "fallbacks"),
     ("frt_seam_host_calls_total", "counter", "Calls served by the host path by decision (host band, unbound seam, detached).",
@@ -36,7 +38,7 @@ def exposition(snap: dict, plan) -> str:
         lines.extend([f"# HELP {name} {text}", f"# TYPE {name} {kind}"])
 
     views = [(seam, p, v) for seam, s in snap["seams"].items() for p, v in s["phases"].items()]
-    for name, kind, text, key in _METRICS:
+    for name, kind, text, key in SEAM_COUNTERS:
         head(name, kind, text)
         for seam, p, v in views:
             lines.append(f"{name}{_labels(model=model, seam=seam, phase=p, route=v['route'], state=v['state'])} {v[key]}")

@@ -22,19 +22,19 @@ import time
 from pathlib import Path
 
 from ... import settings
+from ..prometheus import SEAM_COUNTERS
 
 __all__ = ["ledger_dir", "start_writer", "install_collector", "read_ledgers", "FAMILIES"]
 
-# (family, kind, help, ledger key per band); names as Plan.ledger(format="prometheus") exports them
-FAMILIES = (
-    ("frt_seam_calls_total", "counter", "Calls that entered the frt guard, per seam and phase band.", "calls"),
-    ("frt_seam_fallbacks_total", "counter", "Contract misses that ran vLLM's own op.", "fallbacks"),
-    ("frt_seam_host_calls_total", "counter", "Calls served by vLLM's own op by decision (host band, detached).",
-     "host-calls"),
-    ("frt_seam_contract_refusals_total", "counter", "Contract misses that raised ContractViolation.",
-     "contract-refusals"),
-    ("frt_seam_bind_refusals_total", "counter", "Entry requests refused (RouteRefused).", "bind-refusals"),
-    ("frt_seam_captures_total", "counter", "Calls made while a CUDA graph was captured.", "captures"),
+# The families Plan.ledger(format="prometheus") exports, their help in vLLM's words where the host is vLLM's own
+# op, and one family more: the calls made during vLLM's dummy runs.
+_VLLM_HELP = {
+    "fallbacks": "Contract misses that ran vLLM's own op.",
+    "host-calls": "Calls served by vLLM's own op by decision (host band, detached).",
+    "bind-refusals": "Entry requests refused (RouteRefused).",
+    "captures": "Calls made while a CUDA graph was captured.",
+}
+FAMILIES = tuple((name, kind, _VLLM_HELP.get(key, text), key) for name, kind, text, key in SEAM_COUNTERS) + (
     ("frt_seam_warmup_calls_total", "counter", "Calls during vLLM's dummy runs (profiling, warm-up, capture).",
      "warmup-calls"),
 )
