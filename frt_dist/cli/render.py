@@ -97,7 +97,7 @@ def write_output(out: Path, data: bytes) -> None:
     """``-o FILE``, whole or not at all: a temp file beside FILE renamed over it, removed on any
     failure (``write_atomic``). A failure names FILE, not the temp file: ``error: -o FILE: cannot
     be written: <cause>`` (exit 2), FILE as it was before."""
-    from ..documents.lockfile import write_atomic  # noqa: PLC0415
+    from ..documents.lock_writer import write_atomic  # noqa: PLC0415
 
     try:
         write_atomic(out, data)

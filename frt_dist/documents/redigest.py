@@ -95,7 +95,7 @@ def _one(vdir: Path) -> VariantDigest:
 def redigest(paths, *, check: bool = False) -> list[VariantDigest]:
     """Re-digest every variant of the packages (or variant folders) ``paths``. With ``check``
     nothing is written and each stale variant lists its changed files."""
-    from .lockfile import write_atomic  # noqa: PLC0415
+    from .lock_writer import write_atomic  # noqa: PLC0415
 
     found = [_one(v) for p in paths for v in _variants(Path(p))]
     if check:

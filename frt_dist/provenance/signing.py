@@ -216,7 +216,7 @@ def sign_receipt(path: Path, key, *, label: str | None = None) -> tuple[Path, st
     """Write ``<path>.sig`` (atomically, replacing an older one) for the receipt at ``path``.
     Returns ``(sig path, receipt digest, keyid)``. A receipt that does not parse is refused
     (``ReceiptInvalid``, exit 2): only a receipt frt can read is worth vouching for."""
-    from ..documents.lockfile import write_atomic  # noqa: PLC0415
+    from ..documents.lock_writer import write_atomic  # noqa: PLC0415
     from ..documents.receipt import Receipt  # noqa: PLC0415
 
     path = Path(path)
@@ -245,7 +245,7 @@ def sign_receipts_sigstore(paths: list[Path], *, staging: bool = False) -> list[
 
     Every receipt is read before anything is signed (one that does not parse is exit 2); no
     identity token in the environment is exit 2 with a hint; a Sigstore service failing is exit 1."""
-    from ..documents.lockfile import write_atomic  # noqa: PLC0415
+    from ..documents.lock_writer import write_atomic  # noqa: PLC0415
     from ..documents.receipt import Receipt  # noqa: PLC0415
 
     recs = [(Path(p), Receipt.read(Path(p), label=str(p))) for p in paths]

@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..base import names
-from ..documents.lockfile import Lockfile, write_atomic
+from ..documents.lock_writer import write_atomic
+from ..documents.lockfile import Lockfile
 from ..documents.receipt import MIN_CERT_ROUNDS, superseded_path
 from ..errors import KernelUnavailable, UsageError
 from ..system.hardware import Hardware

@@ -440,7 +440,7 @@ def trust(project, model: str, fetched: Fetched) -> list[dict]:
     ``keys/<org>/<name>/<keyid>.pub`` and listed under ``[trust.receipts] keys``, each Sigstore
     identity under ``identities``. Returns one row per signer with ``"added"`` true or false (already
     listed). Nothing is written when the manifest's policy cannot be edited in place."""
-    from ..documents.lockfile import write_atomic  # noqa: PLC0415
+    from ..documents.lock_writer import write_atomic  # noqa: PLC0415
     from ..documents.manifest import Manifest  # noqa: PLC0415
     from ..documents.schema import load_toml  # noqa: PLC0415
     from ..errors import ManifestError  # noqa: PLC0415
