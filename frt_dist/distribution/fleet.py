@@ -46,7 +46,7 @@ from ..base.safedir import SafeDir, UnsafePath
 from ..documents.schema import JSONInvalid, json_loads, read_bytes
 from ..errors import FrtError, KernelUnavailable, ReceiptInvalid
 from .objstore import ObjectStore, lock_key, receipt_key
-from .sources import HashingWriter, Unsupplied, hash_copy, locate_file, locked_files
+from .sources import HashingWriter, Unsupplied, hash_copy, is_offline, locate_file, locked_files
 
 __all__ = ["publish_lock", "PublishReport", "push_receipts", "pull_receipts", "ReceiptTransfer"]
 
@@ -78,10 +78,11 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
     """Upload the selection's locked files, then the lockfile (see the module docstring).
     Raises ``KernelUnavailable`` (exit 1) listing every file that could not be supplied, after
     sending all the others, and then uploads no lockfile; store errors stop the run."""
-    from ..loader.core import _as_lock, is_offline, lock_root  # noqa: PLC0415
+    from ..documents.lockfile import Lockfile  # noqa: PLC0415
+    from ..project.discover import lock_root  # noqa: PLC0415
     from .mirror_select import select_for_mirror  # noqa: PLC0415
 
-    lock = _as_lock(lock)
+    lock = Lockfile.of(lock)
     if variants is None and not all_variants and hardware is None and not machines and not cells:
         from ..system.hardware import Hardware  # noqa: PLC0415
 

@@ -86,9 +86,9 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
     ``StoreUnavailable`` exit 1) stop the run; a missing or damaged object is one more file that
     could not be supplied, naming the object and the locked file.
     """
-    from ..loader.core import _as_lock  # noqa: PLC0415
+    from ..documents.lockfile import Lockfile  # noqa: PLC0415
 
-    lock = _as_lock(lock)
+    lock = Lockfile.of(lock)
     dest = Path(dir)
     if variants is None and not all_variants and hardware is None and not machines and not cells:
         from ..system.hardware import Hardware  # noqa: PLC0415

@@ -21,9 +21,9 @@ __all__ = ["verify_mirror", "read_mirrored", "bundle_problems"]
 def verify_mirror(lock, dir, *, variants=None, all_variants: bool = False, hardware=None) -> list[dict]:
     """Every problem of the mirror ``dir`` for ``lock``: ``{"kind": "missing" | "unknown" |
     "mismatched", "path", "expected", "computed", "reason"}``, paths relative to ``dir``."""
-    from ..loader.core import _as_lock  # noqa: PLC0415
+    from ..documents.lockfile import Lockfile  # noqa: PLC0415
 
-    lock = _as_lock(lock)
+    lock = Lockfile.of(lock)
     dest = Path(dir)
     chosen, _ = select_for_mirror(lock, variants=variants, all_variants=all_variants, hardware=hardware,
                                   mirror=dest)

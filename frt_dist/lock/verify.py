@@ -658,7 +658,7 @@ def _check_mirrored_signature(f: _Findings, lp, vname: str, raw: bytes, mirror: 
     (when the bundle is the locked one: a missing or other file is verify_mirror's to report)."""
     from ..base.canonical import sha256_hex  # noqa: PLC0415
     from ..distribution.mirror import read_mirrored  # noqa: PLC0415
-    from ..loader.core import repo_folder  # noqa: PLC0415
+    from ..distribution.sources import repo_folder  # noqa: PLC0415
     from ..provenance.publisher import BUNDLE, SignatureRefused, signature_record, verify_bundle  # noqa: PLC0415
 
     sig = lp.variants[vname].signature
@@ -731,9 +731,9 @@ def _rederive_from_mirror(f: _Findings, lp, mirror: Path, policy=None) -> None:
     """Each mirrored variant's facts from its metadata.json (only where the bytes are the locked
     ones: a mismatched file is verify_mirror's to report)."""
     from ..base.canonical import sha256_hex  # noqa: PLC0415
+    from ..distribution.sources import repo_folder  # noqa: PLC0415
     from ..documents.metadata import parse_variant_metadata, with_computed_digests  # noqa: PLC0415
     from ..errors import KernelUnavailable  # noqa: PLC0415
-    from ..loader.core import repo_folder  # noqa: PLC0415
 
     if names.problem("repo", lp.repo):
         return

@@ -136,7 +136,7 @@ def _metadata_paths(pkg, vname: str, root: Path) -> list[Path]:
     rel = Path("build") / vname / "metadata.json"
     if pkg.source == "path":
         return [root / pkg.path / rel]
-    from ..loader.core import cache_dirs, repo_folder  # noqa: PLC0415 - imports no torch
+    from ..distribution.sources import cache_dirs, repo_folder  # noqa: PLC0415 - imports no torch
 
     return [c / repo_folder(pkg.repo) / "snapshots" / pkg.revision / rel for c in cache_dirs()]
 

@@ -408,8 +408,9 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
     else ``MAX_ROUNDS_FACTOR`` times the initial rounds)."""
     import torch  # noqa: PLC0415
 
-    from ..loader.core import load_locked, lock_root  # noqa: PLC0415
+    from ..loader.core import load_locked  # noqa: PLC0415
     from ..loader.smoke import smoke_impl  # noqa: PLC0415
+    from ..project.discover import lock_root  # noqa: PLC0415
     from ..serve.load import plan_for_route  # noqa: PLC0415
 
     m = lock.manifest
@@ -553,7 +554,7 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
 
 
 def _qualify_vllm(lock, route_name, *, phases, rounds, seed, root, progress, max_rounds) -> list[QualifyResult]:
-    from ..loader.core import lock_root  # noqa: PLC0415
+    from ..project.discover import lock_root  # noqa: PLC0415
     from ..serve.vllm.qualify import qualify_vllm  # noqa: PLC0415
 
     m = lock.manifest

@@ -205,7 +205,7 @@ def _local_ref(repo: str, version: int, dirs: list[Path]) -> str | None:
 
 
 def _dirs(mirror: str | None) -> list[Path]:
-    from ..loader.core import cache_dirs  # noqa: PLC0415
+    from ..distribution.sources import cache_dirs  # noqa: PLC0415
 
     out = []
     if mirror and "://" not in mirror:
@@ -218,7 +218,7 @@ def fetch(repo: str, version: int, model: str, *, commit: str | None = None, rec
     """The release files of ``model`` in ``repo`` at ``commit`` (None: the head of branch ``v<version>``).
     A commit whose recorded files (``recorded``: path -> sha256) are all in a mirror or the hub cache
     asks the Hub nothing; offline (``HF_HUB_OFFLINE``) the mirror and the caches are all there is."""
-    from ..loader.core import is_offline  # noqa: PLC0415
+    from ..distribution.sources import is_offline  # noqa: PLC0415
 
     dirs = _dirs(mirror)
     offline = is_offline()
@@ -673,7 +673,7 @@ def mirror_files(lock, top, tmp, *, progress=None) -> list[dict]:
     rel = lock.release
     if not rel or not rel.get("files"):
         return []
-    from ..loader.core import is_offline  # noqa: PLC0415
+    from ..distribution.sources import is_offline  # noqa: PLC0415
 
     problems = []
     try:

@@ -57,7 +57,7 @@ def find_lockfile(model: str, lockfile=None, project=None):
     """(Lockfile, project root for its path packages), in this order: ``lockfile=``,
     ``FRT_LOCK``, the project's ``lockfiles/<model>.lock``."""
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
-    from ..loader.core import lock_root  # noqa: PLC0415
+    from ..project.discover import lock_root  # noqa: PLC0415
 
     proj = _project(project, lockfile)
     if isinstance(lockfile, Lockfile):
@@ -176,7 +176,7 @@ def load(model: str, *, precision: str | None = None, fallback: str = "refuse", 
          project=None) -> Plan:
     """Resolve, supply and bind ``model`` for this (or the declared) hardware
     (docs/reference.md#loading-and-guard)."""
-    from ..loader.core import mirror_location  # noqa: PLC0415
+    from ..distribution.sources import mirror_location  # noqa: PLC0415
     from ..routes.resolver import refusal_error, resolve_all  # noqa: PLC0415
 
     proj = _project(project, lockfile)

@@ -357,7 +357,8 @@ class Engine:
         log.info("frt: model %s bound in %.2f s (engine form %s)", self.model, time.perf_counter() - t0, self.form)
 
     def _qualify_plan(self, route: str, hw):
-        from ...loader.core import load_locked, lock_root  # noqa: PLC0415
+        from ...loader.core import load_locked  # noqa: PLC0415
+        from ...project.discover import lock_root  # noqa: PLC0415
         from ..load import plan_for_route  # noqa: PLC0415
 
         m = self.lock.manifest
