@@ -39,7 +39,9 @@ def superseded_path(path: Path, digest_: str) -> Path:
     return path.with_name(f"{path.name}{SUPERSEDED}{digest_.split(':', 1)[-1][:12]}")
 TIMING_CLOCKS = ("perf-counter", "cuda-events")  # frt_dist.qualify.run.CLOCKS: the host's clock on CPU, CUDA events on a GPU
 TIMING_KEYS = {"method", "rounds", "warmup", "rows", "host-median-ms", "route-median-ms", "clock", "l2-flush", "device",
-               "speedup-median", "speedup-min", "speedup-max", "speedup-p25", "speedup-p75", "speedup-ci", "adaptive"}
+               "speedup-median", "speedup-min", "speedup-max", "speedup-p25", "speedup-p75", "speedup-ci", "adaptive",
+               "steps"}
+STEP_KINDS = ("decode", "prefill")  # what an in-engine band's timing ran (evidence.timing.steps.kind)
 PARITY_KEYS = {"max-abs", "max-rel", "tolerance", "worst-case", "pass", "worst-margin", "worst-margin-error",
                "worst-margin-host"}
 MARGIN_KEYS = ("worst-margin", "worst-margin-error", "worst-margin-host")
@@ -203,6 +205,24 @@ class Receipt:
             if clock is not None and clock not in TIMING_CLOCKS:
                 raise r.fail("evidence.timing.clock", f"expected one of {', '.join(TIMING_CLOCKS)}, got {clock!r}")
             r.get(timing, "l2-flush", bool, "evidence.timing", required=False)
+            steps = r.get(timing, "steps", dict, "evidence.timing", required=False)
+            if steps is not None:  # the engine steps an in-engine (vLLM) timing measured: rows in the cell's band
+                p = "evidence.timing.steps"
+                r.only(steps, {"kind", "rows", "per-sample", "form", "host", "shared-with"}, p)
+                if r.get(steps, "kind", str, p) not in STEP_KINDS:
+                    raise r.fail(f"{p}.kind", f"expected one of {', '.join(STEP_KINDS)}, got {steps['kind']!r}")
+                srows = r.get(steps, "rows", list, p)
+                lo, hi = rows
+                if not srows or any(isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi for x in srows):
+                    raise r.fail(f"{p}.rows", f"expected rows within the cell's band {lo}..{hi}, got {srows!r}: a "
+                                 "band's figure is measured on steps whose rows lie in it")
+                if r.get(steps, "per-sample", int, p) < 1:
+                    raise r.fail(f"{p}.per-sample", "expected a positive number of steps")
+                r.get(steps, "form", str, p)
+                r.get(steps, "host", str, p)
+                shared = r.get(steps, "shared-with", list, p, required=False)
+                if shared is not None and not all(isinstance(x, str) and x for x in shared):
+                    raise r.fail(f"{p}.shared-with", "expected the names of the bands this measurement also covers")
             dev = r.get(timing, "device", dict, "evidence.timing", required=False)
             if dev is not None:  # the GPU as NVML saw it during timing (frt qualify on CUDA)
                 r.only(dev, {"name", "driver", "cuda-driver", "clocks-start", "clocks-end"}, "evidence.timing.device")

@@ -2,16 +2,17 @@
 
 An **adapter** says what frt needs to know about one vLLM op class (``CustomOp``'s
 registry names it by class name, as ``vllm-op`` does in a manifest): where vLLM defines
-it, and how to build a small instance of it and its call for the bind-time smoke. A new
-op (a fused-MoE method, an attention backend) is one more entry in ``ADAPTERS``; the
+it, its call's parameters, the shapes of its outputs (the fake implementation a compiler
+needs), and how to build a small instance of it and its call for the bind-time smoke. A
+new op (a fused-MoE method, an attention backend) is one more entry in ``ADAPTERS``; the
 routing class below is the same for every op.
 
 The **routing class** (``route_class``) subclasses vLLM's own op and is registered with
 ``CustomOp.register_oot`` under the op's class name, so every instance vLLM builds is
 one of ours. Its ``__init__`` runs vLLM's own (so ``self._forward_method`` is exactly
 the forward vLLM would have run: its ``custom_ops`` setting decides it as before), and
-its ``forward`` picks, per call, the phase band by the first input's leading dimension
-(tokens in the batch) and runs:
+each call is routed by ``SeamTable.call`` (frt_dist/serve/vllm/plugin.py): the phase band
+is picked by the first input's leading dimension (tokens in the batch), then
 
 - the band's verified layer (``layers.<Layer>.forward(self, *args)``: the layer reads
   the op's own attributes), counted as a call; inputs outside the impl's contract
@@ -20,18 +21,27 @@ its ``forward`` picks, per call, the phase band by the first input's leading dim
 - for rows in no band (a contract miss of kind ``rows``): vLLM's own forward counted as
   a fallback under ``FRT_FALLBACK=host``, else ``ContractViolation``.
 
+**In vLLM's compiled form** (``torch.compile``, vLLM's default) one graph serves every
+batch size, so the choice cannot be made while tracing. A routed seam's call is therefore
+traced as one opaque op, ``torch.ops.frt.dispatch(tensors, slot)`` (a ``torch.library``
+op with a fake implementation, as vLLM treats attention): Dynamo and Inductor see its
+output shapes, never its body, and at run time its body is the same ``SeamTable.call``
+as in eager mode, per call, counted. ``slot`` is the op instance's index in this
+process's construction order (the same in every process that builds the same model, so a
+graph vLLM cached on disk finds the same ops). A seam none of whose bands is routed is
+traced as vLLM traces its own op: such an engine compiles exactly what vLLM compiles.
+The op is functional: its outputs never alias its inputs (an output that is an input is
+copied), and vLLM's own forward, where it may write its inputs (``Adapter.writes``),
+runs on copies inside it. A layer served in a compiled engine must not write its inputs
+(vLLM's IR asks the same of its functional overloads).
+
 During vLLM's own dummy runs (memory profiling, compile warm-up, CUDA-graph capture,
 all of which go through the model runner's ``_dummy_run``), calls are counted apart as
 ``warmup`` and a call in no band runs vLLM's own op instead of refusing: the profile run
 uses ``max_num_batched_tokens`` rows, which need not be in any band, and is not
-traffic. In-band dummy calls run the route, so what is compiled or captured is the
-route.
-
-Under ``torch.compile`` (vLLM's default form) the forward is traced once for every batch
-size; a band cannot be chosen per call inside one graph. The plugin therefore routes a
-compiled engine only where one impl covers every row count the engine can run
-(``Engine.compiled_binding``); the layer is traced into the graph and its calls are not
-counted (the ledger's ``observed`` is 0 and its notes say why).
+traffic. In-band dummy calls run the route, so what is captured is the route. Under CUDA
+graphs (``compile-then-capture``) vLLM captures one graph per batch size: the band that
+size falls in is the band its graph holds, and replays run no Python (not counted).
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ADAPTERS", "Adapter", "route_class", "vllm_op_class"]
+__all__ = ["ADAPTERS", "DISPATCH_SCHEMA", "Adapter", "dispatch_op", "route_class", "vllm_op_class"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,21 @@ class Adapter:
     module: str  # where vLLM defines it
     make: Callable  # (cls, width, dtype) -> a smoke instance (weights as vLLM initialises them)
     calls: Callable  # (rows, width, dtype, generator) -> [(args, kwargs)] the smoke runs
+    params: tuple = ("x",)  # the forward's tensor parameters, in order (the rest must be None)
+    fake: Callable = None  # (tensors) -> [outputs] with the outputs' shapes and dtypes (no data)
+    writes: bool = False  # vLLM's own forward may write its inputs (fused in-place kernels)
+
+    def pack(self, args, kwargs) -> list:
+        """The call's tensors, in ``params`` order, up to the first ``None`` (trailing ``None``s dropped)."""
+        vals = list(args) + [kwargs[p] for p in self.params[len(args):] if p in kwargs]
+        if len(kwargs) > len(self.params) - len(args) or any(k not in self.params for k in kwargs):
+            raise TypeError(f"{self.name}.forward: unexpected arguments {sorted(kwargs)}")
+        out = []
+        for v in vals:
+            if v is None:
+                break
+            out.append(v)
+        return out
 
 
 def _rms_make(cls, width, dtype):
@@ -83,9 +108,20 @@ def _silu_calls(rows, width, dtype, gen):
     return [((torch.randn(rows, width, generator=gen).to(dtype),), {})]
 
 
+def _rms_fake(tensors):
+    return [t.new_empty(t.shape) for t in tensors]  # out, and the residual when one is given
+
+
+def _silu_fake(tensors):
+    x = tensors[0]
+    return [x.new_empty((*x.shape[:-1], x.shape[-1] // 2))]
+
+
 ADAPTERS = {
-    "RMSNorm": Adapter("RMSNorm", "vllm.model_executor.layers.layernorm", _rms_make, _rms_calls),
-    "SiluAndMul": Adapter("SiluAndMul", "vllm.model_executor.layers.activation", _silu_make, _silu_calls),
+    "RMSNorm": Adapter("RMSNorm", "vllm.model_executor.layers.layernorm", _rms_make, _rms_calls,
+                       params=("x", "residual"), fake=_rms_fake, writes=True),
+    "SiluAndMul": Adapter("SiluAndMul", "vllm.model_executor.layers.activation", _silu_make, _silu_calls,
+                          params=("x",), fake=_silu_fake),
 }
 
 
@@ -128,47 +164,79 @@ def smoke_layer(adapter: Adapter, base, layer, impl, rows: int) -> str | None:
     return None
 
 
-def route_class(base, seam: str, engine):
+# -- the dispatch op a compiled graph calls ----------------------------------------------
+
+DISPATCH_SCHEMA = "dispatch(Tensor[] tensors, int slot) -> Tensor[]"
+"""frt's one op in a compiled graph (namespace ``frt``); part of what keys vLLM's compile cache."""
+
+_SLOTS: list = []  # this process's routing-class instances, in construction order (a slot is an index)
+_lib = None
+
+
+def dispatch_op():
+    """``torch.ops.frt.dispatch.default``, defined once per process."""
+    global _lib
+    import torch  # noqa: PLC0415
+
+    if _lib is None:
+        lib = torch.library.Library("frt", "FRAGMENT")
+        lib.define(DISPATCH_SCHEMA)
+        # CompositeExplicitAutograd: one kernel for every device, never decomposed by AOTAutograd
+        lib.impl("dispatch", _dispatch, "CompositeExplicitAutograd")
+        lib._register_fake("dispatch", _dispatch_fake)
+        _lib = lib
+    return torch.ops.frt.dispatch.default
+
+
+def _dispatch_fake(tensors, slot):
+    return _SLOTS[slot]._frt_adapter.fake(tensors)
+
+
+def _dispatch(tensors, slot):
+    """The body of ``frt::dispatch`` at run time: the seam's table decides this call."""
+    op = _SLOTS[slot]
+    adapter = op._frt_adapter
+    own = op._forward_method
+    if adapter.writes:  # vLLM's own forward may write its inputs: give it copies (the op is functional)
+        def own(*args, _f=op._forward_method, **kwargs):
+            return _f(*[a.clone() for a in args], **kwargs)
+    table = op._frt_engine.table.get(op._frt_seam)
+    out = own(*tensors) if table is None else table.call(op, own, tensors, {}, op._frt_engine.warming)
+    out = list(out) if isinstance(out, (tuple, list)) else [out]
+    seen = {t.data_ptr() for t in tensors}
+    return [o.clone() if o.data_ptr() in seen else o for o in out]
+
+
+def route_class(base, seam: str, engine, adapter: Adapter):
     """The class registered in place of vLLM's ``base`` op for ``seam`` (see the module doc)."""
     import torch  # noqa: PLC0415
 
     from ...errors import ContractViolation  # noqa: PLC0415
 
     compiling = torch.compiler.is_compiling
+    dispatch = dispatch_op()
 
     class FrtRoutedOp(base):
         _frt_seam = seam
         _frt_engine = engine
+        _frt_adapter = adapter
 
         def __init__(self, *args, **kwargs):
             engine.ensure_plan()  # the first op vLLM builds in this process: decide, verify, load, smoke
             super().__init__(*args, **kwargs)
+            self._frt_slot = len(_SLOTS)
+            _SLOTS.append(self)
 
         def forward(self, *args, **kwargs):
+            if compiling():  # one graph for every batch size: the band is chosen at run time, in frt::dispatch
+                if seam not in engine.dispatched:  # no band routed: vLLM's own op, traced as vLLM traces it
+                    return self._forward_method(*args, **kwargs)
+                out = dispatch(adapter.pack(args, kwargs), self._frt_slot)
+                return out[0] if len(out) == 1 else tuple(out)
             table = engine.table.get(seam)
-            own = self._forward_method  # what vLLM itself would run for this op
             if table is None:  # the seam is not routed in this engine (host everywhere, or detached)
-                return own(*args, **kwargs)
-            if compiling():
-                return table.traced(self, own, args, kwargs)
-            x = args[0] if args else next(iter(kwargs.values()))
-            rows = x.shape[0]
-            for band in table.bands:
-                if band.lo <= rows <= band.hi:
-                    if engine.warming:
-                        band.warm += 1
-                    else:
-                        band.counts.calls += 1
-                    if band.layer is None:  # decided host: vLLM's own op
-                        if not engine.warming:
-                            band.counts.host_calls += 1
-                        return own(*args, **kwargs)
-                    problems = band.problems(x)
-                    if not problems:
-                        return band.layer.forward(self, *args, **kwargs)
-                    return table.miss(band, problems, own, args, kwargs, engine.warming)
-            return table.miss(None, [("rows", f"rows {rows} in no phase band ({table.shown})")], own, args, kwargs,
-                              engine.warming)
+                return self._forward_method(*args, **kwargs)
+            return table.call(self, self._forward_method, args, kwargs, engine.warming)
 
     FrtRoutedOp.__name__ = FrtRoutedOp.__qualname__ = f"Frt{base.__name__}"
     FrtRoutedOp.__module__ = __name__

@@ -140,13 +140,32 @@ class Band:
 
 
 class SeamTable:
-    """The bands of one seam, and what a miss does under the engine's policy."""
+    """The bands of one seam, and what a call does under the engine's policy."""
 
-    def __init__(self, seam: str, bands: list, fallback: str, compiled_layer=None, compiled_counts=()):
+    def __init__(self, seam: str, bands: list, fallback: str):
         self.seam, self.bands, self.fallback = seam, bands, fallback
         self.shown = ", ".join(f"{b.phase} {b.lo}..{b.hi}" for b in bands)
-        self.compiled_layer = compiled_layer  # the one layer a compiled graph runs (None: vLLM's own op)
-        self.compiled_counts = compiled_counts
+
+    def call(self, op, own, args, kwargs, warming: bool):
+        """One call of the seam's op: the band its rows fall in decides (eager calls, and the body of
+        ``frt::dispatch`` in a compiled graph)."""
+        x = args[0] if args else next(iter(kwargs.values()))
+        rows = x.shape[0]
+        for band in self.bands:
+            if band.lo <= rows <= band.hi:
+                if warming:
+                    band.warm += 1
+                else:
+                    band.counts.calls += 1
+                if band.layer is None:  # decided host: vLLM's own op
+                    if not warming:
+                        band.counts.host_calls += 1
+                    return own(*args, **kwargs)
+                problems = band.problems(x)
+                if not problems:
+                    return band.layer.forward(op, *args, **kwargs)
+                return self.miss(band, problems, own, args, kwargs, warming)
+        return self.miss(None, [("rows", f"rows {rows} in no phase band ({self.shown})")], own, args, kwargs, warming)
 
     def miss(self, band, problems, own, args, kwargs, warming: bool):
         from ...errors import ContractViolation  # noqa: PLC0415
@@ -168,15 +187,6 @@ class SeamTable:
                                 reasons=[{"seam": self.seam, "kind": k, "reason": r} for k, r in problems],
                                 hints=["set FRT_FALLBACK=host to run vLLM's own op for such calls (counted)"])
 
-    def traced(self, op, own, args, kwargs):
-        """Inside ``torch.compile``: one graph serves every batch size, so no band is picked;
-        the engine routed this seam only if one layer covers every row count (or none does)."""
-        for st in self.compiled_counts:
-            st.compiled = True
-        if self.compiled_layer is None:
-            return own(*args, **kwargs)
-        return self.compiled_layer.forward(op, *args, **kwargs)
-
 
 class Engine:
     """What the plugin holds in one process."""
@@ -190,6 +200,7 @@ class Engine:
         self.warming = False
         self.host_bands: dict = {}  # (seam, phase) -> why vLLM's own op serves it
         self.ops: dict = {}  # seam -> vllm op name
+        self.dispatched: frozenset = frozenset()  # seams a compiled graph calls through frt::dispatch
 
     @classmethod
     def from_env(cls, model: str) -> Engine:
@@ -235,7 +246,7 @@ class Engine:
                 raise UsageError(f"vLLM op {op} is already replaced by {have.__module__}.{have.__qualname__}; "
                                  "frt cannot route it", hints=["remove the other plugin (VLLM_PLUGINS=frt,...)"])
             base = vllm_op_class(ADAPTERS[op])
-            cls = route_class(base, seam, self)
+            cls = route_class(base, seam, self, ADAPTERS[op])
             CustomOp.register_oot(cls, name=op)
             # keep vLLM's own name for its `custom_ops` setting (register_oot sets the class name)
             cls.name = base.name
@@ -328,8 +339,6 @@ class Engine:
                 raise _startup_error(KernelUnavailable(
                     f"model {self.model!r}: the layer of seam {seam!r} failed its smoke on vLLM's {op}",
                     reasons=[{"seam": seam, "phase": phase, "reason": smoked[key]}]))
-        if self.form != "eager":
-            refusals += self._compiled_coverage(plan)
         if refusals and self.fallback != "host":
             plan.detach()
             raise _startup_error(RouteRefused(
@@ -341,15 +350,9 @@ class Engine:
         for r in refusals:
             log.warning("frt: %s band runs vLLM's own ops (FRT_FALLBACK=host): %s", r["phase"], r["reason"])
         self.plan = plan
+        if self.form != "eager":
+            self._key_compile_cache()
         self._log_decisions(refusals)
-        for seam, op in sorted(self.ops.items()):
-            base = vllm_op_class(ADAPTERS[op])
-            if self.form != "eager" and seam in self.table and self.table[seam].compiled_layer is not None \
-                    and not base.enabled():
-                from vllm.config import get_current_vllm_config  # noqa: PLC0415
-
-                log.info("frt: vLLM's custom_ops %s would run %s's native form here; frt's layer replaces it inside "
-                         "the compiled graph", list(get_current_vllm_config().compilation_config.custom_ops), op)
         self._hook_dummy_runs()
         from .metrics import start_writer  # noqa: PLC0415
 
@@ -404,42 +407,33 @@ class Engine:
                 band.layer = band._good
                 del band._good
 
-    def _compiled_coverage(self, plan) -> list:
-        """Under compilation one graph serves every row count 1..max_num_batched_tokens: a seam is
-        routed there only when one impl serves every one of them."""
+    def _key_compile_cache(self) -> None:
+        """Make frt's routing part of what keys vLLM's compile cache: a graph that calls frt::dispatch
+        must never be handed to an engine without it (nor one without it to an engine with it). vLLM
+        hashes ``additional_config`` into its config hash (``VllmConfig.compute_hash``), which keys both
+        its AOT artifacts and its Inductor cache folder; the graph depends only on which ops call
+        frt::dispatch (the routing itself is decided per call, at run time, from this engine's lock)."""
         from vllm.config import get_current_vllm_config  # noqa: PLC0415
 
-        m = self.lock.manifest
-        top = get_current_vllm_config().scheduler_config.max_num_batched_tokens
-        out = []
-        for seam in m.seams:
-            impls = {plan._impls[(seam, p)].impl.name for p in plan.decisions if (seam, p) in plan._impls}
-            covered = sorted(m.phases[p].rows for p in plan.decisions if (seam, p) in plan._impls)
-            reach, gap = 0, None
-            for lo, hi in covered:
-                if lo > reach + 1:
-                    gap = reach + 1
-                    break
-                reach = max(reach, hi)
-            if not impls:
-                continue
-            if len(impls) > 1:
-                why = (f"seam {seam!r} runs impls {', '.join(sorted(impls))} in different bands; a compiled graph "
-                       "serves every batch size with one")
-            elif gap is not None or reach < top:
-                miss = gap if gap is not None else reach + 1
-                why = (f"seam {seam!r}: rows {miss} (of 1..{top}, max_num_batched_tokens) are in no routed band; a "
-                       "compiled graph serves every batch size with one impl")
-            else:
-                continue
-            out.extend({"phase": p, "route": plan.decisions[p].route, "seam": seam, "reason": why}
-                       for p in plan.decisions if (seam, p) in plan._impls)
-        return out
+        from .ops import DISPATCH_SCHEMA  # noqa: PLC0415
+
+        cfg = get_current_vllm_config()
+        key = {"dispatch": f"frt::{DISPATCH_SCHEMA}",
+               "ops": sorted({self.ops[s] for s in self.dispatched})}
+        if isinstance(cfg.additional_config, dict):
+            cfg.additional_config["frt"] = key
+        else:  # a platform's own config object: frt cannot add to it; keep vLLM from sharing the cache instead
+            import os  # noqa: PLC0415
+
+            os.environ["VLLM_DISABLE_COMPILE_CACHE"] = "1"
+            _log().warning("frt: additional_config is a %s, not a table: vLLM's compile cache is disabled in this "
+                           "process so that a graph without frt's routing is never reused", type(cfg.additional_config))
 
     def _build_table(self, plan, hostless: set) -> None:
         m = self.lock.manifest
+        routed = set()
         for seam in m.seams:
-            bands, layers = [], set()
+            bands = []
             for phase, ph in sorted(m.phases.items(), key=lambda kv: kv[1].rows):
                 key = (seam, phase)
                 layer = plan.fns.get(key) if phase not in hostless else None
@@ -448,10 +442,14 @@ class Engine:
                     self.host_bands[key] = ("host decision" if plan.decisions[phase].decision == "host" else
                                             "refused in this engine form" if phase in hostless else "not bound")
                 else:
-                    layers.add(layer)
+                    routed.add(seam)
                 bands.append(Band(phase, ph.rows[0], ph.rows[1], layer, plan._counts[key], contract))
-            compiled = next(iter(layers)) if len(layers) == 1 and not hostless else None
-            self.table[seam] = SeamTable(seam, bands, self.fallback, compiled, [b.counts for b in bands])
+            self.table[seam] = SeamTable(seam, bands, self.fallback)
+            if (self.form != "eager" and seam not in routed) or self.form == "compile-then-capture":
+                # vLLM's own compiled op (no band routed), or CUDA-graph replays: calls run no frt code
+                for b in bands:
+                    b.counts.compiled = True
+        self.dispatched = frozenset(routed)
 
     def _log_decisions(self, refusals) -> None:
         log = _log()
@@ -505,12 +503,6 @@ class Engine:
         return snap
 
     def detach(self) -> None:
-        """vLLM's own ops serve every call from now on (qualification's host side). Eager engines
-        only: a compiled graph holds what it traced, the route included."""
-        from ...errors import UsageError  # noqa: PLC0415
-
-        if self.form != "eager":
-            raise UsageError(f"frt: cannot detach a {self.form!r} engine: its compiled graph holds the route; "
-                             "compare against an engine started without FRT_MODEL")
+        """vLLM's own ops serve every call from now on (in a compiled engine, inside frt::dispatch)."""
         self.plan.detach()
         self.table = {}
