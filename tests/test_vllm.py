@@ -9,6 +9,7 @@ as written).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -126,27 +127,62 @@ def test_tampered_package_refused_before_import(tiny, work):
     assert any("layers.py" in ln and "mismatch" in ln.lower() for ln in err), "\n".join(err) or log[-3000:]
 
 
+def _aot_dirs(log: str) -> list[str]:
+    """The compile-cache folders vLLM saved or looked up its compiled model in, in order (its own log lines)."""
+    return re.findall(r"torch_aot_compile/([0-9a-f]{16,})/", log)
+
+
 @pytest.fixture(scope="module")
 def compiled_run(tiny, work):
-    proj = _project(work, tiny, "compiled", receipts=(("compiled", "decode"), ("compiled", "prefill")))
-    rc, res, log = vs.run_engine({"model": str(tiny), "eager": False},
-                                 vs.engine_env(proj, XDG_CACHE_HOME=work / "cache"))
+    """vLLM's default compiled form, no --enforce-eager, one compile-cache folder: in one process, an engine
+    without frt and then one with frt whose lock routes decode to `compiled` (layer RMSNorm) and prefill to
+    `compiled-b` (layer RMSNormB); then, in a second process, an engine whose lock swaps them."""
+    cache = work / "vllm-cache"
+    proj = _project(work, tiny, "twoband", receipts=(("compiled", "decode"), ("compiled-b", "prefill")))
+    rc, res, log = vs.run_engine({"model": str(tiny), "eager": False, "plain_first": True},
+                                 vs.engine_env(proj, XDG_CACHE_HOME=work / "cache", VLLM_CACHE_ROOT=cache))
     assert rc == 0 and res is not None, log[-4000:]
-    return res, log
+    swapped = _project(work, tiny, "swapped", receipts=(("compiled-b", "decode"), ("compiled", "prefill")))
+    rc2, res2, log2 = vs.run_engine({"model": str(tiny), "eager": False},
+                                    vs.engine_env(swapped, XDG_CACHE_HOME=work / "cache", VLLM_CACHE_ROOT=cache))
+    assert rc2 == 0 and res2 is not None, log2[-4000:]
+    return res, log, res2, log2
 
 
-def test_compiled_form_runs_route_in_graph(compiled_run, eager_run):
-    res, log = compiled_run
+def test_compiled_engine_routes_each_band_per_call(compiled_run):
+    """Without --enforce-eager: each band runs its own route's layer, per call, inside the compiled graph
+    (frt::dispatch), counted; the greedy tokens are plain vLLM's."""
+    res, _, _, _ = compiled_run
     led = res["ledger"]
     assert led["engine-form"] == "compile"
-    assert res["graph-breaks"] == {}  # the layers were traced into the graph, not run beside it
-    # vLLM's inductor default (custom_ops none) would run the native op: the log says frt's layer replaced it
-    assert any("frt's layer replaces it inside the compiled graph" in ln for ln in log.splitlines()), log[-3000:]
-    # the layer was traced into the graph: its calls there are not counted, and the ledger says so
+    assert res["graph-breaks"] == {}  # frt::dispatch is one op in the graph, not a break
+    norm = led["seams"]["norm"]["phases"]
+    assert (norm["decode"]["route"], norm["prefill"]["route"]) == ("compiled", "compiled-b")
     for seam in ("norm", "act"):
-        assert led["seams"][seam]["observed"] is False
-        assert any("not observed under compilation" in n for n in led["seams"][seam]["notes"])
-    assert [o["tokens"] for o in res["on"]] == [o["tokens"] for o in eager_run[0]["on"]]
+        s = led["seams"][seam]
+        assert s["observed"] is True and not s["notes"], s
+        assert s["phases"]["decode"]["calls"] > 0 and s["phases"]["prefill"]["calls"] > 0, s
+        assert s["fallbacks"] == 0 and s["host-calls"] == 0
+    # one 34-row prefill step (both prompts) and 5 decode steps of 2 rows: 2 layers x 2 norms + the final one each
+    assert (norm["prefill"]["calls"], norm["decode"]["calls"]) == (5, 25)
+    assert [o["tokens"] for o in res["on"]] == [o["tokens"] for o in res["plain"]]
+    for on, plain in zip(res["on"], res["plain"], strict=True):
+        assert all(abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], plain["logprobs"], strict=True))
+
+
+def test_compile_cache_keyed_by_frt_routing(compiled_run):
+    """One VLLM_CACHE_ROOT: the engine without frt and the engine with frt compile under different keys (a graph
+    that calls frt::dispatch is never handed to an engine without frt, nor the reverse); an engine with another
+    lock (the same ops through frt::dispatch) shares frt's key, and its calls follow its own lock."""
+    res, log, res2, log2 = compiled_run
+    first = list(dict.fromkeys(_aot_dirs(log)))
+    assert len(first) == 2, first  # plain vLLM's key, then frt's
+    assert list(dict.fromkeys(_aot_dirs(log2))) == [first[1]]
+    norm = res2["ledger"]["seams"]["norm"]["phases"]
+    assert (norm["decode"]["route"], norm["prefill"]["route"]) == ("compiled-b", "compiled")
+    assert norm["decode"]["calls"] > 0 and norm["prefill"]["calls"] > 0
+    assert [o["tokens"] for o in res2["on"]] == [o["tokens"] for o in res["plain"]]
+    assert res2["ledger"]["vllm-ops"] == {"norm": "RMSNorm", "act": "SiluAndMul"}
 
 
 def test_eager_receipt_refused_in_compiled_engine(tiny, work):

@@ -34,6 +34,18 @@ class RMSNorm(nn.Module):
         return out if residual is None else (out, residual)
 
 
+class RMSNormB(nn.Module):
+    """The same norm computed another way (in float64): a second impl, for per-band routing."""
+
+    def forward(self, x, residual=None):
+        if residual is not None:
+            x = x + residual
+            residual = x
+        xd = x.double()
+        out = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)).to(x.dtype) * self.weight
+        return out if residual is None else (out, residual)
+
+
 class SiluAndMul(nn.Module):
     def forward(self, x):
         d = x.shape[-1] // 2
@@ -81,12 +93,14 @@ def binding_manifest(model: str = "tiny-qwen2", *, decode=(1, 16), prefill=(17, 
         "phases": {"decode": {"rows": list(decode)}, "prefill": {"rows": list(prefill)}},
         "seams": {
             "norm": {"structure": "rms_norm@1", "vllm-op": "RMSNorm",
-                     "impls": {"rms": impl("frt-vllm/rmsnorm", "RMSNorm", HIDDEN)}},
+                     "impls": {"rms": impl("frt-vllm/rmsnorm", "RMSNorm", HIDDEN),
+                               "rms_b": impl("frt-vllm/rmsnorm", "RMSNormB", HIDDEN)}},
             "act": {"structure": "silu_and_mul@1", "vllm-op": "SiluAndMul",
                     "impls": {"silu": impl("frt-vllm/silu-mul", "SiluAndMul", 2 * INTER)}},
         },
         "routes": {"eager": {"assembly": "eager", "seams": {"norm": "rms", "act": "silu"}},
-                   "compiled": {"assembly": "compile", "seams": {"norm": "rms", "act": "silu"}}},
+                   "compiled": {"assembly": "compile", "seams": {"norm": "rms", "act": "silu"}},
+                   "compiled-b": {"assembly": "compile", "seams": {"norm": "rms_b", "act": "silu"}}},
         "qualify": {"tolerance": {"abs": 1e-3, "rel": 1e-3}},
     }
 
@@ -159,19 +173,32 @@ def _generate(llm, prompts, max_tokens):
 def _run(config: dict) -> None:
     import time
 
-    t0 = time.perf_counter()
     from vllm import LLM
 
-    llm = LLM(model=config["model"], enforce_eager=config.get("eager", True), dtype="float32", max_model_len=256,
-              max_num_batched_tokens=256, max_num_seqs=8, seed=0, kv_cache_memory_bytes=32 << 20,
-              skip_tokenizer_init=True, enable_prefix_caching=False)
-    started = time.perf_counter() - t0
-    out = {"start-s": started}
+    def engine():
+        return LLM(model=config["model"], enforce_eager=config.get("eager", True), dtype="float32",
+                   max_model_len=256, max_num_batched_tokens=256, max_num_seqs=8, seed=0,
+                   kv_cache_memory_bytes=32 << 20, skip_tokenizer_init=True, enable_prefix_caching=False)
+
+    out = {}
+    prompts = config.get("prompts", PROMPTS)
     from frt_dist.serve.vllm import plugin
+
+    if config.get("plain_first"):  # vLLM's own engine first, in this process: frt's op classes out of its registry
+        from vllm.model_executor.custom_op import op_registry_oot
+
+        plugin.register()
+        ours = dict(op_registry_oot)
+        op_registry_oot.clear()
+        plain = engine()
+        out["plain"] = _generate(plain, prompts, config.get("max_tokens", 6))
+        op_registry_oot.update(ours)
+    t0 = time.perf_counter()
+    llm = engine()
+    out["start-s"] = time.perf_counter() - t0
 
     eng = plugin.engine()
     out["active"] = eng is not None and eng.plan is not None
-    prompts = config.get("prompts", PROMPTS)
     if config.get("sequential"):  # one request at a time: a prompt's prefill is exactly its length in rows
         out["on"] = [r for p in prompts for r in _generate(llm, [p], config.get("max_tokens", 6))]
     else:
