@@ -7,10 +7,11 @@ route's ``assembly`` names:
 
 - ``eager`` (``enforce_eager``): one engine; host and route are switched by the plugin's routing
   table (``Engine.routed``): the same weights in the same memory, vLLM's own op on the host side.
-- ``compile`` (vLLM's default ``torch.compile``): two engines in this process on the same model:
-  the host is an engine built without frt (frt's op classes out of vLLM's registry while it is
-  built), so it runs vLLM's own ops compiled as vLLM compiles them; the route is an engine whose
-  graph calls ``frt::dispatch`` at the seams. (``compile-then-capture`` needs CUDA graphs: a GPU.)
+- ``compile`` (vLLM's default ``torch.compile``) and, on a GPU, ``compile-then-capture`` (with CUDA
+  graphs): two engines in this process on the same model: the host is an engine built without frt
+  (frt's op classes out of vLLM's registry while it is built), so it runs vLLM's own ops compiled
+  (and captured) as vLLM does; the route is an engine whose graph calls ``frt::dispatch`` at the
+  seams.
 
 **What each band is measured on** (``steps_for``): a band's qualify rows (``[qualify] rows``, else
 the band's low end and ``min(high, 128)``) are each one *sample*: a ``decode`` band (its name says
@@ -73,11 +74,15 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
     def say(text):
         emit({"event": "message", "text": text})
 
-    if route.assembly not in ("eager", "compile"):
-        raise UsageError(f"route {route_name!r}: assembly {route.assembly!r}; `frt qualify` measures a vLLM route "
-                         "in the eager or compile form here (compile-then-capture is vLLM's form with CUDA graphs: "
-                         "qualify it on the GPU that serves it)",
-                         hints=["run `frt qualify` on the GPU, or declare a route with assembly \"compile\" for a CPU"])
+    from vllm.platforms import current_platform  # noqa: PLC0415
+
+    cuda = current_platform.is_cuda_alike()
+    forms = ("eager", "compile", "compile-then-capture") if cuda else ("eager", "compile")
+    if route.assembly not in forms:
+        raise UsageError(f"route {route_name!r}: assembly {route.assembly!r}; vLLM runs {', '.join(forms)} on this "
+                         "machine (compile-then-capture is vLLM's form with CUDA graphs: qualify it on the GPU that "
+                         "serves it)",
+                         hints=["run `frt qualify` on the GPU, or declare a route with assembly \"compile\" here"])
     model_dir = (root / m.host_model).resolve()
     if not (model_dir / "config.json").is_file():
         raise UsageError(f"{m.file}: host-model: {model_dir} holds no Hugging Face model (config.json)")
@@ -88,7 +93,9 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
     plan = steps_for(m, phases)
     top = max(max(rows) * (PROMPT if kind == "decode" else 1) for kind, rows in plan.values())
     seqs = max([8] + [max(rows) for kind, rows in plan.values() if kind == "decode"])
-    compiled = route.assembly == "compile"
+    compiled = route.assembly != "eager"
+    # on a GPU vLLM captures CUDA graphs unless told not to: a `compile` route is measured without them
+    graphs = {"compilation_config": {"cudagraph_mode": "NONE"}} if cuda and route.assembly == "compile" else {}
     dtype = _DTYPES.get(route.precision, route.precision)
     from vllm import LLM  # noqa: PLC0415
     from vllm.model_executor.custom_op import op_registry_oot  # noqa: PLC0415
@@ -101,7 +108,7 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
                    max_num_seqs=seqs, seed=seed, skip_tokenizer_init=True, kv_cache_memory_bytes=64 << 20,
                    # every run computes its prefill (a cached prefix would hand one side the other's KV), and one
                    # step() is one scheduled step
-                   enable_prefix_caching=False, async_scheduling=False)
+                   enable_prefix_caching=False, async_scheduling=False, **graphs)
 
     try:
         plugin.register()  # vLLM loads it too; a second call is a no-op
