@@ -185,6 +185,28 @@ def test_compile_cache_keyed_by_frt_routing(compiled_run):
     assert res2["ledger"]["vllm-ops"] == {"norm": "RMSNorm", "act": "SiluAndMul"}
 
 
+@pytest.mark.skipif(vs.DEVICE != "cuda", reason="CUDA graphs need a GPU: scripts/gpu-check runs this test there")
+def test_cuda_graphs_hold_the_band_of_their_capture_size(tiny, work):
+    """vLLM's default GPU form (compile-then-capture): one graph is captured per capture size, with frt's op run
+    once for it, so the size's band is the band its graph holds: warm-up calls (capture included) reach the decode
+    band's route for sizes 1..16 and the prefill band's for 32; replays run no Python (not counted, and the
+    ledger says so); the greedy tokens are plain vLLM's."""
+    proj = _project(work, tiny, "captured", receipts=(("captured", "decode"), ("captured-b", "prefill")))
+    prompts = [[5 + i, 6 + i] for i in range(24)]  # 24 sequences: one 48-row prefill, then 24-row decode steps
+    rc, res, log = vs.run_engine({"model": str(tiny), "eager": False, "plain_first": True, "capture_sizes": [2, 8, 32],
+                                  "max_num_seqs": 32, "prompts": prompts, "max_tokens": 4},
+                                 vs.engine_env(proj, XDG_CACHE_HOME=work / "cache"))
+    assert rc == 0 and res is not None, log[-4000:]
+    led = res["ledger"]
+    assert led["engine-form"] == "compile-then-capture"
+    norm = led["seams"]["norm"]
+    assert norm["phases"]["decode"]["warmup-calls"] > 0 and norm["phases"]["prefill"]["warmup-calls"] > 0
+    assert norm["observed"] is False and any("not observed" in n for n in norm["notes"])
+    # decode steps of 24 rows replay the graph captured at 32, a prefill-band size: not counted as decode calls
+    assert norm["phases"]["decode"]["calls"] == 0
+    assert [o["tokens"] for o in res["on"]] == [o["tokens"] for o in res["plain"]]
+
+
 def test_eager_receipt_refused_in_compiled_engine(tiny, work):
     proj = _project(work, tiny, "eager")
     rc, res, log = vs.run_engine({"model": str(tiny), "eager": False},

@@ -100,7 +100,10 @@ def binding_manifest(model: str = "tiny-qwen2", *, decode=(1, 16), prefill=(17, 
         },
         "routes": {"eager": {"assembly": "eager", "seams": {"norm": "rms", "act": "silu"}},
                    "compiled": {"assembly": "compile", "seams": {"norm": "rms", "act": "silu"}},
-                   "compiled-b": {"assembly": "compile", "seams": {"norm": "rms_b", "act": "silu"}}},
+                   "compiled-b": {"assembly": "compile", "seams": {"norm": "rms_b", "act": "silu"}},
+                   # vLLM's default form on a GPU (torch.compile + CUDA graphs): scripts/gpu-check's engine tests
+                   "captured": {"assembly": "compile-then-capture", "seams": {"norm": "rms", "act": "silu"}},
+                   "captured-b": {"assembly": "compile-then-capture", "seams": {"norm": "rms_b", "act": "silu"}}},
         "qualify": {"tolerance": {"abs": 1e-3, "rel": 1e-3}},
     }
 
@@ -175,10 +178,15 @@ def _run(config: dict) -> None:
 
     from vllm import LLM
 
+    graphs = {}
+    if DEVICE == "cuda" and not config.get("eager", True):  # the compiled form without CUDA graphs, unless asked
+        sizes = config.get("capture_sizes")
+        graphs = {"compilation_config": {"cudagraph_capture_sizes": sizes} if sizes else {"cudagraph_mode": "NONE"}}
+
     def engine():
         return LLM(model=config["model"], enforce_eager=config.get("eager", True), dtype="float32",
-                   max_model_len=256, max_num_batched_tokens=256, max_num_seqs=8, seed=0,
-                   kv_cache_memory_bytes=32 << 20, skip_tokenizer_init=True, enable_prefix_caching=False)
+                   max_model_len=256, max_num_batched_tokens=256, max_num_seqs=config.get("max_num_seqs", 8), seed=0,
+                   kv_cache_memory_bytes=32 << 20, skip_tokenizer_init=True, enable_prefix_caching=False, **graphs)
 
     out = {}
     prompts = config.get("prompts", PROMPTS)
