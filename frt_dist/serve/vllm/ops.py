@@ -193,18 +193,28 @@ def _dispatch_fake(tensors, slot):
 
 
 def _dispatch(tensors, slot):
-    """The body of ``frt::dispatch`` at run time: the seam's table decides this call."""
+    """The body of ``frt::dispatch`` at run time: the seam's table decides this call (on the hot path:
+    every call of a routed seam in a compiled graph comes here)."""
     op = _SLOTS[slot]
-    adapter = op._frt_adapter
-    own = op._forward_method
-    if adapter.writes:  # vLLM's own forward may write its inputs: give it copies (the op is functional)
-        def own(*args, _f=op._forward_method, **kwargs):
-            return _f(*[a.clone() for a in args], **kwargs)
-    table = op._frt_engine.table.get(op._frt_seam)
-    out = own(*tensors) if table is None else table.call(op, own, tensors, {}, op._frt_engine.warming)
-    out = list(out) if isinstance(out, (tuple, list)) else [out]
-    seen = {t.data_ptr() for t in tensors}
-    return [o.clone() if o.data_ptr() in seen else o for o in out]
+    eng = op._frt_engine
+    table = eng.table.get(op._frt_seam)
+    out = op._frt_own(*tensors) if table is None else table.call(op, op._frt_own, tensors, {}, eng.warming)
+    if type(out) is not tuple and type(out) is not list:
+        out = [out]
+    outs = []
+    for o in out:  # functional: an output that is an input (the residual passed through) is a copy
+        p = o.data_ptr()
+        outs.append(o.clone() if any(p == t.data_ptr() for t in tensors) else o)
+    return outs
+
+
+def _copying(forward):
+    """vLLM's own forward on copies of its inputs (an op whose forward may write them, inside a functional op)."""
+
+    def own(*args, **kwargs):
+        return forward(*[a.clone() for a in args], **kwargs)
+
+    return own
 
 
 def route_class(base, seam: str, engine, adapter: Adapter):
@@ -224,6 +234,8 @@ def route_class(base, seam: str, engine, adapter: Adapter):
         def __init__(self, *args, **kwargs):
             engine.ensure_plan()  # the first op vLLM builds in this process: decide, verify, load, smoke
             super().__init__(*args, **kwargs)
+            # what frt::dispatch runs for vLLM's own op: its forward, on copies where it may write its inputs
+            self._frt_own = _copying(self._forward_method) if adapter.writes else self._forward_method
             self._frt_slot = len(_SLOTS)
             _SLOTS.append(self)
 
