@@ -117,9 +117,15 @@ def toy(tmp_path):
     return Manifest.read(_m(tmp_path, toy_manifest()))
 
 
+STEPS = {"kind": "decode", "rows": [1, 16], "per-sample": 8, "form": "compile", "host": "vLLM's own ops"}
+
+
 def test_valid_receipt_has_no_problems(toy):
     r = Receipt.parse(receipt_for(toy), file="r.json")
     assert r.problems(toy) == [] and r.digest.startswith("sha256:")
+    d = receipt_for(toy)
+    d["evidence"]["timing"]["steps"] = dict(STEPS, **{"shared-with": []})
+    assert Receipt.parse(d, file="r.json").problems(toy) == []
 
 
 @pytest.mark.parametrize("mutate, problem", [
@@ -158,6 +164,13 @@ def test_supported_correct_needs_no_speed(toy):
     (lambda d: d["cell"]["inputs"].pop("seed"), "cell.inputs.seed", "missing required field"),
     (lambda d: d["cell"]["software"].update(torch="two"), "cell.software.torch", "expected a version string"),
     (lambda d: d["cell"]["software"].update(torch=2.13), "cell.software.torch", "expected a version string"),
+    # an in-engine band's figure is measured on steps whose rows lie in that band (SPEC item 39)
+    (lambda d: d["evidence"]["timing"].update(steps=dict(STEPS, rows=[16, 40])), "evidence.timing.steps.rows",
+     "expected rows within the cell's band 1..16, got [16, 40]"),
+    (lambda d: d["evidence"]["timing"].update(steps=dict(STEPS, kind="mixed")), "evidence.timing.steps.kind",
+     "expected one of decode, prefill"),
+    (lambda d: d["evidence"]["timing"].update(steps=dict(STEPS, extra=1)), "evidence.timing.steps.extra",
+     "unknown field"),
 ])
 def test_receipt_shape_errors(toy, mutate, field, message):
     d = receipt_for(toy)

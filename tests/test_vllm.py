@@ -230,3 +230,18 @@ def test_inert_without_frt_model():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "OOT []" in proc.stdout
     assert (proc.stdout + proc.stderr).count("FRT_MODEL is not set") == 1
+
+
+@pytest.mark.skipif(vs.DEVICE == "cuda", reason="on a GPU vLLM runs compile-then-capture: the route qualifies there")
+def test_qualify_refuses_a_captured_route_where_vllm_cannot_capture(tiny, work):
+    """compile-then-capture is vLLM's form with CUDA graphs: on a CPU `frt qualify` refuses it before it starts an
+    engine (exit 2), naming the forms vLLM runs here."""
+    proj = _project(work, tiny, "eager")
+    env = {k: v for k, v in vs.engine_env(proj).items() if k not in ("FRT_MODEL",)}
+    frt = str(Path(sys.executable).with_name("frt"))
+    proc = subprocess.run([frt, "qualify", "--model", "tiny-qwen2", "--route", "captured"], cwd=proj, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert ("error: route 'captured': assembly 'compile-then-capture'; vLLM runs eager, compile on this machine"
+            in proc.stderr), proc.stderr[-2000:]
+    assert "starting vLLM" not in proc.stdout + proc.stderr
