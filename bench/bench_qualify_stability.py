@@ -75,10 +75,11 @@ def main() -> int:
             subprocess.run(frt + ["init", str(project), "--model", args.model, "-q"], check=True, env=env)
         subprocess.run(frt + ["lock", "-q"], check=True, cwd=project, env=env)
         from frt_dist.documents.lockfile import Lockfile
+        from frt_dist.documents.manifest import route_gate
 
         lockpath = project / "lockfiles" / f"{args.model}.lock"
         m = Lockfile.read(lockpath).manifest
-        gate = m.routes[args.route].min_speedup or 1.0
+        gate = route_gate(m.routes[args.route]).min_speedup
         rounds0 = int(m.qualify.get("rounds", 30))
         runs = []
         for i in range(args.runs):

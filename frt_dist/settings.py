@@ -65,7 +65,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        topic="vllm"),
     _S("FRT_FALLBACK", "refuse", "the vLLM plugin's policy for a band no route serves: refuse or host",
        topic="vllm"),
-    _S("FRT_ACCEPT", "certified_fast", "the receipt states the vLLM plugin accepts, comma-separated",
+    _S("FRT_ACCEPT", "certified_fast", "the receipt states the vLLM plugin accepts, comma-separated (supported_correct "
+       "accepts certified_fast too, as frt resolve --accept and load(accept=) do)",
        topic="vllm"),
     _S("FRT_LEDGER_DIR", None, "where each vLLM engine process writes its ledger for /metrics (set by the plugin "
        "in the API server when unset)", topic="vllm"),

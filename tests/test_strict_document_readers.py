@@ -149,6 +149,16 @@ def test_receipt_evidence_must_support_state(toy, mutate, problem):
     assert any(problem in p for p in probs), probs
 
 
+@pytest.mark.parametrize("gate", [None, {"min-speedup": 1.05, "source": "declared"},
+                                  {"min-speedup": 1.02, "source": "default"}])
+def test_a_receipt_reads_with_or_without_the_gate_it_was_judged_by(toy, gate):
+    d = receipt_for(toy)
+    if gate is not None:
+        d["evidence"]["timing"]["gate"] = gate
+    r = Receipt.parse(d, file="r.json")
+    assert r.problems(toy) == [] and r.timing.get("gate") == gate
+
+
 def test_supported_correct_needs_no_speed(toy):
     d = receipt_for(toy, state="supported_correct", speedup=0.8)
     assert Receipt.parse(d, file="r.json").problems(toy) == []
@@ -171,6 +181,18 @@ def test_supported_correct_needs_no_speed(toy):
      "expected one of decode, prefill"),
     (lambda d: d["evidence"]["timing"].update(steps=dict(STEPS, extra=1)), "evidence.timing.steps.extra",
      "unknown field"),
+    # the gate frt qualify applied (evidence.timing.gate, issue 33)
+    (lambda d: d["evidence"]["timing"].update(gate={"min-speedup": 1.02}), "evidence.timing.gate.source",
+     "missing required field"),
+    (lambda d: d["evidence"]["timing"].update(gate={"min-speedup": 1.02, "source": "guessed"}),
+     "evidence.timing.gate.source", "expected one of declared, default, got 'guessed'"),
+    (lambda d: d["evidence"]["timing"].update(gate={"min-speedup": 0, "source": "default"}),
+     "evidence.timing.gate.min-speedup", "must be a finite positive number"),
+    (lambda d: d["evidence"]["timing"].update(gate={"min-speedup": "1.02", "source": "default"}),
+     "evidence.timing.gate.min-speedup", "expected an integer or a number, got a string"),
+    (lambda d: d["evidence"]["timing"].update(gate={"min-speedup": 1.02, "source": "default", "by": "me"}),
+     "evidence.timing.gate.by", "unknown field"),
+    (lambda d: d["evidence"]["timing"].update(gate=1.02), "evidence.timing.gate", "got a number"),
 ])
 def test_receipt_shape_errors(toy, mutate, field, message):
     d = receipt_for(toy)

@@ -110,7 +110,10 @@ def run(args) -> int:
                      "receipt": project.rel(r.path) if r.path else None, "failures": r.failures,
                      "signature": project.rel(r.path) + ".sig" if r.path and key is not None else None,
                      "kept": [project.rel(k) for k in kept] if r.passed else []})
-    emit(args, {"model": args.model, "route": args.route, "results": docs}, "\n".join(lines))
+    from ..documents.manifest import route_gate  # noqa: PLC0415
+
+    emit(args, {"model": args.model, "route": args.route,
+                "gate": route_gate(lock.manifest.routes[args.route]).to_json(), "results": docs}, "\n".join(lines))
     if all(r.passed for r in results):
         if not args.quiet and not args.json:
             print("hint: run `frt lock` to embed the new receipts", file=sys.stderr)

@@ -24,7 +24,8 @@ def add_parser(sub) -> None:
     s.add_argument("--fallback", choices=["refuse", "host"], default="refuse",
                    help="a band with no qualified route: refuse (default, exit 1) or decide the host path")
     s.add_argument("--accept", action="append", choices=["certified_fast", "supported_correct"],
-                   help="accepted states (repeatable); default certified_fast; supported_correct implies both")
+                   help="accepted states (repeatable); default certified_fast; supported_correct accepts "
+                        "certified_fast too, as load(accept=) and FRT_ACCEPT do")
     s.add_argument("--explain", action="store_true",
                    help="list every candidate route, why it won or lost, every failing package, and the "
                         "variant this system selects for each package")
@@ -45,9 +46,7 @@ def run(args) -> int:
     if not args.json:
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
-    accept = tuple(args.accept or ("certified_fast",))
-    if "supported_correct" in accept and "certified_fast" not in accept:
-        accept = ("certified_fast", "supported_correct")
+    accept = tuple(args.accept or ("certified_fast",))  # (supported_correct implies certified_fast: check_policy)
     for ph in args.phase or ():
         check_policy(lock, precision=args.precision, phase=ph, fallback=args.fallback, accept=accept)
     precision, accept = check_policy(lock, precision=args.precision, phase=None, fallback=args.fallback, accept=accept)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..base import names
 from ..base.canonical import digest
@@ -22,7 +22,7 @@ from ..system.hardware import device_class
 from .schema import Reader, load_toml
 
 __all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES", "ReceiptPolicy",
-           "Identity", "ReleaseRef"]
+           "Identity", "ReleaseRef", "DEFAULT_MIN_SPEEDUP", "GATE_SOURCES", "Gate", "route_gate"]
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -99,6 +99,44 @@ class Seam:
     vllm_op: str | None = None  # a vLLM binding: the CustomOp class name the seam replaces ("RMSNorm")
 
 
+DEFAULT_MIN_SPEEDUP = 1.02
+"""The gate of a route that declares none (docs/reference.md#qualification): ``certified_fast`` needs the
+speed-up interval's low end (and the median) at or above it. A gate of 1 would certify noise: a route
+as fast as the host measures an interval starting at 1.001 on a quiet machine (issue 33). A manifest
+that means another effect says so with ``gate = { min-speedup = X }``."""
+GATE_SOURCES = ("declared", "default")
+
+
+class Gate(NamedTuple):
+    """The gate a route's speed claims are judged against, and where it comes from: ``declared``
+    (the route's ``gate.min-speedup``) or ``default`` (``DEFAULT_MIN_SPEEDUP``)."""
+
+    min_speedup: float
+    source: str
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == "default"
+
+    def to_json(self) -> dict:
+        """What a receipt records as ``evidence.timing.gate``."""
+        return {"min-speedup": self.min_speedup, "source": self.source}
+
+    def describe(self) -> str:
+        """``min-speedup 1.02 (the default: the route declares no gate)`` / ``min-speedup 1.05 (declared)``."""
+        why = "the default: the route declares no gate" if self.is_default else "declared"
+        return f"min-speedup {self.min_speedup:g} ({why})"
+
+
+def route_gate(route: Route) -> Gate:
+    """The one rule for a route's gate: its declared ``gate.min-speedup``, else ``DEFAULT_MIN_SPEEDUP``.
+    `frt qualify` decides a receipt's state with it and `frt lock`/`frt verify` judge the receipt's
+    ``certified_fast`` with it (``receipt.EVIDENCE_RULES``), so qualify never writes a receipt lock
+    rejects; lock judges by the route as the manifest defines it now, whatever gate a receipt recorded."""
+    declared = route.min_speedup
+    return Gate(DEFAULT_MIN_SPEEDUP, "default") if declared is None else Gate(declared, "declared")
+
+
 @dataclass(frozen=True)
 class Route:
     """A named choice of one impl per seam, its assembly and its gate."""
@@ -118,6 +156,7 @@ class Route:
 
     @property
     def min_speedup(self) -> float | None:
+        """The *declared* gate (``None``: none declared); the gate applied is ``route_gate(route)``."""
         v = self.gate.get("min-speedup")
         return float(v) if v is not None else None
 

@@ -20,6 +20,7 @@ from ..base.canonical import digest
 from ..base.record import dataclass, field
 from ..errors import ReceiptInvalid
 from ..system.hardware import device_class, software_version
+from .manifest import GATE_SOURCES, route_gate
 from .schema import Reader, load_json
 
 __all__ = ["Receipt", "STATES", "CellKey", "MIN_CERT_ROUNDS", "EVIDENCE_RULES", "SUPERSEDED", "superseded_path"]
@@ -40,7 +41,7 @@ def superseded_path(path: Path, digest_: str) -> Path:
 TIMING_CLOCKS = ("perf-counter", "cuda-events")  # frt_dist.qualify.run.CLOCKS: the host's clock on CPU, CUDA events on a GPU
 TIMING_KEYS = {"method", "rounds", "warmup", "rows", "host-median-ms", "route-median-ms", "clock", "l2-flush", "device",
                "speedup-median", "speedup-min", "speedup-max", "speedup-p25", "speedup-p75", "speedup-ci", "adaptive",
-               "steps"}
+               "steps", "gate"}
 STEP_KINDS = ("decode", "prefill")  # what an in-engine band's timing ran (evidence.timing.steps.kind)
 PARITY_KEYS = {"max-abs", "max-rel", "tolerance", "worst-case", "pass", "worst-margin", "worst-margin-error",
                "worst-margin-host"}
@@ -201,6 +202,16 @@ class Receipt:
                 stop = r.get(ad, "stopped", str, p)
                 if stop not in ADAPTIVE_STOPS:
                     raise r.fail(f"{p}.stopped", f"expected one of {', '.join(ADAPTIVE_STOPS)}, got {stop!r}")
+            gate = r.get(timing, "gate", dict, "evidence.timing", required=False)
+            if gate is not None:  # the gate frt qualify judged the state with (since issue 33); lock judges anew
+                p = "evidence.timing.gate"
+                r.only(gate, {"min-speedup", "source"}, p)
+                v = r.number(gate, "min-speedup", p)
+                if not math.isfinite(v) or v <= 0:
+                    raise r.fail(f"{p}.min-speedup", "must be a finite positive number")
+                src = r.get(gate, "source", str, p)
+                if src not in GATE_SOURCES:
+                    raise r.fail(f"{p}.source", f"expected one of {', '.join(GATE_SOURCES)}, got {src!r}")
             clock = r.get(timing, "clock", str, "evidence.timing", required=False)
             if clock is not None and clock not in TIMING_CLOCKS:
                 raise r.fail("evidence.timing.clock", f"expected one of {', '.join(TIMING_CLOCKS)}, got {clock!r}")
@@ -617,32 +628,49 @@ def _certified_rounds(rec: Receipt, route, manifest) -> list[str]:
     return []
 
 
+def _gate_note(rec: Receipt, route) -> str:
+    """What a gate reason adds about the gate: that it is the default, and the gate the receipt
+    recorded when that was another (a receipt judged against a lower gate than the route's now is
+    judged again, not believed)."""
+    gate = route_gate(route)
+    note = f"; {gate.min_speedup:g} is the default gate (route {route.name!r} declares none)" if gate.is_default else ""
+    had = (rec.timing or {}).get("gate")
+    if had is not None and had["min-speedup"] != gate.min_speedup:
+        note += f"; the receipt was judged against the {had['source']} gate {had['min-speedup']:g} when it was written"
+    return note
+
+
 def _certified_gate(rec: Receipt, route, manifest) -> list[str]:
-    """``certified_fast`` needs the median paired speedup at or above the route's gate, and
-    above 1 (a gate under 1 never certifies a slowdown). ``supported_correct`` is not held
-    to the gate: it claims correctness only."""
+    """``certified_fast`` needs the median paired speedup at or above the route's gate
+    (``manifest.route_gate``: the declared one, else ``DEFAULT_MIN_SPEEDUP``), and above 1 (a gate
+    under 1 never certifies a slowdown). The gate is the route's as the manifest defines it now,
+    not the one the receipt recorded. ``supported_correct`` is not held to the gate: it claims
+    correctness only."""
     t = rec.timing
     if rec.state != "certified_fast" or t is None:
         return []
-    gate = route.min_speedup if route.min_speedup is not None else 1.0
+    gate = route_gate(route).min_speedup
     if t["speedup-median"] < gate or t["speedup-median"] <= 1.0:
-        return [f"certified_fast but speedup-median {t['speedup-median']:.4g} is under the route's gate {gate:.4g}"]
+        return [f"certified_fast but speedup-median {t['speedup-median']:.4g} is under the route's gate {gate:.4g}"
+                + _gate_note(rec, route)]
     return []
 
 
 def _certified_ci_gate(rec: Receipt, route, manifest) -> list[str]:
     """``certified_fast`` with a recorded ``speedup-ci`` needs its *low* bound at or above the
-    route's gate, and above 1: the claim is that the speedup clears the gate with confidence, not
-    that one run's median happened to (issue 21: 1.088x certified, then 0.849x, on one kernel). A
-    receipt without an interval (written before it was recorded) is held to its median only."""
+    route's gate (``manifest.route_gate``), and above 1: the claim is that the speedup clears the
+    gate with confidence, not that one run's median happened to (issue 21: 1.088x certified, then
+    0.849x, on one kernel). A receipt without an interval (written before it was recorded) is held
+    to its median only."""
     t = rec.timing
     ci = (t or {}).get("speedup-ci")
     if rec.state != "certified_fast" or ci is None:
         return []
-    gate = route.min_speedup if route.min_speedup is not None else 1.0
+    gate = route_gate(route).min_speedup
     if ci["low"] < gate or ci["low"] <= 1.0:
         return [f"certified_fast but the {ci['level']:.0%} interval of the speedup starts at {ci['low']:.4g}, "
-                f"under the route's gate {gate:.4g} (or not above 1): the speed claim is not supported with confidence"]
+                f"under the route's gate {gate:.4g} (or not above 1): the speed claim is not supported with confidence"
+                + _gate_note(rec, route)]
     return []
 
 

@@ -19,7 +19,7 @@ from ..base.record import dataclass, field, replace
 from ..documents.lock_index import CellIndex
 from ..documents.lock_writer import same_bytes, write_atomic
 from ..documents.lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile
-from ..documents.manifest import Manifest, Package
+from ..documents.manifest import DEFAULT_MIN_SPEEDUP, Manifest, Package, route_gate
 from ..documents.metadata import (
     MAX_METADATA_BYTES,
     PackageDigestMismatch,
@@ -46,7 +46,8 @@ from ..system.admissible import admission_problems
 from .coverage import CoverageDiff, coverage_diff
 
 __all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "CoverageLoss", "loss_hints", "rank_candidates",
-           "derive_index", "derive_trust", "receipt_verdict", "derive_path_package", "judge_signature"]
+           "derive_index", "derive_trust", "receipt_verdict", "derive_path_package", "judge_signature",
+           "default_gate_routes"]
 
 
 @dataclass
@@ -66,6 +67,8 @@ class LockResult:
     # receipt digest -> why it was rejected, as a kind the hints are chosen by: "invalid" (does not
     # parse), "receipt" (its cell or evidence), "pins" (measured on other pins), "unsigned", "signature"
     rejection_kinds: dict[str, str] = field(default_factory=dict)
+    # the routes whose certified_fast receipts were judged against the default gate (``default_gate_routes``)
+    default_gates: list[str] = field(default_factory=list)
 
 
 def rank_candidates(receipts: list[Receipt]) -> tuple[Candidate, ...]:
@@ -95,6 +98,15 @@ def receipt_verdict(lock: Lockfile, rec: Receipt) -> list[str]:
     pins already has its reason, and a missing variant would be reported twice."""
     pins = lock.pin_problems(rec)
     return rec.problems(lock.manifest) + (pins or admission_problems(lock.packages, rec.cell))
+
+
+def default_gate_routes(manifest: Manifest, receipts) -> list[str]:
+    """The routes, in manifest order, that declare no gate and have a receipt among ``receipts``
+    (accepted or not) that claims ``certified_fast``: the ones whose speed claims this lock judges
+    against ``DEFAULT_MIN_SPEEDUP``. `frt lock` warns once for each. A route with only
+    ``supported_correct`` receipts, or none, is not named: nothing of it is judged against a gate."""
+    claimed = {rec.route for rec in receipts if rec.state == "certified_fast"}
+    return [name for name, rt in manifest.routes.items() if name in claimed and route_gate(rt).is_default]
 
 
 def derive_trust(pkg: Package, publisher_trusted: bool | None) -> str | None:
@@ -528,7 +540,8 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
     # keyid -> the key file a previous lock pinned it from: an envelope by a key the policy no
     # longer lists is named by that file, not by a bare keyid
     known = {pin.get("keyid"): kf for kf, pin in (old.receipt_keys if old else {}).items() if isinstance(pin, dict)}
-    for label, rec, path in locker.receipts_for(manifest) + (rel.receipts() if rel is not None else []):
+    read = locker.receipts_for(manifest) + (rel.receipts() if rel is not None else [])
+    for label, rec, path in read:
         ours = rel is None or not rel.owns(label)  # a release's receipt always needs a signer the policy names
         if isinstance(rec, ReceiptInvalid):
             reason = str(rec).removeprefix(f"{label}: ")
@@ -564,10 +577,15 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
     lf.index = derive_index(accepted.values())
     lf.release = rel.record() if rel is not None else None
     data = lf.render()
+    defaults = default_gate_routes(manifest, [rec for _, rec, _ in read if isinstance(rec, Receipt)])
+    for rname in defaults:
+        warn(f"{mlabel}: route {rname!r} declares no gate: its certified_fast receipts are judged against the "
+             f"default min-speedup {DEFAULT_MIN_SPEEDUP:g} (the speedup interval's low end must reach it); declare "
+             f"`gate = {{ min-speedup = X }}` in [routes.{rname}] to choose the effect it must show")
     for w in warnings:
         warn(w)
     result = LockResult(model, lpath, lf, data, warnings=warnings, rejection_kinds=kinds,
-                        release=_release.change(old, lf) if rel is not None else None)
+                        release=_release.change(old, lf) if rel is not None else None, default_gates=defaults)
     if strict and warnings:
         raise LockfileError(f"{len(warnings)} receipt(s) rejected under --strict", exit_code=1,
                             reasons=[{"file": r["file"], "reason": r["reason"]} for r in lf.rejected])

@@ -16,7 +16,8 @@ writes one receipt per phase band (docs/reference.md#receipt). Never called by
   and **detach restores host** bit-exactly.
 
 ``certified_fast`` only when the low end of the 95% interval of the median paired
-speedup (``median_ci``) clears the route's ``gate.min-speedup`` (and 1), the median
+speedup (``median_ci``) clears the route's gate (``manifest.route_gate``: its ``gate.min-speedup``, else
+the default 1.02; recorded as ``evidence.timing.gate``) and 1, the median
 does too and the host's median time is above the route's (``speed_state``); otherwise
 ``supported_correct`` ("cannot tell" included). Timing is adaptive up to a cap
 (``_timing``). A failed check writes no receipt; the receipts folder is checked
@@ -41,6 +42,7 @@ from pathlib import Path
 from ..base import names
 from ..documents.lock_writer import write_atomic
 from ..documents.lockfile import Lockfile
+from ..documents.manifest import route_gate
 from ..documents.receipt import MIN_CERT_ROUNDS, superseded_path
 from ..errors import KernelUnavailable, UsageError
 from ..system.hardware import Hardware
@@ -420,6 +422,8 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
         emit({"event": "message", "text": text})
     phases = check_route(m, route_name, phases)
     route = m.routes[route_name]
+    gate = route_gate(route)
+    say(f"  gate: certified_fast needs the speedup interval's low end at or above {gate.describe()}")
     if m.host == "vllm":  # a vLLM binding: the route against the same engine with the route detached
         return _qualify_vllm(lock, route_name, phases=phases, rounds=rounds, seed=seed, root=root, progress=progress,
                              max_rounds=max_rounds)
@@ -429,7 +433,6 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
     rounds = rounds or int(m.qualify.get("rounds", DEFAULT_ROUNDS))
     warmup = int(m.qualify.get("warmup", DEFAULT_WARMUP))
     max_rounds = max_rounds or m.qualify.get("max-rounds")
-    gate = route.min_speedup if route.min_speedup is not None else 1.0
 
     loaded, entries, problems = {}, {}, []
     for seam, impl_name in sorted(route.seams.items()):
@@ -502,7 +505,8 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
             on_host = one_block_side(block, {s: block.host_seams[s] for s in entries})
             on_route = one_block_side(block, {s: block.seams[s] for s in entries})
             timing = _device_timing(torch, on_host, on_route, inputs, clock=clock, l2_flush=l2_flush,
-                                    rounds=rounds, warmup=warmup, gate=gate, max_rounds=max_rounds, speedups=speedups,
+                                    rounds=rounds, warmup=warmup, gate=gate.min_speedup, max_rounds=max_rounds,
+                                    speedups=speedups,
                                     tick=lambda i, n, ph=ph: emit({"event": "round", "phase": ph, "round": i, "rounds": n}))
         if not parity["pass"]:
             failures.append(f"parity failed: max-abs {parity['max-abs']:.3g} at rows {parity['worst-case']['rows']} "
@@ -521,8 +525,9 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
             results.append(QualifyResult(ph, False, None, None, failures=failures, speedups=speedups))
             continue
         # the same rules `frt lock` applies to the recorded figures
-        state, why = speed_state(timing, gate)
-        if why and timing["speedup-median"] >= gate:
+        state, why = speed_state(timing, gate.min_speedup)
+        timing["gate"] = gate.to_json()  # the gate the state was decided with (lock judges with the route's own)
+        if why and timing["speedup-median"] >= gate.min_speedup:
             say(f"  {ph}: {why}: supported_correct")
         receipt = {
             "schema": "frt.receipt/1",
@@ -558,12 +563,16 @@ def _qualify_vllm(lock, route_name, *, phases, rounds, seed, root, progress, max
     from ..serve.vllm.qualify import qualify_vllm  # noqa: PLC0415
 
     m = lock.manifest
-    route = m.routes[route_name]
+    gate = route_gate(m.routes[route_name])
     got = qualify_vllm(lock, route_name, phases=phases, rounds=rounds or int(m.qualify.get("rounds", 10)),
                        warmup=int(m.qualify.get("warmup", 1)), seed=seed,
                        root=root if root is not None else lock_root(lock), progress=progress,
                        max_rounds=max_rounds or m.qualify.get("max-rounds"), timing=_timing, speed_state=speed_state,
-                       gate=route.min_speedup if route.min_speedup is not None else 1.0)
+                       gate=gate.min_speedup)
+    for _ph, _ok, _state, receipt, _failures, _sp in got:
+        timing = (receipt or {}).get("evidence", {}).get("timing")
+        if timing is not None:  # the gate the state was decided with, as qualify() records it
+            timing["gate"] = gate.to_json()
     return [QualifyResult(ph, ok, state, receipt, failures=failures, speedups=sp)
             for ph, ok, state, receipt, failures, sp in got]
 

@@ -38,6 +38,7 @@ import re
 from ..base.canonical import short_digest
 from ..base.record import dataclass, field
 from ..documents.lockfile import Lockfile
+from ..documents.manifest import route_gate
 from ..documents.receipt import Receipt
 from ..errors import FrtError, UsageError
 from ..system.admissible import admission_problems
@@ -256,7 +257,8 @@ def _route_line(lock: Lockfile, rname: str) -> str:
     m = lock.manifest
     rt = m.routes[rname]
     seams = ", ".join(f"{s} = {i} ({m.impl(s, i).package})" for s, i in sorted(rt.seams.items()))
-    gate = f"; gate min-speedup {_num(rt.min_speedup)}" if rt.min_speedup is not None else ""
+    g = route_gate(rt)
+    gate = f"; gate min-speedup {_num(g.min_speedup)}" + (" (default)" if g.is_default else "")
     return f"{rname}: {rt.assembly}, {rt.precision}; {seams}{gate}; route-digest {short_digest(rt.digest)}"
 
 

@@ -22,10 +22,11 @@ from ..system.admissible import variant_problem
 from ..system.hardware import Hardware
 from ..system.variants import select_variants
 
-__all__ = ["resolve", "resolve_all", "Decision", "Reason", "Reporter", "FALLBACKS", "ACCEPTABLE", "REASON_KINDS"]
+__all__ = ["resolve", "resolve_all", "Decision", "Reason", "Reporter", "FALLBACKS", "ACCEPTABLE", "REASON_KINDS",
+           "accepted_states"]
 
 FALLBACKS = ("refuse", "host")
-ACCEPTABLE = ("certified_fast", "supported_correct")
+ACCEPTABLE = ("certified_fast", "supported_correct")  # best first: accepting one accepts every state before it
 
 
 # Why a route was not taken, as a short stable identifier (like resolvelib's criteria): callers
@@ -115,17 +116,33 @@ class Reporter:
 _NULL = Reporter()
 
 
-def check_policy(lock: Lockfile, *, precision: str | None, phase: str | None, fallback: str, accept) -> tuple[str, tuple]:
-    """Validate the caller's policy; return (precision, accept)."""
-    m = lock.manifest
-    if fallback not in FALLBACKS:
-        raise UsageError(f"fallback must be one of {', '.join(FALLBACKS)}, got {fallback!r}")
+def accepted_states(accept) -> tuple[str, ...]:
+    """The states a caller's ``accept`` admits, in ``ACCEPTABLE`` order: the one meaning of
+    ``frt resolve --accept``, ``load(accept=)`` and the vLLM plugin's ``FRT_ACCEPT``
+    (docs/reference.md#loading-and-guard). ``accept`` names the *lowest* state the caller will run:
+    accepting ``supported_correct`` (a correctness claim) accepts ``certified_fast`` too, which makes
+    the same claim and a speed claim besides, so ``("supported_correct",)`` is
+    ``("certified_fast", "supported_correct")``. Among the accepted states the lock's ranking
+    decides (``certified_fast`` first), so widening ``accept`` never displaces a route it already
+    took. An unknown state is a ``UsageError`` naming it; an empty ``accept`` accepts nothing."""
     if isinstance(accept, str):
         accept = (accept,)
     accept = tuple(accept)
     for a in accept:
         if a not in ACCEPTABLE:
             raise UsageError(f"accept: unknown state {a!r} (valid: {', '.join(ACCEPTABLE)})")
+    if not accept:
+        return ()
+    lowest = max(ACCEPTABLE.index(a) for a in accept)
+    return ACCEPTABLE[:lowest + 1]
+
+
+def check_policy(lock: Lockfile, *, precision: str | None, phase: str | None, fallback: str, accept) -> tuple[str, tuple]:
+    """Validate the caller's policy; return (precision, the accepted states: ``accepted_states(accept)``)."""
+    m = lock.manifest
+    if fallback not in FALLBACKS:
+        raise UsageError(f"fallback must be one of {', '.join(FALLBACKS)}, got {fallback!r}")
+    accept = accepted_states(accept)
     if phase is not None and phase not in m.phases:
         raise UsageError(f"unknown phase {phase!r} for model {m.model!r} (valid: {', '.join(m.phases)})")
     if precision is None:

@@ -29,7 +29,7 @@ import threading
 from ... import settings
 from ...errors import FrtError
 
-__all__ = ["register", "engine", "FrtStartupError", "ENGINE_FORMS"]
+__all__ = ["register", "engine", "FrtStartupError", "ENGINE_FORMS", "parse_accept"]
 
 # the assembly a receipt names, per form vLLM runs the model in
 ENGINE_FORMS = {"eager": "eager", "compile": "compile", "compile-then-capture": "compile-then-capture"}
@@ -188,6 +188,21 @@ class SeamTable:
                                 hints=["set FRT_FALLBACK=host to run vLLM's own op for such calls (counted)"])
 
 
+def parse_accept(value: str) -> tuple[str, ...]:
+    """``FRT_ACCEPT``'s value as the ``accept`` the plugin passes to ``frt_dist.load``: the
+    comma-separated states, each one ``certified_fast`` or ``supported_correct`` (else a
+    ``UsageError`` naming what is wrong). What they mean is the resolver's one rule
+    (``routes.resolver.accepted_states``: ``supported_correct`` accepts ``certified_fast`` too), as
+    for ``frt resolve --accept`` and ``load(accept=)``."""
+    from ...errors import UsageError  # noqa: PLC0415
+
+    accept = tuple(s.strip() for s in value.split(",") if s.strip())
+    bad = [s for s in accept if s not in ("certified_fast", "supported_correct")]
+    if bad or not accept:
+        raise UsageError(f"FRT_ACCEPT: expected states among certified_fast, supported_correct, got {bad or accept}")
+    return accept
+
+
 class Engine:
     """What the plugin holds in one process."""
 
@@ -211,10 +226,7 @@ class Engine:
         fallback = settings.value("FRT_FALLBACK")
         if fallback not in ("refuse", "host"):
             raise UsageError(f"FRT_FALLBACK: expected refuse or host, got {fallback!r}")
-        accept = tuple(s.strip() for s in settings.value("FRT_ACCEPT").split(",") if s.strip())
-        bad = [s for s in accept if s not in ("certified_fast", "supported_correct")]
-        if bad or not accept:
-            raise UsageError(f"FRT_ACCEPT: expected states among certified_fast, supported_correct, got {bad or accept}")
+        accept = parse_accept(settings.value("FRT_ACCEPT"))
         project = Project.find(explicit=settings.value("FRT_PROJECT"))
         lock, _root = find_lockfile(model, None, project)
         m = lock.manifest
