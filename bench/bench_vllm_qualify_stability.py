@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from helpers.docsteps import doc_steps
+from helpers.docsteps import doc_steps, write_step_file
 
 FRT = str(Path(sys.executable).with_name("frt"))
 
@@ -35,9 +35,7 @@ def build(work: Path, env: dict) -> Path:
     cwd = work
     for kind, step in doc_steps(ROOT / "docs" / "vllm.md", ("sh", "python", "toml", "json")):
         if kind == "file":
-            name, _, text = step.partition("\n")
-            (cwd / name).parent.mkdir(parents=True, exist_ok=True)
-            (cwd / name).write_text(text, "utf-8")
+            write_step_file(cwd, step)
             continue
         argv = shlex.split(step)
         if argv[0] == "cd":

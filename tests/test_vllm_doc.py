@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.docsteps import doc_steps
+from helpers.docsteps import doc_steps, write_step_file
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
 
@@ -53,9 +53,7 @@ def test_the_vllm_walkthrough_runs_as_written(tmp_path):
     try:
         for kind, step in _steps():
             if kind == "file":
-                name, _, text = step.partition("\n")
-                (cwd / name).parent.mkdir(parents=True, exist_ok=True)
-                (cwd / name).write_text(text, "utf-8")
+                write_step_file(cwd, step)
                 continue
             argv = shlex.split(step)
             extra = {}

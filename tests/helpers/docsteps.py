@@ -18,3 +18,12 @@ def doc_steps(page: Path, kinds: tuple[str, ...] = ("sh", "python")) -> list[tup
         elif name:
             out.append(("file", f"{name}\n{body}"))
     return out
+
+
+def write_step_file(cwd: Path, step: str) -> Path:
+    """Write a ``("file", ...)`` step's text where the walk-through stands (``cwd``); its path."""
+    name, _, text = step.partition("\n")
+    path = cwd / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, "utf-8")
+    return path
