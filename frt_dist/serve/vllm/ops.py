@@ -201,10 +201,10 @@ def _dispatch(tensors, slot):
     out = op._frt_own(*tensors) if table is None else table.call(op, op._frt_own, tensors, {}, eng.warming)
     if type(out) is not tuple and type(out) is not list:
         out = [out]
+    ptrs = [t.data_ptr() for t in tensors]
     outs = []
     for o in out:  # functional: an output that is an input (the residual passed through) is a copy
-        p = o.data_ptr()
-        outs.append(o.clone() if any(p == t.data_ptr() for t in tensors) else o)
+        outs.append(o.clone() if o.data_ptr() in ptrs else o)
     return outs
 
 

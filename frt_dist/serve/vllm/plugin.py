@@ -126,6 +126,11 @@ class Band:
         self._width = c.get("width")
         self._contiguous = c.get("layout", "contiguous") == "contiguous"
 
+    def fits(self, x) -> bool:
+        """The contract holds for ``x`` (the per-call fast path; ``problems`` says why not)."""
+        return (x.device.type == self._device and x.dtype in self._dtypes
+                and (self._width is None or x.shape[-1] == self._width) and (not self._contiguous or x.is_contiguous()))
+
     def problems(self, x) -> list:
         out = []
         if x.device.type != self._device:
@@ -161,10 +166,9 @@ class SeamTable:
                     if not warming:
                         band.counts.host_calls += 1
                     return own(*args, **kwargs)
-                problems = band.problems(x)
-                if not problems:
+                if band.fits(x):
                     return band.layer.forward(op, *args, **kwargs)
-                return self.miss(band, problems, own, args, kwargs, warming)
+                return self.miss(band, band.problems(x), own, args, kwargs, warming)
         return self.miss(None, [("rows", f"rows {rows} in no phase band ({self.shown})")], own, args, kwargs, warming)
 
     def miss(self, band, problems, own, args, kwargs, warming: bool):
