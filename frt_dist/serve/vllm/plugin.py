@@ -492,9 +492,12 @@ class Engine:
 
     # -- the ledger --------------------------------------------------------------
     def ledger(self) -> dict:
-        """``plan.ledger()`` plus, per seam and band, ``warmup-calls`` (vLLM's dummy runs) and
-        the engine form."""
-        snap = self.plan.ledger()
+        """``plan.ledger()`` plus, per seam and band, ``warmup-calls`` (vLLM's dummy runs), the
+        engine form, and the lock the engine runs (``lock-digest``, ``release``, ``release-commit``:
+        ``frt_lock_info`` in ``/metrics``)."""
+        from .metrics import lock_info  # noqa: PLC0415
+
+        snap = {**self.plan.ledger(), **lock_info(self.lock)}
         for seam, t in self.table.items():
             s = snap["seams"][seam]
             s["warmup-calls"] = sum(b.warm for b in t.bands)
