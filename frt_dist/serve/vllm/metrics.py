@@ -9,6 +9,20 @@ the ``frt_seam_*`` families summed over them, and ``frt_lock_info``. The ledger 
 ``FRT_LEDGER_DIR`` when set, else a temporary folder the first process makes and hands to
 the processes vLLM starts (they inherit its environment); it is removed when that process
 exits.
+
+Which registry answers ``/metrics`` is vLLM's choice, per API server process
+(``vllm/entrypoints/serve/instrumentator/metrics.py`` ``attach_router``). Without
+``PROMETHEUS_MULTIPROC_DIR`` it is prometheus_client's default ``REGISTRY``, where
+``install_collector`` puts the collector. With it (set by the operator, or by ``vllm serve``
+itself for ``--api-server-count`` > 1, ``vllm/entrypoints/cli/serve.py``), ``GET /metrics`` is
+prometheus_fastapi_instrumentator's handler, which builds a new registry holding only a
+``prometheus_client.multiprocess.MultiProcessCollector`` at every scrape, and vLLM's own
+``get_prometheus_registry`` (``vllm/v1/metrics/prometheus.py``) builds the same for its
+``/metrics`` mount: a collector of the default registry is not read. Neither offers a hook, so
+in the processes that serve HTTP the plugin puts a subclass of ``MultiProcessCollector`` that
+also yields the ledger's families where both look the class up (once per process). Each API
+server reads the ledger files itself: a scrape, answered by one of them, counts every engine
+process once.
 """
 
 from __future__ import annotations
@@ -221,8 +235,9 @@ _installed = False
 
 
 def install_collector() -> None:
-    """Register the collector in prometheus_client's default registry (what ``vllm serve``'s
-    ``/metrics`` exposes with one API server). Once per process."""
+    """Put the collector where ``/metrics`` reads: prometheus_client's default registry (what
+    an API server serves without ``PROMETHEUS_MULTIPROC_DIR``) and, in a process that serves
+    vLLM's HTTP API, every ``MultiProcessCollector`` (what it serves with it). Once per process."""
     global _installed
     if _installed:
         return
@@ -230,3 +245,62 @@ def install_collector() -> None:
 
     REGISTRY.register(LedgerCollector(ledger_dir()))
     _installed = True
+    if _serves_http():
+        _extend_multiprocess_collector()
+
+
+def _serves_http() -> bool:
+    """Whether this process may answer ``/metrics``: the first process (``vllm serve`` or
+    ``python -m vllm.entrypoints.openai.api_server`` with one API server; a program running an
+    engine in-process), or one of the API servers ``vllm serve --api-server-count N`` starts
+    (``vllm/v1/utils.py`` ``APIServerProcessManager`` names them ``ApiServer_<i>``). vLLM's
+    engine-core and worker processes are neither."""
+    import multiprocessing  # noqa: PLC0415
+
+    return multiprocessing.parent_process() is None or multiprocessing.current_process().name.startswith("ApiServer")
+
+
+_missing_said = False
+
+
+def _extend_multiprocess_collector() -> bool:
+    """Make prometheus_client's ``MultiProcessCollector`` in this process also yield the frt
+    families. Under ``PROMETHEUS_MULTIPROC_DIR`` both registries that serve vLLM's ``/metrics``
+    are made of one: ``GET /metrics`` is prometheus_fastapi_instrumentator's ``expose()``
+    handler, which builds a ``CollectorRegistry`` and ``multiprocess.MultiProcessCollector`` at
+    every scrape (``instrumentation.py``), and ``get_prometheus_registry`` builds the same for
+    vLLM's ``/metrics`` mount; both look the class up in ``prometheus_client.multiprocess`` when
+    they call it, so a subclass put there reaches both and nothing else changes. Idempotent;
+    where the class is missing, says so once and changes nothing."""
+    global _missing_said
+    try:
+        from prometheus_client import multiprocess  # noqa: PLC0415
+    except ImportError:
+        multiprocess = None
+    base = getattr(multiprocess, "MultiProcessCollector", None)
+    if base is None:
+        if not _missing_said:
+            _missing_said = True
+            logging.getLogger("vllm.frt").warning(
+                "frt: prometheus_client has no multiprocess.MultiProcessCollector: with PROMETHEUS_MULTIPROC_DIR set, "
+                "/metrics will not show the frt_seam_* families")
+        return False
+    if getattr(base, "_frt_ledger", False):
+        return True
+    ledger = LedgerCollector(ledger_dir())
+
+    class MultiProcessCollector(base):
+        """prometheus_client's collector of ``PROMETHEUS_MULTIPROC_DIR``, and the frt ledger's
+        families summed over the live engine processes (frt_dist.serve.vllm.metrics)."""
+
+        _frt_ledger = True
+
+        def collect(self):
+            yield from super().collect()
+            yield from ledger.collect()
+
+    MultiProcessCollector.__module__ = base.__module__
+    multiprocess.MultiProcessCollector = MultiProcessCollector
+    logging.getLogger("vllm.frt").debug("frt: prometheus_client's MultiProcessCollector serves the frt families in "
+                                        "this process")
+    return True
