@@ -12,6 +12,9 @@ in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) is ``test_vllm.py``'s
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from frt_dist.errors import NoProject, RouteRefused, UsageError
@@ -119,6 +122,45 @@ def test_startup_error_lines_and_who_prints_them(engine_env):
         refusal._here[:] = before
         refusal._taken = False
         plugin._last_error = last
+
+
+@pytest.mark.subprocess
+def test_printed_after_the_traceback_and_vllms_shutdown(tmp_path):
+    """The order at exit, without an engine: the first process's traceback, then what vLLM's process managers
+    log from the finalizers they make after the plugin loaded (``vllm serve --api-server-count N``: "[shutdown]
+    ... send sigterm"), then frt's lines, once (a child's refusal file and the same refusal made here); the
+    ledger dir is removed after."""
+    import subprocess
+    import sys
+
+    code = """
+import os, sys, weakref
+from pathlib import Path
+from frt_dist.serve.vllm import refusal
+class Obj: pass
+early = Obj()
+weakref.finalize(early, lambda: None)  # vLLM's imports make finalizers before the plugin loads
+refusal.arm()
+d = Path(os.environ["FRT_LEDGER_DIR"])
+print("LEDGER", d, flush=True)
+lines = ["frt: error: refused", "frt: hint: do this"]
+(d / "refusal-99999.txt").write_text("\\n".join(lines) + "\\n")  # a worker's
+refusal.record(lines)  # and the same, here
+m = Obj()
+weakref.finalize(m, print, "(MainProcess) INFO [shutdown] send sigterm to ApiServer_0", flush=True)
+raise RuntimeError("Engine core initialization failed")
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FRT_")}
+    env["FRT_MODEL"] = MODEL
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert proc.returncode == 1
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert lines[-4:] == ["RuntimeError: Engine core initialization failed",
+                          "(MainProcess) INFO [shutdown] send sigterm to ApiServer_0",
+                          "frt: error: refused", "frt: hint: do this"], proc.stdout
+    ledger = Path(next(ln.split(" ", 1)[1] for ln in lines if ln.startswith("LEDGER ")))
+    assert not ledger.exists()
 
 
 # -- real servers that refuse ------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 
 from ... import settings
@@ -58,6 +59,13 @@ FAMILIES = tuple((name, kind, _VLLM_HELP.get(key, text), key) for name, kind, te
 _made_here = None
 
 
+class _AtExit:
+    """What this module's exit work hangs on (``weakref.finalize``: run at exit, newest first)."""
+
+
+AT_EXIT = _AtExit()
+
+
 def ledger_dir() -> Path:
     global _made_here
     d = settings.value("FRT_LEDGER_DIR")
@@ -65,7 +73,8 @@ def ledger_dir() -> Path:
         d = tempfile.mkdtemp(prefix="frt-ledger-")
         os.environ["FRT_LEDGER_DIR"] = d  # inherited by the engine processes vLLM starts
         _made_here = d
-        atexit.register(shutil.rmtree, d, True)
+        # a finalizer, not an atexit handler: it runs after the refusal printer (refusal.arm), made after it
+        weakref.finalize(AT_EXIT, shutil.rmtree, d, True)
     return Path(d)
 
 

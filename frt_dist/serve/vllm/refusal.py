@@ -19,10 +19,10 @@ suggests ``--demo``, ``--project`` or ``frt init``.
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 import time
+import weakref
 from pathlib import Path
 
 from ... import settings
@@ -43,13 +43,18 @@ def arm() -> None:
         return
     import multiprocessing  # noqa: PLC0415
 
-    from .metrics import ledger_dir  # noqa: PLC0415
+    from .metrics import AT_EXIT, ledger_dir  # noqa: PLC0415
 
     given = settings.value("FRT_LEDGER_DIR")
     ledger_dir()  # made here when not given: the processes vLLM starts inherit it
     if given is None or multiprocessing.parent_process() is None:
         _printer, _armed_at = os.getpid(), time.time()
-        atexit.register(_at_exit)  # after ledger_dir's removal of the dir: runs before it
+        # Finalizers run at exit in reverse order of creation, inside one atexit handler that plain
+        # handlers registered later precede. vLLM shuts its process managers down from finalizers it
+        # makes after this (vllm/v1/utils.py, APIServerProcessManager: "[shutdown] ... send sigterm"
+        # lines), so a finalizer made now prints after them; the ledger dir's removal, made before
+        # (ledger_dir), comes after it.
+        weakref.finalize(AT_EXIT, _at_exit)
     else:
         _printer = 0
 
