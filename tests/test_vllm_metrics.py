@@ -189,6 +189,7 @@ def scraped(server):
 
 @pytest.mark.subprocess
 @pytest.mark.slow
+@pytest.mark.xdist_group("vllm-metrics-server")  # one server for both
 def test_families_beside_vllms_own_series(server, scraped):
     text, _ = scraped
     assert re.search(r"^vllm:prompt_tokens_total\{[^}]*\} [1-9]", text, re.M), text[-3000:]
@@ -207,6 +208,7 @@ def test_families_beside_vllms_own_series(server, scraped):
 
 @pytest.mark.subprocess
 @pytest.mark.slow
+@pytest.mark.xdist_group("vllm-metrics-server")  # one server for both
 def test_one_engine_counted_once_by_every_api_server(server, scraped):
     """One engine process: every scrape, whichever API server answers it, gives the same counts, those of one
     engine (a 19-token prompt: one prefill forward; 4 tokens: 3 decode forwards; norm runs 5 times a forward)."""
