@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,17 +17,12 @@ import urllib.request
 from pathlib import Path
 
 from . import vllm_support as vs
+from .s3server import free_port  # noqa: F401 - the one free-port finder, re-exported for the vLLM tests
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = Path(__file__).resolve().with_name("vllm_cli.py")
 CPU_FLAGS = ["--enforce-eager", "--dtype", "float32", "--max-model-len", "256", "--max-num-batched-tokens", "256",
              "--kv-cache-memory-bytes", str(32 << 20)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_env(project: Path | None, **extra) -> dict:
