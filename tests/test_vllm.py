@@ -106,18 +106,19 @@ def test_refused_without_receipt(tiny, work):
 
 def test_host_fallback_starts_on_vllm_ops_and_counts_calls_in_no_band(tiny, work):
     """FRT_FALLBACK=host, bands decode 1..16 (receipt) and prefill 17..24 (none): the engine starts, the
-    prefill band runs vLLM's own op (logged, counted as host calls), a 30-row call is in no band: vLLM's
-    own op, counted as a fallback with its reason; decode runs the route."""
+    prefill band runs vLLM's own op (logged, counted as host calls), a 25-row call is in no band: vLLM's
+    own op, counted as a fallback with its reason; decode runs the route. The rows sit on the bands' edges: 24 is
+    prefill's top, 25 the first row count in no band."""
     proj = _project(work, tiny, "gappy", receipts=(("eager", "decode"),), prefill=(17, 24))
-    prompts = [list(range(5, 9)), list(range(10, 30)), list(range(40, 70))]  # 4, 20 and 30 rows
+    prompts = [list(range(5, 9)), list(range(10, 34)), list(range(40, 65))]  # 4, 24 and 25 rows
     rc, res, log = vs.run_engine({"model": str(tiny), "max_tokens": 3, "prompts": prompts, "sequential": True},
                                  vs.engine_env(proj, XDG_CACHE_HOME=work / "cache", FRT_FALLBACK="host"))
     assert rc == 0 and res is not None, log[-4000:]
     assert sum("frt: band prefill rows 17..24: host (vLLM's own ops)" in ln for ln in log.splitlines()) == 1
     norm = res["ledger"]["seams"]["norm"]["phases"]
     assert norm["decode"]["calls"] > 0 and norm["decode"]["host-calls"] == 0
-    assert norm["prefill"]["calls"] == norm["prefill"]["host-calls"] == 5  # one 20-row forward: 2 layers x 2 + final
-    assert norm["decode"]["fallbacks"] == 5 and norm["decode"]["contract-misses"] == {"rows": 5}  # the 30-row call
+    assert norm["prefill"]["calls"] == norm["prefill"]["host-calls"] == 5  # one 24-row forward: 2 layers x 2 + final
+    assert norm["decode"]["fallbacks"] == 5 and norm["decode"]["contract-misses"] == {"rows": 5}  # the 25-row call
     assert res["ledger"]["totals"]["host-decisions"] == 1
 
 
@@ -145,11 +146,13 @@ def compiled_run(tiny, work):
     `compiled-b` (layer RMSNormB); then, in a second process, an engine whose lock swaps them."""
     cache = work / "vllm-cache"
     proj = _project(work, tiny, "twoband", receipts=(("compiled", "decode"), ("compiled-b", "prefill")))
-    rc, res, log = vs.run_engine({"model": str(tiny), "eager": False, "plain_first": True},
+    # a band's edges: a 16-token prompt's prefill (16 rows, decode's top) and a 17-token one's (prefill's bottom)
+    edges = {"prompts": [list(range(10, 26)), list(range(30, 47))], "sequential": True}
+    rc, res, log = vs.run_engine({"model": str(tiny), "eager": False, "plain_first": True, **edges},
                                  vs.engine_env(proj, XDG_CACHE_HOME=work / "cache", VLLM_CACHE_ROOT=cache))
     assert rc == 0 and res is not None, log[-4000:]
     swapped = _project(work, tiny, "swapped", receipts=(("compiled-b", "decode"), ("compiled", "prefill")))
-    rc2, res2, log2 = vs.run_engine({"model": str(tiny), "eager": False},
+    rc2, res2, log2 = vs.run_engine({"model": str(tiny), "eager": False, **edges},
                                     vs.engine_env(swapped, XDG_CACHE_HOME=work / "cache", VLLM_CACHE_ROOT=cache))
     assert rc2 == 0 and res2 is not None, log2[-4000:]
     return res, log, res2, log2
@@ -169,8 +172,11 @@ def test_compiled_engine_routes_each_band_per_call(compiled_run):
         assert s["observed"] is True and not s["notes"], s
         assert s["phases"]["decode"]["calls"] > 0 and s["phases"]["prefill"]["calls"] > 0, s
         assert s["fallbacks"] == 0 and s["host-calls"] == 0
-    # one 34-row prefill step (both prompts) and 5 decode steps of 2 rows: 2 layers x 2 norms + the final one each
-    assert (norm["prefill"]["calls"], norm["decode"]["calls"]) == (5, 25)
+    # per forward, 5 norm calls (2 layers x 2 + the final one): the 16-row prefill is decode's (its top row count),
+    # the 17-row one prefill's (its bottom), and each prompt's 5 decode steps of 1 row are decode's; vLLM's dummy
+    # runs (profiling, compile warm-up) are counted apart, never as traffic
+    assert (norm["prefill"]["calls"], norm["decode"]["calls"]) == (5, 5 + 25 + 25)
+    assert led["seams"]["norm"]["warmup-calls"] > 0
     assert [o["tokens"] for o in res["on"]] == [o["tokens"] for o in res["plain"]]
     for on, plain in zip(res["on"], res["plain"], strict=True):
         assert all(abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], plain["logprobs"], strict=True))

@@ -192,6 +192,11 @@ def _run(config: dict) -> None:
     prompts = config.get("prompts", PROMPTS)
     from frt_dist.serve.vllm import plugin
 
+    def gen(llm):
+        if config.get("sequential"):  # one request at a time: a prompt's prefill is exactly its length in rows
+            return [r for p in prompts for r in _generate(llm, [p], config.get("max_tokens", 6))]
+        return _generate(llm, prompts, config.get("max_tokens", 6))
+
     if config.get("plain_first"):  # vLLM's own engine first, in this process: frt's op classes out of its registry
         from vllm.model_executor.custom_op import op_registry_oot
 
@@ -199,7 +204,7 @@ def _run(config: dict) -> None:
         ours = dict(op_registry_oot)
         op_registry_oot.clear()
         plain = engine()
-        out["plain"] = _generate(plain, prompts, config.get("max_tokens", 6))
+        out["plain"] = gen(plain)
         op_registry_oot.update(ours)
     t0 = time.perf_counter()
     llm = engine()
@@ -207,10 +212,7 @@ def _run(config: dict) -> None:
 
     eng = plugin.engine()
     out["active"] = eng is not None and eng.plan is not None
-    if config.get("sequential"):  # one request at a time: a prompt's prefill is exactly its length in rows
-        out["on"] = [r for p in prompts for r in _generate(llm, [p], config.get("max_tokens", 6))]
-    else:
-        out["on"] = _generate(llm, prompts, config.get("max_tokens", 6))
+    out["on"] = gen(llm)
     from torch._dynamo.utils import counters
 
     out["graph-breaks"] = {k: sum(v.values()) if hasattr(v, "values") else v for k, v in counters["graph_break"].items()}
@@ -225,7 +227,7 @@ def _run(config: dict) -> None:
             out["registry-unchanged"] = dict(op_registry_oot) == before
         if config.get("detach"):
             eng.detach()
-            out["off"] = _generate(llm, prompts, config.get("max_tokens", 6))
+            out["off"] = gen(llm)
             out["ledger-after-detach"] = eng.plan.ledger()["totals"]
     print("FRT-RESULT " + json.dumps(out), flush=True)
 

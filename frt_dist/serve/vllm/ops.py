@@ -50,7 +50,8 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ADAPTERS", "DISPATCH_SCHEMA", "Adapter", "dispatch_op", "route_class", "vllm_op_class"]
+__all__ = ["ADAPTERS", "DISPATCH_SCHEMA", "Adapter", "dispatch_op", "route_class", "smoke_layer", "smoke_rows",
+           "vllm_op_class"]
 
 
 @dataclass(frozen=True)
@@ -138,29 +139,58 @@ def vllm_op_class(adapter: Adapter):
     return getattr(mod, adapter.name)
 
 
-def smoke_layer(adapter: Adapter, base, layer, impl, rows: int) -> str | None:
-    """One real call of ``layer`` as ``base``'s forward at ``rows`` rows for each call shape
-    the adapter knows: ``None`` when every output has vLLM's own output's shapes and is
-    finite, else why not."""
+def smoke_rows(band_rows, cap: int = 128) -> list[int]:
+    """The row counts a band's smoke runs at: its low end and its high end, capped as qualification caps it."""
+    lo, hi = band_rows
+    return sorted({max(lo, 1), max(min(hi, cap), 1)})
+
+
+def smoke_layer(adapter: Adapter, base, layer, impl, rows_list, tolerance: dict) -> str | None:
+    """Real calls of ``layer`` as ``base``'s forward, at each of ``rows_list`` for each call shape the
+    adapter knows, against vLLM's own op (``forward_native``) on the same inputs: ``None`` when every
+    output is a tensor with vLLM's output's shape and dtype, finite, within ``tolerance`` (``abs + rel *
+    |vLLM's|``) of it, and the layer left its inputs as they were; else why not (the first problem)."""
     import torch  # noqa: PLC0415
 
     dtype = getattr(torch, impl.contract["dtypes"][0])
+    device = impl.contract.get("device") or "cpu"
     width = impl.contract.get("width") or int(impl.smoke["inputs"][0]["shape"][-1])
-    gen = torch.Generator().manual_seed(rows)
-    op = adapter.make(base, width, dtype)
-    for args, kwargs in adapter.calls(rows, width, dtype, gen):
-        try:
-            want = op.forward_native(*[a.clone() for a in args], **kwargs)
-            got = layer.forward(op, *[a.clone() for a in args], **kwargs)
-        except Exception as exc:
-            return f"layers.{impl.layer} raised {type(exc).__name__}: {exc} at rows {rows}"
-        want = want if isinstance(want, tuple) else (want,)
-        got = got if isinstance(got, tuple) else (got,)
-        if len(got) != len(want) or any(tuple(g.shape) != tuple(w.shape) for g, w in zip(got, want, strict=False)):
-            return (f"layers.{impl.layer} returned shapes {[list(g.shape) for g in got]}, vLLM's {adapter.name} "
-                    f"returns {[list(w.shape) for w in want]} (rows {rows})")
-        if not all(bool(torch.isfinite(g).all()) for g in got):
-            return f"layers.{impl.layer} returned non-finite values at rows {rows}"
+    op = adapter.make(base, width, dtype).to(device)
+    for rows in rows_list:
+        gen = torch.Generator().manual_seed(rows)
+        for args, kwargs in adapter.calls(rows, width, dtype, gen):
+            args = [a.to(device) for a in args]
+            try:
+                with torch.no_grad():
+                    want = op.forward_native(*[a.clone() for a in args], **kwargs)
+                    given = [a.clone() for a in args]
+                    got = layer.forward(op, *given, **kwargs)
+            except Exception as exc:
+                return f"layers.{impl.layer} raised {type(exc).__name__}: {exc} at rows {rows}"
+            want = list(want) if isinstance(want, tuple) else [want]
+            got = list(got) if isinstance(got, tuple) else [got]
+            where = f"at rows {rows}" + (" with a residual" if len(args) > 1 else "")
+            if not all(isinstance(g, torch.Tensor) for g in got):
+                kinds = ", ".join(type(g).__name__ for g in got)
+                return f"layers.{impl.layer} returned {kinds}, not tensors as vLLM's {adapter.name} does ({where})"
+            if len(got) != len(want) or any(tuple(g.shape) != tuple(w.shape) for g, w in zip(got, want, strict=False)):
+                return (f"layers.{impl.layer} returned shapes {[list(g.shape) for g in got]}, vLLM's {adapter.name} "
+                        f"returns {[list(w.shape) for w in want]} ({where})")
+            for i, (g, w) in enumerate(zip(got, want, strict=True)):
+                if g.dtype != w.dtype:
+                    return (f"layers.{impl.layer} returned {str(g.dtype).removeprefix('torch.')} for output {i}, vLLM's "
+                            f"{adapter.name} returns {str(w.dtype).removeprefix('torch.')} ({where})")
+                if not bool(torch.isfinite(g).all()):
+                    return f"layers.{impl.layer} returned non-finite values in output {i} ({where})"
+                err = (g.double() - w.double()).abs()
+                bound = tolerance["abs"] + tolerance["rel"] * w.double().abs()
+                if bool((err > bound).any()):
+                    return (f"layers.{impl.layer} differs from vLLM's {adapter.name} by {float(err.max()):.3g} in output "
+                            f"{i} ({where}; tolerance abs {tolerance['abs']:g}, rel {tolerance['rel']:g})")
+            for i, (before, after) in enumerate(zip(args, given, strict=True)):
+                if not torch.equal(before, after):
+                    return (f"layers.{impl.layer} wrote its input {i} ({where}): frt calls a layer as a function of "
+                            "its inputs (a compiled graph may read them again)")
     return None
 
 

@@ -327,7 +327,7 @@ class Engine:
 
         from ...errors import KernelUnavailable, RouteRefused  # noqa: PLC0415
         from ..load import load  # noqa: PLC0415
-        from .ops import ADAPTERS, smoke_layer, vllm_op_class  # noqa: PLC0415
+        from .ops import ADAPTERS, smoke_layer, smoke_rows, vllm_op_class  # noqa: PLC0415
 
         t0 = time.perf_counter()
         log = _log()
@@ -350,21 +350,23 @@ class Engine:
                 why = (f"route {d.route!r} was qualified with assembly {assembly!r}; this engine runs "
                        f"{self.form!r} ({why_form})")
                 refusals.append({"phase": phase, "route": d.route, "reason": why})
-        smoked = {}
+        # the bind-time smoke: each layer against vLLM's own op at the low and high end of every band it serves
+        smoke: dict = {}
         for (seam, phase), layer in sorted(plan.fns.items()):
             if any(r["phase"] == phase for r in refusals):
                 continue
             impl = plan._impls[(seam, phase)].impl
+            entry = smoke.setdefault((seam, impl.name), [layer, impl, set(), []])
+            entry[2].update(smoke_rows(m.phases[phase].rows))
+            entry[3].append(phase)
+        for (seam, _name), (layer, impl, rows, phases) in sorted(smoke.items()):
             op = self.ops[seam]
-            key = (seam, impl.name)
-            if key not in smoked:
-                band = m.phases[phase]
-                smoked[key] = smoke_layer(ADAPTERS[op], vllm_op_class(ADAPTERS[op]), layer, impl,
-                                          max(band.rows[0], 1))
-            if smoked[key]:
+            why = smoke_layer(ADAPTERS[op], vllm_op_class(ADAPTERS[op]), layer, impl, sorted(rows), m.tolerance)
+            if why:
                 raise _startup_error(KernelUnavailable(
                     f"model {self.model!r}: the layer of seam {seam!r} failed its smoke on vLLM's {op}",
-                    reasons=[{"seam": seam, "phase": phase, "reason": smoked[key]}]))
+                    reasons=[{"seam": seam, "phase": ph, "reason": why} for ph in phases],
+                    hints=["fix the package's layer, or qualify and lock another route for those bands"]))
         if refusals and self.fallback != "host":
             plan.detach()
             raise _startup_error(RouteRefused(
