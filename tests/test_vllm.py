@@ -115,11 +115,27 @@ def test_host_fallback_starts_on_vllm_ops_and_counts_calls_in_no_band(tiny, work
                                  vs.engine_env(proj, XDG_CACHE_HOME=work / "cache", FRT_FALLBACK="host"))
     assert rc == 0 and res is not None, log[-4000:]
     assert sum("frt: band prefill rows 17..24: host (vLLM's own ops)" in ln for ln in log.splitlines()) == 1
+    assert sum("frt: rows 25..256 are in no phase band (this engine runs up to 256)" in ln for ln in log.splitlines()) == 1
     norm = res["ledger"]["seams"]["norm"]["phases"]
     assert norm["decode"]["calls"] > 0 and norm["decode"]["host-calls"] == 0
     assert norm["prefill"]["calls"] == norm["prefill"]["host-calls"] == 5  # one 24-row forward: 2 layers x 2 + final
     assert norm["decode"]["fallbacks"] == 5 and norm["decode"]["contract-misses"] == {"rows": 5}  # the 25-row call
     assert res["ledger"]["totals"]["host-decisions"] == 1
+
+
+def test_rows_in_no_band_refused_at_start_under_refuse(tiny, work):
+    """Bands decode 1..16 and prefill 17..24 in an engine that runs steps of up to 256 rows (max_num_batched_tokens):
+    under FRT_FALLBACK=refuse a 25-row step would stop the engine mid-traffic, so it does not start; the error names
+    the rows and the hints say what to change."""
+    proj = _project(work, tiny, "short", prefill=(17, 24))  # both bands routed (receipts for eager in each)
+    rc, res, log = vs.run_engine({"model": str(tiny)}, vs.engine_env(proj, XDG_CACHE_HOME=work / "cache"))
+    assert rc != 0 and res is None
+    lines = [ln.split("frt: ", 1)[1] for ln in log.splitlines() if "frt: error:" in ln or "frt: hint:" in ln]
+    assert lines[:3] == [
+        "error: model 'tiny-qwen2': rows 25..256 are in no phase band (decode 1..16, prefill 17..24), but this engine "
+        "runs steps of 1..256 rows (max_num_batched_tokens): a step there would stop it (FRT_FALLBACK=refuse)",
+        "hint: start vLLM with --max-num-batched-tokens 24",
+        "hint: or set FRT_FALLBACK=host to run vLLM's own ops for those rows (counted as fallbacks)"], log[-3000:]
 
 
 def test_tampered_package_refused_before_import(tiny, work):

@@ -367,6 +367,23 @@ class Engine:
                     f"model {self.model!r}: the layer of seam {seam!r} failed its smoke on vLLM's {op}",
                     reasons=[{"seam": seam, "phase": ph, "reason": why} for ph in phases],
                     hints=["fix the package's layer, or qualify and lock another route for those bands"]))
+        gap = None if qualifying else self._rows_in_no_band()
+        if gap and self.fallback != "host":
+            plan.detach()
+            from ...errors import UsageError  # noqa: PLC0415
+
+            raise _startup_error(UsageError(
+                f"model {self.model!r}: rows {gap[0]}..{gap[1]} are in no phase band ("
+                + ", ".join(f"{n} {ph.rows[0]}..{ph.rows[1]}" for n, ph in sorted(m.phases.items(), key=lambda kv: kv[1].rows))
+                + f"), but this engine "
+                f"runs steps of 1..{gap[2]} rows (max_num_batched_tokens): a step there would stop it "
+                "(FRT_FALLBACK=refuse)",
+                hints=[f"start vLLM with --max-num-batched-tokens {gap[0] - 1}" if gap[0] > 1 and gap[1] == gap[2]
+                       else "add a phase band covering those rows to the manifest, qualify and lock it",
+                       "or set FRT_FALLBACK=host to run vLLM's own ops for those rows (counted as fallbacks)"]))
+        if gap:
+            log.warning("frt: rows %d..%d are in no phase band (this engine runs up to %d): vLLM's own ops serve them, "
+                        "counted as fallbacks (FRT_FALLBACK=host)", *gap)
         if refusals and self.fallback != "host":
             plan.detach()
             raise _startup_error(RouteRefused(
@@ -434,6 +451,21 @@ class Engine:
             elif not on and hasattr(band, "_good"):
                 band.layer = band._good
                 del band._good
+
+    def _rows_in_no_band(self):
+        """``(low, high, top)``: the first run of row counts in 1..``max_num_batched_tokens`` (``top``) that no
+        phase band holds, or ``None``. vLLM's steps carry 1..top rows (prefill chunks and decode batches alike)."""
+        from vllm.config import get_current_vllm_config  # noqa: PLC0415
+
+        top = get_current_vllm_config().scheduler_config.max_num_batched_tokens
+        reach = 0
+        for lo, hi in sorted(ph.rows for ph in self.lock.manifest.phases.values()):
+            if lo > reach + 1:
+                return reach + 1, min(lo - 1, top), top
+            reach = max(reach, hi)
+            if reach >= top:
+                return None
+        return (reach + 1, top, top) if reach < top else None
 
     def _key_compile_cache(self) -> None:
         """Make frt's routing part of what keys vLLM's compile cache: a graph that calls frt::dispatch
