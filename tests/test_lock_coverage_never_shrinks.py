@@ -93,9 +93,9 @@ def test_a_package_upgrade_that_loses_every_cell_is_exit_1_and_leaves_the_lock(p
            "lockfiles/toy.lock is unchanged" in r.stderr
     assert f"error: toy: lost decode/fp32/cpu/x86_64/amd-epyc-7b13 route fast: {why}" in r.stderr
     assert "hint: receipts/toy/fast-decode.json was measured on the pins this lock replaces; to measure the new " \
-           "ones: frt lock --model toy --allow-loss, then frt qualify --model toy --route fast --phase decode on " \
-           "device class amd-epyc-7b13, then frt lock (or keep the locked pins" in r.stderr
-    assert "hint: to publish the smaller coverage on purpose: frt lock --model toy --allow-loss" in r.stderr
+           "ones: `frt lock --model toy --allow-loss`, then `frt qualify --model toy --route fast --phase decode` on " \
+           "device class amd-epyc-7b13, then `frt lock --model toy` (or keep the locked pins" in r.stderr
+    assert "hint: to publish the smaller coverage on purpose: `frt lock --model toy --allow-loss`" in r.stderr
     assert "Traceback" not in r.stderr
 
     # --json: the same diff, structured
@@ -131,8 +131,12 @@ def test_a_package_upgrade_that_loses_every_cell_is_exit_1_and_leaves_the_lock(p
            "--allow-loss asks" in r.stderr
     new = Lockfile.read(lf)
     assert new.packages[REPO].revision == new_rev and new.index == {} and len(new.rejected) == 2
-    # and the next lock has nothing more to lose: exit 0, unchanged
+    # the next lock has nothing more to lose, but accepts none of the model's receipts: still exit 1
+    # (no empty lock by accident), the lockfile as --allow-loss wrote it; --allow-loss again: unchanged
+    written = lf.read_bytes()
     r = hub_lock(project, hub)
+    assert r.returncode == 1 and "not written, no receipt accepted" in r.stdout and lf.read_bytes() == written
+    r = hub_lock(project, hub, "--allow-loss")
     assert r.returncode == 0 and "unchanged" in r.stdout
 
 
@@ -154,8 +158,8 @@ def test_lock_model_raises_coverage_loss_and_writes_nothing(locked):
                  "reason": "receipts/tiny/01-fast-prefill.json is no longer among the receipts (removed or renamed "
                            "since the last lock)"}
     assert exc.hints[0] == ("restore receipts/tiny/01-fast-prefill.json (from version control, or `frt receipts pull`), "
-                            "or re-qualify on device class test: frt qualify --model tiny --route fast --phase prefill, "
-                            "then frt lock")
+                            "or re-qualify on device class test: `frt qualify --model tiny --route fast --phase prefill`, "
+                            "then `frt lock --model tiny`")
     res = _lock(locked, allow_loss=True)
     assert res.written and [c.kind for c in res.coverage.changes] == ["lost"]
     assert PREFILL not in {"/".join(k) for k in Lockfile.read(locked.lock_path).index}
@@ -250,8 +254,8 @@ def test_a_policy_over_unsigned_receipts_is_a_loss_naming_the_signing_fix(locked
     assert "3 lost, 0 dropped" in r.stdout
     assert f"error: tiny: lost {CELL} route fast: receipts/tiny/00-fast-decode.json is rejected: unsigned: no " \
            "receipts/tiny/00-fast-decode.json.sig or" in r.stderr
-    assert "hint: sign it with a key the policy lists: frt sign --key KEY receipts/tiny/00-fast-decode.json, " \
-           "then frt lock" in r.stderr
+    assert "hint: sign it with a key the policy lists: `frt sign --key KEY receipts/tiny/00-fast-decode.json`, " \
+           "then `frt lock --model tiny`" in r.stderr
     # signed: accepted again; nothing lost against the old lock (the same receipts, now with signers)
     assert frt_process(["sign", "--key", str(priv), *sorted(str(p) for p in (locked.root / "receipts" / "tiny").glob("*.json"))],
                    cwd=locked.root).returncode == 0

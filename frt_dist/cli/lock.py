@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..base.canonical import short_digest
+from ..base.canonical import short_digest, short_digests
 from ..errors import FrtError, UsageError
 from .context import find_project
 from .parser import common_options, output_file_arg
@@ -42,7 +42,7 @@ def run(args) -> int:
     """Lock every model it can: a model whose packages fail is reported (`error: <model>: <package>:
     <reason>`), its lockfile left as it was, and the others are still locked and written; the run
     then exits non-zero. One ``LockSession`` fetches a package shared by several models once."""
-    from ..lock.build import CoverageLoss, LockFailed, LockSession, lock_model  # noqa: PLC0415
+    from ..lock.build import CoverageLoss, LockFailed, LockSession, NothingAccepted, lock_model  # noqa: PLC0415
 
     if args.export:
         from . import export  # noqa: PLC0415
@@ -57,7 +57,7 @@ def run(args) -> int:
         raise UsageError(f"no manifests in {project.manifests_dir}")
     results, failed, stale_any = [], [], False
     session = LockSession()
-    warn = (lambda m: None) if args.quiet and not args.json else (lambda m: print(f"warning: {m}", file=sys.stderr))
+    warn = (lambda m: None) if args.quiet and not args.json else (lambda m: print(short_digests(f"warning: {m}"), file=sys.stderr))
     for model in models:
         bar = None
 
@@ -72,7 +72,7 @@ def run(args) -> int:
             res = lock_model(project, model, check=args.check, strict=args.strict, allow_loss=args.allow_loss,
                              upgrade=set(args.upgrade_package), warn=warn, progress=progress, session=session,
                              upgrade_release=args.upgrade_release)
-        except CoverageLoss as exc:  # reported like the others, with its diff: the old lockfile stays
+        except (CoverageLoss, NothingAccepted) as exc:  # reported like the others, with its diff: the old lockfile stays
             results.append(exc.result)
             failed.append((model, exc))
             continue
@@ -87,7 +87,7 @@ def run(args) -> int:
         results.append(res)
         stale_any |= bool(res.stale)
     lines = []
-    refused = {model for model, exc in failed if isinstance(exc, CoverageLoss)}
+    refused = {model: exc for model, exc in failed if isinstance(exc, (CoverageLoss, NothingAccepted))}
     for r in results:
         rel = project.rel(r.path)
         cov = r.coverage
@@ -97,7 +97,8 @@ def run(args) -> int:
             if cov.changes:
                 lines.append(f"  coverage if locked now: {cov.summary()}")
         else:
-            state = "not written, coverage would shrink" if r.model in refused else \
+            state = ("not written, no receipt accepted" if isinstance(refused.get(r.model), NothingAccepted) else
+                     "not written, coverage would shrink") if r.model in refused else \
                 "written" if r.written else "unchanged"
             lines.append(f"{rel}: {state} "
                          f"({len(r.lockfile.packages)} packages, {len(r.lockfile.receipts)} receipts, "
@@ -118,7 +119,11 @@ def run(args) -> int:
             lines += change_lines(r.release)
     failures = []
     for model, exc in failed:
-        if isinstance(exc, CoverageLoss):
+        if isinstance(exc, NothingAccepted):
+            failures += [{"model": model, "package": None, **{k: v for k, v in r.items() if k not in ("model", "reason")},
+                          "reason": f"rejected {r['file']} (receipt digest {r['digest']}): {r['reason']}"}
+                         for r in exc.reasons]
+        elif isinstance(exc, CoverageLoss):
             failures += [{"model": model, "package": None, **{k: v for k, v in r.items() if k != "model"},
                           "reason": f"{r['kind']} {r['cell']} route {r['route']}: {r['reason']}"} for r in exc.reasons]
         else:
@@ -128,19 +133,22 @@ def run(args) -> int:
     doc = {"ok": not stale_any and not failed, "lockfiles": [
         {"model": r.model, "path": project.rel(r.path), "written": r.written, "stale": r.stale,
          "lock-digest": None if r.model in refused else r.lockfile.lock_digest, "receipts": len(r.lockfile.receipts),
-         "rejected": r.lockfile.rejected, "refused": "coverage-loss" if r.model in refused else None,
+         "rejected": r.lockfile.rejected,
+         "refused": (("nothing-accepted" if isinstance(refused[r.model], NothingAccepted) else "coverage-loss")
+                     if r.model in refused else None),
          "coverage": r.coverage.to_dict(), **({"release": r.release} if r.release else {})} for r in results],
         "failures": failures, "hints": hints}
-    emit(args, doc, "\n".join(lines))
+    emit(args, doc, short_digests("\n".join(lines)))
     if stale_any:
         print("error: lockfile is stale", file=sys.stderr)
         print("hint: run `frt lock` to regenerate it", file=sys.stderr)
     if failed and not args.json:
         for model, exc in failed:
-            if isinstance(exc, CoverageLoss):
+            if isinstance(exc, (CoverageLoss, NothingAccepted)):
                 print(f"error: {model}: {exc.summary}", file=sys.stderr)
         for f in failures:
-            print(f"error: {f['model']}: " + (f"{f['package']}: " if f["package"] else "") + f["reason"], file=sys.stderr)
+            print(short_digests(f"error: {f['model']}: " + (f"{f['package']}: " if f["package"] else "") + f["reason"]),
+                  file=sys.stderr)
         for h in hints:
-            print(f"hint: {h}", file=sys.stderr)
+            print(short_digests(f"hint: {h}"), file=sys.stderr)
     return max([exc.exit_code for _, exc in failed] + [1 if stale_any else 0])
