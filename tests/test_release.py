@@ -225,8 +225,74 @@ def test_init_from_writes_the_release_manifest_plus_its_table(published, tmp_pat
     assert data["release"] == {"repo": REL, "version": 1}
     assert "receipts" not in data.get("trust", {})  # the publisher's signers are not the consumer's
     want = hub_manifest_doc()
+    for t in want["packages"].values():  # nor is the publisher's trust in the packages' code
+        del t["trust"]
     assert {k: v for k, v in data.items() if k not in ("release", "trust")} == want
+    assert "`frt release trust` adds it" in text  # a comment where the trust was
     assert (dest / "pyproject.toml").is_file() and (dest / "receipts" / "tiny").is_dir()
+
+
+def test_init_from_copies_no_code_trust_and_says_so(published, env, tmp_path):
+    """The release's manifest trusts both packages (``trust = true``) and has a publisher policy:
+    `frt init --from` copies neither, names each package, and the first lock refuses the packages
+    with `frt release trust` as the hint; that step prints and adds each package's trust."""
+    doc = hub_manifest_doc()
+    doc["trust"] = {"receipts": {"keys": ["keys/qualify-a.pub"]},
+                    "publishers": {"remote-org": {"signature": "optional"}}}
+    doc["packages"]["remote-org/norm"]["signature"] = "optional"
+    published.write_manifest(doc)
+    published.publish()
+    dest = tmp_path / "c"
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest), "--json")
+    assert rc == 0, err
+    got = json.loads(out)
+    assert got["code-trust"] == [
+        {"kind": "package", "repo": "remote-org/norm", "keys": {"trust": True, "signature": "optional"}},
+        {"kind": "package", "repo": "remote-org/scale", "keys": {"trust": True}},
+        {"kind": "publisher", "org": "remote-org", "keys": {"signature": "optional"}}]
+    data = parse_toml((dest / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
+    assert all(set(t) == {"version"} for t in data["packages"].values())
+    assert "publishers" not in data.get("trust", {})
+    import shutil
+
+    shutil.rmtree(dest)
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest))
+    assert rc == 0, err
+    assert "the release's manifest trusts the code of (not copied; none is trusted yet):" in out
+    assert "  package remote-org/scale (trust = true)" in out
+    assert '  package remote-org/norm (trust = true, signature = "optional")' in out
+    assert 'note: the release\'s manifest has [trust.publishers."remote-org"]' in out
+    # the Hub does not flag remote-org as a trusted publisher: the packages are refused, the hint says how
+    rc, out, err = frt("lock", cwd=dest)
+    assert rc == 1 and "publisher 'remote-org' is not a trusted kernel publisher" in err
+    assert f"hint: the release {REL} may trust it: `frt release trust --model tiny`" in err
+    rc, out, err = frt("release", "trust", cwd=dest)
+    assert rc == 0, err
+    assert f"trusted: package remote-org/scale (trust = true) (as the release's manifest at {REL}@" in out
+    assert 'trusted: package remote-org/norm (trust = true, signature = "optional")' in out
+    data = parse_toml((dest / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
+    assert data["packages"]["remote-org/scale"] == {"version": 1, "trust": True}
+    assert data["packages"]["remote-org/norm"] == {"version": 1, "trust": True, "signature": "optional"}
+    rc, out, err = frt("lock", cwd=dest)
+    assert rc == 0, err
+    assert len(lock_of(dest).receipts) == 2
+    assert {p.trust for p in lock_of(dest).packages.values()} == {"manifest"}
+    rc, out, err = frt("release", "trust", cwd=dest)
+    assert rc == 0 and "already trusted: package remote-org/scale" in out
+
+
+def test_trust_prints_a_signer_identity_safely(published, env, tmp_path, monkeypatch):
+    """A Sigstore identity from a release's lockfile is printed with its control characters as
+    escapes: a carriage return or an ESC sequence cannot rewrite what the terminal shows."""
+    from frt_dist.cli import release as cli_release
+
+    row = {"kind": "sigstore", "identity": "ci@acme\r\x1b[2Kevil@x", "issuer": "https://issuer\x07", "receipts": 1,
+           "added": True}
+    (line,) = cli_release.trust_lines([row], REL, "a" * 40)
+    assert "\r" not in line and "\x1b" not in line and "\x07" not in line
+    assert "identity ci@acme\\x0d\\x1b[2Kevil@x (issuer https://issuer\\x07)" in line
+    lines = cli_release.signer_lines([row], REL, "a" * 40)
+    assert all(c.isprintable() for ln in lines for c in ln)
 
 
 def test_init_from_names_the_signers_without_trusting_them(published, tmp_path):
@@ -238,9 +304,31 @@ def test_init_from_names_the_signers_without_trusting_them(published, tmp_path):
     assert not (dest / "keys").exists()
 
 
-def test_lock_without_a_policy_rejects_every_release_receipt(published, tmp_path):
+def test_lock_without_a_policy_rejects_every_release_receipt(published, env, tmp_path):
+    env.set_trusted("remote-org", True)  # the packages' code is trusted (the Hub's flag): only the receipts are not
     dest = consumer(tmp_path)
+    # nothing accepted: no empty lock by accident (exit 1, nothing written, each rejection named once)
     rc, out, err = frt("lock", cwd=dest)
+    assert rc == 1, err
+    assert not (dest / "lockfiles" / "tiny.lock").exists()
+    assert "error: tiny: none of its 2 receipt(s) is accepted: the lock would route no cell; lockfiles/tiny.lock " \
+           "is not written" in err
+    for name in ("fast-decode", "solo-prefill"):
+        line = next(ln for ln in err.splitlines() if f"receipts/tiny/{name}.json" in ln and ln.startswith("error:"))
+        assert line.startswith(f"error: tiny: rejected release/{REL}/receipts/tiny/{name}.json (receipt digest sha256:")
+        assert line.endswith("): a release's receipts need a policy naming their signers: the manifest has no "
+                             "[trust.receipts] (review the release's signers, then `frt release trust`)")
+        assert len(line.split("receipt digest ")[1].split(")")[0]) == len("sha256:") + 12  # shortened for a person
+        assert sum(f"{name}.json" in ln for ln in err.splitlines()) == 1  # said once, not as a warning as well
+    assert "hint: the release's receipts need a signer your policy in manifests/tiny.toml names: review the " \
+           "release's signers, then `frt release trust --model tiny`" in err
+    assert "hint: to write a lock that routes no cell on purpose: `frt lock --model tiny --allow-loss`" in err
+    rc, out, err = frt("lock", "--json", cwd=dest)
+    doc = json.loads(out)
+    assert rc == 1 and doc["lockfiles"][0]["refused"] == "nothing-accepted"
+    assert {len(f["digest"]) for f in doc["failures"]} == {len("sha256:") + 64}  # whole in --json
+    assert all(f["kind"] == "rejected" and f["reason"].startswith("rejected release/") for f in doc["failures"])
+    rc, out, err = frt("lock", "--allow-loss", cwd=dest)
     assert rc == 0, err
     lf = lock_of(dest)
     assert lf.release["repo"] == REL and lf.release["version"] == 1 and lf.release["commit"] == published.res["commit"]
@@ -259,6 +347,7 @@ def test_trust_is_an_explicit_step_then_the_receipts_are_accepted(published, tmp
     assert rc == 0, err
     keyid = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
     assert out.startswith(f"trusted: key {keyid} -> keys/acme/tiny-release/")
+    assert "trusted: package remote-org/scale (trust = true)" in out and "trusted: package remote-org/norm" in out
     m = parse_toml((dest / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
     (keyfile,) = m["trust"]["receipts"]["keys"]
     assert (dest / keyfile).read_text() == published.lock.receipt_keys["keys/qualify-a.pub"]["pem"]
@@ -272,7 +361,7 @@ def test_trust_is_an_explicit_step_then_the_receipts_are_accepted(published, tmp
     assert set(doc["release"]["cells"].values()) == {"release"}
     # a second trust adds nothing
     rc, out, err = frt("release", "trust", cwd=dest)
-    assert rc == 0 and out.startswith("already trusted:")
+    assert rc == 0 and all(ln.startswith("already trusted:") for ln in out.splitlines())
     # and verify re-derives every release receipt's acceptance from the lock alone
     rc, out, err = frt("verify", cwd=dest)
     assert rc == 0, out + err
@@ -469,14 +558,18 @@ def test_sbom_names_the_release_as_the_evidence_supplier(published, trusted):
 # refusals and edges
 
 
-def test_a_policy_scoped_to_other_device_classes_does_not_exempt_release_receipts(published, tmp_path):
+def test_a_policy_scoped_to_other_device_classes_does_not_exempt_release_receipts(published, env, tmp_path):
     """``device-classes`` scopes the policy over the project's own receipts; a release's receipt is
     always judged: an h200 release receipt signed by a key the policy does not list stays rejected."""
+    env.set_trusted("remote-org", True)  # (the packages' code trusted by the Hub's flag)
     dest = consumer(tmp_path)
     _, other = make_key(dest / "keys", "ours")
     mpath = dest / "manifests" / "tiny.toml"
     mpath.write_text(mpath.read_text() + '\n[trust.receipts]\nkeys = ["keys/ours.pub"]\ndevice-classes = ["rtx-5090"]\n')
-    assert frt("lock", cwd=dest)[0] == 0
+    rc, out, err = frt("lock", cwd=dest)  # none accepted: refused, each rejection named
+    assert rc == 1 and err.count("which the policy does not list") == 2, err
+    assert "hint: the release's receipts need a signer your policy in manifests/tiny.toml names" in err
+    assert frt("lock", "--allow-loss", cwd=dest)[0] == 0
     lf = lock_of(dest)
     assert not lf.receipts and len(lf.rejected) == 2
     assert all("which the policy does not list" in r["reason"] for r in lf.rejected)
@@ -538,8 +631,12 @@ def test_trust_needs_a_release_and_signed_receipts(published, env, tmp_path):
     rc, out, err = frt("release", "trust", cwd=published.root)
     assert rc == 2 and "names no [release] to trust" in err
     # a release whose receipts are unsigned: nothing to trust, said so
+    env.set_trusted("remote-org", True)  # no package trust in the release either: nothing at all to trust
     pub2 = Publisher(tmp_path / "pub2")
-    pub2.write_manifest(hub_manifest_doc())
+    doc = hub_manifest_doc()
+    for t in doc["packages"].values():
+        del t["trust"]
+    pub2.write_manifest(doc)
     pub2.receipt("u", "fast", "decode", sign=False)
     pub2.publish("--version", "2")
     rc, out, err = frt("init", "--from", f"hf://{REL}@v2", str(tmp_path / "c"), "--trust")

@@ -76,25 +76,59 @@ def run(args) -> int:
     return 0
 
 
-def signer_lines(found, repo, commit) -> list[str]:
+def shown(text) -> str:
+    """``text`` safe on a terminal: every control or otherwise unprintable character (``\\r``, an ESC
+    sequence, a bidi override) written as its escape, so a name from a release prints as what it is."""
+    out = []
+    for c in str(text):
+        if c.isprintable():
+            out.append(c)
+        elif ord(c) < 0x100:
+            out.append(f"\\x{ord(c):02x}")
+        else:
+            out.append(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
+    return "".join(out)
+
+
+def signer_lines(found, repo, commit, code=()) -> list[str]:
+    out = []
     if not found:
-        return [f"note: the receipts of {repo}@{commit[:12]} carry no signature its lockfile records: with no "
-                "signer to trust, `frt lock` rejects every one"]
-    out = [f"the receipts of {repo}@{commit[:12]} are signed by (its lockfile says; none is trusted yet):"]
-    out += [f"  {_signer(s)} ({s['receipts']} receipt(s))" for s in found]
-    out.append("review them, then `frt release trust` (or `frt init --from ... --trust`); until then `frt lock` "
-               "rejects every release receipt")
+        out.append(f"note: the receipts of {repo}@{commit[:12]} carry no signature its lockfile records: with no "
+                   "signer to trust, `frt lock` rejects every one")
+    else:
+        out.append(f"the receipts of {repo}@{commit[:12]} are signed by (its lockfile says; none is trusted yet):")
+        out += [f"  {_signer(s)} ({s['receipts']} receipt(s))" for s in found]
+    pk = [c for c in code if c["kind"] == "package"]
+    if pk:
+        out.append("the release's manifest trusts the code of (not copied; none is trusted yet):")
+        out += [f"  package {shown(c['repo'])} ({_keys(c['keys'])})" for c in pk]
+    for c in code:
+        if c["kind"] == "publisher":
+            out.append(f"note: the release's manifest has [trust.publishers.\"{shown(c['org'])}\"] "
+                       f"({_keys(c['keys'])}): not copied, and `frt release trust` does not add it")
+    if found or pk:
+        out.append("review them, then `frt release trust` (or `frt init --from ... --trust`); until then `frt lock` "
+                   "rejects every release receipt" + (" and refuses those packages" if pk else ""))
     return out
 
 
+def _keys(keys: dict) -> str:
+    from ..release.consume import _toml_value  # noqa: PLC0415
+
+    return ", ".join(f"{k} = {shown(_toml_value(v))}" for k, v in keys.items())
+
+
 def _signer(s: dict) -> str:
-    return f"key {s['keyid']}" if s["kind"] == "key" else f"identity {s['identity']} (issuer {s['issuer']})"
+    if s["kind"] == "package":
+        return f"package {shown(s['repo'])} ({_keys({k: s[k] for k in ('trust', 'signature', 'signer') if k in s})})"
+    return f"key {s['keyid']}" if s["kind"] == "key" else f"identity {shown(s['identity'])} (issuer {shown(s['issuer'])})"
 
 
 def trust_lines(rows, repo, commit) -> list[str]:
     out = []
     for r in rows:
         where = f" -> {r['file']}" if r.get("file") else ""
-        out.append(f"{'trusted' if r['added'] else 'already trusted'}: {_signer(r)}{where} "
-                   f"(signs {r['receipts']} receipt(s) of {repo}@{commit[:12]})")
+        what = (f"as the release's manifest at {repo}@{commit[:12]} has it" if r["kind"] == "package" else
+                f"signs {r['receipts']} receipt(s) of {repo}@{commit[:12]}")
+        out.append(f"{'trusted' if r['added'] else 'already trusted'}: {_signer(r)}{where} ({what})")
     return out

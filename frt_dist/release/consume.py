@@ -44,7 +44,7 @@ from .record import NO_POLICY, is_release_label, label_prefix, release_receipts 
 __all__ = ["Fetched", "LockRelease", "ReleaseError", "parse_ref", "fetch", "for_lock", "trust", "signers",
            "change", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",
            "mirror_files", "mirror_problems", "stale_reasons", "release_manifest", "models_of", "api", "hub_call",
-           "branch_commit", "SIG_SUFFIXES"]
+           "branch_commit", "SIG_SUFFIXES", "code_trust", "release_code_trust"]
 
 REPO_TYPE = "model"
 MAX_FILE_BYTES = 16 << 20  # a release file (manifest, receipt, signature, lockfile) is read whole, at most this
@@ -435,18 +435,59 @@ def signers(fetched: Fetched) -> list[dict]:
     return [found[k] for k in sorted(found)]
 
 
+def code_trust(fetched: Fetched) -> list[dict]:
+    """The code trust the release's manifest declares (``release_code_trust``); [] when it has no
+    manifest of the model."""
+    from ..documents.schema import parse_toml  # noqa: PLC0415
+    from ..errors import ManifestError  # noqa: PLC0415
+
+    rel = f"manifests/{fetched.model}.toml"
+    if rel not in fetched.files:
+        return []
+    return release_code_trust(parse_toml(fetched.read(rel), ManifestError, f"{fetched.repo}/{rel}"))
+
+
+def _add_package_keys(text: str, repo: str, keys: dict) -> str | None:
+    """``text`` (a manifest) with ``keys`` (trust, signature, signer) set in ``[packages."<repo>"]``
+    (the lines added under its header, replacing any the table has); None where the table is written
+    in a form this cannot edit (inline, dotted keys)."""
+    import json  # noqa: PLC0415
+
+    lines = text.splitlines(keepends=True)
+    sec = _section(lines, f'packages."{repo}"')
+    if sec is None:
+        return None
+    a, b = sec
+    body = [ln for ln in lines[a:b] if not re.match(r"^\s*(" + "|".join(keys) + r")\s*=", ln)]
+    add = []
+    for k, v in keys.items():
+        if isinstance(v, bool):
+            add.append(f"{k} = {'true' if v else 'false'}\n")
+        elif isinstance(v, str):
+            add.append(f"{k} = {json.dumps(v)}\n")
+        elif isinstance(v, dict) and all(isinstance(x, str) for x in v.values()):
+            add.append(f"{k} = {{ " + ", ".join(f"{json.dumps(x)} = {json.dumps(y)}" for x, y in v.items()) + " }\n")
+        else:
+            return None
+    lines[a:b] = add + body
+    return "".join(lines)
+
+
 def trust(project, model: str, fetched: Fetched) -> list[dict]:
-    """Trust the signers of ``fetched`` in ``model``'s manifest: each key's PEM written to
-    ``keys/<org>/<name>/<keyid>.pub`` and listed under ``[trust.receipts] keys``, each Sigstore
-    identity under ``identities``. Returns one row per signer with ``"added"`` true or false (already
-    listed). Nothing is written when the manifest's policy cannot be edited in place."""
+    """Trust what the release trusts, in ``model``'s manifest: the signers of its receipts (each
+    key's PEM written to ``keys/<org>/<name>/<keyid>.pub`` and listed under ``[trust.receipts] keys``,
+    each Sigstore identity under ``identities``) and the code trust its manifest declares for each
+    package this manifest uses (``trust = true``, and a publisher-signature policy). Returns one row
+    per signer and per package with ``"added"`` true or false (already there). Nothing is written when
+    the manifest cannot be edited in place."""
     from ..documents.lock_writer import write_atomic  # noqa: PLC0415
     from ..documents.manifest import Manifest  # noqa: PLC0415
     from ..documents.schema import load_toml  # noqa: PLC0415
     from ..errors import ManifestError  # noqa: PLC0415
 
     found = signers(fetched)
-    if not found:
+    code = code_trust(fetched)
+    if not found and not any(c["kind"] == "package" for c in code):
         raise ReleaseError(f"release {fetched.repo!r} at {fetched.commit[:12]}: its lockfile records no receipt "
                            "signature: there is no signer to trust",
                            hints=["ask the publisher to sign the receipts (`frt sign`) under a [trust.receipts] "
@@ -478,14 +519,31 @@ def trust(project, model: str, fetched: Fetched) -> list[dict]:
             if added:
                 idents.append(ident)
             rows.append({**s, "added": added})
+    packages = {r: dict(t) for r, t in data.get("packages", {}).items()}
+    pkg_edits = {}
+    for c in code:
+        if c["kind"] != "package" or c["repo"] not in packages or "path" in packages[c["repo"]]:
+            continue  # a package this manifest does not use (or has as a local path) needs no trust
+        mine = packages[c["repo"]]
+        add = {k: v for k, v in c["keys"].items() if mine.get(k) != v}
+        rows.append({"kind": "package", "repo": c["repo"], **c["keys"], "added": bool(add)})
+        if add:
+            pkg_edits[c["repo"]] = add
+            mine.update(add)
     if not any(r["added"] for r in rows):
         return rows
     text = mpath.read_text("utf-8")
-    new_text = set_policy(text, keys, idents, note=f"{fetched.repo}@{fetched.commit[:12]}")
+    signers_added = any(r["added"] for r in rows if r["kind"] != "package")
+    new_text = set_policy(text, keys, idents, note=f"{fetched.repo}@{fetched.commit[:12]}") if signers_added else text
+    for repo, add in sorted(pkg_edits.items()):
+        new_text = None if new_text is None else _add_package_keys(new_text, repo, add)
     want = dict(data)
-    want["trust"] = {**data.get("trust", {}), "receipts": {**policy, "keys": keys, **({"identities": idents} if idents else {})}}
-    if not keys:
-        want["trust"]["receipts"].pop("keys")
+    if signers_added:
+        want["trust"] = {**data.get("trust", {}), "receipts": {**policy, "keys": keys, **({"identities": idents} if idents else {})}}
+        if not keys:
+            want["trust"]["receipts"].pop("keys")
+    if pkg_edits:
+        want["packages"] = packages
     from ..documents.schema import parse_toml  # noqa: PLC0415
 
     try:
@@ -493,10 +551,14 @@ def trust(project, model: str, fetched: Fetched) -> list[dict]:
     except ManifestError:
         ok = False
     if not ok:
-        lines = [f"keys = {_toml_list(keys)}"] + ([f"identities = {_toml_idents(idents)}"] if idents else [])
-        raise UsageError(f"{label}: [trust.receipts] is written in a form frt cannot edit in place; nothing was "
-                         "written", hints=["set these under [trust.receipts] yourself, and write the key files "
-                                           "from the release's lockfile (receipt-keys): " + "; ".join(lines)])
+        lines = ([f"[trust.receipts] keys = {_toml_list(keys)}"] if signers_added else []) + (
+            [f"[trust.receipts] identities = {_toml_idents(idents)}"] if signers_added and idents else []) + [
+            f"[packages.\"{repo}\"] " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in add.items())
+            for repo, add in sorted(pkg_edits.items())]
+        raise UsageError(f"{label}: [trust.receipts] or a package's table is written in a form frt cannot edit in "
+                         "place; nothing was written",
+                         hints=["set these yourself (and write the key files from the release's lockfile, "
+                                "receipt-keys): " + "; ".join(lines)])
     for rel, pem in new_files.items():
         p = project.root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -504,6 +566,16 @@ def trust(project, model: str, fetched: Fetched) -> list[dict]:
     write_atomic(mpath, new_text.encode("utf-8"))
     Manifest.read(mpath, label=label)  # it must read back (a failure here names the field)
     return rows
+
+
+def _toml_value(v) -> str:
+    import json  # noqa: PLC0415
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(x)} = {_toml_value(y)}" for x, y in v.items()) + " }"
+    return json.dumps(v)
 
 
 def _toml_list(items: list[str]) -> str:
@@ -608,8 +680,71 @@ def strip_policy(text: str) -> tuple[str, bool]:
     return "".join(kept), True
 
 
+_PKG_TRUST_KEYS = ("trust", "signature", "signer")  # a package's code trust and its publisher-signature policy
+
+
+def release_code_trust(data: dict) -> list[dict]:
+    """The code trust a release's manifest (``data``, parsed) declares: one row per package with
+    ``trust = true`` or a publisher-signature policy (``signature``/``signer``), and one per
+    ``[trust.publishers."<org>"]`` table: ``{"kind": "package", "repo", "keys": {...}}`` /
+    ``{"kind": "publisher", "org", "keys": {...}}``. `frt init --from` copies none of it; `frt release
+    trust` adds it, printing each."""
+    out = []
+    for repo, t in sorted(data.get("packages", {}).items()):
+        keys = {k: t[k] for k in _PKG_TRUST_KEYS if k in t and t[k] is not False}
+        if keys and "path" not in t:
+            out.append({"kind": "package", "repo": repo, "keys": keys})
+    for org, t in sorted(data.get("trust", {}).get("publishers", {}).items()):
+        out.append({"kind": "publisher", "org": org, "keys": dict(t)})
+    return out
+
+
+def strip_code_trust(text: str, data: dict) -> tuple[str, list[dict]]:
+    """``text`` (a manifest, ``data`` parsed) without the code trust ``release_code_trust`` lists:
+    each package's ``trust``/``signature``/``signer`` lines and every ``[trust.publishers."<org>"]``
+    table, a comment left where they were. Returns the text and the rows removed."""
+    rows = release_code_trust(data)
+    if not rows:
+        return text, rows
+    lines = text.splitlines(keepends=True)
+    for row in rows:
+        if row["kind"] == "package":
+            sec = _section(lines, f'packages."{row["repo"]}"')
+            if sec is None:
+                continue  # (written another way: the check in release_manifest refuses it)
+            a, b = sec
+            keep = [ln for ln in lines[a:b] if not re.match(r"^\s*(" + "|".join(_PKG_TRUST_KEYS) + r")\s*=", ln)]
+            if len(keep) != b - a:
+                keep.insert(0, "# trust: the publisher's, left out by `frt init --from`; review the package, then "
+                               "`frt release trust` adds it\n")
+            lines[a:b] = keep
+        else:
+            sec = _section(lines, f'trust.publishers."{row["org"]}"') or _section(lines, f'trust.publishers.{row["org"]}')
+            if sec is None:
+                continue
+            a, b = sec
+            lines[a - 1:b] = [f"# [trust.publishers.\"{row['org']}\"]: the publisher's, left out by `frt init --from`\n"]
+    return "".join(lines), rows
+
+
+def _without_code_trust(data: dict) -> dict:
+    """``data`` (a manifest, parsed) as ``strip_code_trust`` leaves it."""
+    out = dict(data)
+    pk = {}
+    for repo, t in data.get("packages", {}).items():
+        pk[repo] = dict(t) if "path" in t else {k: v for k, v in t.items() if k not in _PKG_TRUST_KEYS}
+    if "packages" in data:
+        out["packages"] = pk
+    if "publishers" in data.get("trust", {}):
+        out["trust"] = {k: v for k, v in data["trust"].items() if k != "publishers"}
+        if not out["trust"]:
+            del out["trust"]
+    return out
+
+
 def release_manifest(fetched: Fetched) -> str:
-    """The consumer's manifest: the release's, its receipt policy left out, plus ``[release]``."""
+    """The consumer's manifest: the release's, its receipt policy and its code trust (package
+    ``trust``, publisher-signature policy) left out, plus ``[release]``."""
     from ..documents.manifest import Manifest  # noqa: PLC0415
     from ..documents.schema import parse_toml  # noqa: PLC0415
     from ..errors import ManifestError  # noqa: PLC0415
@@ -626,6 +761,7 @@ def release_manifest(fetched: Fetched) -> str:
         raise ReleaseError(f"release {fetched.repo!r}: {rel} names a release itself ([release]); frt consumes one "
                            "release per project")
     out, stripped = strip_policy(text)
+    out, _code = strip_code_trust(out, original)
     out = out + ("" if out.endswith("\n") else "\n") + (
         f"\n# The release this project consumes (`frt init --from hf://{fetched.repo}@v{fetched.version}`): `frt lock` "
         "reads its receipts\n# at the commit it pins; `frt lock --upgrade-release` moves to the branch's head.\n"
@@ -636,11 +772,13 @@ def release_manifest(fetched: Fetched) -> str:
         want["trust"] = {k: v for k, v in original.get("trust", {}).items() if k != "receipts"}
         if not want["trust"]:
             del want["trust"]
+    want = _without_code_trust(want)
     want["release"] = {"repo": fetched.repo, "version": fetched.version}
     if data != want:
         raise ReleaseError(f"release {fetched.repo!r}: {rel} is written in a form frt cannot take apart "
-                           "([trust.receipts] as an inline table?)",
-                           hints=["write the manifest by hand: the release's, without [trust.receipts], plus "
+                           "([trust.receipts] or a package's trust as an inline table?)",
+                           hints=["write the manifest by hand: the release's, without [trust.receipts], "
+                                  "[trust.publishers] and the packages' trust/signature/signer keys, plus "
                                   f"[release] repo = \"{fetched.repo}\", version = {fetched.version}"])
     Manifest.from_dict(data, file=label)
     return out
