@@ -427,7 +427,7 @@ def test_upgrade_reports_a_removed_receipt(published, trusted, env):
     assert rc == 1 and "lost" in out and "solo" in err, (out, err)  # the prefill cell would go: refused first
     rc, out, err = frt("lock", "--upgrade-release", "--allow-loss", cwd=trusted)
     assert rc == 0, err
-    assert "  - receipts/tiny/solo-prefill.json (" in out and "removed from the release" in out
+    assert "  - receipts/tiny/solo-prefill.json (file sha256 sha256:" in out and "removed from the release" in out
     assert len(lock_of(trusted).receipts) == 1
 
 
@@ -446,9 +446,18 @@ def test_a_new_key_is_not_accepted_until_the_consumer_trusts_it(published, trust
     kid_b = published.lock.receipt_keys["keys/qualify-b.pub"]["keyid"]
     (rej,) = lf.rejected
     assert rej["file"].endswith("fast-prefill.json") and f"signed by {kid_b}, which the policy does not list" in rej["reason"]
-    assert "  + receipts/tiny/fast-prefill.json" in out
+    (added,) = [ln for ln in out.splitlines() if ln.startswith("  + receipts/tiny/fast-prefill.json")]
+    assert added.startswith("  + receipts/tiny/fast-prefill.json (file sha256 sha256:") and "rejected: signature: " in added
+    assert kid_b[:19] in added and kid_b not in added  # labelled, and 12 hex where a person reads it
+    text = (trusted / "manifests" / "tiny.toml").read_text()
+    now = lock_of(trusted).release["commit"]
     rc, out, err = frt("release", "trust", cwd=trusted)
     assert rc == 0 and f"trusted: key {kid_b}" in out and "already trusted: key" in out
+    # the comment above [trust.receipts] names the latest trust, not only the first
+    text = (trusted / "manifests" / "tiny.toml").read_text()
+    notes = [ln for ln in text.splitlines() if "added by `frt release trust`" in ln]
+    assert notes == [f"# Receipt signers this project accepts, added by `frt release trust`; last from "
+                     f"{REL}@{now[:12]}'s lockfile:"], text
     assert frt("lock", cwd=trusted)[0] == 0
     assert len(lock_of(trusted).receipts) == 3
 

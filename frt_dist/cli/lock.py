@@ -105,7 +105,9 @@ def run(args) -> int:
                          f"{len(r.lockfile.rejected)} rejected, {len(r.lockfile.index)} cells"
                          + ("; first lock" if cov.first else f"; {cov.summary()}" if cov.changes else
                             "; coverage unchanged" if r.written else "") + ")")
-        lines += [f"  {c}" for c in cov.lines(limit=None if r.model in refused else 20)]
+        # a refused model's losses: each reason once, on its error line (stderr)
+        lines += [f"  {c}" for c in cov.lines(limit=None if r.model in refused else 20,
+                                              loss_reasons=r.model not in refused)]
         if args.verbose:
             lines += [f"  package {repo} @ {short_digest(p.revision)}: {', '.join(sorted(p.variants))}"
                       for repo, p in sorted(r.lockfile.packages.items())]

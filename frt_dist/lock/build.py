@@ -600,8 +600,11 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
         # refused, each rejection named once by the error (so not warned about as well). Where the
         # lock it replaces had cells, the coverage rule below refuses it, naming each cell lost.
         raise NothingAccepted(result, project.rel(lpath), nothing_hints(result, project))
-    for w in warnings:
-        warn(w)
+    refused = bool(result.coverage.losses) and not allow_loss and not check and not (strict and warnings)
+    named = {c.file for c in result.coverage.losses if c.cause == "rejected"} if refused else set()
+    for w in warnings:  # a rejection the coverage refusal names (one line per lost cell) is not warned about too
+        if not any(w.startswith(f"{f}: ") for f in named if f):
+            warn(w)
     if strict and warnings:
         raise LockfileError(f"{len(warnings)} receipt(s) rejected under --strict", exit_code=1,
                             reasons=[{"file": r["file"], "reason": r["reason"]} for r in lf.rejected])

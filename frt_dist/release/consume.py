@@ -367,17 +367,23 @@ def change(old, new) -> dict | None:
 
 def change_lines(ch: dict) -> list[str]:
     """The upgrade report, one line per change."""
-    from ..base.canonical import short_digest  # noqa: PLC0415
+    from ..base.canonical import short_digest, short_digests  # noqa: PLC0415
+
+    def verdict(v: str) -> str:  # "accepted <receipt digest>" / "rejected: <reason>", the digests labelled and short
+        if v.startswith("accepted "):
+            return f"accepted (receipt digest {short_digest(v.removeprefix('accepted '))})"
+        return short_digests(v)
 
     head = f"release {ch['repo']} v{ch['version']}: "
     lines = [head + (f"commit {ch['from'][:12]} -> {ch['to'][:12]}" if ch["from"] else f"pinned at commit {ch['to'][:12]}")]
     for it in ch["added"]:
-        lines.append(f"  + {it['file']} ({short_digest(it['sha256'])}): {it['verdict']}")
+        lines.append(f"  + {it['file']} (file sha256 {short_digest(it['sha256'])}): {verdict(it['verdict'])}")
     for it in ch["edited"]:
-        what = "edited" if it["from"] != it["to"] else "signature changed"
-        lines.append(f"  ~ {it['file']} ({what}: {short_digest(it['from'])} -> {short_digest(it['to'])}): {it['verdict']}")
+        what = (f"edited: file sha256 {short_digest(it['from'])} -> {short_digest(it['to'])}" if it["from"] != it["to"]
+                else f"signature changed, file sha256 {short_digest(it['to'])}")
+        lines.append(f"  ~ {it['file']} ({what}): {verdict(it['verdict'])}")
     for it in ch["removed"]:
-        lines.append(f"  - {it['file']} ({short_digest(it['sha256'])}): removed from the release")
+        lines.append(f"  - {it['file']} (file sha256 {short_digest(it['sha256'])}): removed from the release")
     return lines
 
 
@@ -632,6 +638,10 @@ def _value_span(lines: list[str], a: int, b: int, key: str) -> tuple[int, int] |
     return None
 
 
+_TRUST_NOTE = "# Receipt signers this project accepts, added by `frt release trust`; last from "
+_TRUST_NOTE_OLD = "# Receipt signers this project accepts. Added by `frt release trust` from "
+
+
 def set_policy(text: str, keys: list[str], idents: list[dict], *, note: str) -> str | None:
     """``text`` (a manifest) with ``[trust.receipts]`` listing ``keys`` and ``idents``: the table's
     ``keys``/``identities`` lines replaced (or added under its header), or the table appended."""
@@ -644,9 +654,12 @@ def set_policy(text: str, keys: list[str], idents: list[dict], *, note: str) -> 
         if re.search(r"^\s*receipts\s*=", text, re.M):
             return None
         tail = "" if text.endswith("\n") else "\n"
-        return (text + tail + f"\n# Receipt signers this project accepts. Added by `frt release trust` from {note}'s "
-                "lockfile:\n# review them; a release receipt signed by anyone else is rejected.\n[trust.receipts]\n"
-                + "".join(new.values()))
+        return (text + tail + f"\n{_TRUST_NOTE}{note}'s lockfile:\n# review them; a release receipt signed by anyone "
+                "else is rejected.\n[trust.receipts]\n" + "".join(new.values()))
+    for i in range(sec[0] - 2, max(sec[0] - 5, -1), -1):  # the comment above the table: it names the latest trust
+        if lines[i].startswith(_TRUST_NOTE) or lines[i].startswith(_TRUST_NOTE_OLD):
+            lines[i] = f"{_TRUST_NOTE}{note}'s lockfile:\n"
+            break
     a, b = sec
     for key in ("identities", "keys"):
         if key not in new:
