@@ -154,6 +154,80 @@ def test_push_uploads_one_commit_on_the_version_branch(published, env):
     assert again["unchanged"] and again["commit"] == res["commit"]
 
 
+def test_a_push_whose_tree_equals_the_head_makes_no_commit(published, env):
+    """frt compares the head's tree with what it would upload itself (git blob ids, LFS sha256s): an
+    unchanged release asks the Hub for no commit at all, and says so."""
+    head = env.branch(REL, "v1", repo_type="model")
+    env.reset_counts()
+    rc, out, err = frt("release", "push", f"hf://{REL}", cwd=published.root)
+    assert rc == 0, err
+    assert f"release {REL} v1: nothing changed: the head of v1 ({head[:12]}) already holds these files; no commit " \
+           "made" in out
+    assert [p for m, p in env.requests if m == "POST"] == ["/api/repos/create"]  # (exist_ok) no preupload, no commit
+    assert env.branch(REL, "v1", repo_type="model") == head
+    # one byte of one file differs: a commit
+    published.receipt("late", "fast", "prefill")
+    again = published.publish()
+    assert not again["unchanged"] and again["parent"] == head and env.branch(REL, "v1", repo_type="model") == again["commit"]
+
+
+def test_receipts_with_one_name_in_different_folders_do_not_collide(published, env):
+    """receipts/fast-decode.json (a receipt of the model outside its folder) and receipts/tiny/fast-decode.json
+    would both be receipts/tiny/fast-decode.json in the release: the second gets its digest in its name."""
+    other = published.receipt("other", "fast", "prefill")
+    top = published.root / "receipts" / "fast-decode.json"
+    other.rename(top)
+    other.with_name("other.json.sig").rename(top.with_name("fast-decode.json.sig"))
+    res = published.publish()
+    files = env.files(REL, "v1", repo_type="model")
+    (dest,) = res["renamed"].values()
+    assert res["renamed"] == {"receipts/fast-decode.json": dest}
+    assert dest.startswith("receipts/tiny/fast-decode--") and dest.endswith(".json") and len(dest) == len(
+        "receipts/tiny/fast-decode--") + 12 + len(".json")
+    assert files[dest] == top.read_bytes() and files[dest + ".sig"] == top.with_name("fast-decode.json.sig").read_bytes()
+    assert files["receipts/tiny/fast-decode.json"] == (published.root / "receipts" / "tiny" / "fast-decode.json").read_bytes()
+    # a consumer accepts all three
+    env.set_trusted("remote-org", True)
+    from pathlib import Path as _P
+
+    dest_dir = _P(str(published.root) + "-consumer")
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest_dir), "--trust")
+    assert rc == 0, err
+    rc, out, err = frt("lock", cwd=dest_dir)
+    assert rc == 0, err
+    assert len(lock_of(dest_dir).receipts) == 3
+
+
+@pytest.mark.parametrize("method, pattern, body, what", [
+    ("POST", "/api/repos/create", b'{"name": "tiny-release"}', "create repo: the field 'url' is missing"),
+    ("GET", "/refs", b"<html>not json</html>", "refs: JSONDecodeError"),
+    ("POST", "/commit/", b"{}", "commit to v1: the field 'commitUrl' is missing"),
+])
+def test_an_unexpected_hub_answer_is_an_error_naming_the_endpoint(published, env, method, pattern, body, what):
+    published.receipt("late", "fast", "prefill")
+    assert frt("lock", cwd=published.root)[0] == 0
+    head = env.branch(REL, "v1", repo_type="model")
+    env.answer(pattern, 200, body, method=method)
+    rc, out, err = frt("release", "push", f"hf://{REL}", cwd=published.root)
+    assert rc == 1, err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert line.startswith(f"error: release '{REL}': the Hub at {env.url} gave an answer frt cannot use ({what}")
+    assert "hint: check HF_ENDPOINT names a Hugging Face Hub" in err
+    env.clear_faults()
+    if pattern != "/commit/":  # (a commit whose answer was lost may have landed: the branch is looked at again)
+        assert env.branch(REL, "v1", repo_type="model") == head
+    rc, out, err = frt("release", "push", f"hf://{REL}", "--json", cwd=published.root)
+    assert rc == 0, err
+
+
+def test_an_http_error_names_the_endpoint(published, env):
+    published.receipt("late", "fast", "prefill")
+    assert frt("lock", cwd=published.root)[0] == 0
+    env.fail("/preupload/", 422)  # (a 4xx: huggingface_hub retries a 5xx for seconds)
+    rc, out, err = frt("release", "push", f"hf://{REL}", cwd=published.root)
+    assert rc == 1 and "the Hub answered HTTP 422" in err and f"[Hub {env.url}]" in err, err
+
+
 def test_push_deletes_a_receipt_the_lock_no_longer_accepts(published, env):
     (published.root / "receipts" / "tiny" / "solo-prefill.json").unlink()
     res = published.publish(lock_args=("--allow-loss",))  # the publisher drops a cell on purpose
@@ -529,6 +603,52 @@ def test_mirror_carries_the_release_and_an_offline_lock_reads_it(published, trus
     lf = lock_of(trusted)
     assert lf.release["commit"] == commit and len(lf.receipts) == 2
     assert frt("verify", cwd=trusted)[0] == 0
+
+
+def test_an_object_store_carries_the_release_as_a_folder_mirror_does(published, trusted, env, monkeypatch, tmp_path):
+    """frt publish URL uploads the release's files (by their sha256, before the lockfile); frt mirror DIR
+    --from URL writes them into the folder's hub-cache layout, reported; the folder then verifies and
+    locks offline as one `frt mirror DIR` made does."""
+    store = tmp_path / "store"
+    rc, out, err = frt("publish", f"file://{store}", "--all-variants", "--json", cwd=trusted)
+    assert rc == 0, err
+    doc = json.loads(out)
+    rel = lock_of(trusted).release
+    assert sorted(doc["models"][0]["release-files"]) == sorted({f"sha256/{sha[7:]}" for sha in rel["files"].values()})
+    for path, sha in rel["files"].items():
+        assert (store / "sha256" / sha[7:]).read_bytes() == env.files(REL, "v1", repo_type="model")[path]
+    rc, out, err = frt("publish", f"file://{store}", "--all-variants", cwd=trusted)  # again: nothing more to send
+    assert rc == 0 and f"release {REL} @ {rel['commit'][:12]}: {len(rel['files'])} file(s) by their sha256, 0 uploaded" \
+        in out, out
+    env.stop()  # the node: no Hub, no cache, the store alone
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
+    mirror = tmp_path / "mirror"
+    rc, out, err = frt("mirror", str(mirror), "--from", f"file://{store}", "--all-variants", cwd=trusted)
+    assert rc == 0, err
+    assert f"  release {REL} @ {rel['commit'][:12]}: {len(rel['files'])} file(s) in models--acme--tiny-release/ " \
+           "(refs/v1)" in out
+    folder = mirror / "models--acme--tiny-release"
+    assert (folder / "refs" / "v1").read_text() == rel["commit"]
+    assert frt("verify", "--mirror", str(mirror), "--all-variants", cwd=trusted)[0] == 0
+    monkeypatch.setenv("FRT_MIRROR", str(mirror))
+    (trusted / "lockfiles" / "tiny.lock").unlink()
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0, err
+    assert lock_of(trusted).release["commit"] == rel["commit"] and len(lock_of(trusted).receipts) == 2
+
+
+def test_a_store_missing_a_release_file_is_named(published, trusted, tmp_path):
+    store = tmp_path / "store"
+    assert frt("publish", f"file://{store}", "--all-variants", cwd=trusted)[0] == 0
+    rel = lock_of(trusted).release
+    sha = rel["files"]["receipts/tiny/fast-decode.json"]
+    (store / "sha256" / sha[7:]).unlink()
+    rc, out, err = frt("mirror", str(tmp_path / "m"), "--from", f"file://{store}", "--all-variants", cwd=trusted)
+    assert rc == 1 and f"release {REL} receipts/tiny/fast-decode.json: no object sha256/{sha[7:]} in the store" in err
 
 
 def test_verify_flags_a_release_receipt_accepted_without_a_policy(published, trusted):

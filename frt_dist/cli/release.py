@@ -49,10 +49,13 @@ def run(args) -> int:
         from ..release.push import push  # noqa: PLC0415
 
         res = push(project, model, repo, version)
-        what = ("nothing changed: the branch already holds this release" if res["unchanged"] else
+        what = (f"nothing changed: the head of {res['branch']} ({res['parent'][:12]}) already holds these files; "
+                "no commit made" if res["unchanged"] else
                 f"commit {res['commit'][:12]} on {res['branch']} (parent {res['parent'][:12]})")
-        emit(args, {"ok": True, **res}, f"release {repo} v{version}: {what}; {res['receipts']} receipt(s), "
-                                         f"{len(res['files'])} file(s)" + (f", {len(res['deleted'])} removed" if res["deleted"] else ""))
+        lines = [f"release {repo} v{version}: {what}; {res['receipts']} receipt(s), {len(res['files'])} file(s)"
+                 + (f", {len(res['deleted'])} removed" if res["deleted"] else "")]
+        lines += [f"  {src} -> {dest} (another receipt has its name)" for src, dest in sorted(res["renamed"].items())]
+        emit(args, {"ok": True, **res}, "\n".join(lines))
         return 0
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
     from ..documents.manifest import Manifest  # noqa: PLC0415

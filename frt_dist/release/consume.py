@@ -44,7 +44,7 @@ from .record import NO_POLICY, is_release_label, label_prefix, release_receipts 
 __all__ = ["Fetched", "LockRelease", "ReleaseError", "parse_ref", "fetch", "for_lock", "trust", "signers",
            "change", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",
            "mirror_files", "mirror_problems", "stale_reasons", "release_manifest", "models_of", "api", "hub_call",
-           "branch_commit", "SIG_SUFFIXES", "code_trust", "release_code_trust"]
+           "branch_commit", "SIG_SUFFIXES", "code_trust", "release_code_trust", "store_files", "release_key"]
 
 REPO_TYPE = "model"
 MAX_FILE_BYTES = 16 << 20  # a release file (manifest, receipt, signature, lockfile) is read whole, at most this
@@ -80,14 +80,38 @@ def api(token: bool = False):
                  token=get_token() if token else None)
 
 
+def endpoint() -> str:
+    """The Hub endpoint frt talks to (``HF_ENDPOINT``, else huggingface_hub's default), for messages."""
+    from huggingface_hub import constants  # noqa: PLC0415
+
+    return (settings.value("HF_ENDPOINT") or constants.ENDPOINT or "https://huggingface.co").rstrip("/")
+
+
+# what a Hub answer huggingface_hub cannot use raises inside it: a field missing (KeyError), a value of
+# another type (TypeError, AttributeError), a body that is not JSON (ValueError, JSONDecodeError's base)
+_UNEXPECTED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
+
+
 def hub_call(repo: str, what: str, fn, *, writing: bool = False):
-    """``fn()`` with huggingface_hub's errors as frt errors naming the release repo."""
+    """``fn()`` with huggingface_hub's errors as frt errors naming the release repo and the endpoint:
+    an HTTP error, no connection, or an answer huggingface_hub cannot use (a field it expects missing,
+    a body that is not JSON), never a traceback."""
     import httpx2  # noqa: PLC0415
     from huggingface_hub import errors as hf_errors  # noqa: PLC0415
 
     from ..distribution.hub import apply_timeout  # noqa: PLC0415 - the CLI's FRT_HUB_TIMEOUT on the shared client
 
     apply_timeout()
+    try:
+        return _hub_call(repo, what, fn, writing=writing, hf_errors=hf_errors, httpx2=httpx2)
+    except FrtError as exc:
+        if endpoint() not in exc.message:
+            exc.message = f"{exc.message} [Hub {endpoint()}]"
+            exc.args = (exc.message,)
+        raise
+
+
+def _hub_call(repo: str, what: str, fn, *, writing: bool, hf_errors, httpx2):
     try:
         return fn()
     except hf_errors.OfflineModeIsEnabled:
@@ -120,6 +144,15 @@ def hub_call(repo: str, what: str, fn, *, writing: bool = False):
     except httpx2.HTTPError as exc:
         raise ReleaseError(f"release {repo!r}: cannot reach the Hub: {exc} ({what})",
                            hints=["check the network or HF_ENDPOINT; nothing was written"]) from None
+    except FrtError:
+        raise
+    except _UNEXPECTED as exc:
+        why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, KeyError) else f"the field {exc} is missing"
+        raise ReleaseError(f"release {repo!r}: the Hub at {endpoint()} gave an answer frt cannot use ({what}: {why})"
+                           + ("; nothing was committed" if writing else ""),
+                           reasons=[{"repo": repo, "endpoint": endpoint(), "request": what, "reason": why}],
+                           hints=["check HF_ENDPOINT names a Hugging Face Hub (or a server that speaks its API), "
+                                  "then retry"]) from None
 
 
 def branch_commit(api, repo: str, version: int) -> str | None:
@@ -817,26 +850,76 @@ def models_of(repo: str, version: int) -> tuple[str, list[str]]:
 # frt mirror / frt verify --mirror: the release's files beside the packages'
 
 
-def mirror_files(lock, top, tmp, *, progress=None) -> list[dict]:
+def release_key(sha: str) -> str:
+    """A release file's key in an object store: its sha256, as every locked file's (``sha256/<hex>``)."""
+    from ..distribution.store_api import object_key  # noqa: PLC0415
+
+    return object_key("sha256", sha.removeprefix("sha256:"))
+
+
+def store_files(lock, store, *, progress=None) -> list[str]:
+    """``frt publish URL``: every release file ``lock`` records, uploaded to ``store`` under its sha256
+    (``release_key``) once verified against the lock; one already there with that size is left. Returns
+    the keys sent. The lockfile goes up after these (the caller), so a store holding the lockfile holds them."""
+    rel = lock.release
+    if not rel or not rel.get("files"):
+        return []
+    src = fetch(rel["repo"], rel["version"], lock.model, commit=rel["commit"], recorded=rel["files"])
+    sent = []
+    for path, sha in sorted(rel["files"].items()):
+        data = src.path(path).read_bytes()
+        if _sha256(data) != sha:  # (fetch checked it; a file changed since is not sent)
+            raise ReleaseError(f"release {rel['repo']} {path}: not the bytes the lock records; not published")
+        key = release_key(sha)
+        if store.head(key) != len(data):
+            store.put_bytes(key, data)
+            sent.append(key)
+        if progress:
+            progress({"event": "file", "repo": rel["repo"], "variant": "release", "path": path,
+                      "action": "uploaded" if key in sent else "present", "bytes": len(data)})
+    return sent
+
+
+class _StoreSource:
+    """The release files of a lock, read from an object store by their sha256 (``frt mirror DIR --from URL``)."""
+
+    def __init__(self, store, rel):
+        self.store, self.rel = store, rel
+
+    def read(self, path: str) -> bytes | None:
+        return self.store.get_bytes(release_key(self.rel["files"][path]), MAX_FILE_BYTES)
+
+
+def mirror_files(lock, top, tmp, *, progress=None, store=None) -> list[dict]:
     """Write the release files ``lock`` records into the mirror ``top`` (a ``SafeDir``), hub-cache
     layout (``models--<org>--<name>/blobs``, ``snapshots/<commit>/...``, ``refs/v<N>`` last), each
-    verified against its recorded sha256 first. Returns the problems (a file that could not be supplied)."""
+    verified against its recorded sha256 first: from ``store`` (an object store ``frt publish``
+    filled) when given, else from the mirror, the hub cache or the Hub. Returns the problems (a file
+    that could not be supplied) and reports each file it adds to ``progress``."""
     rel = lock.release
     if not rel or not rel.get("files"):
         return []
     from ..distribution.sources import is_offline  # noqa: PLC0415
 
     problems = []
-    try:
-        src = fetch(rel["repo"], rel["version"], lock.model, commit=rel["commit"], recorded=rel["files"])
-    except FrtError as exc:
-        if is_offline():
-            return [{"kind": "missing", "path": f"{cache_folder(rel['repo'])}/snapshots/{rel['commit']}",
-                     "reason": f"release {rel['repo']}: {exc}"}]
-        raise
+    if store is not None:
+        src = _StoreSource(store, rel)
+    else:
+        try:
+            got = fetch(rel["repo"], rel["version"], lock.model, commit=rel["commit"], recorded=rel["files"])
+        except FrtError as exc:
+            if is_offline():
+                return [{"kind": "missing", "path": f"{cache_folder(rel['repo'])}/snapshots/{rel['commit']}",
+                         "reason": f"release {rel['repo']}: {exc}"}]
+            raise
+        src = type("_Local", (), {"read": staticmethod(lambda path: got.path(path).read_bytes())})
     with top.child(cache_folder(rel["repo"]), create=True) as folder, folder.child("blobs", create=True) as blobs:
         for path, sha in sorted(rel["files"].items()):
-            data = src.path(path).read_bytes()
+            data = src.read(path)
+            if data is None:
+                problems.append({"kind": "missing", "path": path, "expected": sha, "computed": None,
+                                 "reason": f"release {rel['repo']} {path}: no object {release_key(sha)} in the store"})
+                continue
             if _sha256(data) != sha:
                 problems.append({"kind": "mismatched", "path": path, "expected": sha, "computed": _sha256(data),
                                  "reason": f"release {rel['repo']} {path}: not the bytes the lock records"})
