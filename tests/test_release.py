@@ -815,7 +815,110 @@ def test_a_pinned_relock_asks_the_hub_nothing_for_the_release(published, trusted
     env.reset_counts()
     rc, out, err = frt("lock", cwd=trusted)
     assert rc == 0, err
-    assert env.request_count(REL) == 0
+    asked = [p for _, p in env.requests if REL in p]
+    assert len(asked) == 1 and "/refs" in asked[0], asked  # only whether a newer commit or version exists
     env.reset_counts()
     assert frt("lock", "--upgrade-release", cwd=trusted)[0] == 0
     assert env.request_count(REL) >= 1  # the branch's head is read again
+
+
+# ---------------------------------------------------------------------------
+# another version: frt release upgrade (SPEC 45), and what frt lock says about newer ones
+
+
+def _publish_v2(published, *, version: str = "2"):
+    """The publisher adds a seam to route solo, re-qualifies it, signs it with a new key B, pushes."""
+    priv_b, _ = make_key(published.root / "keys", "qualify-b")
+    doc = hub_manifest_doc()
+    doc["routes"]["solo"]["seams"] = {"act": "scale", "norm": "norm"}
+    doc["trust"] = {"receipts": {"keys": ["keys/qualify-a.pub", "keys/qualify-b.pub"]}}
+    published.write_manifest(doc)
+    for f in ("solo-prefill.json", "solo-prefill.json.sig"):
+        (published.root / "receipts" / "tiny" / f).unlink()
+    rc, out, err = frt("lock", "--allow-loss", cwd=published.root)  # the old solo receipt's cell goes, on purpose
+    assert rc == 0, err
+    published.priv = priv_b
+    published.receipt("solo-prefill", "solo", "prefill")
+    published.publish("--version", version)
+    return published.lock.receipt_keys["keys/qualify-b.pub"]["keyid"]
+
+
+def test_release_upgrade_reports_applies_and_locks_under_the_coverage_rule(published, trusted, env):
+    kid_b = _publish_v2(published)
+    # frt lock (online) says a newer version exists; the pinned lock stays
+    before = (trusted / "lockfiles" / "tiny.lock").read_bytes()
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0 and (trusted / "lockfiles" / "tiny.lock").read_bytes() == before
+    assert "note: release acme/tiny-release has a newer version, v2: `frt release upgrade --version 2`" in err
+    # a dry run shows the change and writes nothing
+    mtext = (trusted / "manifests" / "tiny.toml").read_text()
+    rc, out, err = frt("release", "upgrade", "--dry-run", cwd=trusted)
+    assert rc == 0, err
+    assert out.startswith(f"release {REL}: v1 -> v2 (commit {published.res['commit'][:12]} -> ")
+    assert "    ~ route solo: seams {act = scale} -> {act = scale, norm = norm} (route digest sha256:" in out
+    assert f"  signer key {kid_b}: 1 receipt(s), NEW: not in your [trust.receipts]; review it\n" in out
+    assert "to apply: `frt release upgrade --model tiny --version 2` (with --trust to trust what is marked NEW)" in out
+    kid_a = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
+    assert f"  signer key {kid_a}: 1 receipt(s), trusted\n" in out
+    assert (trusted / "manifests" / "tiny.toml").read_text() == mtext
+    # the upgrade: everything or nothing; refused by the coverage rule until the new signer is trusted
+    rc, out, err = frt("release", "upgrade", cwd=trusted)
+    assert rc == 1, err
+    assert (trusted / "manifests" / "tiny.toml").read_text() == mtext
+    assert (trusted / "lockfiles" / "tiny.lock").read_bytes() == before
+    assert "error: tiny: the new lock loses coverage (1 lost" in err
+    assert f"signed by {kid_b[:19]}" in err and "which the policy does not list" in err
+    assert "error: tiny: the upgrade to v2 is not applied: manifests/tiny.toml and the lockfile are as they were" in err
+    assert "hint: review the signers and packages marked NEW above, then `frt release upgrade --model tiny --version 2 " \
+           "--trust`" in err
+    assert "frt lock --model tiny" not in err  # the lock's own hints name steps for a lock, not for this upgrade
+    assert (out + err).count("which the policy does not list") == 1  # the rejection said once
+    # following the hint
+    rc, out, err = frt("release", "upgrade", "--model", "tiny", "--version", "2", "--trust", cwd=trusted)
+    assert rc == 0, err
+    assert f"trusted: key {kid_b}" in out and "manifests/tiny.toml: now the release's v2 manifest" in out
+    m = parse_toml((trusted / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
+    assert m["release"] == {"repo": REL, "version": 2}
+    assert m["routes"]["solo"]["seams"] == {"act": "scale", "norm": "norm"}
+    mine = parse_toml(mtext.encode(), ValueError, "m")["trust"]["receipts"]["keys"]
+    assert m["trust"]["receipts"]["keys"][:len(mine)] == mine and len(m["trust"]["receipts"]["keys"]) == len(mine) + 1
+    assert all(t.get("trust") for t in m["packages"].values())  # the project's package trust kept
+    lf = lock_of(trusted)
+    assert lf.release["version"] == 2 and lf.release["commit"] == env.branch(REL, "v2", repo_type="model")
+    assert sorted(r.route for r in lf.receipts.values()) == ["fast", "solo"] and not lf.rejected
+    assert frt("lock", "--check", cwd=trusted)[0] == 0 and frt("verify", cwd=trusted)[0] == 0
+
+
+def test_release_upgrade_json_and_an_unknown_version(published, trusted, env):
+    rc, out, err = frt("release", "upgrade", "--version", "7", cwd=trusted)
+    assert rc == 1 and f"release '{REL}': no branch v7" in err
+    _publish_v2(published)
+    rc, out, err = frt("release", "upgrade", "--json", "--allow-loss", cwd=trusted)
+    doc = json.loads(out)
+    assert rc == 0 and doc["upgrade"]["applied"] and doc["upgrade"]["version"] == 2
+    assert {(r["what"], r["name"], r["change"]) for r in doc["upgrade"]["manifest"]} == {("route", "solo", "changed")}
+    assert [s["new"] for s in doc["upgrade"]["signers"] if s["kind"] == "key"].count(True) == 1
+    assert doc["lock"]["lockfiles"][0]["written"]
+
+
+def test_a_route_the_release_changed_is_worded_as_the_releases_with_the_upgrade_as_hint(published, trusted, env):
+    _publish_v2(published, version="1")  # the same branch: --upgrade-release's case
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0 and f"note: release {REL} v1 has a newer commit (" in err and "`frt lock --upgrade-release`" in err
+    rc, out, err = frt("lock", "--upgrade-release", cwd=trusted)
+    assert rc == 1
+    assert "measured on the release's definition of route 'solo' (route digest sha256:" in err
+    assert "the release changed the route" in err and "the route changed since it was measured" not in err
+    hint = f"hint: the release {REL} changed route solo: review its change, then apply the release's manifest " \
+           "(your trust tables and your own receipts are kept): `frt release upgrade --model tiny --version 1`"
+    assert hint in err, err
+    assert "frt release trust" not in err  # the route is the release's; trust is not what is missing yet
+    # following the hint: the new signer is what remains, and the hint says so; following that one locks
+    rc, out, err = frt("release", "upgrade", "--model", "tiny", "--version", "1", cwd=trusted)
+    assert rc == 1
+    again = "`frt release upgrade --model tiny --version 1 --trust`"
+    assert f"hint: review the signers and packages marked NEW above, then {again}" in err, err
+    rc, out, err = frt("release", "upgrade", "--model", "tiny", "--version", "1", "--trust", cwd=trusted)
+    assert rc == 0, err
+    assert sorted(r.route for r in lock_of(trusted).receipts.values()) == ["fast", "solo"]
+    assert frt("lock", "--check", cwd=trusted)[0] == 0

@@ -118,7 +118,7 @@ def run(args) -> int:
         if r.release:
             from ..release.consume import change_lines  # noqa: PLC0415
 
-            lines += change_lines(r.release)
+            lines += change_lines(r.release, reasons=r.model not in refused)
     failures = []
     for model, exc in failed:
         if isinstance(exc, NothingAccepted):
@@ -138,9 +138,14 @@ def run(args) -> int:
          "rejected": r.lockfile.rejected,
          "refused": (("nothing-accepted" if isinstance(refused[r.model], NothingAccepted) else "coverage-loss")
                      if r.model in refused else None),
-         "coverage": r.coverage.to_dict(), **({"release": r.release} if r.release else {})} for r in results],
+         "coverage": r.coverage.to_dict(), **({"release": r.release} if r.release else {}),
+         **({"release-news": r.release_news} if r.release_news else {})} for r in results],
         "failures": failures, "hints": hints}
     emit(args, doc, short_digests("\n".join(lines)))
+    if not (args.json or args.quiet):
+        for r in results:
+            for line in r.release_news:
+                print(f"note: {line}", file=sys.stderr)
     if stale_any:
         print("error: lockfile is stale", file=sys.stderr)
         print("hint: run `frt lock` to regenerate it", file=sys.stderr)

@@ -74,6 +74,8 @@ class LockResult:
     # route -> the packages it uses that this lock pins otherwise than the lock it replaces (new, or
     # another revision or version): `frt qualify` measures with the old lock's pins until it is written
     repinned: dict[str, list[str]] = field(default_factory=dict)
+    # what is newer than the release commit this lock pins (``frt_dist.release.upgrade.news``; online only)
+    release_news: list[str] = field(default_factory=list)
 
 
 def rank_candidates(receipts: list[Receipt]) -> tuple[Candidate, ...]:
@@ -558,6 +560,16 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
         else:
             problems = receipt_verdict(lf, rec)
             kind = ("pins" if lf.pin_problems(rec) else "receipt") if problems else None
+            if problems and not ours and kind == "receipt":  # a route the release changed: said as the release's
+                theirs = rel.route_digests().get(rec.route)
+                ours_now = manifest.routes[rec.route].digest if rec.route in manifest.routes else None
+                before = old.manifest.routes.get(rec.route) if old is not None else None
+                mine_unchanged = before is not None and before.digest == ours_now  # not edited here since the last lock
+                if theirs is not None and theirs == rec.cell.get("route-digest") and theirs != ours_now and mine_unchanged:
+                    mine = short_digest(ours_now) if ours_now else "no such route"
+                    problems = [f"measured on the release's definition of route {rec.route!r} (route digest "
+                                f"{short_digest(theirs)}), not this manifest's ({mine}): the release changed the route"]
+                    kind = "release-route"
             if not problems and not ours and policy is None:
                 problems = [_release.NO_POLICY]
                 kind = "release-untrusted"
@@ -595,6 +607,10 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
     same = old is not None and lpath.read_bytes() == data
     if not same:  # (an unreadable old lockfile is replaced like a missing one: nothing to compare)
         result.coverage = coverage_diff(old, lf)
+    if rel is not None:  # online: a newer commit of the branch, or a newer version (advice, never a failure)
+        from ..release.upgrade import news  # noqa: PLC0415
+
+        result.release_news = news(rel.fetched.repo, rel.fetched.version, rel.fetched.commit)
     if read and not accepted and not result.coverage.losses and not allow_loss and not check and not (strict and warnings):
         # receipts, and none accepted: a lock that routes no cell passes CI and fails at start-up;
         # refused, each rejection named once by the error (so not warned about as well). Where the
@@ -637,7 +653,7 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
 
 
 def _rejection_hint(kind: str | None, file: str | None, *, model: str, mfile: str, route: str, phase: str,
-                    device_class: str, repinned: list[str] = ()) -> str:
+                    device_class: str, repinned: list[str] = (), release: dict | None = None) -> str:
     """What to run for one rejected receipt, chosen by the kind of its rejection (commands in backticks,
     each one that succeeds where the hint is given). ``repinned``: the packages of ``route`` the lock
     being replaced does not pin as this one would (frt qualify measures with the written lock's pins)."""
@@ -651,6 +667,10 @@ def _rejection_hint(kind: str | None, file: str | None, *, model: str, mfile: st
     if kind == "release-untrusted" or ((file or "").startswith("release/") and kind in ("signature", "unsigned")):
         return (f"the release's receipts need a signer your policy in {mfile} names: review the release's signers, "
                 f"then `frt release trust --model {model}` (it names each one it adds), then `frt lock --model {model}`")
+    if kind == "release-route" and release:
+        return (f"the release {release['repo']} changed route {route}: review its change, then apply the release's "
+                f"manifest (your trust tables and your own receipts are kept): `frt release upgrade --model {model} "
+                f"--version {release['version']}`")
     if kind == "invalid":  # it does not read as a receipt: its route and cell are unknown
         return (f"{file} does not read as a receipt: remove it, or measure the route again (`frt qualify --model "
                 f"{model} --route ROUTE`, then `frt lock --model {model}`)")
@@ -687,7 +707,8 @@ def loss_hints(result: LockResult, project: Project) -> list[str]:
     rejected = {r.get("file"): r.get("digest") for r in result.lockfile.rejected}
     for c in result.coverage.losses:
         at = {"model": model, "mfile": mfile, "route": c.route, "phase": c.cell.phase,
-              "device_class": c.cell.device_class, "repinned": result.repinned.get(c.route, [])}
+              "device_class": c.cell.device_class, "repinned": result.repinned.get(c.route, []),
+              "release": result.lockfile.release}
         if c.cause == "rejected":
             kind = result.rejection_kinds.get(c.receipt) or result.rejection_kinds.get(rejected.get(c.file))
             out.append(_rejection_hint(kind, c.file, **at))
@@ -715,7 +736,8 @@ def nothing_hints(result: LockResult, project: Project) -> list[str]:
     for r in result.lockfile.rejected:
         kind = result.rejection_kinds.get(r.get("digest"))
         out.append(_rejection_hint(kind, r.get("file"), model=model, mfile=mfile, route=r.get("route") or "ROUTE",
-                                   phase=r.get("phase") or "PHASE", device_class=r.get("device-class") or "?"))
+                                   phase=r.get("phase") or "PHASE", device_class=r.get("device-class") or "?",
+                                   release=result.lockfile.release))
     out.append(f"to write a lock that routes no cell on purpose: `frt lock --model {model} --allow-loss`")
     return list(dict.fromkeys(out))
 

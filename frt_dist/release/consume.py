@@ -271,7 +271,13 @@ def fetch(repo: str, version: int, model: str, *, commit: str | None = None, rec
                                hints=["mirror the release where the Hub is reachable (`frt mirror DIR`), and name "
                                       "the mirror ([tool.frt] mirror, FRT_MIRROR)"])
     if root is None:
+        import sys  # noqa: PLC0415
+
         from huggingface_hub import snapshot_download  # noqa: PLC0415
+        from huggingface_hub.utils import disable_progress_bars  # noqa: PLC0415
+
+        if not sys.stderr.isatty():  # progress on a terminal only (docs/reference.md#common-options)
+            disable_progress_bars()
 
         root = Path(hub_call(repo, f"files at {commit[:12]}", lambda: snapshot_download(
             repo, repo_type=REPO_TYPE, revision=commit, allow_patterns=_patterns(model),
@@ -339,6 +345,24 @@ class LockRelease:
                            if p.source == "hub"}
         return theirs
 
+    def route_digests(self) -> dict[str, str]:
+        """route -> route digest in the release's own manifest ({} when it has none that reads)."""
+        if not hasattr(self, "_digests"):
+            from ..documents.manifest import Manifest  # noqa: PLC0415
+            from ..documents.schema import parse_toml  # noqa: PLC0415
+            from ..errors import ManifestError  # noqa: PLC0415
+
+            rel = f"manifests/{self.fetched.model}.toml"
+            self._digests = {}
+            if rel in self.fetched.files:
+                try:
+                    m = Manifest.from_dict(parse_toml(self.fetched.read(rel), ManifestError, self.prefix + rel),
+                                           file=self.prefix + rel)
+                    self._digests = {name: r.digest for name, r in m.routes.items()}
+                except FrtError:
+                    pass
+        return self._digests
+
     def record(self) -> dict:
         f = self.fetched
         return {"repo": f.repo, "version": f.version, "commit": f.commit, "files": dict(sorted(f.files.items()))}
@@ -398,14 +422,15 @@ def change(old, new) -> dict | None:
     return out
 
 
-def change_lines(ch: dict) -> list[str]:
-    """The upgrade report, one line per change."""
+def change_lines(ch: dict, *, reasons: bool = True) -> list[str]:
+    """The upgrade report, one line per change (``reasons`` False: a rejection's reason is left to the
+    error or warning line that gives it, as in a refused lock)."""
     from ..base.canonical import short_digest, short_digests  # noqa: PLC0415
 
     def verdict(v: str) -> str:  # "accepted <receipt digest>" / "rejected: <reason>", the digests labelled and short
         if v.startswith("accepted "):
             return f"accepted (receipt digest {short_digest(v.removeprefix('accepted '))})"
-        return short_digests(v)
+        return short_digests(v) if reasons else "rejected (its reason below)"
 
     head = f"release {ch['repo']} v{ch['version']}: "
     lines = [head + (f"commit {ch['from'][:12]} -> {ch['to'][:12]}" if ch["from"] else f"pinned at commit {ch['to'][:12]}")]
