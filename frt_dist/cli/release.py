@@ -241,8 +241,8 @@ def _upgrade(args, project, model, m) -> int:
     if rc != 0:
         again = f"frt release upgrade --model {model} --version {target}"
         if any(s["new"] for s in signers) or code:
-            hints.append(f"review the signers and packages marked NEW above, then `{again} --trust` (it trusts them as "
-                         "`frt release trust` does, printing each, and locks)")
+            hints.append(f"review the signers and packages marked NEW above, then `{again} --trust` (it trusts them, "
+                         "printing each, then locks)")
         hints.append(f"to take the version with less coverage on purpose: `{again} --allow-loss`")
     if args.json:
         emit(args, {"ok": rc == 0, "upgrade": doc, "lock": json.loads(out.getvalue() or "{}"),

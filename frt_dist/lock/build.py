@@ -653,17 +653,19 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
 
 
 def _rejection_hint(kind: str | None, file: str | None, *, model: str, mfile: str, route: str, phase: str,
-                    device_class: str, repinned: list[str] = (), release: dict | None = None) -> str:
+                    device_class: str, repinned: list[str] = (), release: dict | None = None,
+                    sign: bool = False) -> str:
     """What to run for one rejected receipt, chosen by the kind of its rejection (commands in backticks,
     each one that succeeds where the hint is given). ``repinned``: the packages of ``route`` the lock
     being replaced does not pin as this one would (frt qualify measures with the written lock's pins)."""
+    key = " --key KEY" if sign else ""  # under a [trust.receipts] policy covering the device class: signed
     requalify = (f"re-qualify on device class {device_class}: `frt qualify --model {model} --route {route} "
-                 f"--phase {phase}`, then `frt lock --model {model}`")
+                 f"--phase {phase}{key}`, then `frt lock --model {model}`")
     if repinned and kind in (None, "receipt"):
         requalify = (f"route {route} now uses {', '.join(repinned)}, which the written lock does not pin yet (frt "
                      f"qualify measures with its pins): `frt lock --model {model} --allow-loss` first, then re-qualify "
-                     f"on device class {device_class}: `frt qualify --model {model} --route {route} --phase {phase}`, "
-                     f"then `frt lock --model {model}`")
+                     f"on device class {device_class}: `frt qualify --model {model} --route {route} --phase "
+                     f"{phase}{key}`, then `frt lock --model {model}`")
     if kind == "release-untrusted" or ((file or "").startswith("release/") and kind in ("signature", "unsigned")):
         return (f"the release's receipts need a signer your policy in {mfile} names: review the release's signers, "
                 f"then `frt release trust --model {model}` (it names each one it adds), then `frt lock --model {model}`")
@@ -681,7 +683,7 @@ def _rejection_hint(kind: str | None, file: str | None, *, model: str, mfile: st
                 f"signer in [trust.receipts] of {mfile}; then `frt lock --model {model}`")
     if kind == "pins":  # qualify measures with the pins the lock holds: the new pins must be locked first
         return (f"{file} was measured on the pins this lock replaces; to measure the new ones: `frt lock --model "
-                f"{model} --allow-loss`, then `frt qualify --model {model} --route {route} --phase {phase}` on "
+                f"{model} --allow-loss`, then `frt qualify --model {model} --route {route} --phase {phase}{key}` on "
                 f"device class {device_class}, then `frt lock --model {model}` (or keep the locked pins: no "
                 "--upgrade-package, or the package's files as they were)")
     return requalify
@@ -699,6 +701,12 @@ def _repinned(manifest: Manifest, old: Lockfile, new: Lockfile) -> dict[str, lis
     return out
 
 
+def _signs(result: LockResult, device_class: str | None) -> bool:
+    """Must a receipt of ``device_class`` be signed under the manifest's ``[trust.receipts]`` policy?"""
+    policy = result.lockfile.manifest.receipt_policy
+    return policy is not None and (device_class is None or policy.covers(device_class))
+
+
 def loss_hints(result: LockResult, project: Project) -> list[str]:
     """What to run for each loss in ``result.coverage``, chosen by its cause and, for a rejected
     receipt, by the kind of its rejection (``result.rejection_kinds``); then how to accept it."""
@@ -708,7 +716,7 @@ def loss_hints(result: LockResult, project: Project) -> list[str]:
     for c in result.coverage.losses:
         at = {"model": model, "mfile": mfile, "route": c.route, "phase": c.cell.phase,
               "device_class": c.cell.device_class, "repinned": result.repinned.get(c.route, []),
-              "release": result.lockfile.release}
+              "release": result.lockfile.release, "sign": _signs(result, c.cell.device_class)}
         if c.cause == "rejected":
             kind = result.rejection_kinds.get(c.receipt) or result.rejection_kinds.get(rejected.get(c.file))
             out.append(_rejection_hint(kind, c.file, **at))
@@ -737,7 +745,7 @@ def nothing_hints(result: LockResult, project: Project) -> list[str]:
         kind = result.rejection_kinds.get(r.get("digest"))
         out.append(_rejection_hint(kind, r.get("file"), model=model, mfile=mfile, route=r.get("route") or "ROUTE",
                                    phase=r.get("phase") or "PHASE", device_class=r.get("device-class") or "?",
-                                   release=result.lockfile.release))
+                                   release=result.lockfile.release, sign=_signs(result, r.get("device-class"))))
     out.append(f"to write a lock that routes no cell on purpose: `frt lock --model {model} --allow-loss`")
     return list(dict.fromkeys(out))
 

@@ -448,7 +448,8 @@ def measured_lock(lock: Lockfile, manifest, route_name: str, *, lock_label: str,
                        f"manifest declares them: {'; '.join(why)}; frt qualify measures with the lock's pins",
                        reasons=[{"route": route_name, "reason": w} for w in why],
                        hints=[f"lock them first: `{step}`{drops}, then `frt qualify --model {model} --route "
-                              f"{route_name}`, then `frt lock --model {model}`"])
+                              f"{route_name}{' --key KEY' if manifest.receipt_policy is not None else ''}`, then "
+                              f"`frt lock --model {model}`"])
     if manifest.raw == lock.manifest.raw:
         return lock
     return replace(lock, manifest=manifest)
