@@ -922,3 +922,22 @@ def test_a_route_the_release_changed_is_worded_as_the_releases_with_the_upgrade_
     assert rc == 0, err
     assert sorted(r.route for r in lock_of(trusted).receipts.values()) == ["fast", "solo"]
     assert frt("lock", "--check", cwd=trusted)[0] == 0
+
+
+def test_init_from_a_manifest_with_inline_package_tables_leaves_their_trust_out(published, env, tmp_path):
+    """A release whose manifest writes its packages inline (``"org/x" = { version = 1, trust = true }``):
+    the lines cannot be taken apart, so the manifest is written again without the publisher's trust."""
+    doc = hub_manifest_doc()
+    doc["trust"] = {"receipts": {"keys": ["keys/qualify-a.pub"]}}
+    text = tomli_w.dumps({k: v for k, v in doc.items() if k != "packages"})
+    inline = "".join(f'"{r}" = {{ version = 1, trust = true }}\n' for r in doc["packages"])
+    text = text.replace("[phases.", f"[packages]\n{inline}\n[phases.", 1)
+    (published.root / "manifests" / "tiny.toml").write_text(text)
+    published.publish()
+    dest = tmp_path / "inline"
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest))
+    assert rc == 0, err
+    data = parse_toml((dest / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
+    assert data["packages"] == {r: {"version": 1} for r in doc["packages"]}
+    assert "receipts" not in data.get("trust", {}) and data["release"] == {"repo": REL, "version": 1}
+    assert "package remote-org/scale (trust = true)" in out

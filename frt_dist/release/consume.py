@@ -845,6 +845,15 @@ def release_manifest(fetched: Fetched) -> str:
             del want["trust"]
     want = _without_code_trust(want)
     want["release"] = {"repo": fetched.repo, "version": fetched.version}
+    if data != want:  # written so that lines cannot be taken out (inline tables): the same content, rewritten
+        import tomli_w  # noqa: PLC0415
+
+        body = {k: v for k, v in want.items() if k != "release"}
+        out = (f"# The manifest of release {fetched.repo} v{fetched.version}, rewritten by `frt init --from` without the "
+               "publisher's trust\n# ([trust.receipts], [trust.publishers], the packages' trust): `frt release trust` "
+               "adds what you accept.\n" + tomli_w.dumps(body) +
+               f"\n[release]\nrepo = \"{fetched.repo}\"\nversion = {fetched.version}\n")
+        data = parse_toml(out.encode("utf-8"), ManifestError, label)
     if data != want:
         raise ReleaseError(f"release {fetched.repo!r}: {rel} is written in a form frt cannot take apart "
                            "([trust.receipts] or a package's trust as an inline table?)",
