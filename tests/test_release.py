@@ -941,3 +941,11 @@ def test_init_from_a_manifest_with_inline_package_tables_leaves_their_trust_out(
     assert data["packages"] == {r: {"version": 1} for r in doc["packages"]}
     assert "receipts" not in data.get("trust", {}) and data["release"] == {"repo": REL, "version": 1}
     assert "package remote-org/scale (trust = true)" in out
+
+
+def test_the_newer_version_note_is_advice_a_failing_hub_does_not_stop_the_lock(published, trusted, env):
+    _publish_v2(published)
+    env.fail("/refs", 422)  # the one request the note needs; a pinned relock asks nothing else
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0, err
+    assert "newer version" not in err

@@ -12,15 +12,15 @@ manifest still has. The project's own receipts are files under ``receipts/``, un
 then locks it under the coverage rule (the caller, ``frt_dist.cli.release``).
 
 ``news(repo, version, commit)`` is what ``frt lock`` says online: the branch's head when it is not the
-pinned commit, and the newest version when it is above the pinned one (one refs request; offline, or
-when the Hub does not answer, nothing).
+pinned commit, and the newest version when it is above the pinned one (one refs request, given at most
+``NEWS_TIMEOUT_S``; offline, or when the Hub does not answer, nothing).
 """
 
 from __future__ import annotations
 
 import re
 
-from ..errors import FrtError, ReleaseError, UsageError
+from ..errors import ReleaseError, UsageError
 from .consume import (
     REPO_TYPE,
     Fetched,
@@ -35,6 +35,7 @@ from .consume import (
 __all__ = ["versions", "newest", "news", "manifest_changes", "change_lines", "apply", "new_signers"]
 
 _VN = re.compile(r"^v(\d+)$")
+NEWS_TIMEOUT_S = 5.0  # the refs request `frt lock` makes for its note, at most
 
 
 def versions(repo: str) -> dict[int, str]:
@@ -64,10 +65,22 @@ def news(repo: str, version: int, commit: str) -> list[str]:
 
     if is_offline():
         return []
-    try:
-        found = versions(repo)
-    except FrtError:
+    from huggingface_hub import get_session  # noqa: PLC0415
+
+    from ..distribution.hub import apply_timeout  # noqa: PLC0415
+
+    apply_timeout()
+    session = get_session()
+    before = session.timeout
+    try:  # advice: a Hub that does not answer within a few seconds costs the lock no more than that
+        session.timeout = NEWS_TIMEOUT_S
+        refs = api().list_repo_refs(repo, repo_type=REPO_TYPE)
+        found = {int(m.group(1)): b.target_commit for b in refs.branches
+                 if (m := _VN.match(b.name or "")) and isinstance(b.target_commit, str)}
+    except Exception:  # noqa: BLE001 - whatever the Hub or the network did, the lock goes on without the note
         return []
+    finally:
+        session.timeout = before
     out = []
     head = found.get(version)
     if head is not None and head != commit:
