@@ -605,19 +605,32 @@ def test_mirror_carries_the_release_and_an_offline_lock_reads_it(published, trus
     assert frt("verify", cwd=trusted)[0] == 0
 
 
-def test_an_object_store_carries_the_release_as_a_folder_mirror_does(published, trusted, env, monkeypatch, tmp_path):
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_an_object_store_carries_the_release_as_a_folder_mirror_does(published, trusted, env, monkeypatch, tmp_path,
+                                                                      kind, request):
     """frt publish URL uploads the release's files (by their sha256, before the lockfile); frt mirror DIR
     --from URL writes them into the folder's hub-cache layout, reported; the folder then verifies and
-    locks offline as one `frt mirror DIR` made does."""
-    store = tmp_path / "store"
-    rc, out, err = frt("publish", f"file://{store}", "--all-variants", "--json", cwd=trusted)
+    locks offline as one `frt mirror DIR` made does. A folder store (file://) and S3 (moto)."""
+    if kind == "s3":
+        bucket = request.getfixturevalue("bucket")
+        url = f"s3://{bucket}/fleet"
+
+        def stored(hexd):
+            return request.getfixturevalue("s3").client().get_object(Bucket=bucket, Key=f"fleet/sha256/{hexd}")[
+                "Body"].read()
+    else:
+        url = f"file://{tmp_path / 'store'}"
+
+        def stored(hexd):
+            return (tmp_path / "store" / "sha256" / hexd).read_bytes()
+    rc, out, err = frt("publish", url, "--all-variants", "--json", cwd=trusted)
     assert rc == 0, err
     doc = json.loads(out)
     rel = lock_of(trusted).release
     assert sorted(doc["models"][0]["release-files"]) == sorted({f"sha256/{sha[7:]}" for sha in rel["files"].values()})
     for path, sha in rel["files"].items():
-        assert (store / "sha256" / sha[7:]).read_bytes() == env.files(REL, "v1", repo_type="model")[path]
-    rc, out, err = frt("publish", f"file://{store}", "--all-variants", cwd=trusted)  # again: nothing more to send
+        assert stored(sha[7:]) == env.files(REL, "v1", repo_type="model")[path]
+    rc, out, err = frt("publish", url, "--all-variants", cwd=trusted)  # again: nothing more to send
     assert rc == 0 and f"release {REL} @ {rel['commit'][:12]}: {len(rel['files'])} file(s) by their sha256, 0 uploaded" \
         in out, out
     env.stop()  # the node: no Hub, no cache, the store alone
@@ -627,7 +640,7 @@ def test_an_object_store_carries_the_release_as_a_folder_mirror_does(published, 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
     mirror = tmp_path / "mirror"
-    rc, out, err = frt("mirror", str(mirror), "--from", f"file://{store}", "--all-variants", cwd=trusted)
+    rc, out, err = frt("mirror", str(mirror), "--from", url, "--all-variants", cwd=trusted)
     assert rc == 0, err
     assert f"  release {REL} @ {rel['commit'][:12]}: {len(rel['files'])} file(s) in models--acme--tiny-release/ " \
            "(refs/v1)" in out
