@@ -523,6 +523,7 @@ def test_a_new_key_is_not_accepted_until_the_consumer_trusts_it(published, trust
     (added,) = [ln for ln in out.splitlines() if ln.startswith("  + receipts/tiny/fast-prefill.json")]
     assert added.startswith("  + receipts/tiny/fast-prefill.json (file sha256 sha256:") and "rejected: signature: " in added
     assert kid_b[:19] in added and kid_b not in added  # labelled, and 12 hex where a person reads it
+    assert (out + err).count("which the policy does not list") == 1  # on its report line, not warned again
     text = (trusted / "manifests" / "tiny.toml").read_text()
     now = lock_of(trusted).release["commit"]
     rc, out, err = frt("release", "trust", cwd=trusted)

@@ -57,9 +57,12 @@ def run(args) -> int:
         raise UsageError(f"no manifests in {project.manifests_dir}")
     results, failed, stale_any = [], [], False
     session = LockSession()
-    warn = (lambda m: None) if args.quiet and not args.json else (lambda m: print(short_digests(f"warning: {m}"), file=sys.stderr))
+    quiet = args.quiet and not args.json
+    pending: list[str] = []  # one model's warnings, said once it is locked (a release receipt's, by its report line)
+    warn = (lambda m: None) if quiet else pending.append
     for model in models:
         bar = None
+        pending.clear()
 
         def progress(ev: dict) -> None:
             nonlocal bar
@@ -75,8 +78,10 @@ def run(args) -> int:
         except (CoverageLoss, NothingAccepted) as exc:  # reported like the others, with its diff: the old lockfile stays
             results.append(exc.result)
             failed.append((model, exc))
+            _say_warnings(pending, None, args)  # (its release report leaves the reasons to these lines)
             continue
         except FrtError as exc:
+            _say_warnings(pending, None, args)
             if len(models) == 1 and not isinstance(exc, LockFailed):
                 raise  # one model, and not its packages (a bad manifest): the plain error
             failed.append((model, exc))
@@ -84,6 +89,7 @@ def run(args) -> int:
         finally:
             if bar is not None:
                 bar.close()
+        _say_warnings(pending, res, args)
         results.append(res)
         stale_any |= bool(res.stale)
     lines = []
@@ -159,3 +165,19 @@ def run(args) -> int:
         for h in hints:
             print(short_digests(f"hint: {h}"), file=sys.stderr)
     return max([exc.exit_code for _, exc in failed] + [1 if stale_any else 0])
+
+
+def _say_warnings(pending: list[str], result, args) -> None:
+    """``warning:`` lines for what ``lock_model`` warned about, digests shortened; a release receipt the
+    release report lists with its verdict (added or edited, rejected) is not warned about again there."""
+    reported = set()
+    if result is not None and result.release and not args.json:
+        from ..release.record import label_prefix  # noqa: PLC0415
+
+        prefix = label_prefix(result.release["repo"])
+        reported = {prefix + it["file"] for k in ("added", "edited") for it in result.release[k]
+                    if it["verdict"].startswith("rejected")}
+    for m in pending:
+        if not any(m.startswith(f"{label}: ") for label in reported):
+            print(short_digests(f"warning: {m}"), file=sys.stderr)
+    pending.clear()
