@@ -25,6 +25,7 @@ __all__ = [
     "ContractViolation",
     "LockFailed",
     "CoverageLoss",
+    "NothingAccepted",
     "ReleaseError",
     "MirrorUnsafe",
     "MirrorUnwritable",
@@ -156,6 +157,25 @@ class CoverageLoss(FrtError):
         n = result.coverage.counts()
         self.summary = (f"the new lock loses coverage ({n['lost']} lost, {n['dropped']} dropped to supported_correct); "
                         f"{label} is unchanged")
+        super().__init__(f"model {result.model!r}: {self.summary}", reasons=reasons, hints=hints)
+        self.model, self.result = result.model, result
+
+
+class NothingAccepted(FrtError):
+    """A model has receipts (its own or its release's) and the new lock accepts none of them: a lock
+    that routes no cell, refused (nothing written) unless ``allow_loss`` (docs/reference.md#frt-lock).
+    ``result`` is the ``LockResult``; ``reasons`` has one ``{"model", "kind": "rejected", "file",
+    "digest", "route", "phase", "device-class", "reason"}`` per rejected receipt."""
+
+    exit_code = 1
+
+    def __init__(self, result, label: str, hints: list[str]):  # result: frt_dist.lock.build.LockResult
+        rejected = result.lockfile.rejected
+        reasons = [{"model": result.model, "kind": "rejected", "file": r.get("file"), "digest": r.get("digest"),
+                    "route": r.get("route"), "phase": r.get("phase"), "device-class": r.get("device-class"),
+                    "reason": r.get("reason")} for r in rejected]
+        self.summary = (f"none of its {len(rejected)} receipt(s) is accepted: the lock would route no cell; "
+                        f"{label} is {'unchanged' if result.path.exists() else 'not written'}")
         super().__init__(f"model {result.model!r}: {self.summary}", reasons=reasons, hints=hints)
         self.model, self.result = result.model, result
 

@@ -220,7 +220,9 @@ def test_a_signature_file_that_is_a_fifo_or_device_rejects_its_receipt_naming_wh
     assert f"receipts/tiny/{rec.name}{suffix}: {FIFO}" in rej["reason"], rej
     sig.unlink()
     zero_link(sig)
-    assert frt_main(["lock", "--project", str(tp.root)])[0] == 0
+    rc, _, err = frt_main(["lock", "--project", str(tp.root)])  # its only receipt rejected: refused, named
+    assert rc == 1 and f"receipts/tiny/{rec.name}{suffix}: {DEVICE}" in err, err
+    assert frt_main(["lock", "--project", str(tp.root), "--allow-loss"])[0] == 0
     [rej] = Lockfile.read(tp.lock_path).rejected
     assert f"receipts/tiny/{rec.name}{suffix}: {DEVICE}" in rej["reason"], rej
 

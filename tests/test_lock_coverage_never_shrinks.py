@@ -87,15 +87,17 @@ def test_a_package_upgrade_that_loses_every_cell_is_exit_1_and_leaves_the_lock(p
     assert "2 lost, 0 dropped, 0 changed, 0 gained" in r.stdout
     why = (f"receipts/toy/fast-decode.json is rejected: cell.impls.norm: measured {REPO} at revision {old_rev}; "
            f"the lock pins {new_rev}")
-    assert f"lost     decode/fp32/cpu/x86_64/amd-epyc-7b13  route fast (certified_fast): {why}" in r.stdout
+    assert "lost     decode/fp32/cpu/x86_64/amd-epyc-7b13  route fast (certified_fast): receipts/toy/fast-decode.json " \
+           "rejected (error below)" in r.stdout
+    assert (r.stdout + r.stderr).count(why) == 1  # each rejection said once: on its error line, not warned as well
     # the error names the cell, the route and the rejection; the hint says what to run
     assert "error: toy: the new lock loses coverage (2 lost, 0 dropped to supported_correct); " \
            "lockfiles/toy.lock is unchanged" in r.stderr
     assert f"error: toy: lost decode/fp32/cpu/x86_64/amd-epyc-7b13 route fast: {why}" in r.stderr
     assert "hint: receipts/toy/fast-decode.json was measured on the pins this lock replaces; to measure the new " \
-           "ones: frt lock --model toy --allow-loss, then frt qualify --model toy --route fast --phase decode on " \
-           "device class amd-epyc-7b13, then frt lock (or keep the locked pins" in r.stderr
-    assert "hint: to publish the smaller coverage on purpose: frt lock --model toy --allow-loss" in r.stderr
+           "ones: `frt lock --model toy --allow-loss`, then `frt qualify --model toy --route fast --phase decode` on " \
+           "device class amd-epyc-7b13, then `frt lock --model toy` (or keep the locked pins" in r.stderr
+    assert "hint: to publish the smaller coverage on purpose: `frt lock --model toy --allow-loss`" in r.stderr
     assert "Traceback" not in r.stderr
 
     # --json: the same diff, structured
@@ -131,8 +133,12 @@ def test_a_package_upgrade_that_loses_every_cell_is_exit_1_and_leaves_the_lock(p
            "--allow-loss asks" in r.stderr
     new = Lockfile.read(lf)
     assert new.packages[REPO].revision == new_rev and new.index == {} and len(new.rejected) == 2
-    # and the next lock has nothing more to lose: exit 0, unchanged
+    # the next lock has nothing more to lose, but accepts none of the model's receipts: still exit 1
+    # (no empty lock by accident), the lockfile as --allow-loss wrote it; --allow-loss again: unchanged
+    written = lf.read_bytes()
     r = hub_lock(project, hub)
+    assert r.returncode == 1 and "not written, no receipt accepted" in r.stdout and lf.read_bytes() == written
+    r = hub_lock(project, hub, "--allow-loss")
     assert r.returncode == 0 and "unchanged" in r.stdout
 
 
@@ -154,8 +160,8 @@ def test_lock_model_raises_coverage_loss_and_writes_nothing(locked):
                  "reason": "receipts/tiny/01-fast-prefill.json is no longer among the receipts (removed or renamed "
                            "since the last lock)"}
     assert exc.hints[0] == ("restore receipts/tiny/01-fast-prefill.json (from version control, or `frt receipts pull`), "
-                            "or re-qualify on device class test: frt qualify --model tiny --route fast --phase prefill, "
-                            "then frt lock")
+                            "or re-qualify on device class test: `frt qualify --model tiny --route fast --phase prefill`, "
+                            "then `frt lock --model tiny`")
     res = _lock(locked, allow_loss=True)
     assert res.written and [c.kind for c in res.coverage.changes] == ["lost"]
     assert PREFILL not in {"/".join(k) for k in Lockfile.read(locked.lock_path).index}
@@ -184,7 +190,8 @@ def test_a_state_drop_is_a_loss(locked):
     rc = frt_process(["lock"], cwd=locked.root)
     assert rc.returncode == 1
     assert f"dropped  {CELL}  route fast (certified_fast -> supported_correct): receipts/tiny/00-fast-decode.json " \
-           "was rewritten" in rc.stdout
+           "rewritten (error below)" in rc.stdout
+    assert f"error: tiny: dropped {CELL} route fast: receipts/tiny/00-fast-decode.json was rewritten" in rc.stderr
     # the receipt put back: nothing lost, nothing to write
     p.write_text(json.dumps(old, indent=1))
     res = _lock(locked)
@@ -250,8 +257,8 @@ def test_a_policy_over_unsigned_receipts_is_a_loss_naming_the_signing_fix(locked
     assert "3 lost, 0 dropped" in r.stdout
     assert f"error: tiny: lost {CELL} route fast: receipts/tiny/00-fast-decode.json is rejected: unsigned: no " \
            "receipts/tiny/00-fast-decode.json.sig or" in r.stderr
-    assert "hint: sign it with a key the policy lists: frt sign --key KEY receipts/tiny/00-fast-decode.json, " \
-           "then frt lock" in r.stderr
+    assert "hint: sign it with a key the policy lists: `frt sign --key KEY receipts/tiny/00-fast-decode.json`, " \
+           "then `frt lock --model tiny`" in r.stderr
     # signed: accepted again; nothing lost against the old lock (the same receipts, now with signers)
     assert frt_process(["sign", "--key", str(priv), *sorted(str(p) for p in (locked.root / "receipts" / "tiny").glob("*.json"))],
                    cwd=locked.root).returncode == 0

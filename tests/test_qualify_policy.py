@@ -98,7 +98,7 @@ def test_the_kept_receipt_is_named_by_the_loss_it_would_undo(signed):
     aside = f"receipts/tiny/fast--decode--fp32--h200.json.superseded-{digest(old)[7:19]}"
     assert "dropped  decode/fp32/cpu/x86_64/h200  route fast (certified_fast -> supported_correct)" in r.stdout
     assert f"hint: re-qualifying kept the previous receipt as {aside}: to publish it again, move it back to " \
-           "receipts/tiny/fast--decode--fp32--h200.json (with its .sig), then frt lock" in r.stderr
+           "receipts/tiny/fast--decode--fp32--h200.json (with its .sig), then `frt lock --model tiny`" in r.stderr
 
 
 def test_the_same_receipt_again_moves_nothing_and_keeps_its_signature(signed):

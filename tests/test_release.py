@@ -154,6 +154,80 @@ def test_push_uploads_one_commit_on_the_version_branch(published, env):
     assert again["unchanged"] and again["commit"] == res["commit"]
 
 
+def test_a_push_whose_tree_equals_the_head_makes_no_commit(published, env):
+    """frt compares the head's tree with what it would upload itself (git blob ids, LFS sha256s): an
+    unchanged release asks the Hub for no commit at all, and says so."""
+    head = env.branch(REL, "v1", repo_type="model")
+    env.reset_counts()
+    rc, out, err = frt("release", "push", f"hf://{REL}", cwd=published.root)
+    assert rc == 0, err
+    assert f"release {REL} v1: nothing changed: the head of v1 ({head[:12]}) already holds these files; no commit " \
+           "made" in out
+    assert [p for m, p in env.requests if m == "POST"] == ["/api/repos/create"]  # (exist_ok) no preupload, no commit
+    assert env.branch(REL, "v1", repo_type="model") == head
+    # one byte of one file differs: a commit
+    published.receipt("late", "fast", "prefill")
+    again = published.publish()
+    assert not again["unchanged"] and again["parent"] == head and env.branch(REL, "v1", repo_type="model") == again["commit"]
+
+
+def test_receipts_with_one_name_in_different_folders_do_not_collide(published, env):
+    """receipts/fast-decode.json (a receipt of the model outside its folder) and receipts/tiny/fast-decode.json
+    would both be receipts/tiny/fast-decode.json in the release: the second gets its digest in its name."""
+    other = published.receipt("other", "fast", "prefill")
+    top = published.root / "receipts" / "fast-decode.json"
+    other.rename(top)
+    other.with_name("other.json.sig").rename(top.with_name("fast-decode.json.sig"))
+    res = published.publish()
+    files = env.files(REL, "v1", repo_type="model")
+    (dest,) = res["renamed"].values()
+    assert res["renamed"] == {"receipts/fast-decode.json": dest}
+    assert dest.startswith("receipts/tiny/fast-decode--") and dest.endswith(".json") and len(dest) == len(
+        "receipts/tiny/fast-decode--") + 12 + len(".json")
+    assert files[dest] == top.read_bytes() and files[dest + ".sig"] == top.with_name("fast-decode.json.sig").read_bytes()
+    assert files["receipts/tiny/fast-decode.json"] == (published.root / "receipts" / "tiny" / "fast-decode.json").read_bytes()
+    # a consumer accepts all three
+    env.set_trusted("remote-org", True)
+    from pathlib import Path as _P
+
+    dest_dir = _P(str(published.root) + "-consumer")
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest_dir), "--trust")
+    assert rc == 0, err
+    rc, out, err = frt("lock", cwd=dest_dir)
+    assert rc == 0, err
+    assert len(lock_of(dest_dir).receipts) == 3
+
+
+@pytest.mark.parametrize("method, pattern, body, what", [
+    ("POST", "/api/repos/create", b'{"name": "tiny-release"}', "create repo: the field 'url' is missing"),
+    ("GET", "/refs", b"<html>not json</html>", "refs: JSONDecodeError"),
+    ("POST", "/commit/", b"{}", "commit to v1: the field 'commitUrl' is missing"),
+])
+def test_an_unexpected_hub_answer_is_an_error_naming_the_endpoint(published, env, method, pattern, body, what):
+    published.receipt("late", "fast", "prefill")
+    assert frt("lock", cwd=published.root)[0] == 0
+    head = env.branch(REL, "v1", repo_type="model")
+    env.answer(pattern, 200, body, method=method)
+    rc, out, err = frt("release", "push", f"hf://{REL}", cwd=published.root)
+    assert rc == 1, err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert line.startswith(f"error: release '{REL}': the Hub at {env.url} gave an answer frt cannot use ({what}")
+    assert "hint: check HF_ENDPOINT names a Hugging Face Hub" in err
+    env.clear_faults()
+    if pattern != "/commit/":  # (a commit whose answer was lost may have landed: the branch is looked at again)
+        assert env.branch(REL, "v1", repo_type="model") == head
+    rc, out, err = frt("release", "push", f"hf://{REL}", "--json", cwd=published.root)
+    assert rc == 0, err
+
+
+def test_an_http_error_names_the_endpoint(published, env):
+    published.receipt("late", "fast", "prefill")
+    assert frt("lock", cwd=published.root)[0] == 0
+    env.fail("/preupload/", 422)  # (a 4xx: huggingface_hub retries a 5xx for seconds)
+    rc, out, err = frt("release", "push", f"hf://{REL}", cwd=published.root)
+    assert rc == 1 and "the Hub answered HTTP 422" in err and f"[Hub {env.url}]" in err, err
+
+
 def test_push_deletes_a_receipt_the_lock_no_longer_accepts(published, env):
     (published.root / "receipts" / "tiny" / "solo-prefill.json").unlink()
     res = published.publish(lock_args=("--allow-loss",))  # the publisher drops a cell on purpose
@@ -225,8 +299,74 @@ def test_init_from_writes_the_release_manifest_plus_its_table(published, tmp_pat
     assert data["release"] == {"repo": REL, "version": 1}
     assert "receipts" not in data.get("trust", {})  # the publisher's signers are not the consumer's
     want = hub_manifest_doc()
+    for t in want["packages"].values():  # nor is the publisher's trust in the packages' code
+        del t["trust"]
     assert {k: v for k, v in data.items() if k not in ("release", "trust")} == want
+    assert "`frt release trust` adds it" in text  # a comment where the trust was
     assert (dest / "pyproject.toml").is_file() and (dest / "receipts" / "tiny").is_dir()
+
+
+def test_init_from_copies_no_code_trust_and_says_so(published, env, tmp_path):
+    """The release's manifest trusts both packages (``trust = true``) and has a publisher policy:
+    `frt init --from` copies neither, names each package, and the first lock refuses the packages
+    with `frt release trust` as the hint; that step prints and adds each package's trust."""
+    doc = hub_manifest_doc()
+    doc["trust"] = {"receipts": {"keys": ["keys/qualify-a.pub"]},
+                    "publishers": {"remote-org": {"signature": "optional"}}}
+    doc["packages"]["remote-org/norm"]["signature"] = "optional"
+    published.write_manifest(doc)
+    published.publish()
+    dest = tmp_path / "c"
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest), "--json")
+    assert rc == 0, err
+    got = json.loads(out)
+    assert got["code-trust"] == [
+        {"kind": "package", "repo": "remote-org/norm", "keys": {"trust": True, "signature": "optional"}},
+        {"kind": "package", "repo": "remote-org/scale", "keys": {"trust": True}},
+        {"kind": "publisher", "org": "remote-org", "keys": {"signature": "optional"}}]
+    data = parse_toml((dest / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
+    assert all(set(t) == {"version"} for t in data["packages"].values())
+    assert "publishers" not in data.get("trust", {})
+    import shutil
+
+    shutil.rmtree(dest)
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest))
+    assert rc == 0, err
+    assert "the release's manifest trusts the code of (not copied; none is trusted yet):" in out
+    assert "  package remote-org/scale (trust = true)" in out
+    assert '  package remote-org/norm (trust = true, signature = "optional")' in out
+    assert 'note: the release\'s manifest has [trust.publishers."remote-org"]' in out
+    # the Hub does not flag remote-org as a trusted publisher: the packages are refused, the hint says how
+    rc, out, err = frt("lock", cwd=dest)
+    assert rc == 1 and "publisher 'remote-org' is not a trusted kernel publisher" in err
+    assert f"hint: the release {REL} may trust it: `frt release trust --model tiny`" in err
+    rc, out, err = frt("release", "trust", cwd=dest)
+    assert rc == 0, err
+    assert f"trusted: package remote-org/scale (trust = true) (as the release's manifest at {REL}@" in out
+    assert 'trusted: package remote-org/norm (trust = true, signature = "optional")' in out
+    data = parse_toml((dest / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
+    assert data["packages"]["remote-org/scale"] == {"version": 1, "trust": True}
+    assert data["packages"]["remote-org/norm"] == {"version": 1, "trust": True, "signature": "optional"}
+    rc, out, err = frt("lock", cwd=dest)
+    assert rc == 0, err
+    assert len(lock_of(dest).receipts) == 2
+    assert {p.trust for p in lock_of(dest).packages.values()} == {"manifest"}
+    rc, out, err = frt("release", "trust", cwd=dest)
+    assert rc == 0 and "already trusted: package remote-org/scale" in out
+
+
+def test_trust_prints_a_signer_identity_safely(published, env, tmp_path, monkeypatch):
+    """A Sigstore identity from a release's lockfile is printed with its control characters as
+    escapes: a carriage return or an ESC sequence cannot rewrite what the terminal shows."""
+    from frt_dist.cli import release as cli_release
+
+    row = {"kind": "sigstore", "identity": "ci@acme\r\x1b[2Kevil@x", "issuer": "https://issuer\x07", "receipts": 1,
+           "added": True}
+    (line,) = cli_release.trust_lines([row], REL, "a" * 40)
+    assert "\r" not in line and "\x1b" not in line and "\x07" not in line
+    assert "identity ci@acme\\x0d\\x1b[2Kevil@x (issuer https://issuer\\x07)" in line
+    lines = cli_release.signer_lines([row], REL, "a" * 40)
+    assert all(c.isprintable() for ln in lines for c in ln)
 
 
 def test_init_from_names_the_signers_without_trusting_them(published, tmp_path):
@@ -238,9 +378,31 @@ def test_init_from_names_the_signers_without_trusting_them(published, tmp_path):
     assert not (dest / "keys").exists()
 
 
-def test_lock_without_a_policy_rejects_every_release_receipt(published, tmp_path):
+def test_lock_without_a_policy_rejects_every_release_receipt(published, env, tmp_path):
+    env.set_trusted("remote-org", True)  # the packages' code is trusted (the Hub's flag): only the receipts are not
     dest = consumer(tmp_path)
+    # nothing accepted: no empty lock by accident (exit 1, nothing written, each rejection named once)
     rc, out, err = frt("lock", cwd=dest)
+    assert rc == 1, err
+    assert not (dest / "lockfiles" / "tiny.lock").exists()
+    assert "error: tiny: none of its 2 receipt(s) is accepted: the lock would route no cell; lockfiles/tiny.lock " \
+           "is not written" in err
+    for name in ("fast-decode", "solo-prefill"):
+        line = next(ln for ln in err.splitlines() if f"receipts/tiny/{name}.json" in ln and ln.startswith("error:"))
+        assert line.startswith(f"error: tiny: rejected release/{REL}/receipts/tiny/{name}.json (receipt digest sha256:")
+        assert line.endswith("): a release's receipts need a policy naming their signers: the manifest has no "
+                             "[trust.receipts] (review the release's signers, then `frt release trust`)")
+        assert len(line.split("receipt digest ")[1].split(")")[0]) == len("sha256:") + 12  # shortened for a person
+        assert sum(f"{name}.json" in ln for ln in err.splitlines()) == 1  # said once, not as a warning as well
+    assert "hint: the release's receipts need a signer your policy in manifests/tiny.toml names: review the " \
+           "release's signers, then `frt release trust --model tiny`" in err
+    assert "hint: to write a lock that routes no cell on purpose: `frt lock --model tiny --allow-loss`" in err
+    rc, out, err = frt("lock", "--json", cwd=dest)
+    doc = json.loads(out)
+    assert rc == 1 and doc["lockfiles"][0]["refused"] == "nothing-accepted"
+    assert {len(f["digest"]) for f in doc["failures"]} == {len("sha256:") + 64}  # whole in --json
+    assert all(f["kind"] == "rejected" and f["reason"].startswith("rejected release/") for f in doc["failures"])
+    rc, out, err = frt("lock", "--allow-loss", cwd=dest)
     assert rc == 0, err
     lf = lock_of(dest)
     assert lf.release["repo"] == REL and lf.release["version"] == 1 and lf.release["commit"] == published.res["commit"]
@@ -259,6 +421,7 @@ def test_trust_is_an_explicit_step_then_the_receipts_are_accepted(published, tmp
     assert rc == 0, err
     keyid = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
     assert out.startswith(f"trusted: key {keyid} -> keys/acme/tiny-release/")
+    assert "trusted: package remote-org/scale (trust = true)" in out and "trusted: package remote-org/norm" in out
     m = parse_toml((dest / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
     (keyfile,) = m["trust"]["receipts"]["keys"]
     assert (dest / keyfile).read_text() == published.lock.receipt_keys["keys/qualify-a.pub"]["pem"]
@@ -272,7 +435,7 @@ def test_trust_is_an_explicit_step_then_the_receipts_are_accepted(published, tmp
     assert set(doc["release"]["cells"].values()) == {"release"}
     # a second trust adds nothing
     rc, out, err = frt("release", "trust", cwd=dest)
-    assert rc == 0 and out.startswith("already trusted:")
+    assert rc == 0 and all(ln.startswith("already trusted:") for ln in out.splitlines())
     # and verify re-derives every release receipt's acceptance from the lock alone
     rc, out, err = frt("verify", cwd=dest)
     assert rc == 0, out + err
@@ -338,7 +501,7 @@ def test_upgrade_reports_a_removed_receipt(published, trusted, env):
     assert rc == 1 and "lost" in out and "solo" in err, (out, err)  # the prefill cell would go: refused first
     rc, out, err = frt("lock", "--upgrade-release", "--allow-loss", cwd=trusted)
     assert rc == 0, err
-    assert "  - receipts/tiny/solo-prefill.json (" in out and "removed from the release" in out
+    assert "  - receipts/tiny/solo-prefill.json (file sha256 sha256:" in out and "removed from the release" in out
     assert len(lock_of(trusted).receipts) == 1
 
 
@@ -357,9 +520,19 @@ def test_a_new_key_is_not_accepted_until_the_consumer_trusts_it(published, trust
     kid_b = published.lock.receipt_keys["keys/qualify-b.pub"]["keyid"]
     (rej,) = lf.rejected
     assert rej["file"].endswith("fast-prefill.json") and f"signed by {kid_b}, which the policy does not list" in rej["reason"]
-    assert "  + receipts/tiny/fast-prefill.json" in out
+    (added,) = [ln for ln in out.splitlines() if ln.startswith("  + receipts/tiny/fast-prefill.json")]
+    assert added.startswith("  + receipts/tiny/fast-prefill.json (file sha256 sha256:") and "rejected: signature: " in added
+    assert kid_b[:19] in added and kid_b not in added  # labelled, and 12 hex where a person reads it
+    assert (out + err).count("which the policy does not list") == 1  # on its report line, not warned again
+    text = (trusted / "manifests" / "tiny.toml").read_text()
+    now = lock_of(trusted).release["commit"]
     rc, out, err = frt("release", "trust", cwd=trusted)
     assert rc == 0 and f"trusted: key {kid_b}" in out and "already trusted: key" in out
+    # the comment above [trust.receipts] names the latest trust, not only the first
+    text = (trusted / "manifests" / "tiny.toml").read_text()
+    notes = [ln for ln in text.splitlines() if "added by `frt release trust`" in ln]
+    assert notes == [f"# Receipt signers this project accepts, added by `frt release trust`; last from "
+                     f"{REL}@{now[:12]}'s lockfile:"], text
     assert frt("lock", cwd=trusted)[0] == 0
     assert len(lock_of(trusted).receipts) == 3
 
@@ -433,6 +606,65 @@ def test_mirror_carries_the_release_and_an_offline_lock_reads_it(published, trus
     assert frt("verify", cwd=trusted)[0] == 0
 
 
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_an_object_store_carries_the_release_as_a_folder_mirror_does(published, trusted, env, monkeypatch, tmp_path,
+                                                                      kind, request):
+    """frt publish URL uploads the release's files (by their sha256, before the lockfile); frt mirror DIR
+    --from URL writes them into the folder's hub-cache layout, reported; the folder then verifies and
+    locks offline as one `frt mirror DIR` made does. A folder store (file://) and S3 (moto)."""
+    if kind == "s3":
+        bucket = request.getfixturevalue("bucket")
+        url = f"s3://{bucket}/fleet"
+
+        def stored(hexd):
+            return request.getfixturevalue("s3").client().get_object(Bucket=bucket, Key=f"fleet/sha256/{hexd}")[
+                "Body"].read()
+    else:
+        url = f"file://{tmp_path / 'store'}"
+
+        def stored(hexd):
+            return (tmp_path / "store" / "sha256" / hexd).read_bytes()
+    rc, out, err = frt("publish", url, "--all-variants", "--json", cwd=trusted)
+    assert rc == 0, err
+    doc = json.loads(out)
+    rel = lock_of(trusted).release
+    assert sorted(doc["models"][0]["release-files"]) == sorted({f"sha256/{sha[7:]}" for sha in rel["files"].values()})
+    for path, sha in rel["files"].items():
+        assert stored(sha[7:]) == env.files(REL, "v1", repo_type="model")[path]
+    rc, out, err = frt("publish", url, "--all-variants", cwd=trusted)  # again: nothing more to send
+    assert rc == 0 and f"release {REL} @ {rel['commit'][:12]}: {len(rel['files'])} file(s) by their sha256, 0 uploaded" \
+        in out, out
+    env.stop()  # the node: no Hub, no cache, the store alone
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
+    mirror = tmp_path / "mirror"
+    rc, out, err = frt("mirror", str(mirror), "--from", url, "--all-variants", cwd=trusted)
+    assert rc == 0, err
+    assert f"  release {REL} @ {rel['commit'][:12]}: {len(rel['files'])} file(s) in models--acme--tiny-release/ " \
+           "(refs/v1)" in out
+    folder = mirror / "models--acme--tiny-release"
+    assert (folder / "refs" / "v1").read_text() == rel["commit"]
+    assert frt("verify", "--mirror", str(mirror), "--all-variants", cwd=trusted)[0] == 0
+    monkeypatch.setenv("FRT_MIRROR", str(mirror))
+    (trusted / "lockfiles" / "tiny.lock").unlink()
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0, err
+    assert lock_of(trusted).release["commit"] == rel["commit"] and len(lock_of(trusted).receipts) == 2
+
+
+def test_a_store_missing_a_release_file_is_named(published, trusted, tmp_path):
+    store = tmp_path / "store"
+    assert frt("publish", f"file://{store}", "--all-variants", cwd=trusted)[0] == 0
+    rel = lock_of(trusted).release
+    sha = rel["files"]["receipts/tiny/fast-decode.json"]
+    (store / "sha256" / sha[7:]).unlink()
+    rc, out, err = frt("mirror", str(tmp_path / "m"), "--from", f"file://{store}", "--all-variants", cwd=trusted)
+    assert rc == 1 and f"release {REL} receipts/tiny/fast-decode.json: no object sha256/{sha[7:]} in the store" in err
+
+
 def test_verify_flags_a_release_receipt_accepted_without_a_policy(published, trusted):
     """A hand-edited lock that keeps the release receipts but drops the policy: verify re-derives the
     release rule from the lock alone."""
@@ -469,14 +701,18 @@ def test_sbom_names_the_release_as_the_evidence_supplier(published, trusted):
 # refusals and edges
 
 
-def test_a_policy_scoped_to_other_device_classes_does_not_exempt_release_receipts(published, tmp_path):
+def test_a_policy_scoped_to_other_device_classes_does_not_exempt_release_receipts(published, env, tmp_path):
     """``device-classes`` scopes the policy over the project's own receipts; a release's receipt is
     always judged: an h200 release receipt signed by a key the policy does not list stays rejected."""
+    env.set_trusted("remote-org", True)  # (the packages' code trusted by the Hub's flag)
     dest = consumer(tmp_path)
     _, other = make_key(dest / "keys", "ours")
     mpath = dest / "manifests" / "tiny.toml"
     mpath.write_text(mpath.read_text() + '\n[trust.receipts]\nkeys = ["keys/ours.pub"]\ndevice-classes = ["rtx-5090"]\n')
-    assert frt("lock", cwd=dest)[0] == 0
+    rc, out, err = frt("lock", cwd=dest)  # none accepted: refused, each rejection named
+    assert rc == 1 and err.count("which the policy does not list") == 2, err
+    assert "hint: the release's receipts need a signer your policy in manifests/tiny.toml names" in err
+    assert frt("lock", "--allow-loss", cwd=dest)[0] == 0
     lf = lock_of(dest)
     assert not lf.receipts and len(lf.rejected) == 2
     assert all("which the policy does not list" in r["reason"] for r in lf.rejected)
@@ -538,8 +774,12 @@ def test_trust_needs_a_release_and_signed_receipts(published, env, tmp_path):
     rc, out, err = frt("release", "trust", cwd=published.root)
     assert rc == 2 and "names no [release] to trust" in err
     # a release whose receipts are unsigned: nothing to trust, said so
+    env.set_trusted("remote-org", True)  # no package trust in the release either: nothing at all to trust
     pub2 = Publisher(tmp_path / "pub2")
-    pub2.write_manifest(hub_manifest_doc())
+    doc = hub_manifest_doc()
+    for t in doc["packages"].values():
+        del t["trust"]
+    pub2.write_manifest(doc)
     pub2.receipt("u", "fast", "decode", sign=False)
     pub2.publish("--version", "2")
     rc, out, err = frt("init", "--from", f"hf://{REL}@v2", str(tmp_path / "c"), "--trust")
@@ -589,7 +829,137 @@ def test_a_pinned_relock_asks_the_hub_nothing_for_the_release(published, trusted
     env.reset_counts()
     rc, out, err = frt("lock", cwd=trusted)
     assert rc == 0, err
-    assert env.request_count(REL) == 0
+    asked = [p for _, p in env.requests if REL in p]
+    assert len(asked) == 1 and "/refs" in asked[0], asked  # only whether a newer commit or version exists
     env.reset_counts()
     assert frt("lock", "--upgrade-release", cwd=trusted)[0] == 0
     assert env.request_count(REL) >= 1  # the branch's head is read again
+
+
+# ---------------------------------------------------------------------------
+# another version: frt release upgrade (SPEC 45), and what frt lock says about newer ones
+
+
+def _publish_v2(published, *, version: str = "2"):
+    """The publisher adds a seam to route solo, re-qualifies it, signs it with a new key B, pushes."""
+    priv_b, _ = make_key(published.root / "keys", "qualify-b")
+    doc = hub_manifest_doc()
+    doc["routes"]["solo"]["seams"] = {"act": "scale", "norm": "norm"}
+    doc["trust"] = {"receipts": {"keys": ["keys/qualify-a.pub", "keys/qualify-b.pub"]}}
+    published.write_manifest(doc)
+    for f in ("solo-prefill.json", "solo-prefill.json.sig"):
+        (published.root / "receipts" / "tiny" / f).unlink()
+    rc, out, err = frt("lock", "--allow-loss", cwd=published.root)  # the old solo receipt's cell goes, on purpose
+    assert rc == 0, err
+    published.priv = priv_b
+    published.receipt("solo-prefill", "solo", "prefill")
+    published.publish("--version", version)
+    return published.lock.receipt_keys["keys/qualify-b.pub"]["keyid"]
+
+
+def test_release_upgrade_reports_applies_and_locks_under_the_coverage_rule(published, trusted, env):
+    kid_b = _publish_v2(published)
+    # frt lock (online) says a newer version exists; the pinned lock stays
+    before = (trusted / "lockfiles" / "tiny.lock").read_bytes()
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0 and (trusted / "lockfiles" / "tiny.lock").read_bytes() == before
+    assert "note: release acme/tiny-release has a newer version, v2: `frt release upgrade --version 2`" in err
+    # a dry run shows the change and writes nothing
+    mtext = (trusted / "manifests" / "tiny.toml").read_text()
+    rc, out, err = frt("release", "upgrade", "--dry-run", cwd=trusted)
+    assert rc == 0, err
+    assert out.startswith(f"release {REL}: v1 -> v2 (commit {published.res['commit'][:12]} -> ")
+    assert "    ~ route solo: seams {act = scale} -> {act = scale, norm = norm} (route digest sha256:" in out
+    assert f"  signer key {kid_b}: 1 receipt(s), NEW: not in your [trust.receipts]; review it\n" in out
+    assert "to apply: `frt release upgrade --model tiny --version 2` (with --trust to trust what is marked NEW)" in out
+    kid_a = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
+    assert f"  signer key {kid_a}: 1 receipt(s), trusted\n" in out
+    assert (trusted / "manifests" / "tiny.toml").read_text() == mtext
+    # the upgrade: everything or nothing; refused by the coverage rule until the new signer is trusted
+    rc, out, err = frt("release", "upgrade", cwd=trusted)
+    assert rc == 1, err
+    assert (trusted / "manifests" / "tiny.toml").read_text() == mtext
+    assert (trusted / "lockfiles" / "tiny.lock").read_bytes() == before
+    assert "error: tiny: the new lock loses coverage (1 lost" in err
+    assert f"signed by {kid_b[:19]}" in err and "which the policy does not list" in err
+    assert "error: tiny: the upgrade to v2 is not applied: manifests/tiny.toml and the lockfile are as they were" in err
+    assert "hint: review the signers and packages marked NEW above, then `frt release upgrade --model tiny --version 2 " \
+           "--trust`" in err
+    assert "frt lock --model tiny" not in err  # the lock's own hints name steps for a lock, not for this upgrade
+    assert (out + err).count("which the policy does not list") == 1  # the rejection said once
+    # following the hint
+    rc, out, err = frt("release", "upgrade", "--model", "tiny", "--version", "2", "--trust", cwd=trusted)
+    assert rc == 0, err
+    assert f"trusted: key {kid_b}" in out and "manifests/tiny.toml: now the release's v2 manifest" in out
+    m = parse_toml((trusted / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
+    assert m["release"] == {"repo": REL, "version": 2}
+    assert m["routes"]["solo"]["seams"] == {"act": "scale", "norm": "norm"}
+    mine = parse_toml(mtext.encode(), ValueError, "m")["trust"]["receipts"]["keys"]
+    assert m["trust"]["receipts"]["keys"][:len(mine)] == mine and len(m["trust"]["receipts"]["keys"]) == len(mine) + 1
+    assert all(t.get("trust") for t in m["packages"].values())  # the project's package trust kept
+    lf = lock_of(trusted)
+    assert lf.release["version"] == 2 and lf.release["commit"] == env.branch(REL, "v2", repo_type="model")
+    assert sorted(r.route for r in lf.receipts.values()) == ["fast", "solo"] and not lf.rejected
+    assert frt("lock", "--check", cwd=trusted)[0] == 0 and frt("verify", cwd=trusted)[0] == 0
+
+
+def test_release_upgrade_json_and_an_unknown_version(published, trusted, env):
+    rc, out, err = frt("release", "upgrade", "--version", "7", cwd=trusted)
+    assert rc == 1 and f"release '{REL}': no branch v7" in err
+    _publish_v2(published)
+    rc, out, err = frt("release", "upgrade", "--json", "--allow-loss", cwd=trusted)
+    doc = json.loads(out)
+    assert rc == 0 and doc["upgrade"]["applied"] and doc["upgrade"]["version"] == 2
+    assert {(r["what"], r["name"], r["change"]) for r in doc["upgrade"]["manifest"]} == {("route", "solo", "changed")}
+    assert [s["new"] for s in doc["upgrade"]["signers"] if s["kind"] == "key"].count(True) == 1
+    assert doc["lock"]["lockfiles"][0]["written"]
+
+
+def test_a_route_the_release_changed_is_worded_as_the_releases_with_the_upgrade_as_hint(published, trusted, env):
+    _publish_v2(published, version="1")  # the same branch: --upgrade-release's case
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0 and f"note: release {REL} v1 has a newer commit (" in err and "`frt lock --upgrade-release`" in err
+    rc, out, err = frt("lock", "--upgrade-release", cwd=trusted)
+    assert rc == 1
+    assert "measured on the release's definition of route 'solo' (route digest sha256:" in err
+    assert "the release changed the route" in err and "the route changed since it was measured" not in err
+    hint = f"hint: the release {REL} changed route solo: review its change, then apply the release's manifest " \
+           "(your trust tables and your own receipts are kept): `frt release upgrade --model tiny --version 1`"
+    assert hint in err, err
+    assert "frt release trust" not in err  # the route is the release's; trust is not what is missing yet
+    # following the hint: the new signer is what remains, and the hint says so; following that one locks
+    rc, out, err = frt("release", "upgrade", "--model", "tiny", "--version", "1", cwd=trusted)
+    assert rc == 1
+    again = "`frt release upgrade --model tiny --version 1 --trust`"
+    assert f"hint: review the signers and packages marked NEW above, then {again}" in err, err
+    rc, out, err = frt("release", "upgrade", "--model", "tiny", "--version", "1", "--trust", cwd=trusted)
+    assert rc == 0, err
+    assert sorted(r.route for r in lock_of(trusted).receipts.values()) == ["fast", "solo"]
+    assert frt("lock", "--check", cwd=trusted)[0] == 0
+
+
+def test_init_from_a_manifest_with_inline_package_tables_leaves_their_trust_out(published, env, tmp_path):
+    """A release whose manifest writes its packages inline (``"org/x" = { version = 1, trust = true }``):
+    the lines cannot be taken apart, so the manifest is written again without the publisher's trust."""
+    doc = hub_manifest_doc()
+    doc["trust"] = {"receipts": {"keys": ["keys/qualify-a.pub"]}}
+    text = tomli_w.dumps({k: v for k, v in doc.items() if k != "packages"})
+    inline = "".join(f'"{r}" = {{ version = 1, trust = true }}\n' for r in doc["packages"])
+    text = text.replace("[phases.", f"[packages]\n{inline}\n[phases.", 1)
+    (published.root / "manifests" / "tiny.toml").write_text(text)
+    published.publish()
+    dest = tmp_path / "inline"
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest))
+    assert rc == 0, err
+    data = parse_toml((dest / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
+    assert data["packages"] == {r: {"version": 1} for r in doc["packages"]}
+    assert "receipts" not in data.get("trust", {}) and data["release"] == {"repo": REL, "version": 1}
+    assert "package remote-org/scale (trust = true)" in out
+
+
+def test_the_newer_version_note_is_advice_a_failing_hub_does_not_stop_the_lock(published, trusted, env):
+    _publish_v2(published)
+    env.fail("/refs", 422)  # the one request the note needs; a pinned relock asks nothing else
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0, err
+    assert "newer version" not in err

@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "short_digest",
+    "short_digests",
     "canonical_json",
     "digest",
     "sha256_hex",
@@ -39,6 +40,14 @@ def digest(value: Any) -> str:
 
 
 SHORT_HEX = 12  # hex digits of a digest shown in reports: `sha256:` + 12, everywhere
+
+
+def short_digests(text: str) -> str:
+    """``text`` with every full ``sha256:<64 hex>`` in it shortened to ``short_digest``'s form: the
+    lines a person reads (``--json`` keeps every digest whole)."""
+    import re  # noqa: PLC0415
+
+    return re.sub(rf"(sha256:[0-9a-f]{{{SHORT_HEX}}})[0-9a-f]{{{64 - SHORT_HEX}}}(?![0-9a-f])", r"\1", text)
 
 
 def short_digest(d) -> str:

@@ -63,13 +63,15 @@ def _init_from(args) -> int:
     from ..project.discover import Project  # noqa: PLC0415
 
     found = release.signers(fetched) if f"lockfiles/{model}.lock" in fetched.files else []
+    code = release.code_trust(fetched)
     rows = release.trust(Project(root, "project", {}), model, fetched) if args.trust else []
     doc = {"project": str(root), "model": model, "written": [p.name for p in written],
            "release": {"repo": repo, "version": version, "commit": commit},
-           "signers": [{k: v for k, v in s.items() if k != "pem"} for s in found], "trusted": rows}
+           "signers": [{k: v for k, v in s.items() if k != "pem"} for s in found], "code-trust": code,
+           "trusted": rows}
     lines = [f"created project {root} from release {repo} v{version} (commit {commit[:12]}, model {model}): "
              f"{', '.join(p.name for p in written)}"]
-    lines += trust_lines(rows, repo, commit) if args.trust else signer_lines(found, repo, commit)
+    lines += trust_lines(rows, repo, commit) if args.trust else signer_lines(found, repo, commit, code)
     lines.append(f"next: cd {args.dir} && frt lock" + ("" if args.trust else "   (after `frt release trust`)"))
     emit(args, doc, "\n".join(lines))
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..base.canonical import short_digest
+from ..base.canonical import short_digest, short_digests
 from ..errors import FrtError, UsageError
 from .context import find_project
 from .parser import common_options, output_file_arg
@@ -42,7 +42,7 @@ def run(args) -> int:
     """Lock every model it can: a model whose packages fail is reported (`error: <model>: <package>:
     <reason>`), its lockfile left as it was, and the others are still locked and written; the run
     then exits non-zero. One ``LockSession`` fetches a package shared by several models once."""
-    from ..lock.build import CoverageLoss, LockFailed, LockSession, lock_model  # noqa: PLC0415
+    from ..lock.build import CoverageLoss, LockFailed, LockSession, NothingAccepted, lock_model  # noqa: PLC0415
 
     if args.export:
         from . import export  # noqa: PLC0415
@@ -57,9 +57,12 @@ def run(args) -> int:
         raise UsageError(f"no manifests in {project.manifests_dir}")
     results, failed, stale_any = [], [], False
     session = LockSession()
-    warn = (lambda m: None) if args.quiet and not args.json else (lambda m: print(f"warning: {m}", file=sys.stderr))
+    quiet = args.quiet and not args.json
+    pending: list[str] = []  # one model's warnings, said once it is locked (a release receipt's, by its report line)
+    warn = (lambda m: None) if quiet else pending.append
     for model in models:
         bar = None
+        pending.clear()
 
         def progress(ev: dict) -> None:
             nonlocal bar
@@ -72,11 +75,13 @@ def run(args) -> int:
             res = lock_model(project, model, check=args.check, strict=args.strict, allow_loss=args.allow_loss,
                              upgrade=set(args.upgrade_package), warn=warn, progress=progress, session=session,
                              upgrade_release=args.upgrade_release)
-        except CoverageLoss as exc:  # reported like the others, with its diff: the old lockfile stays
+        except (CoverageLoss, NothingAccepted) as exc:  # reported like the others, with its diff: the old lockfile stays
             results.append(exc.result)
             failed.append((model, exc))
+            _say_warnings(pending, None, args)  # (its release report leaves the reasons to these lines)
             continue
         except FrtError as exc:
+            _say_warnings(pending, None, args)
             if len(models) == 1 and not isinstance(exc, LockFailed):
                 raise  # one model, and not its packages (a bad manifest): the plain error
             failed.append((model, exc))
@@ -84,10 +89,11 @@ def run(args) -> int:
         finally:
             if bar is not None:
                 bar.close()
+        _say_warnings(pending, res, args)
         results.append(res)
         stale_any |= bool(res.stale)
     lines = []
-    refused = {model for model, exc in failed if isinstance(exc, CoverageLoss)}
+    refused = {model: exc for model, exc in failed if isinstance(exc, (CoverageLoss, NothingAccepted))}
     for r in results:
         rel = project.rel(r.path)
         cov = r.coverage
@@ -97,14 +103,17 @@ def run(args) -> int:
             if cov.changes:
                 lines.append(f"  coverage if locked now: {cov.summary()}")
         else:
-            state = "not written, coverage would shrink" if r.model in refused else \
+            state = ("not written, no receipt accepted" if isinstance(refused.get(r.model), NothingAccepted) else
+                     "not written, coverage would shrink") if r.model in refused else \
                 "written" if r.written else "unchanged"
             lines.append(f"{rel}: {state} "
                          f"({len(r.lockfile.packages)} packages, {len(r.lockfile.receipts)} receipts, "
                          f"{len(r.lockfile.rejected)} rejected, {len(r.lockfile.index)} cells"
                          + ("; first lock" if cov.first else f"; {cov.summary()}" if cov.changes else
                             "; coverage unchanged" if r.written else "") + ")")
-        lines += [f"  {c}" for c in cov.lines(limit=None if r.model in refused else 20)]
+        # a refused model's losses: each reason once, on its error line (stderr)
+        lines += [f"  {c}" for c in cov.lines(limit=None if r.model in refused else 20,
+                                              loss_reasons=r.model not in refused)]
         if args.verbose:
             lines += [f"  package {repo} @ {short_digest(p.revision)}: {', '.join(sorted(p.variants))}"
                       for repo, p in sorted(r.lockfile.packages.items())]
@@ -115,10 +124,14 @@ def run(args) -> int:
         if r.release:
             from ..release.consume import change_lines  # noqa: PLC0415
 
-            lines += change_lines(r.release)
+            lines += change_lines(r.release, reasons=r.model not in refused)
     failures = []
     for model, exc in failed:
-        if isinstance(exc, CoverageLoss):
+        if isinstance(exc, NothingAccepted):
+            failures += [{"model": model, "package": None, **{k: v for k, v in r.items() if k not in ("model", "reason")},
+                          "reason": f"rejected {r['file']} (receipt digest {r['digest']}): {r['reason']}"}
+                         for r in exc.reasons]
+        elif isinstance(exc, CoverageLoss):
             failures += [{"model": model, "package": None, **{k: v for k, v in r.items() if k != "model"},
                           "reason": f"{r['kind']} {r['cell']} route {r['route']}: {r['reason']}"} for r in exc.reasons]
         else:
@@ -128,19 +141,43 @@ def run(args) -> int:
     doc = {"ok": not stale_any and not failed, "lockfiles": [
         {"model": r.model, "path": project.rel(r.path), "written": r.written, "stale": r.stale,
          "lock-digest": None if r.model in refused else r.lockfile.lock_digest, "receipts": len(r.lockfile.receipts),
-         "rejected": r.lockfile.rejected, "refused": "coverage-loss" if r.model in refused else None,
-         "coverage": r.coverage.to_dict(), **({"release": r.release} if r.release else {})} for r in results],
+         "rejected": r.lockfile.rejected,
+         "refused": (("nothing-accepted" if isinstance(refused[r.model], NothingAccepted) else "coverage-loss")
+                     if r.model in refused else None),
+         "coverage": r.coverage.to_dict(), **({"release": r.release} if r.release else {}),
+         **({"release-news": r.release_news} if r.release_news else {})} for r in results],
         "failures": failures, "hints": hints}
-    emit(args, doc, "\n".join(lines))
+    emit(args, doc, short_digests("\n".join(lines)))
+    if not (args.json or args.quiet):
+        for r in results:
+            for line in r.release_news:
+                print(f"note: {line}", file=sys.stderr)
     if stale_any:
         print("error: lockfile is stale", file=sys.stderr)
         print("hint: run `frt lock` to regenerate it", file=sys.stderr)
     if failed and not args.json:
         for model, exc in failed:
-            if isinstance(exc, CoverageLoss):
+            if isinstance(exc, (CoverageLoss, NothingAccepted)):
                 print(f"error: {model}: {exc.summary}", file=sys.stderr)
         for f in failures:
-            print(f"error: {f['model']}: " + (f"{f['package']}: " if f["package"] else "") + f["reason"], file=sys.stderr)
+            print(short_digests(f"error: {f['model']}: " + (f"{f['package']}: " if f["package"] else "") + f["reason"]),
+                  file=sys.stderr)
         for h in hints:
-            print(f"hint: {h}", file=sys.stderr)
+            print(short_digests(f"hint: {h}"), file=sys.stderr)
     return max([exc.exit_code for _, exc in failed] + [1 if stale_any else 0])
+
+
+def _say_warnings(pending: list[str], result, args) -> None:
+    """``warning:`` lines for what ``lock_model`` warned about, digests shortened; a release receipt the
+    release report lists with its verdict (added or edited, rejected) is not warned about again there."""
+    reported = set()
+    if result is not None and result.release and not args.json:
+        from ..release.record import label_prefix  # noqa: PLC0415
+
+        prefix = label_prefix(result.release["repo"])
+        reported = {prefix + it["file"] for k in ("added", "edited") for it in result.release[k]
+                    if it["verdict"].startswith("rejected")}
+    for m in pending:
+        if not any(m.startswith(f"{label}: ") for label in reported):
+            print(short_digests(f"warning: {m}"), file=sys.stderr)
+    pending.clear()

@@ -131,6 +131,9 @@ def _cmd_mirror(args, project, store, publish: bool) -> int:
                          f"{pub.present} already present ({pub.checked['checksum']} by the store's SHA-256 checksum, "
                          f"{pub.checked['download']} downloaded and hashed), {pub.bytes} bytes sent; lockfile "
                          f"{pub.lockfile} last")
+            if lock.release:
+                lines.append(f"  release {lock.release['repo']} @ {lock.release['commit'][:12]}: "
+                             f"{len(lock.release.get('files', {}))} file(s) by their sha256, {len(pub.release)} uploaded")
             for r in pub.replaced:
                 lines.append(f"  replaced {r['key']} ({r['repo']} {r['path']}): {r['reason']}")
             for sk in pub.skipped:
@@ -143,6 +146,14 @@ def _cmd_mirror(args, project, store, publish: bool) -> int:
                      f"{rep.present} already present and verified, {rep.bytes} bytes written")
         for p in rep.packages:
             lines.append(f"  {p['repo']} @ {short_digest(p['snapshot'])}  {', '.join(p['variants'])}")
+        if lock.release:
+            from ..release.consume import cache_folder  # noqa: PLC0415
+
+            d["release"] = {k: lock.release[k] for k in ("repo", "version", "commit")}
+            d["release"]["files"] = sorted(lock.release.get("files", {}))
+            lines.append(f"  release {lock.release['repo']} @ {lock.release['commit'][:12]}: "
+                         f"{len(lock.release.get('files', {}))} file(s) in {cache_folder(lock.release['repo'])}/ "
+                         f"(refs/v{lock.release['version']})")
         for sk in rep.skipped:
             lines.append(f"  skipped {sk['repo']}: {sk['reason']}")
     doc = {"ok": True, "dir": str(args.dir), "models": reports}

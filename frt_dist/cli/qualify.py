@@ -49,6 +49,7 @@ def run(args) -> int:
     project.need_manifests("qualify")
     args.model = the_model(project, args)
     lock = find_lock(project, args.model, None)
+    lock = _measured_lock(project, args, lock)
     if project.read_only and not args.out:
         raise FrtError("the bundled defaults are read-only; pass --output-dir DIR for the receipts",
                        hints=["or run in a project folder (manifests/, receipts/, lockfiles/)"])
@@ -120,6 +121,26 @@ def run(args) -> int:
         return 0
     print("error: qualification failed for " + ", ".join(r.phase for r in results if not r.passed), file=sys.stderr)
     return 1
+
+
+def _measured_lock(project, args, lock):
+    """The lock ``frt qualify`` measures with: the manifest file as it is now, with the packages the
+    lock pins (``qualify.measured_lock``); the lock's own manifest where the file cannot be read (a
+    node, or ``FRT_LOCK`` naming another project's lock)."""
+    from ..documents.manifest import Manifest  # noqa: PLC0415
+    from ..qualify.run import measured_lock  # noqa: PLC0415
+
+    mpath = project.manifest_path(args.model)
+    if not mpath.is_file() or lock.model != args.model:
+        return lock
+    manifest = Manifest.read(mpath, label=project.rel(mpath))  # a manifest that does not read: exit 2, its field
+    label = project.rel(project.lockfile_path(args.model))
+    got = measured_lock(lock, manifest, args.route, lock_label=label, project=project)
+    old = lock.manifest.routes.get(args.route)
+    if old is not None and old.digest != manifest.routes[args.route].digest and not (args.quiet or args.json):
+        print(f"note: route {args.route} changed since {label} was written: measuring it as {manifest.file} defines "
+              "it now, with the packages the lock pins", file=sys.stderr)
+    return got
 
 
 def _old_spellings(args) -> None:

@@ -65,11 +65,12 @@ class PublishReport:
     skipped: list[dict] = field(default_factory=list)
     checked: dict = field(default_factory=lambda: {"checksum": 0, "download": 0})  # how the present ones were shown
     replaced: list[dict] = field(default_factory=list)  # {"key", "repo", "path", "reason"}: there, but not the file
+    release: list[str] = field(default_factory=list)  # the keys of the Hub release's files sent (already there: not listed)
 
     def to_dict(self) -> dict:
         return {"url": self.url, "model": self.model, "lockfile": self.lockfile, "packages": self.packages,
                 "uploaded": self.uploaded, "present": self.present, "bytes": self.bytes, "skipped": self.skipped,
-                "checked": dict(self.checked), "replaced": self.replaced}
+                "checked": dict(self.checked), "replaced": self.replaced, "release-files": self.release}
 
 
 def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool = False, hardware=None,
@@ -166,6 +167,10 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
                                 reasons=problems,
                                 hints=["fix the source (or go online) and run the same `frt mirror` again; objects "
                                        "already sent are skipped"])
+    if lock.release:  # a Hub release's files, as a folder mirror carries them (frt_dist.release.consume)
+        from ..release.consume import store_files  # noqa: PLC0415
+
+        report.release = store_files(lock, store, progress=emit)
     report.lockfile = lock_key(lock.model)
     store.put_bytes(report.lockfile, lock.render())  # last: only now does the store hold a release
     return report

@@ -115,10 +115,10 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
                     run.package(lock.packages[repo], vs)
             except StoreUnavailable as exc:  # the store went away (past its bounded retries): say what stays
                 gone = exc
-            if lock.release and source is None and gone is None:  # a Hub release's files (frt_dist.release.consume)
+            if lock.release and gone is None:  # a Hub release's files (frt_dist.release.consume), from the store too
                 from ..release.consume import mirror_files  # noqa: PLC0415
 
-                run.problems += mirror_files(lock, top, owner.tmp, progress=progress)
+                run.problems += mirror_files(lock, top, owner.tmp, progress=progress, store=source)
         finally:
             if owner is not None:
                 owner.close()

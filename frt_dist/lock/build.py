@@ -37,6 +37,7 @@ from ..errors import (
     KernelUnavailable,
     LockFailed,
     LockfileError,
+    NothingAccepted,
     ReceiptInvalid,
     UsageError,
 )
@@ -45,7 +46,8 @@ from ..provenance.publisher import BUNDLE
 from ..system.admissible import admission_problems
 from .coverage import CoverageDiff, coverage_diff
 
-__all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "CoverageLoss", "loss_hints", "rank_candidates",
+__all__ = ["lock_model", "LockResult", "LockSession", "LockFailed", "CoverageLoss", "NothingAccepted", "loss_hints",
+           "nothing_hints", "rank_candidates",
            "derive_index", "derive_trust", "receipt_verdict", "derive_path_package", "judge_signature",
            "default_gate_routes"]
 
@@ -69,6 +71,11 @@ class LockResult:
     rejection_kinds: dict[str, str] = field(default_factory=dict)
     # the routes whose certified_fast receipts were judged against the default gate (``default_gate_routes``)
     default_gates: list[str] = field(default_factory=list)
+    # route -> the packages it uses that this lock pins otherwise than the lock it replaces (new, or
+    # another revision or version): `frt qualify` measures with the old lock's pins until it is written
+    repinned: dict[str, list[str]] = field(default_factory=dict)
+    # what is newer than the release commit this lock pins (``frt_dist.release.upgrade.news``; online only)
+    release_news: list[str] = field(default_factory=list)
 
 
 def rank_candidates(receipts: list[Receipt]) -> tuple[Candidate, ...]:
@@ -271,7 +278,10 @@ class _Locker:
             raise KernelUnavailable(
                 f"package {pkg.repo!r}: publisher {org!r} is not a trusted kernel publisher",
                 reasons=[{"package": pkg.repo, "reason": "untrusted publisher"}],
-                hints=[f"after reviewing the package, add `trust = true` under [packages.\"{pkg.repo}\"] in {manifest.file}"])
+                hints=([f"the release {manifest.release.repo} may trust it: `frt release trust --model {manifest.model}` "
+                        "adds the code trust the release's manifest declares (printing each package), and its "
+                        "receipt signers"] if manifest.release is not None else [])
+                + [f"after reviewing the package, add `trust = true` under [packages.\"{pkg.repo}\"] in {manifest.file}"])
         return trust, publisher
 
     def lock_package_path(self, pkg: Package, policy=None) -> LockedPackage:
@@ -550,6 +560,16 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
         else:
             problems = receipt_verdict(lf, rec)
             kind = ("pins" if lf.pin_problems(rec) else "receipt") if problems else None
+            if problems and not ours and kind == "receipt":  # a route the release changed: said as the release's
+                theirs = rel.route_digests().get(rec.route)
+                ours_now = manifest.routes[rec.route].digest if rec.route in manifest.routes else None
+                before = old.manifest.routes.get(rec.route) if old is not None else None
+                mine_unchanged = before is not None and before.digest == ours_now  # not edited here since the last lock
+                if theirs is not None and theirs == rec.cell.get("route-digest") and theirs != ours_now and mine_unchanged:
+                    mine = short_digest(ours_now) if ours_now else "no such route"
+                    problems = [f"measured on the release's definition of route {rec.route!r} (route digest "
+                                f"{short_digest(theirs)}), not this manifest's ({mine}): the release changed the route"]
+                    kind = "release-route"
             if not problems and not ours and policy is None:
                 problems = [_release.NO_POLICY]
                 kind = "release-untrusted"
@@ -582,20 +602,33 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
         warn(f"{mlabel}: route {rname!r} declares no gate: its certified_fast receipts are judged against the "
              f"default min-speedup {DEFAULT_MIN_SPEEDUP:g} (the speedup interval's low end must reach it); declare "
              f"`gate = {{ min-speedup = X }}` in [routes.{rname}] to choose the effect it must show")
-    for w in warnings:
-        warn(w)
     result = LockResult(model, lpath, lf, data, warnings=warnings, rejection_kinds=kinds,
                         release=_release.change(old, lf) if rel is not None else None, default_gates=defaults)
-    if strict and warnings:
-        raise LockfileError(f"{len(warnings)} receipt(s) rejected under --strict", exit_code=1,
-                            reasons=[{"file": r["file"], "reason": r["reason"]} for r in lf.rejected])
     same = old is not None and lpath.read_bytes() == data
     if not same:  # (an unreadable old lockfile is replaced like a missing one: nothing to compare)
         result.coverage = coverage_diff(old, lf)
+    if rel is not None:  # online: a newer commit of the branch, or a newer version (advice, never a failure)
+        from ..release.upgrade import news  # noqa: PLC0415
+
+        result.release_news = news(rel.fetched.repo, rel.fetched.version, rel.fetched.commit)
+    if read and not accepted and not result.coverage.losses and not allow_loss and not check and not (strict and warnings):
+        # receipts, and none accepted: a lock that routes no cell passes CI and fails at start-up;
+        # refused, each rejection named once by the error (so not warned about as well). Where the
+        # lock it replaces had cells, the coverage rule below refuses it, naming each cell lost.
+        raise NothingAccepted(result, project.rel(lpath), nothing_hints(result, project))
+    refused = bool(result.coverage.losses) and not allow_loss and not check and not (strict and warnings)
+    named = {c.file for c in result.coverage.losses if c.cause == "rejected"} if refused else set()
+    for w in warnings:  # a rejection the coverage refusal names (one line per lost cell) is not warned about too
+        if not any(w.startswith(f"{f}: ") for f in named if f):
+            warn(w)
+    if strict and warnings:
+        raise LockfileError(f"{len(warnings)} receipt(s) rejected under --strict", exit_code=1,
+                            reasons=[{"file": r["file"], "reason": r["reason"]} for r in lf.rejected])
     if check:
         result.stale = _stale_reasons(old, old_problem, lf, lpath, data, project)
         return result
     if result.coverage.losses and not allow_loss:
+        result.repinned = _repinned(manifest, old, lf) if old is not None else {}
         raise CoverageLoss(result, project.rel(lpath), loss_hints(result, project))
     if project.read_only:
         try:
@@ -619,6 +652,61 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
     return result
 
 
+def _rejection_hint(kind: str | None, file: str | None, *, model: str, mfile: str, route: str, phase: str,
+                    device_class: str, repinned: list[str] = (), release: dict | None = None,
+                    sign: bool = False) -> str:
+    """What to run for one rejected receipt, chosen by the kind of its rejection (commands in backticks,
+    each one that succeeds where the hint is given). ``repinned``: the packages of ``route`` the lock
+    being replaced does not pin as this one would (frt qualify measures with the written lock's pins)."""
+    key = " --key KEY" if sign else ""  # under a [trust.receipts] policy covering the device class: signed
+    requalify = (f"re-qualify on device class {device_class}: `frt qualify --model {model} --route {route} "
+                 f"--phase {phase}{key}`, then `frt lock --model {model}`")
+    if repinned and kind in (None, "receipt"):
+        requalify = (f"route {route} now uses {', '.join(repinned)}, which the written lock does not pin yet (frt "
+                     f"qualify measures with its pins): `frt lock --model {model} --allow-loss` first, then re-qualify "
+                     f"on device class {device_class}: `frt qualify --model {model} --route {route} --phase "
+                     f"{phase}{key}`, then `frt lock --model {model}`")
+    if kind == "release-untrusted" or ((file or "").startswith("release/") and kind in ("signature", "unsigned")):
+        return (f"the release's receipts need a signer your policy in {mfile} names: review the release's signers, "
+                f"then `frt release trust --model {model}` (it names each one it adds), then `frt lock --model {model}`")
+    if kind == "release-route" and release:
+        return (f"the release {release['repo']} changed route {route}: review its change, then apply the release's "
+                f"manifest (your trust tables and your own receipts are kept): `frt release upgrade --model {model} "
+                f"--version {release['version']}`")
+    if kind == "invalid":  # it does not read as a receipt: its route and cell are unknown
+        return (f"{file} does not read as a receipt: remove it, or measure the route again (`frt qualify --model "
+                f"{model} --route ROUTE`, then `frt lock --model {model}`)")
+    if kind == "unsigned":
+        return f"sign it with a key the policy lists: `frt sign --key KEY {file}`, then `frt lock --model {model}`"
+    if kind == "signature":
+        return (f"{file}: sign it again with a key the policy lists (`frt sign --key KEY {file}`), or list its "
+                f"signer in [trust.receipts] of {mfile}; then `frt lock --model {model}`")
+    if kind == "pins":  # qualify measures with the pins the lock holds: the new pins must be locked first
+        return (f"{file} was measured on the pins this lock replaces; to measure the new ones: `frt lock --model "
+                f"{model} --allow-loss`, then `frt qualify --model {model} --route {route} --phase {phase}{key}` on "
+                f"device class {device_class}, then `frt lock --model {model}` (or keep the locked pins: no "
+                "--upgrade-package, or the package's files as they were)")
+    return requalify
+
+
+def _repinned(manifest: Manifest, old: Lockfile, new: Lockfile) -> dict[str, list[str]]:
+    """route -> its packages ``new`` pins otherwise than ``old`` (``LockResult.repinned``)."""
+    out = {}
+    for name in manifest.routes:
+        repos = [repo for repo in manifest.route_packages(name) if repo in new.packages and (
+            repo not in old.packages or (old.packages[repo].revision, old.packages[repo].version)
+            != (new.packages[repo].revision, new.packages[repo].version))]
+        if repos:
+            out[name] = repos
+    return out
+
+
+def _signs(result: LockResult, device_class: str | None) -> bool:
+    """Must a receipt of ``device_class`` be signed under the manifest's ``[trust.receipts]`` policy?"""
+    policy = result.lockfile.manifest.receipt_policy
+    return policy is not None and (device_class is None or policy.covers(device_class))
+
+
 def loss_hints(result: LockResult, project: Project) -> list[str]:
     """What to run for each loss in ``result.coverage``, chosen by its cause and, for a rejected
     receipt, by the kind of its rejection (``result.rejection_kinds``); then how to accept it."""
@@ -626,37 +714,39 @@ def loss_hints(result: LockResult, project: Project) -> list[str]:
     mfile = result.lockfile.manifest_file
     rejected = {r.get("file"): r.get("digest") for r in result.lockfile.rejected}
     for c in result.coverage.losses:
-        requalify = (f"re-qualify on device class {c.cell.device_class}: frt qualify --model {model} "
-                     f"--route {c.route} --phase {c.cell.phase}, then frt lock")
+        at = {"model": model, "mfile": mfile, "route": c.route, "phase": c.cell.phase,
+              "device_class": c.cell.device_class, "repinned": result.repinned.get(c.route, []),
+              "release": result.lockfile.release, "sign": _signs(result, c.cell.device_class)}
         if c.cause == "rejected":
             kind = result.rejection_kinds.get(c.receipt) or result.rejection_kinds.get(rejected.get(c.file))
-            if kind == "release-untrusted" or (c.file or "").startswith("release/"):  # a Hub release's receipt
-                out.append(f"{c.file} comes from the release in {mfile}: review its signers, then `frt release "
-                           "trust` (or keep the locked release commit: no --upgrade-release)")
-            elif kind == "unsigned":
-                out.append(f"sign it with a key the policy lists: frt sign --key KEY {c.file}, then frt lock")
-            elif kind == "signature":
-                out.append(f"{c.file}: sign it again with a key the policy lists (frt sign --key KEY {c.file}), or "
-                           f"list its signer in [trust.receipts] of {mfile}; then frt lock")
-            elif kind == "pins":  # qualify measures what the lock holds: the new pins must be locked first
-                out.append(f"{c.file} was measured on the pins this lock replaces; to measure the new ones: "
-                           f"frt lock --model {model} --allow-loss, then frt qualify --model {model} --route "
-                           f"{c.route} --phase {c.cell.phase} on device class {c.cell.device_class}, then frt lock "
-                           "(or keep the locked pins: no --upgrade-package, or the package's files as they were)")
-            else:  # not valid under the manifest now, or does not parse
-                out.append(requalify)
+            out.append(_rejection_hint(kind, c.file, **at))
         elif c.file and c.receipt and not names.problem("path", c.file):  # (a name from the old lock: checked)
             kept = superseded_path(project.root / c.file, c.receipt)
             if kept.is_file():
                 out.append(f"re-qualifying kept the previous receipt as {project.rel(kept)}: to publish it again, "
-                           f"move it back to {c.file} (with its .sig), then frt lock")
+                           f"move it back to {c.file} (with its .sig), then `frt lock --model {model}`")
             elif c.cause == "missing":
-                out.append(f"restore {c.file} (from version control, or `frt receipts pull`), or {requalify}")
+                out.append(f"restore {c.file} (from version control, or `frt receipts pull`), or "
+                           + _rejection_hint(None, c.file, **at))
             else:
-                out.append(requalify)
+                out.append(_rejection_hint(None, c.file, **at))
         else:
-            out.append(requalify)
-    out.append(f"to publish the smaller coverage on purpose: frt lock --model {model} --allow-loss")
+            out.append(_rejection_hint(None, c.file, **at))
+    out.append(f"to publish the smaller coverage on purpose: `frt lock --model {model} --allow-loss`")
+    return list(dict.fromkeys(out))
+
+
+def nothing_hints(result: LockResult, project: Project) -> list[str]:
+    """What to run when no receipt of a model is accepted: one hint per kind of rejection (the
+    first receipt of each kind named), then how to write the empty lock on purpose."""
+    model, out = result.model, []
+    mfile = result.lockfile.manifest_file
+    for r in result.lockfile.rejected:
+        kind = result.rejection_kinds.get(r.get("digest"))
+        out.append(_rejection_hint(kind, r.get("file"), model=model, mfile=mfile, route=r.get("route") or "ROUTE",
+                                   phase=r.get("phase") or "PHASE", device_class=r.get("device-class") or "?",
+                                   release=result.lockfile.release, sign=_signs(result, r.get("device-class"))))
+    out.append(f"to write a lock that routes no cell on purpose: `frt lock --model {model} --allow-loss`")
     return list(dict.fromkeys(out))
 
 

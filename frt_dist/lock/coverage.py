@@ -60,13 +60,15 @@ class CellChange:
     def is_loss(self) -> bool:
         return self.kind in LOSS_KINDS
 
-    def line(self) -> str:
-        """One line: ``lost     decode/fp32/cuda/9.0/h200  route fast (certified_fast): <reason>``."""
+    def line(self, *, reason: bool = True) -> str:
+        """One line: ``lost     decode/fp32/cuda/9.0/h200  route fast (certified_fast): <reason>`` (without
+        ``reason``: the receipt's file in its place, where an error line elsewhere gives the reason)."""
         if self.kind == "dropped":
             state = f"{self.before} -> {self.after}"
         else:
             state = self.before if self.kind == "lost" else self.after
-        return f"{self.kind:<8} {cell_name(self.cell)}  route {self.route} ({state}): {self.reason}"
+        tail = self.reason if reason else f"{self.file or short_digest(self.receipt)} {self.cause} (error below)"
+        return f"{self.kind:<8} {cell_name(self.cell)}  route {self.route} ({state}): {tail}"
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "cell": cell_name(self.cell), **self.cell.as_dict(), "route": self.route,
@@ -97,14 +99,15 @@ class CoverageDiff:
         n = self.counts()
         return ", ".join(f"{n[k]} {k}" for k in KINDS)
 
-    def lines(self, *, limit: int | None = None, kinds=KINDS) -> list[str]:
+    def lines(self, *, limit: int | None = None, kinds=KINDS, loss_reasons: bool = True) -> list[str]:
         """One line per change of ``kinds``, losses first; past ``limit`` per kind, one line saying
-        how many more (``--json`` lists them all)."""
+        how many more (``--json`` lists them all). ``loss_reasons`` False: a loss's line names its
+        receipt, not the reason (a refused lock's error lines give each reason once)."""
         out = []
         for k in kinds:
             items = self.of(k)
             shown = items if limit is None else items[:limit]
-            out += [c.line() for c in shown]
+            out += [c.line(reason=loss_reasons or not c.is_loss) for c in shown]
             if len(items) > len(shown):
                 out.append(f"{k:<8} ... and {len(items) - len(shown)} more (--json lists every one)")
         return out

@@ -47,7 +47,8 @@ from ..documents.receipt import MIN_CERT_ROUNDS, superseded_path
 from ..errors import KernelUnavailable, UsageError
 from ..system.hardware import Hardware
 
-__all__ = ["qualify", "QualifyResult", "write_receipt", "receipt_filename", "load_host_factory", "keep_previous",
+__all__ = ["qualify", "measured_lock", "unpinned",
+           "QualifyResult", "write_receipt", "receipt_filename", "load_host_factory", "keep_previous",
            "check_signing_policy"]
 
 DEFAULT_ROUNDS = 30
@@ -393,6 +394,65 @@ def check_route(m, route_name: str, phases=None) -> list[str]:
         if ph not in m.phases:
             raise UsageError(f"unknown phase {ph!r} for model {m.model!r} (valid: {', '.join(m.phases)})")
     return phases
+
+
+def unpinned(lock: Lockfile, manifest, repos, *, project=None) -> list[str]:
+    """Why each of ``repos`` (packages ``manifest`` declares) cannot be measured with the pins of
+    ``lock``: not pinned, pinned at another version or path, or a path package whose files changed
+    since (its content digest, derived again under ``project``). [] when every one is pinned as declared."""
+    out = []
+    for repo in sorted(repos):
+        pkg, pin = manifest.packages.get(repo), lock.packages.get(repo)
+        if pkg is None:
+            continue
+        if pin is None:
+            out.append(f"{repo} is not pinned")
+        elif pkg.is_path != (pin.source == "path"):
+            out.append(f"{repo} is pinned as a {'path' if pin.source == 'path' else 'Hub'} package")
+        elif not pkg.is_path and pkg.version != pin.version:
+            out.append(f"{repo} is pinned at version {pin.version}, the manifest asks for {pkg.version}")
+        elif pkg.is_path and pkg.path != pin.path:
+            out.append(f"{repo} is pinned from path {pin.path!r}, the manifest names {pkg.path!r}")
+        elif pkg.is_path and project is not None:
+            from ..errors import FrtError  # noqa: PLC0415
+            from ..lock.build import derive_path_package  # noqa: PLC0415
+
+            try:
+                now = derive_path_package(project, pkg).revision
+            except FrtError:
+                continue  # (the loader names what is wrong with it)
+            if now != pin.revision:
+                out.append(f"{repo}'s files changed since the lock pinned them")
+    return out
+
+
+def measured_lock(lock: Lockfile, manifest, route_name: str, *, lock_label: str, project=None) -> Lockfile:
+    """What ``frt qualify`` measures (docs/reference.md#frt-qualify): the route as ``manifest`` (the
+    project's manifest file, now) defines it, with the packages ``lock`` pins. Where the route needs a
+    package the lock does not pin as the manifest declares it, the ``FrtError`` (exit 1) says which
+    ``frt lock`` comes first: with ``--allow-loss`` where the lock would drop receipts measured on a
+    route definition the manifest no longer has (the new receipts bring those cells back)."""
+    from ..base.record import replace  # noqa: PLC0415
+    from ..errors import FrtError  # noqa: PLC0415
+
+    check_route(manifest, route_name)
+    why = unpinned(lock, manifest, manifest.route_packages(route_name), project=project)
+    if why:
+        model = manifest.model
+        losing = sorted({rec.file for rec in lock.receipts.values() if rec.problems(manifest)})
+        step = f"frt lock --model {model}" + (" --allow-loss" if losing else "")
+        drops = (f" (it drops the {len(losing)} receipt(s) measured on route definitions {manifest.file} no longer "
+                 f"has: {', '.join(losing[:3])}{', ...' if len(losing) > 3 else ''}; the receipts you measure next "
+                 "bring those cells back)") if losing else ""
+        raise FrtError(f"route {route_name!r} of {manifest.file} needs packages {lock_label} does not pin as the "
+                       f"manifest declares them: {'; '.join(why)}; frt qualify measures with the lock's pins",
+                       reasons=[{"route": route_name, "reason": w} for w in why],
+                       hints=[f"lock them first: `{step}`{drops}, then `frt qualify --model {model} --route "
+                              f"{route_name}{' --key KEY' if manifest.receipt_policy is not None else ''}`, then "
+                              f"`frt lock --model {model}`"])
+    if manifest.raw == lock.manifest.raw:
+        return lock
+    return replace(lock, manifest=manifest)
 
 
 def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None = None, seed: int = 0,

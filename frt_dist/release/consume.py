@@ -44,7 +44,7 @@ from .record import NO_POLICY, is_release_label, label_prefix, release_receipts 
 __all__ = ["Fetched", "LockRelease", "ReleaseError", "parse_ref", "fetch", "for_lock", "trust", "signers",
            "change", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",
            "mirror_files", "mirror_problems", "stale_reasons", "release_manifest", "models_of", "api", "hub_call",
-           "branch_commit", "SIG_SUFFIXES"]
+           "branch_commit", "SIG_SUFFIXES", "code_trust", "release_code_trust", "store_files", "release_key"]
 
 REPO_TYPE = "model"
 MAX_FILE_BYTES = 16 << 20  # a release file (manifest, receipt, signature, lockfile) is read whole, at most this
@@ -80,14 +80,38 @@ def api(token: bool = False):
                  token=get_token() if token else None)
 
 
+def endpoint() -> str:
+    """The Hub endpoint frt talks to (``HF_ENDPOINT``, else huggingface_hub's default), for messages."""
+    from huggingface_hub import constants  # noqa: PLC0415
+
+    return (settings.value("HF_ENDPOINT") or constants.ENDPOINT or "https://huggingface.co").rstrip("/")
+
+
+# what a Hub answer huggingface_hub cannot use raises inside it: a field missing (KeyError), a value of
+# another type (TypeError, AttributeError), a body that is not JSON (ValueError, JSONDecodeError's base)
+_UNEXPECTED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
+
+
 def hub_call(repo: str, what: str, fn, *, writing: bool = False):
-    """``fn()`` with huggingface_hub's errors as frt errors naming the release repo."""
+    """``fn()`` with huggingface_hub's errors as frt errors naming the release repo and the endpoint:
+    an HTTP error, no connection, or an answer huggingface_hub cannot use (a field it expects missing,
+    a body that is not JSON), never a traceback."""
     import httpx2  # noqa: PLC0415
     from huggingface_hub import errors as hf_errors  # noqa: PLC0415
 
     from ..distribution.hub import apply_timeout  # noqa: PLC0415 - the CLI's FRT_HUB_TIMEOUT on the shared client
 
     apply_timeout()
+    try:
+        return _hub_call(repo, what, fn, writing=writing, hf_errors=hf_errors, httpx2=httpx2)
+    except FrtError as exc:
+        if endpoint() not in exc.message:
+            exc.message = f"{exc.message} [Hub {endpoint()}]"
+            exc.args = (exc.message,)
+        raise
+
+
+def _hub_call(repo: str, what: str, fn, *, writing: bool, hf_errors, httpx2):
     try:
         return fn()
     except hf_errors.OfflineModeIsEnabled:
@@ -120,6 +144,15 @@ def hub_call(repo: str, what: str, fn, *, writing: bool = False):
     except httpx2.HTTPError as exc:
         raise ReleaseError(f"release {repo!r}: cannot reach the Hub: {exc} ({what})",
                            hints=["check the network or HF_ENDPOINT; nothing was written"]) from None
+    except FrtError:
+        raise
+    except _UNEXPECTED as exc:
+        why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, KeyError) else f"the field {exc} is missing"
+        raise ReleaseError(f"release {repo!r}: the Hub at {endpoint()} gave an answer frt cannot use ({what}: {why})"
+                           + ("; nothing was committed" if writing else ""),
+                           reasons=[{"repo": repo, "endpoint": endpoint(), "request": what, "reason": why}],
+                           hints=["check HF_ENDPOINT names a Hugging Face Hub (or a server that speaks its API), "
+                                  "then retry"]) from None
 
 
 def branch_commit(api, repo: str, version: int) -> str | None:
@@ -238,7 +271,13 @@ def fetch(repo: str, version: int, model: str, *, commit: str | None = None, rec
                                hints=["mirror the release where the Hub is reachable (`frt mirror DIR`), and name "
                                       "the mirror ([tool.frt] mirror, FRT_MIRROR)"])
     if root is None:
+        import sys  # noqa: PLC0415
+
         from huggingface_hub import snapshot_download  # noqa: PLC0415
+        from huggingface_hub.utils import disable_progress_bars  # noqa: PLC0415
+
+        if not sys.stderr.isatty():  # progress on a terminal only (docs/reference.md#common-options)
+            disable_progress_bars()
 
         root = Path(hub_call(repo, f"files at {commit[:12]}", lambda: snapshot_download(
             repo, repo_type=REPO_TYPE, revision=commit, allow_patterns=_patterns(model),
@@ -306,6 +345,24 @@ class LockRelease:
                            if p.source == "hub"}
         return theirs
 
+    def route_digests(self) -> dict[str, str]:
+        """route -> route digest in the release's own manifest ({} when it has none that reads)."""
+        if not hasattr(self, "_digests"):
+            from ..documents.manifest import Manifest  # noqa: PLC0415
+            from ..documents.schema import parse_toml  # noqa: PLC0415
+            from ..errors import ManifestError  # noqa: PLC0415
+
+            rel = f"manifests/{self.fetched.model}.toml"
+            self._digests = {}
+            if rel in self.fetched.files:
+                try:
+                    m = Manifest.from_dict(parse_toml(self.fetched.read(rel), ManifestError, self.prefix + rel),
+                                           file=self.prefix + rel)
+                    self._digests = {name: r.digest for name, r in m.routes.items()}
+                except FrtError:
+                    pass
+        return self._digests
+
     def record(self) -> dict:
         f = self.fetched
         return {"repo": f.repo, "version": f.version, "commit": f.commit, "files": dict(sorted(f.files.items()))}
@@ -365,19 +422,26 @@ def change(old, new) -> dict | None:
     return out
 
 
-def change_lines(ch: dict) -> list[str]:
-    """The upgrade report, one line per change."""
-    from ..base.canonical import short_digest  # noqa: PLC0415
+def change_lines(ch: dict, *, reasons: bool = True) -> list[str]:
+    """The upgrade report, one line per change (``reasons`` False: a rejection's reason is left to the
+    error or warning line that gives it, as in a refused lock)."""
+    from ..base.canonical import short_digest, short_digests  # noqa: PLC0415
+
+    def verdict(v: str) -> str:  # "accepted <receipt digest>" / "rejected: <reason>", the digests labelled and short
+        if v.startswith("accepted "):
+            return f"accepted (receipt digest {short_digest(v.removeprefix('accepted '))})"
+        return short_digests(v) if reasons else "rejected (its reason below)"
 
     head = f"release {ch['repo']} v{ch['version']}: "
     lines = [head + (f"commit {ch['from'][:12]} -> {ch['to'][:12]}" if ch["from"] else f"pinned at commit {ch['to'][:12]}")]
     for it in ch["added"]:
-        lines.append(f"  + {it['file']} ({short_digest(it['sha256'])}): {it['verdict']}")
+        lines.append(f"  + {it['file']} (file sha256 {short_digest(it['sha256'])}): {verdict(it['verdict'])}")
     for it in ch["edited"]:
-        what = "edited" if it["from"] != it["to"] else "signature changed"
-        lines.append(f"  ~ {it['file']} ({what}: {short_digest(it['from'])} -> {short_digest(it['to'])}): {it['verdict']}")
+        what = (f"edited: file sha256 {short_digest(it['from'])} -> {short_digest(it['to'])}" if it["from"] != it["to"]
+                else f"signature changed, file sha256 {short_digest(it['to'])}")
+        lines.append(f"  ~ {it['file']} ({what}): {verdict(it['verdict'])}")
     for it in ch["removed"]:
-        lines.append(f"  - {it['file']} ({short_digest(it['sha256'])}): removed from the release")
+        lines.append(f"  - {it['file']} (file sha256 {short_digest(it['sha256'])}): removed from the release")
     return lines
 
 
@@ -435,18 +499,59 @@ def signers(fetched: Fetched) -> list[dict]:
     return [found[k] for k in sorted(found)]
 
 
+def code_trust(fetched: Fetched) -> list[dict]:
+    """The code trust the release's manifest declares (``release_code_trust``); [] when it has no
+    manifest of the model."""
+    from ..documents.schema import parse_toml  # noqa: PLC0415
+    from ..errors import ManifestError  # noqa: PLC0415
+
+    rel = f"manifests/{fetched.model}.toml"
+    if rel not in fetched.files:
+        return []
+    return release_code_trust(parse_toml(fetched.read(rel), ManifestError, f"{fetched.repo}/{rel}"))
+
+
+def _add_package_keys(text: str, repo: str, keys: dict) -> str | None:
+    """``text`` (a manifest) with ``keys`` (trust, signature, signer) set in ``[packages."<repo>"]``
+    (the lines added under its header, replacing any the table has); None where the table is written
+    in a form this cannot edit (inline, dotted keys)."""
+    import json  # noqa: PLC0415
+
+    lines = text.splitlines(keepends=True)
+    sec = _section(lines, f'packages."{repo}"')
+    if sec is None:
+        return None
+    a, b = sec
+    body = [ln for ln in lines[a:b] if not re.match(r"^\s*(" + "|".join(keys) + r")\s*=", ln)]
+    add = []
+    for k, v in keys.items():
+        if isinstance(v, bool):
+            add.append(f"{k} = {'true' if v else 'false'}\n")
+        elif isinstance(v, str):
+            add.append(f"{k} = {json.dumps(v)}\n")
+        elif isinstance(v, dict) and all(isinstance(x, str) for x in v.values()):
+            add.append(f"{k} = {{ " + ", ".join(f"{json.dumps(x)} = {json.dumps(y)}" for x, y in v.items()) + " }\n")
+        else:
+            return None
+    lines[a:b] = add + body
+    return "".join(lines)
+
+
 def trust(project, model: str, fetched: Fetched) -> list[dict]:
-    """Trust the signers of ``fetched`` in ``model``'s manifest: each key's PEM written to
-    ``keys/<org>/<name>/<keyid>.pub`` and listed under ``[trust.receipts] keys``, each Sigstore
-    identity under ``identities``. Returns one row per signer with ``"added"`` true or false (already
-    listed). Nothing is written when the manifest's policy cannot be edited in place."""
+    """Trust what the release trusts, in ``model``'s manifest: the signers of its receipts (each
+    key's PEM written to ``keys/<org>/<name>/<keyid>.pub`` and listed under ``[trust.receipts] keys``,
+    each Sigstore identity under ``identities``) and the code trust its manifest declares for each
+    package this manifest uses (``trust = true``, and a publisher-signature policy). Returns one row
+    per signer and per package with ``"added"`` true or false (already there). Nothing is written when
+    the manifest cannot be edited in place."""
     from ..documents.lock_writer import write_atomic  # noqa: PLC0415
     from ..documents.manifest import Manifest  # noqa: PLC0415
     from ..documents.schema import load_toml  # noqa: PLC0415
     from ..errors import ManifestError  # noqa: PLC0415
 
     found = signers(fetched)
-    if not found:
+    code = code_trust(fetched)
+    if not found and not any(c["kind"] == "package" for c in code):
         raise ReleaseError(f"release {fetched.repo!r} at {fetched.commit[:12]}: its lockfile records no receipt "
                            "signature: there is no signer to trust",
                            hints=["ask the publisher to sign the receipts (`frt sign`) under a [trust.receipts] "
@@ -478,14 +583,31 @@ def trust(project, model: str, fetched: Fetched) -> list[dict]:
             if added:
                 idents.append(ident)
             rows.append({**s, "added": added})
+    packages = {r: dict(t) for r, t in data.get("packages", {}).items()}
+    pkg_edits = {}
+    for c in code:
+        if c["kind"] != "package" or c["repo"] not in packages or "path" in packages[c["repo"]]:
+            continue  # a package this manifest does not use (or has as a local path) needs no trust
+        mine = packages[c["repo"]]
+        add = {k: v for k, v in c["keys"].items() if mine.get(k) != v}
+        rows.append({"kind": "package", "repo": c["repo"], **c["keys"], "added": bool(add)})
+        if add:
+            pkg_edits[c["repo"]] = add
+            mine.update(add)
     if not any(r["added"] for r in rows):
         return rows
     text = mpath.read_text("utf-8")
-    new_text = set_policy(text, keys, idents, note=f"{fetched.repo}@{fetched.commit[:12]}")
+    signers_added = any(r["added"] for r in rows if r["kind"] != "package")
+    new_text = set_policy(text, keys, idents, note=f"{fetched.repo}@{fetched.commit[:12]}") if signers_added else text
+    for repo, add in sorted(pkg_edits.items()):
+        new_text = None if new_text is None else _add_package_keys(new_text, repo, add)
     want = dict(data)
-    want["trust"] = {**data.get("trust", {}), "receipts": {**policy, "keys": keys, **({"identities": idents} if idents else {})}}
-    if not keys:
-        want["trust"]["receipts"].pop("keys")
+    if signers_added:
+        want["trust"] = {**data.get("trust", {}), "receipts": {**policy, "keys": keys, **({"identities": idents} if idents else {})}}
+        if not keys:
+            want["trust"]["receipts"].pop("keys")
+    if pkg_edits:
+        want["packages"] = packages
     from ..documents.schema import parse_toml  # noqa: PLC0415
 
     try:
@@ -493,10 +615,14 @@ def trust(project, model: str, fetched: Fetched) -> list[dict]:
     except ManifestError:
         ok = False
     if not ok:
-        lines = [f"keys = {_toml_list(keys)}"] + ([f"identities = {_toml_idents(idents)}"] if idents else [])
-        raise UsageError(f"{label}: [trust.receipts] is written in a form frt cannot edit in place; nothing was "
-                         "written", hints=["set these under [trust.receipts] yourself, and write the key files "
-                                           "from the release's lockfile (receipt-keys): " + "; ".join(lines)])
+        lines = ([f"[trust.receipts] keys = {_toml_list(keys)}"] if signers_added else []) + (
+            [f"[trust.receipts] identities = {_toml_idents(idents)}"] if signers_added and idents else []) + [
+            f"[packages.\"{repo}\"] " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in add.items())
+            for repo, add in sorted(pkg_edits.items())]
+        raise UsageError(f"{label}: [trust.receipts] or a package's table is written in a form frt cannot edit in "
+                         "place; nothing was written",
+                         hints=["set these yourself (and write the key files from the release's lockfile, "
+                                "receipt-keys): " + "; ".join(lines)])
     for rel, pem in new_files.items():
         p = project.root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -504,6 +630,16 @@ def trust(project, model: str, fetched: Fetched) -> list[dict]:
     write_atomic(mpath, new_text.encode("utf-8"))
     Manifest.read(mpath, label=label)  # it must read back (a failure here names the field)
     return rows
+
+
+def _toml_value(v) -> str:
+    import json  # noqa: PLC0415
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(x)} = {_toml_value(y)}" for x, y in v.items()) + " }"
+    return json.dumps(v)
 
 
 def _toml_list(items: list[str]) -> str:
@@ -560,6 +696,10 @@ def _value_span(lines: list[str], a: int, b: int, key: str) -> tuple[int, int] |
     return None
 
 
+_TRUST_NOTE = "# Receipt signers this project accepts, added by `frt release trust`; last from "
+_TRUST_NOTE_OLD = "# Receipt signers this project accepts. Added by `frt release trust` from "
+
+
 def set_policy(text: str, keys: list[str], idents: list[dict], *, note: str) -> str | None:
     """``text`` (a manifest) with ``[trust.receipts]`` listing ``keys`` and ``idents``: the table's
     ``keys``/``identities`` lines replaced (or added under its header), or the table appended."""
@@ -572,9 +712,12 @@ def set_policy(text: str, keys: list[str], idents: list[dict], *, note: str) -> 
         if re.search(r"^\s*receipts\s*=", text, re.M):
             return None
         tail = "" if text.endswith("\n") else "\n"
-        return (text + tail + f"\n# Receipt signers this project accepts. Added by `frt release trust` from {note}'s "
-                "lockfile:\n# review them; a release receipt signed by anyone else is rejected.\n[trust.receipts]\n"
-                + "".join(new.values()))
+        return (text + tail + f"\n{_TRUST_NOTE}{note}'s lockfile:\n# review them; a release receipt signed by anyone "
+                "else is rejected.\n[trust.receipts]\n" + "".join(new.values()))
+    for i in range(sec[0] - 2, max(sec[0] - 5, -1), -1):  # the comment above the table: it names the latest trust
+        if lines[i].startswith(_TRUST_NOTE) or lines[i].startswith(_TRUST_NOTE_OLD):
+            lines[i] = f"{_TRUST_NOTE}{note}'s lockfile:\n"
+            break
     a, b = sec
     for key in ("identities", "keys"):
         if key not in new:
@@ -608,8 +751,71 @@ def strip_policy(text: str) -> tuple[str, bool]:
     return "".join(kept), True
 
 
+_PKG_TRUST_KEYS = ("trust", "signature", "signer")  # a package's code trust and its publisher-signature policy
+
+
+def release_code_trust(data: dict) -> list[dict]:
+    """The code trust a release's manifest (``data``, parsed) declares: one row per package with
+    ``trust = true`` or a publisher-signature policy (``signature``/``signer``), and one per
+    ``[trust.publishers."<org>"]`` table: ``{"kind": "package", "repo", "keys": {...}}`` /
+    ``{"kind": "publisher", "org", "keys": {...}}``. `frt init --from` copies none of it; `frt release
+    trust` adds it, printing each."""
+    out = []
+    for repo, t in sorted(data.get("packages", {}).items()):
+        keys = {k: t[k] for k in _PKG_TRUST_KEYS if k in t and t[k] is not False}
+        if keys and "path" not in t:
+            out.append({"kind": "package", "repo": repo, "keys": keys})
+    for org, t in sorted(data.get("trust", {}).get("publishers", {}).items()):
+        out.append({"kind": "publisher", "org": org, "keys": dict(t)})
+    return out
+
+
+def strip_code_trust(text: str, data: dict) -> tuple[str, list[dict]]:
+    """``text`` (a manifest, ``data`` parsed) without the code trust ``release_code_trust`` lists:
+    each package's ``trust``/``signature``/``signer`` lines and every ``[trust.publishers."<org>"]``
+    table, a comment left where they were. Returns the text and the rows removed."""
+    rows = release_code_trust(data)
+    if not rows:
+        return text, rows
+    lines = text.splitlines(keepends=True)
+    for row in rows:
+        if row["kind"] == "package":
+            sec = _section(lines, f'packages."{row["repo"]}"')
+            if sec is None:
+                continue  # (written another way: the check in release_manifest refuses it)
+            a, b = sec
+            keep = [ln for ln in lines[a:b] if not re.match(r"^\s*(" + "|".join(_PKG_TRUST_KEYS) + r")\s*=", ln)]
+            if len(keep) != b - a:
+                keep.insert(0, "# trust: the publisher's, left out by `frt init --from`; review the package, then "
+                               "`frt release trust` adds it\n")
+            lines[a:b] = keep
+        else:
+            sec = _section(lines, f'trust.publishers."{row["org"]}"') or _section(lines, f'trust.publishers.{row["org"]}')
+            if sec is None:
+                continue
+            a, b = sec
+            lines[a - 1:b] = [f"# [trust.publishers.\"{row['org']}\"]: the publisher's, left out by `frt init --from`\n"]
+    return "".join(lines), rows
+
+
+def _without_code_trust(data: dict) -> dict:
+    """``data`` (a manifest, parsed) as ``strip_code_trust`` leaves it."""
+    out = dict(data)
+    pk = {}
+    for repo, t in data.get("packages", {}).items():
+        pk[repo] = dict(t) if "path" in t else {k: v for k, v in t.items() if k not in _PKG_TRUST_KEYS}
+    if "packages" in data:
+        out["packages"] = pk
+    if "publishers" in data.get("trust", {}):
+        out["trust"] = {k: v for k, v in data["trust"].items() if k != "publishers"}
+        if not out["trust"]:
+            del out["trust"]
+    return out
+
+
 def release_manifest(fetched: Fetched) -> str:
-    """The consumer's manifest: the release's, its receipt policy left out, plus ``[release]``."""
+    """The consumer's manifest: the release's, its receipt policy and its code trust (package
+    ``trust``, publisher-signature policy) left out, plus ``[release]``."""
     from ..documents.manifest import Manifest  # noqa: PLC0415
     from ..documents.schema import parse_toml  # noqa: PLC0415
     from ..errors import ManifestError  # noqa: PLC0415
@@ -626,6 +832,7 @@ def release_manifest(fetched: Fetched) -> str:
         raise ReleaseError(f"release {fetched.repo!r}: {rel} names a release itself ([release]); frt consumes one "
                            "release per project")
     out, stripped = strip_policy(text)
+    out, _code = strip_code_trust(out, original)
     out = out + ("" if out.endswith("\n") else "\n") + (
         f"\n# The release this project consumes (`frt init --from hf://{fetched.repo}@v{fetched.version}`): `frt lock` "
         "reads its receipts\n# at the commit it pins; `frt lock --upgrade-release` moves to the branch's head.\n"
@@ -636,11 +843,22 @@ def release_manifest(fetched: Fetched) -> str:
         want["trust"] = {k: v for k, v in original.get("trust", {}).items() if k != "receipts"}
         if not want["trust"]:
             del want["trust"]
+    want = _without_code_trust(want)
     want["release"] = {"repo": fetched.repo, "version": fetched.version}
+    if data != want:  # written so that lines cannot be taken out (inline tables): the same content, rewritten
+        import tomli_w  # noqa: PLC0415
+
+        body = {k: v for k, v in want.items() if k != "release"}
+        out = (f"# The manifest of release {fetched.repo} v{fetched.version}, rewritten by `frt init --from` without the "
+               "publisher's trust\n# ([trust.receipts], [trust.publishers], the packages' trust): `frt release trust` "
+               "adds what you accept.\n" + tomli_w.dumps(body) +
+               f"\n[release]\nrepo = \"{fetched.repo}\"\nversion = {fetched.version}\n")
+        data = parse_toml(out.encode("utf-8"), ManifestError, label)
     if data != want:
         raise ReleaseError(f"release {fetched.repo!r}: {rel} is written in a form frt cannot take apart "
-                           "([trust.receipts] as an inline table?)",
-                           hints=["write the manifest by hand: the release's, without [trust.receipts], plus "
+                           "([trust.receipts] or a package's trust as an inline table?)",
+                           hints=["write the manifest by hand: the release's, without [trust.receipts], "
+                                  "[trust.publishers] and the packages' trust/signature/signer keys, plus "
                                   f"[release] repo = \"{fetched.repo}\", version = {fetched.version}"])
     Manifest.from_dict(data, file=label)
     return out
@@ -666,26 +884,76 @@ def models_of(repo: str, version: int) -> tuple[str, list[str]]:
 # frt mirror / frt verify --mirror: the release's files beside the packages'
 
 
-def mirror_files(lock, top, tmp, *, progress=None) -> list[dict]:
+def release_key(sha: str) -> str:
+    """A release file's key in an object store: its sha256, as every locked file's (``sha256/<hex>``)."""
+    from ..distribution.store_api import object_key  # noqa: PLC0415
+
+    return object_key("sha256", sha.removeprefix("sha256:"))
+
+
+def store_files(lock, store, *, progress=None) -> list[str]:
+    """``frt publish URL``: every release file ``lock`` records, uploaded to ``store`` under its sha256
+    (``release_key``) once verified against the lock; one already there with that size is left. Returns
+    the keys sent. The lockfile goes up after these (the caller), so a store holding the lockfile holds them."""
+    rel = lock.release
+    if not rel or not rel.get("files"):
+        return []
+    src = fetch(rel["repo"], rel["version"], lock.model, commit=rel["commit"], recorded=rel["files"])
+    sent = []
+    for path, sha in sorted(rel["files"].items()):
+        data = src.path(path).read_bytes()
+        if _sha256(data) != sha:  # (fetch checked it; a file changed since is not sent)
+            raise ReleaseError(f"release {rel['repo']} {path}: not the bytes the lock records; not published")
+        key = release_key(sha)
+        if store.head(key) != len(data):
+            store.put_bytes(key, data)
+            sent.append(key)
+        if progress:
+            progress({"event": "file", "repo": rel["repo"], "variant": "release", "path": path,
+                      "action": "uploaded" if key in sent else "present", "bytes": len(data)})
+    return sent
+
+
+class _StoreSource:
+    """The release files of a lock, read from an object store by their sha256 (``frt mirror DIR --from URL``)."""
+
+    def __init__(self, store, rel):
+        self.store, self.rel = store, rel
+
+    def read(self, path: str) -> bytes | None:
+        return self.store.get_bytes(release_key(self.rel["files"][path]), MAX_FILE_BYTES)
+
+
+def mirror_files(lock, top, tmp, *, progress=None, store=None) -> list[dict]:
     """Write the release files ``lock`` records into the mirror ``top`` (a ``SafeDir``), hub-cache
     layout (``models--<org>--<name>/blobs``, ``snapshots/<commit>/...``, ``refs/v<N>`` last), each
-    verified against its recorded sha256 first. Returns the problems (a file that could not be supplied)."""
+    verified against its recorded sha256 first: from ``store`` (an object store ``frt publish``
+    filled) when given, else from the mirror, the hub cache or the Hub. Returns the problems (a file
+    that could not be supplied) and reports each file it adds to ``progress``."""
     rel = lock.release
     if not rel or not rel.get("files"):
         return []
     from ..distribution.sources import is_offline  # noqa: PLC0415
 
     problems = []
-    try:
-        src = fetch(rel["repo"], rel["version"], lock.model, commit=rel["commit"], recorded=rel["files"])
-    except FrtError as exc:
-        if is_offline():
-            return [{"kind": "missing", "path": f"{cache_folder(rel['repo'])}/snapshots/{rel['commit']}",
-                     "reason": f"release {rel['repo']}: {exc}"}]
-        raise
+    if store is not None:
+        src = _StoreSource(store, rel)
+    else:
+        try:
+            got = fetch(rel["repo"], rel["version"], lock.model, commit=rel["commit"], recorded=rel["files"])
+        except FrtError as exc:
+            if is_offline():
+                return [{"kind": "missing", "path": f"{cache_folder(rel['repo'])}/snapshots/{rel['commit']}",
+                         "reason": f"release {rel['repo']}: {exc}"}]
+            raise
+        src = type("_Local", (), {"read": staticmethod(lambda path: got.path(path).read_bytes())})
     with top.child(cache_folder(rel["repo"]), create=True) as folder, folder.child("blobs", create=True) as blobs:
         for path, sha in sorted(rel["files"].items()):
-            data = src.path(path).read_bytes()
+            data = src.read(path)
+            if data is None:
+                problems.append({"kind": "missing", "path": path, "expected": sha, "computed": None,
+                                 "reason": f"release {rel['repo']} {path}: no object {release_key(sha)} in the store"})
+                continue
             if _sha256(data) != sha:
                 problems.append({"kind": "mismatched", "path": path, "expected": sha, "computed": _sha256(data),
                                  "reason": f"release {rel['repo']} {path}: not the bytes the lock records"})

@@ -12,8 +12,6 @@ from .consume import REPO_TYPE, SIG_SUFFIXES, ReleaseError, api, branch_commit, 
 __all__ = ["push"]
 
 
-
-
 def _local_path_problems(lock, model: str) -> list[dict]:
     """Every accepted receipt measured on a path package (a folder only this project has), and every
     path package of the manifest: a consumer could fetch neither."""
@@ -63,7 +61,9 @@ def push(project, model: str, repo: str, version: int) -> dict:
     files = {f"manifests/{model}.toml": project.manifest_path(model).read_bytes(),
              f"lockfiles/{model}.lock": lpath.read_bytes()}
     upstream = release_receipts(lock)  # a publisher that itself consumes a release does not re-publish its receipts
-    for rec in sorted(lock.receipts.values(), key=lambda r: r.file):
+    renamed = {}
+    own = project.rel(project.receipts_dir / model) + "/"  # the model's own folder first: its names are kept
+    for rec in sorted(lock.receipts.values(), key=lambda r: (not r.file.startswith(own), r.file)):
         if rec.digest in upstream:
             continue
         src = project.root / rec.file
@@ -75,6 +75,11 @@ def push(project, model: str, repo: str, version: int) -> dict:
             project.rel(project.receipts_dir) + "/") else Path(Path(rec.file).name)
         parts = inner.parts
         dest = "receipts/" + "/".join(parts if parts[0] == model else (model, *parts))
+        if any(dest + x in files for x in ("", *SIG_SUFFIXES)):
+            # two receipts with one name, from different folders (receipts/x.json and receipts/<model>/x.json):
+            # the second is published under its name plus its digest, never over the first
+            dest = f"{dest.removesuffix('.json')}--{rec.digest.removeprefix('sha256:')[:12]}.json"
+            renamed[rec.file] = dest
         files[dest] = data
         for suffix in SIG_SUFFIXES:
             sig = src.with_name(src.name + suffix)
@@ -90,20 +95,40 @@ def push(project, model: str, repo: str, version: int) -> dict:
         head = branch_commit(client, repo, version)
 
     def listing():
-        from huggingface_hub.errors import EntryNotFoundError  # noqa: PLC0415
+        return {e.path: e for e in client.list_repo_tree(repo, revision=head, repo_type=REPO_TYPE, recursive=True)
+                if isinstance(e, RepoFile) and _ours(e.path, model)}
 
-        try:
-            return [e.path for e in client.list_repo_tree(repo, path_in_repo=f"receipts/{model}", revision=head,
-                                                        repo_type=REPO_TYPE, recursive=True) if isinstance(e, RepoFile)]
-        except EntryNotFoundError:
-            return []
-
-    there = hub_call(repo, "list receipts", listing)
-    gone = sorted(p for p in there if p not in files)
+    there = hub_call(repo, f"list the files of {branch} at {head[:12]}", listing)
+    gone = sorted(p for p in there if p.startswith(f"receipts/{model}/") and p not in files)
+    common = {"repo": repo, "version": version, "branch": branch, "parent": head, "files": sorted(files),
+              "deleted": gone, "renamed": renamed, "receipts": len(lock.receipts) - len(upstream),
+              "upstream-skipped": len(upstream)}
+    if not gone and all(p in there and _same(there[p], data) for p, data in files.items()):
+        # the head's tree already holds these bytes, compared here (not left to the Hub): no commit
+        return {**common, "commit": head, "unchanged": True}
     ops = [CommitOperationAdd(p, data) for p, data in sorted(files.items())] + [CommitOperationDelete(p) for p in gone]
     info = hub_call(repo, f"commit to {branch}", lambda: client.create_commit(
         repo, operations=ops, commit_message=f"frt release push: {model} ({len(lock.receipts) - len(upstream)} receipts)",
         revision=branch, parent_commit=head, repo_type=REPO_TYPE), writing=True)
-    return {"repo": repo, "version": version, "branch": branch, "parent": head, "commit": info.oid,
-            "unchanged": info.oid == head, "files": sorted(files), "deleted": gone,
-            "receipts": len(lock.receipts) - len(upstream), "upstream-skipped": len(upstream)}
+    oid = getattr(info, "oid", None)
+    if not isinstance(oid, str) or not oid:
+        raise ReleaseError(f"release {repo!r}: the Hub's answer to the commit on {branch} names no commit id; "
+                           "look at the branch before pushing again", hints=[f"frt init --from hf://{repo}@v{version} "
+                                                                             "in a scratch folder shows what is there"])
+    return {**common, "commit": oid, "unchanged": oid == head}
+
+
+def _ours(path: str, model: str) -> bool:
+    """A file of ``model``'s release (the others' files in the repo are left alone)."""
+    return path in (f"manifests/{model}.toml", f"lockfiles/{model}.lock") or path.startswith(f"receipts/{model}/")
+
+
+def _same(entry, data: bytes) -> bool:
+    """Does the Hub's tree entry hold ``data``: its LFS sha256, else its git blob id."""
+    import hashlib  # noqa: PLC0415
+
+    lfs = getattr(entry, "lfs", None)
+    if lfs is not None:
+        want = lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)
+        return want == hashlib.sha256(data).hexdigest()
+    return entry.blob_id == hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()

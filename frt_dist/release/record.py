@@ -9,7 +9,8 @@ import re
 
 from ..base import names
 
-__all__ = ["NO_POLICY", "label_prefix", "is_release_label", "document_table", "read_table", "release_receipts"]
+__all__ = ["NO_POLICY", "label_prefix", "is_release_label", "document_table", "read_table", "release_receipts",
+           "shown"]
 
 NO_POLICY = ("a release's receipts need a policy naming their signers: the manifest has no [trust.receipts] "
              "(review the release's signers, then `frt release trust`)")
@@ -74,3 +75,17 @@ def release_receipts(lock) -> set[str]:
         return set()
     prefix = label_prefix(lock.release["repo"])
     return {d for d, rec in lock.receipts.items() if rec.file.startswith(prefix)}
+
+
+def shown(text) -> str:
+    """``text`` safe on a terminal: every control or otherwise unprintable character (``\\r``, an ESC
+    sequence, a bidi override) written as its escape, so a name from a release prints as what it is."""
+    out = []
+    for c in str(text):
+        if c.isprintable():
+            out.append(c)
+        elif ord(c) < 0x100:
+            out.append(f"\\x{ord(c):02x}")
+        else:
+            out.append(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
+    return "".join(out)

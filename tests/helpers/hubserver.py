@@ -216,6 +216,8 @@ class HubServer:
         self._trusted: dict[str, bool] = {}
         self._faults: list[tuple[str, int]] = []
         self._delays: list[tuple[str, float]] = []
+        # (method or None, pattern, status, body): an answer given in place of the real one
+        self._answers: list[tuple[str | None, str, int, bytes]] = []
         # (pattern, requests still to hold or None for all, the event that releases them)
         self._holds: list[list] = []
         self._arrived = threading.Condition(self._lock)
@@ -330,6 +332,12 @@ class HubServer:
         with self._lock:
             self._faults.append((pattern, int(status)))
 
+    def answer(self, pattern: str, status: int, body: bytes, *, method: str | None = None) -> None:
+        """Requests (of ``method``, or any) whose path contains ``pattern`` get this answer instead of
+        the real one: a Hub that answers with a field missing, or with something that is not JSON."""
+        with self._lock:
+            self._answers.append((method, pattern, int(status), bytes(body)))
+
     def delay(self, pattern: str, seconds: float) -> None:
         """Sleep ``seconds`` before answering requests whose path contains ``pattern``."""
         with self._lock:
@@ -353,6 +361,7 @@ class HubServer:
         with self._lock:
             self._faults.clear()
             self._delays.clear()
+            self._answers.clear()
         self.release()
 
     # -- request accounting -------------------------------------------------
@@ -452,6 +461,13 @@ class _Handler(BaseHTTPRequestHandler):
             if injected is not None:
                 body = json.dumps({"error": f"injected failure ({injected})"}).encode()
                 self._send(injected, body, {}, _JSON)
+                return
+            with self.hub._lock:
+                decoded = unquote(self.path)
+                canned = next(((st, b) for m, pat, st, b in self.hub._answers
+                               if (m is None or m == method) and (pat in self.path or pat in decoded)), None)
+            if canned is not None:
+                self._send(canned[0], canned[1], {}, _JSON)
                 return
             try:
                 # Build the whole response under the store lock, send it outside the lock.
