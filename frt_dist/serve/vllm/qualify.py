@@ -111,7 +111,7 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
                    enable_prefix_caching=False, async_scheduling=False, **graphs)
 
     try:
-        plugin.register()  # vLLM loads it too; a second call is a no-op
+        plugin.register(lock)  # the lock measured (the manifest as it is now); vLLM's own call is then a no-op
         host_llm = None
         if compiled:
             say(f"  starting vLLM on {m.host_model} without frt (compile, {dtype}): the host")
