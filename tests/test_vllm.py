@@ -298,15 +298,24 @@ def test_qualify_measures_the_route_as_the_manifest_defines_it_now(tiny, work):
     proj = _project(work, tiny, "edited")
     mpath = proj / "manifests" / "tiny-qwen2.toml"
     before = Manifest.read(mpath).routes["eager"].digest
+    frt = str(Path(sys.executable).with_name("frt"))
+    env = {k: v for k, v in vs.engine_env(proj).items() if k != "FRT_MODEL"}
+    qualify = [frt, "qualify", "--model", "tiny-qwen2", "--route", "eager", "--phase", "decode"]
+    # the engine binds the edited route: a contract width the model does not have makes every call a contract
+    # miss (a fallback, under qualification), where the locked route (width 128) would have passed
+    doc = vs.binding_manifest()
+    doc["seams"]["norm"]["impls"]["rms"]["contract"]["width"] = 64
+    doc["seams"]["norm"]["impls"]["rms"]["smoke"]["inputs"][0]["shape"] = ["rows", 64]
+    mpath.write_text(tomli_w.dumps(doc), "utf-8")
+    proc = subprocess.run(qualify, cwd=proj, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "fell back to vLLM's own op" in proc.stdout + proc.stderr, (
+        proc.stdout[-3000:] + proc.stderr[-3000:])
     doc = vs.binding_manifest()
     doc["seams"]["norm"]["impls"]["rms"]["contract"]["dtypes"] = ["float32", "bfloat16"]  # the route's contract
     mpath.write_text(tomli_w.dumps(doc), "utf-8")
     after = Manifest.read(mpath).routes["eager"].digest
     assert after != before
-    frt = str(Path(sys.executable).with_name("frt"))
-    env = {k: v for k, v in vs.engine_env(proj).items() if k != "FRT_MODEL"}
-    proc = subprocess.run([frt, "qualify", "--model", "tiny-qwen2", "--route", "eager", "--phase", "decode"], cwd=proj,
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(qualify, cwd=proj, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (receipt,) = (proj / "receipts" / "tiny-qwen2").glob("eager--decode--*.json")
     assert json.loads(receipt.read_text("utf-8"))["cell"]["route-digest"] == after

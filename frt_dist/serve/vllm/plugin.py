@@ -498,6 +498,8 @@ class Engine:
         for seam in m.seams:
             bands = []
             for phase, ph in sorted(m.phases.items(), key=lambda kv: kv[1].rows):
+                if phase not in plan.decisions:  # `frt qualify --phase`: only the bands asked for are bound
+                    continue
                 key = (seam, phase)
                 layer = plan.fns.get(key) if phase not in hostless else None
                 contract = plan._impls[key].impl.contract if key in plan._impls else {}
