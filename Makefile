@@ -30,7 +30,7 @@ LINT    := .
 test: $(STAMP)
 	$(BIN)/ruff check $(LINT)
 	$(BIN)/frt lock --check
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_resolve.py

