@@ -108,12 +108,18 @@ def _check_fresh(root, old_digest):
     assert frt_main(["verify"], cwd=root).code == 0
 
 
+def _locked_then_edited(root, edit: str) -> str:
+    """Qualify and lock the route, then make ``edit``: the route digest the lock measured."""
+    _qualify_and_lock(root)
+    old_digest = Manifest.read(_manifest(root)).routes["fastscale"].digest
+    EDITS[edit](root)
+    return old_digest
+
+
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
 @pytest.mark.parametrize("edit", sorted(EDITS))
 def test_the_hints_of_frt_lock_after_an_edit_end_at_a_fresh_lock(qproject, edit):
-    _qualify_and_lock(qproject)
-    old_digest = Manifest.read(_manifest(qproject)).routes["fastscale"].digest
-    EDITS[edit](qproject)
+    old_digest = _locked_then_edited(qproject, edit)
     walk = Walk(qproject)
     walk.follow("frt lock")
     _check_fresh(qproject, old_digest)
@@ -127,9 +133,7 @@ def test_the_hints_of_frt_lock_after_an_edit_end_at_a_fresh_lock(qproject, edit)
 @needs_no_gpu  # qualifies CPU-only packages on the detected hardware
 @pytest.mark.parametrize("edit", sorted(EDITS))
 def test_qualify_first_after_an_edit_measures_the_manifest_or_says_which_lock_comes_first(qproject, edit):
-    _qualify_and_lock(qproject)
-    old_digest = Manifest.read(_manifest(qproject)).routes["fastscale"].digest
-    EDITS[edit](qproject)
+    old_digest = _locked_then_edited(qproject, edit)
     walk = Walk(qproject)
     r = walk.run("frt qualify --model toyq --route fastscale")
     if edit == "new-package":

@@ -19,12 +19,10 @@ import tomli_w
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.documents.schema import parse_toml
 from frt_dist.system.hardware import Hardware
-from helpers.factories import NORM_SRC, SCALE_SRC, TinyProject, impl_doc, manifest_doc, receipt_doc
+from helpers.factories import NORM_SRC, SCALE_SRC, TinyProject, ed25519_keypair, impl_doc, manifest_doc, receipt_doc
 from helpers.frt import frt_main
 
 crypto = pytest.importorskip("cryptography")
-from cryptography.hazmat.primitives import serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: E402
 
 REL = "acme/tiny-release"
 TOKEN = "hf_write_token"
@@ -33,14 +31,7 @@ RTX = Hardware(arch="x86_64", device_class="rtx-5090", backend="cpu", software={
 
 
 def make_key(folder: Path, name: str):
-    folder.mkdir(parents=True, exist_ok=True)
-    key = ed25519.Ed25519PrivateKey.generate()
-    priv, pub = folder / f"{name}.pem", folder / f"{name}.pub"
-    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
-    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
-    return priv, pub
+    return ed25519_keypair(folder, name)
 
 
 def frt(*argv, cwd=None) -> tuple[int, str, str]:

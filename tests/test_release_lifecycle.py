@@ -22,15 +22,13 @@ import tomli_w
 
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.documents.schema import parse_toml
-from helpers.factories import QUALIFY_KERNELS
+from helpers.factories import QUALIFY_KERNELS, ed25519_keypair
 from helpers.frt import frt_process
 from helpers.gpu import needs_no_gpu
 from helpers.hubserver import kernel_variant_files
 from helpers.paths import HELPERS
 
 crypto = pytest.importorskip("cryptography")
-from cryptography.hazmat.primitives import serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: E402
 
 REL = "acme/toyq-release"
 PKG = "acme/fastscale"
@@ -38,14 +36,7 @@ TOKEN = "hf_write_token"
 
 
 def _key(folder: Path, name: str) -> tuple[Path, Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    k = ed25519.Ed25519PrivateKey.generate()
-    priv, pub = folder / f"{name}.pem", folder / f"{name}.pub"
-    priv.write_bytes(k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                     serialization.NoEncryption()))
-    pub.write_bytes(k.public_key().public_bytes(serialization.Encoding.PEM,
-                                                serialization.PublicFormat.SubjectPublicKeyInfo))
-    return priv, pub
+    return ed25519_keypair(folder, name)
 
 
 def _manifest(keys: list[str]) -> dict:

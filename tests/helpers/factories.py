@@ -401,3 +401,19 @@ def qualify_project(project: Path) -> Path:
     (project / "manifests" / "toyq.toml").write_text(QUALIFY_MANIFEST.format(packages=pk, impls=im, routes=rt))
     lock_model(Project(project, "project"), "toyq")
     return project
+
+
+def ed25519_keypair(folder: Path, name: str) -> tuple[Path, Path]:
+    """A fresh Ed25519 key pair written as ``folder/<name>.pem`` (PKCS#8 private) and ``folder/<name>.pub``
+    (SubjectPublicKeyInfo): what `frt qualify --key` signs with and `[trust.receipts]` pins."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    folder.mkdir(parents=True, exist_ok=True)
+    key = ed25519.Ed25519PrivateKey.generate()
+    priv, pub = folder / f"{name}.pem", folder / f"{name}.pub"
+    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
+    return priv, pub
