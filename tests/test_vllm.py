@@ -139,6 +139,13 @@ def test_rows_in_no_band_refused_at_start_under_refuse(tiny, work):
         "runs steps of 1..256 rows (max_num_batched_tokens): a step there would stop it (FRT_FALLBACK=refuse)",
         "hint: start vLLM with --max-num-batched-tokens 24",
         "hint: or set FRT_FALLBACK=host to run vLLM's own ops for those rows (counted as fallbacks)"], log[-3000:]
+    # the first hint, followed: the same engine with --max-num-batched-tokens 24 starts and serves both bands (a
+    # 30-token prompt is prefilled in chunks of at most 24 rows); the second is test_host_fallback's engine
+    rc, res, log = vs.run_engine({"model": str(tiny), "max_num_batched_tokens": 24},
+                                 vs.engine_env(proj, XDG_CACHE_HOME=work / "cache"))
+    assert rc == 0 and res is not None, log[-4000:]
+    norm = res["ledger"]["seams"]["norm"]["phases"]
+    assert norm["decode"]["calls"] > 0 and norm["prefill"]["calls"] > 0 and res["ledger"]["totals"]["fallbacks"] == 0
 
 
 def test_tampered_package_refused_before_import(tiny, work):

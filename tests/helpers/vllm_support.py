@@ -185,7 +185,8 @@ def _run(config: dict) -> None:
 
     def engine():
         return LLM(model=config["model"], enforce_eager=config.get("eager", True), dtype="float32",
-                   max_model_len=256, max_num_batched_tokens=256, max_num_seqs=config.get("max_num_seqs", 8), seed=0,
+                   max_model_len=256, max_num_batched_tokens=config.get("max_num_batched_tokens", 256),
+                   max_num_seqs=config.get("max_num_seqs", 8), seed=0,
                    kv_cache_memory_bytes=32 << 20, skip_tokenizer_init=True, enable_prefix_caching=False, **graphs)
 
     out = {}
