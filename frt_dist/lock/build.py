@@ -16,6 +16,7 @@ from pathlib import Path
 from ..base import names
 from ..base.canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
 from ..base.record import dataclass, field, replace
+from ..base.regular import NotRegular
 from ..documents.lock_index import CellIndex
 from ..documents.lock_writer import same_bytes, write_atomic
 from ..documents.lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile
@@ -29,7 +30,7 @@ from ..documents.metadata import (
     with_computed_digests,
 )
 from ..documents.receipt import STATES, CellKey, Receipt, superseded_path
-from ..documents.schema import JSONInvalid, NotRegular, json_loads, load_json, read_bytes
+from ..documents.schema import JSONInvalid, json_loads, load_json, read_bytes
 from ..errors import (
     CoverageLoss,
     FrtError,

@@ -227,7 +227,7 @@ def sign_receipt(path: Path, key, *, label: str | None = None) -> tuple[Path, st
     try:
         write_atomic(out, (json.dumps(env, indent=2, sort_keys=True) + "\n").encode("utf-8"))
     except OSError as exc:
-        from ..documents.schema import NotRegular  # noqa: PLC0415
+        from ..base.regular import NotRegular  # noqa: PLC0415
 
         fix = (f"move {label}{SIG_SUFFIX} away (frt replaces only a regular file)" if isinstance(exc, NotRegular)
                else "make the folder writable")
