@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 from .. import settings
+from ..documents.lock_release import shown
 from ..errors import FrtError, ReleaseError, UsageError
-from ..release.record import shown
 from .context import find_project, the_model
 from .parser import Parser, common_options
 from .render import emit

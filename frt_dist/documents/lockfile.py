@@ -241,7 +241,7 @@ class Lockfile:
         if self.signatures:
             doc["receipt-signatures"] = signatures_text(sorted(self.signatures.values(), key=lambda x: (x["file"], x["receipt"])))
         if self.release:
-            from ..release.record import document_table  # noqa: PLC0415
+            from .lock_release import document_table  # noqa: PLC0415
 
             doc["schema"] = SCHEMA_RELEASE
             doc["release"] = document_table(self)
@@ -381,7 +381,7 @@ class Lockfile:
         receipt_keys, signatures = _read_signing(r, data)
         release = None
         if "release" in data:
-            from ..release.record import read_table  # noqa: PLC0415
+            from .lock_release import read_table  # noqa: PLC0415
 
             release = read_table(r, data)
         lf = cls(model=model, manifest_file=manifest_file, manifest=manifest, packages=packages,

@@ -379,7 +379,7 @@ def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict,
     policy = lock.manifest.receipt_policy
     released = set()
     if lock.release:  # a Hub release's receipts: always judged, never without a policy
-        from ..release.record import NO_POLICY, is_release_label  # noqa: PLC0415
+        from ..documents.lock_release import NO_POLICY, is_release_label  # noqa: PLC0415
 
         released = {dig for dig, rec in accepted.items() if is_release_label(lock, rec.file)}
         for dig in sorted(released) if policy is None else ():
