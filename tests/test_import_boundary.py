@@ -171,11 +171,12 @@ NEVER = ("torch", "kernels", "huggingface_hub", "frt_dist.loader", "frt_dist.ser
 NOT_FOR = {
     "resolve": ("frt_dist.lock.build", "frt_dist.lock.verify", "frt_dist.distribution.hub", "frt_dist.routes.matrix",
                 "frt_dist.routes.explain", "tomli_w", "datetime", "importlib.util",
-                "frt_dist.provenance.publisher"),  # a manifest without signature/signer keys needs no policy classes
+                # a manifest without signature/signer keys needs no policy classes
+                "frt_dist.provenance.publisher", "frt_dist.documents.publisher_policy"),
     "verify": ("frt_dist.distribution.hub", "frt_dist.routes.matrix", "tomli_w", "datetime", "importlib.util"),
     "lock": ("frt_dist.lock.verify", "frt_dist.routes", "frt_dist.routes.matrix"),
     "matrix": ("frt_dist.lock.build", "frt_dist.lock.verify", "frt_dist.distribution.hub", "tomli_w", "datetime", "importlib.util",
-               "frt_dist.provenance.publisher"),
+               "frt_dist.provenance.publisher", "frt_dist.documents.publisher_policy"),
 }
 IMPORT_SET = """
 import atexit, sys

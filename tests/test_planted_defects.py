@@ -122,7 +122,8 @@ def test_verify_refuses_a_signature_by_a_key_the_lock_pins_but_the_policy_does_n
 ])
 def test_a_publisher_workflow_is_matched_as_a_whole_name_never_a_prefix(signed_by, ok):
     """Defect: the workflow matched as a bare prefix (``release.yml`` accepting ``release.yml-evil``)."""
-    from frt_dist.provenance.publisher import SignerFacts, SignerPolicy, signer_problems
+    from frt_dist.documents.publisher_policy import SignerPolicy
+    from frt_dist.provenance.publisher import SignerFacts, signer_problems
 
     repo = "https://github.com/org/kernels"
     policy = SignerPolicy(repo, (f"{repo}/.github/workflows/release.yml",))

@@ -37,9 +37,10 @@ import tomli_w
 
 from frt_dist.base.canonical import digest
 from frt_dist.documents.lockfile import Lockfile
+from frt_dist.documents.publisher_policy import KERNELS_COMMUNITY, SignerPolicy
 from frt_dist.errors import UsageError
 from frt_dist.provenance import publisher
-from frt_dist.provenance.publisher import KERNELS_COMMUNITY, SignatureRefused, SignerPolicy, verify_bundle
+from frt_dist.provenance.publisher import SignatureRefused, verify_bundle
 from helpers.factories import NORM_SRC, SCALE_SRC, NetworkTripwire, manifest_doc, tiny_project
 from helpers.frt import frt_main as _run
 

@@ -51,7 +51,7 @@ class Package:
     # own `signature` mode and `signer` policy, when it sets them (else its organisation's, see
     # Manifest.publisher_policy)
     signature: str | None = None
-    signer: Any = None  # frt_dist.provenance.publisher.SignerPolicy
+    signer: Any = None  # frt_dist.documents.publisher_policy.SignerPolicy
 
     @property
     def is_path(self) -> bool:
@@ -400,11 +400,11 @@ class Manifest:
 
     # -- derived ------------------------------------------------------------
     def publisher_policy(self, repo: str):
-        """The publisher-signature policy of ``repo`` (``frt_dist.provenance.publisher.PublisherPolicy``): its
+        """The publisher-signature policy of ``repo`` (``frt_dist.documents.publisher_policy.PublisherPolicy``): its
         own ``signature``/``signer`` keys, else those of ``[trust.publishers."<org>"]``, else for
         ``kernels-community/*`` `kernels`' default signers, else no signer policy; the mode
         defaults to ``optional``."""
-        from ..provenance.publisher import KERNELS_COMMUNITY, PublisherPolicy  # noqa: PLC0415
+        from .publisher_policy import KERNELS_COMMUNITY, PublisherPolicy  # noqa: PLC0415
 
         pkg = self.packages.get(repo)
         org = repo.split("/", 1)[0]
@@ -494,10 +494,10 @@ def _q(key: str) -> str:
 
 
 def _signature_policy(r: Reader, t: dict, p: str, source: str) -> tuple:
-    """A table's ``signature`` mode and ``signer`` policy (``frt_dist.provenance.publisher``), checked by field."""
-    if "signature" not in t and "signer" not in t:  # neither: `frt resolve` need not import frt_dist.provenance.publisher
+    """A table's ``signature`` mode and ``signer`` policy (``frt_dist.documents.publisher_policy``), checked by field."""
+    if "signature" not in t and "signer" not in t:  # neither: `frt resolve` need not import the policy types
         return None, None
-    from ..provenance.publisher import GITHUB_ISSUER, SIGNATURE_MODES, SignerPolicy  # noqa: PLC0415
+    from .publisher_policy import GITHUB_ISSUER, SIGNATURE_MODES, SignerPolicy  # noqa: PLC0415
 
     signature = r.get(t, "signature", str, p, required=False)
     if signature is not None and signature not in SIGNATURE_MODES:

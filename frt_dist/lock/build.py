@@ -433,7 +433,7 @@ def _shown(path: Path) -> str:
 def derive_path_package(project: Project, pkg: Package, policy=None) -> LockedPackage:
     """A path package as `frt lock` pins it now, from its source under the project
     (content digest, version, each variant's metadata facts, and its publisher signatures under
-    ``policy``, a ``frt_dist.provenance.publisher.PublisherPolicy``). Raises ``KernelUnavailable``."""
+    ``policy``, a ``frt_dist.documents.publisher_policy.PublisherPolicy``). Raises ``KernelUnavailable``."""
     return _Locker(project).lock_package_path(pkg, policy)
 
 

@@ -21,7 +21,8 @@ Two separate questions, answered in this order:
    one of the accepted build-signer workflow URIs. It runs inside sigstore's verification (as a
    ``VerificationPolicy``) at lock time, and on the facts the lock recorded at ``frt verify``.
 
-The policy of a package (``PublisherPolicy``) comes from the manifest (``Manifest.publisher_policy``):
+The policy of a package (``PublisherPolicy``, in ``frt_dist.documents.publisher_policy``) comes from the
+manifest (``Manifest.publisher_policy``):
 the package's own ``signature``/``signer`` keys, else its organisation's table
 ``[trust.publishers."<org>"]``, else for ``kernels-community/*`` the same signers as `kernels`'
 default policy (``KERNELS_COMMUNITY``), else no signer policy (a bundle is still verified and its
@@ -39,68 +40,22 @@ from pathlib import Path
 
 from .. import settings
 from ..base.record import dataclass
+from ..documents.publisher_policy import PublisherPolicy, SignerPolicy
 from ..errors import (
     SignatureRefused,
     UsageError,
 )
 
-__all__ = ["BUNDLE", "SIGNATURE_MODES", "GITHUB_ISSUER", "KERNELS_COMMUNITY", "SignerPolicy", "PublisherPolicy",
-           "SignerFacts", "SignatureRefused", "verify_bundle", "signer_problems", "trusted_root_path",
+__all__ = ["BUNDLE", "SignerFacts", "SignatureRefused", "verify_bundle", "signer_problems", "trusted_root_path",
            "bundle_digest", "signature_record", "record_problems"]
 
 BUNDLE = "metadata.json.sigstore"
-SIGNATURE_MODES = ("optional", "required", "off")
-GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 
 # Fulcio certificate extensions (https://github.com/sigstore/fulcio/blob/main/docs/oid-info.md)
 _OID_ISSUER_V1 = "1.3.6.1.4.1.57264.1.1"  # raw bytes (deprecated, still issued)
 _OID_ISSUER_V2 = "1.3.6.1.4.1.57264.1.8"  # DER UTF8String
 _OID_BUILD_SIGNER = "1.3.6.1.4.1.57264.1.9"
 _OID_SOURCE_REPO = "1.3.6.1.4.1.57264.1.12"
-
-
-@dataclass(frozen=True)
-class SignerPolicy:
-    """Who may sign: `kernels`' ``GitHubWorkflowPolicy`` (issuer + source repository + one of
-    the build-signer workflow URIs). A workflow given without ``@<ref>`` accepts that workflow at
-    any ref (a release workflow signs from each tag); with ``@<ref>`` it must match exactly, as
-    `kernels` matches. ``source`` says where the policy came from (``package``, ``organisation``,
-    ``kernels-default``)."""
-
-    repository: str
-    workflows: tuple[str, ...]
-    issuer: str = GITHUB_ISSUER
-    source: str = "package"
-
-    def describe(self) -> str:
-        return (f"issuer {self.issuer}, repository {self.repository}, workflow "
-                + " | ".join(self.workflows))
-
-
-# kernels 0.17.2 kernels/verify.py DEFAULT_POLICIES: the curated kernels-community build workflows
-KERNELS_COMMUNITY = SignerPolicy(
-    repository="https://github.com/huggingface/kernels-community",
-    workflows=tuple(f"https://github.com/huggingface/kernels-community/.github/workflows/{w}@refs/heads/main"
-                    for w in ("build.yaml", "build-mac.yaml", "build-windows.yaml", "sign-old-builds.yaml")),
-    source="kernels-default")
-
-
-@dataclass(frozen=True)
-class PublisherPolicy:
-    """A package's signature policy: ``signature`` is ``optional`` (a bundle, when present, must
-    verify and match ``signer``), ``required`` (and a variant without one is refused) or ``off``
-    (bundles are not read); ``signer`` is who may sign (``None``: any valid Sigstore identity)."""
-
-    signature: str = "optional"
-    signer: SignerPolicy | None = None
-
-    @property
-    def name(self) -> str:
-        """What the lock records as the policy a signature was judged by."""
-        return self.signer.source if self.signer else "none"
-
-
-NO_POLICY = PublisherPolicy()
 
 
 @dataclass(frozen=True)
