@@ -44,13 +44,13 @@ import threading
 from pathlib import Path
 
 from .. import settings
+from ..distribution.integrity import _problem, format_problems
 from ..distribution.sources import HashingWriter, LockedFile, expected_files, location_of
 from ..errors import (
     FrtError,
     KernelUnavailable,
     VerifiedStoreFull,
 )
-from .integrity import _problem, format_problems
 from .store import STORE_ENV, VARIANT, Entry, StoreUnusable, identity_of
 from .store import open_store as open_verified_store
 

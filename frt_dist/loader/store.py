@@ -124,8 +124,7 @@ from pathlib import Path
 
 from .. import settings
 from ..base.canonical import canonical_json, digest, scan_tree
-from ..errors import StoreUnusable
-from .integrity import (
+from ..distribution.integrity import (
     _IGNORED_TOP,
     METADATA,
     Expected,
@@ -136,6 +135,7 @@ from .integrity import (
     _real_dir,
     missing_problems,
 )
+from ..errors import StoreUnusable
 
 __all__ = ["STORE_ENV", "REHASH_ENV", "FORMAT", "StoreUnusable", "Entry", "Admitted", "Store", "store_path",
            "open_store", "identity_of", "admit", "seal_holds", "rehash_requested"]
