@@ -164,7 +164,7 @@ NEVER = ("torch", "kernels", "huggingface_hub", "frt_dist.loader", "frt_dist.ser
          "httpx", "packaging", "platform", "tempfile", "threading", "subprocess",
          # the object-store, fleet, signing and SBOM layers and their clients (none of them reads a lock)
          "boto3", "botocore", "obstore", "sigstore", "cryptography", "cyclonedx", "frt_dist.distribution.objstore",
-         "frt_dist.distribution.fleet", "frt_dist.provenance.signing", "frt_dist.provenance.sbom",
+         "frt_dist.distribution.fleet", "frt_dist.provenance.signing", "frt_dist.export.sbom",
          # value classes come from frt_dist.base.record: `dataclasses` would import `inspect` (~8 ms)
          "dataclasses", "inspect")
 # and per command, what it does not use either
