@@ -700,7 +700,9 @@ def test_lock_judges_a_sigstore_bundle_beside_a_receipt_under_an_identity_policy
 
 
 def test_trusted_root_is_the_file_the_sigstore_wheel_ships():
-    root = signing.trusted_root_path()
+    from frt_dist.provenance.sigstore_root import trusted_root_path
+
+    root = trusted_root_path()
     assert root.name == "trusted_root.json" and "tuf-repo-cdn.sigstore.dev" in str(root)
     assert "sigstage" not in str(root)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from frt_dist.provenance import publisher
+from frt_dist.provenance import sigstore_root
 from helpers.factories import NORM_SRC, hub_manifest, tiny_project
 from helpers.frt import frt_main as _run
 
@@ -45,7 +45,7 @@ def project(monkeypatch, tmp_path):
     tp.hub = HubClient(endpoint=server.url)
     vdir = tp.root / "packages/norm/build/torch-cpu"
     (vdir / "metadata.json.sigstore").write_bytes(BUNDLE.read_bytes())
-    monkeypatch.setattr(publisher, "_verifier", lambda path: _SigstoreStandIn({(vdir / "metadata.json").read_bytes()}))
+    monkeypatch.setattr(sigstore_root, "verifier", lambda root=None: _SigstoreStandIn({(vdir / "metadata.json").read_bytes()}))
     tp.lock(receipts=[("fast", "decode"), ("solo", "decode", "supported_correct"), ("fast", "prefill")])
     yield tp
     server.stop()

@@ -9,7 +9,7 @@ policy, and records who signed; ``frt verify`` checks it again.
 Two separate questions, answered in this order:
 
 1. **Is the signature real?** ``sigstore``'s ``Verifier`` checks the bundle against a *pinned*
-   trusted root (``trusted_root_path``: the production ``trusted_root.json`` the ``sigstore``
+   trusted root (``frt_dist.provenance.sigstore_root``: the production ``trusted_root.json`` the ``sigstore``
    wheel ships, or the file ``FRT_SIGSTORE_TRUSTED_ROOT`` names): certificate chain to Fulcio
    at the time the transparency log fixed, the log entry's inclusion proof and signed
    timestamp, and the signature over the artifact's bytes. No TUF refresh and no request to
@@ -33,20 +33,18 @@ signer recorded, but any valid Sigstore identity passes).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
-from pathlib import Path
 
-from .. import settings
 from ..base.record import dataclass
 from ..documents.publisher_policy import PublisherPolicy, SignerPolicy
 from ..errors import (
     SignatureRefused,
-    UsageError,
 )
+from . import sigstore_root
+from .sigstore_root import need
 
-__all__ = ["BUNDLE", "SignerFacts", "SignatureRefused", "verify_bundle", "signer_problems", "trusted_root_path",
+__all__ = ["BUNDLE", "SignerFacts", "SignatureRefused", "verify_bundle", "signer_problems",
            "bundle_digest", "signature_record", "record_problems"]
 
 BUNDLE = "metadata.json.sigstore"
@@ -123,41 +121,12 @@ def record_problems(rec: dict | None, policy: PublisherPolicy) -> list[str]:
 # the trusted root and sigstore (imported lazily)
 
 
-def trusted_root_path() -> Path:
-    """The pinned Sigstore trusted root: ``FRT_SIGSTORE_TRUSTED_ROOT`` when set, else the
-    production ``trusted_root.json`` shipped inside the installed ``sigstore`` wheel."""
-    env = settings.value("FRT_SIGSTORE_TRUSTED_ROOT")
-    if env:
-        return Path(env)
-    sigstore = _sigstore()
-    return Path(sigstore.__file__).parent / "_store" / "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev" / "trusted_root.json"
+_OFF_HINT = ("or set `signature = \"off\"` for the package in the manifest to lock without reading its "
+             "signatures")
 
 
 def _sigstore():
-    try:
-        import sigstore  # noqa: PLC0415
-    except ImportError:
-        raise UsageError("checking a publisher signature (metadata.json.sigstore) needs the sigstore library",
-                         hints=["pip install 'frt-dist[provenance]'",
-                                "or set `signature = \"off\"` for the package in the manifest to lock without "
-                                "reading its signatures"]) from None
-    return sigstore
-
-
-@functools.lru_cache(maxsize=4)
-def _verifier(path: str):
-    _sigstore()
-    from sigstore.models import TrustedRoot  # noqa: PLC0415
-    from sigstore.verify import Verifier  # noqa: PLC0415
-
-    try:
-        return Verifier(trusted_root=TrustedRoot.from_file(path))
-    except OSError as exc:
-        raise UsageError(f"{path}: the Sigstore trusted root cannot be read: {exc.strerror or exc}",
-                         hints=["point FRT_SIGSTORE_TRUSTED_ROOT at a trusted_root.json, or unset it to use the "
-                                "one the sigstore package ships"]) from None
-    except Exception as exc:
-        raise UsageError(f"{path}: not a Sigstore trusted root: {exc}") from None
+    return need("sigstore", "checking a publisher signature (metadata.json.sigstore)", hints=(_OFF_HINT,))
 
 
 def _der_utf8(data: bytes) -> str | None:
@@ -224,7 +193,7 @@ def verify_bundle(artifact: bytes, bundle: bytes, signer: SignerPolicy | None, *
             if problems:
                 raise _Mismatch("; ".join(problems))
 
-    verifier = _verifier(str(trusted_root or trusted_root_path()))
+    verifier = sigstore_root.verifier(trusted_root or None)
     try:
         verifier.verify_artifact(artifact, parsed, _Policy())
     except _Mismatch as exc:
