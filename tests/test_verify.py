@@ -291,7 +291,7 @@ def test_a_route_digest_changed_in_the_routes_table(demo):
     e.save()
     rc, doc, _ = run_verify(demo)
     assert rc == 1
-    p = problem(doc, "field", "routes.\"split\"")
+    p = problem(doc, "field", "routes.split")
     assert "3333" in p["recorded"] and "sha256:d5f715f0" in p["derived"]
 
 

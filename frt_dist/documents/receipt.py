@@ -23,7 +23,7 @@ from ..system.hardware import device_class, software_version
 from .manifest import GATE_SOURCES, route_gate
 from .schema import Reader, load_json
 
-__all__ = ["Receipt", "STATES", "CellKey", "MIN_CERT_ROUNDS", "EVIDENCE_RULES", "SUPERSEDED", "superseded_path"]
+__all__ = ["Receipt", "STATES", "CellKey", "cell_name", "MIN_CERT_ROUNDS", "EVIDENCE_RULES", "SUPERSEDED", "superseded_path"]
 
 SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.receipt", 1
 STATES = ("certified_fast", "supported_correct")
@@ -67,6 +67,12 @@ class CellKey(NamedTuple):
     def as_dict(self) -> dict:
         return {"phase": self.phase, "precision": self.precision, "backend": self.backend,
                 "arch": self.arch, "device-class": self.device_class}
+
+
+def cell_name(key) -> str:
+    """``phase/precision/backend/arch/device-class``, as every frt message names a cell (``key``: a
+    ``CellKey`` or the same five strings)."""
+    return "/".join(key)
 
 
 @dataclass(frozen=True)

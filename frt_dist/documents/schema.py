@@ -17,7 +17,7 @@ from ..base.regular import NotRegular, open_regular
 from ..errors import FrtError
 
 __all__ = ["Reader", "load_toml", "load_json", "json_loads", "JSONInvalid", "SCHEMA_RE", "read_bytes", "MAX_BYTES",
-           "DEFAULT_MAX_BYTES"]
+           "DEFAULT_MAX_BYTES", "toml_key"]
 
 SCHEMA_RE = re.compile(r"^(frt\.[a-z]+)/(\d+)(?:\.(\d+))?$")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -84,6 +84,15 @@ def _datetime_types() -> tuple:
     import datetime as _dt  # noqa: PLC0415
 
     return (_dt.date, _dt.time)
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def toml_key(key: str) -> str:
+    """``key`` as one part of a TOML dotted path, as every frt message names a field: bare when TOML
+    allows it (``routes.fast``), else quoted (``packages."org/name"``)."""
+    return key if _BARE_KEY.fullmatch(key) else '"' + key.replace('"', '\\"') + '"'
 
 
 class Reader:

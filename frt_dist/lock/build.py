@@ -29,7 +29,7 @@ from ..documents.metadata import (
     variant_file_digests,
     with_computed_digests,
 )
-from ..documents.receipt import STATES, CellKey, Receipt, superseded_path
+from ..documents.receipt import STATES, CellKey, Receipt, cell_name, superseded_path
 from ..documents.schema import JSONInvalid, json_loads, load_json, read_bytes
 from ..errors import (
     CoverageLoss,
@@ -818,7 +818,7 @@ def _stale_reasons(old: Lockfile | None, old_problem: str | None, new: Lockfile,
     for key in sorted(set(old.index) | set(new.index)):
         a, b = old.index.get(key), new.index.get(key)
         if (a.candidates if a else None) != (b.candidates if b else None):
-            out.append(f"route index cell {_cell(key)}: {_ranking(a)} in the lock, {_ranking(b)} derived")
+            out.append(f"route index cell {cell_name(key)}: {_ranking(a)} in the lock, {_ranking(b)} derived")
     if old.release or new.release:
         from ..release.consume import stale_reasons  # noqa: PLC0415
 
@@ -839,10 +839,6 @@ def _keys_change(old: dict, new: dict) -> str:
 
 def _fact(v: bool | None) -> str:
     return "not recorded" if v is None else str(v).lower()
-
-
-def _cell(key: CellKey) -> str:
-    return "/".join(key)
 
 
 def _ranking(entry: IndexEntry | None) -> str:
