@@ -322,7 +322,7 @@ def test_ledger_and_prometheus(tmp_path, monkeypatch):
     assert (f'frt_package_info{{model="tiny",repo="t-org/scale",revision="{rev}",variant="torch-cpu",source="path",'
             'pinned="true"} 1') in lines
     assert act["captures"] == 0 and act["notes"] == []
-    plan._counts[("act", "decode")].captures = 2  # what two calls during a CUDA graph capture leave (no GPU here)
+    plan.counts("act", "decode").captures = 2  # what two calls during a CUDA graph capture leave (no GPU here)
     act = plan.ledger()["seams"]["act"]
     assert act["captures"] == 2 and act["phases"]["decode"]["captures"] == 2
     assert act["notes"] == ["captured in CUDA graphs: 2 call(s) of the decode band were captured into CUDA graphs; "

@@ -1,8 +1,8 @@
 """The runtime guard: what ``Plan.entry`` hands out for a (seam, phase band).
 
 The guard checks every input the impl's contract describes (its ``smoke.inputs``: count,
-tensor-ness, device, dtype, layout, shape with the row band and width; see ``_Contract``) and
-counts (``ledger._Counts``); a miss on any input raises ``ContractViolation``, or, when the
+tensor-ness, device, dtype, layout, shape with the row band and width; see ``Contract``) and
+counts (``ledger.Counts``); a miss on any input raises ``ContractViolation``, or, when the
 caller gave ``host=`` and the plan's policy is ``fallback="host"``, runs the host and counts a
 fallback. Everything the guard needs is computed at bind time, and its hot path is generated
 per contract (``_fast_source``). Under ``torch.compile`` the guard's checks are traced (so
@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ContractViolation, RouteRefused
-from .ledger import _Counts
+from .ledger import Counts
+
+__all__ = ["Contract", "kernel_entry", "host_entry"]
 
 _DEVICE_FLAGS = {"cpu": "is_cpu", "cuda": "is_cuda", "xpu": "is_xpu", "mps": "is_mps", "meta": "is_meta"}
 
@@ -64,7 +66,7 @@ def _signature(fn) -> tuple[list | None, float, set | None]:
     return names, maxpos, kw
 
 
-class _Contract:
+class Contract:
     """One impl's contract in one band, precomputed for the guard.
 
     The call's inputs are the impl's ``smoke.inputs``, in order: input *i* is the
@@ -234,7 +236,7 @@ class _Contract:
                                  hints=["pass host= and load(..., fallback=\"host\") to run the host path instead"])
 
 
-def _detached(st: _Counts) -> RouteRefused:
+def _detached(st: Counts) -> RouteRefused:
     st.bind_refusals += 1
     return RouteRefused(f"seam {st.seam!r} ({st.phase}): the plan was detached and no host= was given",
                         reasons=[{"seam": st.seam, "phase": st.phase, "reason": "plan detached"}])
@@ -248,7 +250,7 @@ def _detached(st: _Counts) -> RouteRefused:
 # moved to their positions by the kernel's parameter names, then checked the same way.
 # Anything else (detached plan, a miss, a tensor subclass, a call that does not bind)
 # takes ``slow``, which re-checks exactly: the fast path may only say "passes" when
-# ``_Contract.problems`` would find nothing.
+# ``Contract.problems`` would find nothing.
 _FAST_TEMPLATE = """
 def entry({params}, /, *args, **kwargs):
     if compiling():
@@ -286,7 +288,7 @@ def _given(args: tuple) -> tuple:
     return args
 
 
-def _fast_checks(con: _Contract) -> tuple[list[str], str, dict]:
+def _fast_checks(con: Contract) -> tuple[list[str], str, dict]:
     """(input variable names, the generated pass condition, the constants it reads)."""
     names = ["x"] + [f"a{i}" for i in range(1, con.arity)]
     consts: dict = {}
@@ -331,7 +333,7 @@ def _fast_checks(con: _Contract) -> tuple[list[str], str, dict]:
     return names, "(" + "\n                and ".join(conds) + ")", consts
 
 
-def _fast_source(con: _Contract) -> tuple[str, dict]:
+def _fast_source(con: Contract) -> tuple[str, dict]:
     """The entry's source: the inputs are positional-only parameters defaulting to
     ``_MISSING`` (no argument tuple to build and unpack on the fast path); further
     positional arguments and keywords land in ``args`` / ``kwargs``."""
@@ -362,7 +364,7 @@ def _fast_source(con: _Contract) -> tuple[str, dict]:
     return src, consts
 
 
-def _kernel_entry(fn: Callable, st: _Counts, con: _Contract, host: Callable | None, fall_back: bool) -> Callable:
+def kernel_entry(fn: Callable, st: Counts, con: Contract, host: Callable | None, fall_back: bool) -> Callable:
     """The guarded kernel callable for one (seam, band): contract checks and counts."""
     import torch  # noqa: PLC0415
 
@@ -416,7 +418,7 @@ def _kernel_entry(fn: Callable, st: _Counts, con: _Contract, host: Callable | No
     return entry
 
 
-def _host_entry(host: Callable, st: _Counts) -> Callable:
+def host_entry(host: Callable, st: Counts) -> Callable:
     """The caller's host callable, counted (a host decision or an unbound seam)."""
     import torch  # noqa: PLC0415
 

@@ -67,7 +67,6 @@ def _seam_layer(plan, seam: str, layer_name: str, layers: dict):
 
     phases = plan.lockfile.manifest.phases
     bands = [(p, phases[p].rows[0], phases[p].rows[1], layers[p]) for p in layers]
-    counts = plan._counts
     host_ok = plan.fallback == "host"
     template = next((cls for cls in layers.values() if cls is not None), None)
 
@@ -76,13 +75,13 @@ def _seam_layer(plan, seam: str, layer_name: str, layers: dict):
         rows = _rows(x)
         for phase, lo, hi, layer in bands:
             if lo <= rows <= hi:
-                st = counts[(seam, phase)]
+                st = plan.counts(seam, phase)
                 st.calls += 1
                 if layer is None or plan.detached:
                     st.host_calls += 1
                     return own(self, x, *args, **kwargs)
                 return layer.forward(self, x, *args, **kwargs)
-        st = counts[(seam, bands[0][0])]
+        st = plan.counts(seam, bands[0][0])
         st.calls += 1
         st.misses["rows"] = st.misses.get("rows", 0) + 1
         if host_ok:
@@ -144,7 +143,7 @@ def kernel_mapping(plan, layers: Mapping[str, str], *, device: str | None = None
                              f"class (not starting with '_'), got {layer_name!r}")
         chosen: dict = {}
         for phase, d in plan.decisions.items():
-            b = plan._impls.get((seam, phase))
+            b = plan.binding(seam, phase)
             if d.decision != "route" or b is None:
                 chosen[phase] = None  # not kernelized in this band: the module's own forward runs
                 continue

@@ -358,7 +358,7 @@ class Engine:
         for (seam, phase), layer in sorted(plan.fns.items()):
             if any(r["phase"] == phase for r in refusals):
                 continue
-            impl = plan._impls[(seam, phase)].impl
+            impl = plan.binding(seam, phase).impl
             entry = smoke.setdefault((seam, impl.name), [layer, impl, set(), []])
             entry[2].update(smoke_rows(m.phases[phase].rows))
             entry[3].append(phase)
@@ -502,13 +502,14 @@ class Engine:
                     continue
                 key = (seam, phase)
                 layer = plan.fns.get(key) if phase not in hostless else None
-                contract = plan._impls[key].impl.contract if key in plan._impls else {}
+                b = plan.binding(seam, phase)
+                contract = b.impl.contract if b is not None else {}
                 if layer is None:
                     self.host_bands[key] = ("host decision" if plan.decisions[phase].decision == "host" else
                                             "refused in this engine form" if phase in hostless else "not bound")
                 else:
                     routed.add(seam)
-                bands.append(Band(phase, ph.rows[0], ph.rows[1], layer, plan._counts[key], contract))
+                bands.append(Band(phase, ph.rows[0], ph.rows[1], layer, plan.counts(seam, phase), contract))
             self.table[seam] = SeamTable(seam, bands, self.fallback)
             if (self.form != "eager" and seam not in routed) or self.form == "compile-then-capture":
                 # vLLM's own compiled op (no band routed), or CUDA-graph replays: calls run no frt code
@@ -525,7 +526,7 @@ class Engine:
         for phase, d in plan.decisions.items():
             rows = self.lock.manifest.phases[phase].rows
             if d.decision == "route" and phase not in refused:
-                seams = ", ".join(f"{s}={self.ops[s]}" for s in sorted(self.ops) if (s, phase) in plan._impls)
+                seams = ", ".join(f"{s}={self.ops[s]}" for s in sorted(self.ops) if plan.binding(s, phase) is not None)
                 log.info("frt: band %s rows %d..%d: route %s (%s, receipt %s) replaces %s", phase, rows[0], rows[1],
                          d.route, d.state, (d.receipt or "")[:19], seams)
             else:
