@@ -131,15 +131,15 @@ def _check_binds(lock, binds, packages) -> tuple[dict, dict, list[dict]]:
             continue
         facts = {"package": b.repo, "revision": pkg.revision, "seam": b.seam, "phase": b.phase, "impl": b.impl.name}
         if b.impl.layer is not None:  # a layer impl (vLLM binding): the host smokes it on its own op
-            from .kernelize import layer_problem  # noqa: PLC0415
+            from .kernelize import package_layer  # noqa: PLC0415
 
-            why = layer_problem(pkg.module, b.impl.layer)
+            layer, why = package_layer(pkg.module, b.impl.layer)
             if why:
                 reasons.append({**facts, "kind": "entry", "reason": f"package {b.repo} revision {pkg.revision} {why}"})
                 record_unavailable(b.repo, KernelUnavailable(reasons[-1]["reason"], reasons=[reasons[-1]]),
                                    version=pkg.version, revision=pkg.revision, variant=pkg.variant)
                 continue
-            fns[(b.seam, b.phase)] = vars(pkg.module.layers)[b.impl.layer]
+            fns[(b.seam, b.phase)] = layer
             continue
         fn = getattr(pkg.module, b.impl.entry, None)
         if not callable(fn):

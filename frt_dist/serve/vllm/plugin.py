@@ -419,15 +419,15 @@ class Engine:
         fns = {}
         for seam, name in m.routes[route].seams.items():
             impl = m.impl(seam, name)
-            from ..kernelize import layer_problem  # noqa: PLC0415
+            from ..kernelize import package_layer  # noqa: PLC0415
 
-            why = layer_problem(packages[impl.package].module, impl.layer)
+            layer, why = package_layer(packages[impl.package].module, impl.layer)
             if why:
                 from ...errors import KernelUnavailable  # noqa: PLC0415
 
                 raise KernelUnavailable(f"package {impl.package} {why}", reasons=[{"seam": seam, "reason": why}])
             for ph in phases:
-                fns[(seam, ph)] = vars(packages[impl.package].module.layers)[impl.layer]
+                fns[(seam, ph)] = layer
         return plan_for_route(self.lock, route, phases, hw, packages, fns)
 
     def routed(self, on: bool) -> None:
