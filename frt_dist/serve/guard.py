@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..errors import ContractViolation, RouteRefused
 from .ledger import Counts
 
-__all__ = ["Contract", "kernel_entry", "host_entry"]
+__all__ = ["Contract", "TensorRule", "kernel_entry", "host_entry"]
 
 _DEVICE_FLAGS = {"cpu": "is_cpu", "cuda": "is_cuda", "xpu": "is_xpu", "mps": "is_mps", "meta": "is_meta"}
 
@@ -66,6 +66,45 @@ def _signature(fn) -> tuple[list | None, float, set | None]:
     return names, maxpos, kw
 
 
+class TensorRule:
+    """What an impl's contract (``contract`` in the manifest) asks of one tensor by itself: its
+    device type, a dtype among the contract's ``dtypes``, its layout, its width (last dim). The one
+    reading of a contract table: ``Contract`` (a function impl's guard, which adds what a call of
+    several inputs needs) and the vLLM router (``frt_dist.serve.vllm.plugin.Band``: a layer impl's
+    input) both check through it, with the same reasons."""
+
+    def __init__(self, contract: dict):
+        import torch  # noqa: PLC0415
+
+        self.device = contract.get("device")
+        self.dtype_names = list(contract.get("dtypes", ()))
+        self.dtypes = tuple(getattr(torch, n) for n in self.dtype_names if isinstance(getattr(torch, n, None), torch.dtype))
+        self.contiguous = contract.get("layout", "contiguous") == "contiguous"
+        self.width = contract.get("width")
+        self.flag = _DEVICE_FLAGS.get(self.device)  # e.g. "is_cpu": cheaper than device.type
+
+    def on_device(self, a) -> bool:
+        return getattr(a, self.flag) if self.flag else a.device.type == self.device
+
+    def fits(self, x) -> bool:
+        """``problems(x)`` would find nothing (the per-call fast path)."""
+        return (self.on_device(x) and x.dtype in self.dtypes and (not self.contiguous or x.is_contiguous())
+                and (self.width is None or x.shape[-1] == self.width))
+
+    def problems(self, x, tag: str = "input 1") -> list[tuple[str, str]]:
+        """Every way ``x`` misses the rule, as (kind, reason), ``tag`` naming it."""
+        out = []
+        if not self.on_device(x):
+            out.append(("device", f"{tag}: device {x.device.type} not {self.device}"))
+        if x.dtype not in self.dtypes:
+            out.append(("dtype", f"{tag}: dtype {_dtype_name(x.dtype)} not in [{', '.join(self.dtype_names)}]"))
+        if self.contiguous and not x.is_contiguous():
+            out.append(("layout", f"{tag}: not contiguous"))
+        if self.width is not None and x.shape[-1] != self.width:
+            out.append(("width", f"{tag}: width {x.shape[-1]} not {self.width}"))
+        return out
+
+
 class Contract:
     """One impl's contract in one band, precomputed for the guard.
 
@@ -101,12 +140,10 @@ class Contract:
         c = impl.contract
         self.seam, self.phase = impl.seam, phase.name
         self.entry = impl.entry
-        self.device = c["device"]
-        self.dtype_names = list(c["dtypes"])
-        self.dtypes = tuple(getattr(torch, n) for n in self.dtype_names if isinstance(getattr(torch, n, None), torch.dtype))
-        self.contiguous = c.get("layout", "contiguous") == "contiguous"
+        rule = self.rule = TensorRule(c)
+        self.device, self.dtype_names, self.dtypes = rule.device, rule.dtype_names, rule.dtypes
+        self.contiguous, self.width = rule.contiguous, rule.width
         self.lo, self.hi = phase.rows
-        self.width = c.get("width")
         self.fixed_arity = c.get("arity", "open") == "fixed"
         specs = impl.smoke.get("inputs") or [{"shape": ["rows"], "dtype": self.dtype_names[0] if self.dtype_names else "float32"}]
         # the precision leader: the first input whose smoke dtype is one of the contract's dtypes;
@@ -122,7 +159,6 @@ class Contract:
         self.arity = len(self.inputs)
         self.names, self.maxpos, self.kwnames = _signature(fn) if fn is not None else (None, float("inf"), None)
         self._tensor = torch.Tensor
-        self._flag = _DEVICE_FLAGS.get(self.device)  # e.g. "is_cpu": cheaper than device.type
         self._plain_max = self.arity if self.fixed_arity else self.maxpos  # positional-only calls up to this many
 
     # -- the exact check: every way a call misses, as (kind, reason) --------------
@@ -183,7 +219,7 @@ class Contract:
             if not isinstance(a, self._tensor):
                 out.append(("type", f"{tag}: not a tensor ({type(a).__name__})"))
                 continue
-            if not (getattr(a, self._flag) if self._flag else a.device.type == self.device):
+            if not self.rule.on_device(a):
                 out.append(("device", f"{tag}: device {a.device.type} not {self.device}"))
             elif self.device == "cpu":
                 pass  # one CPU

@@ -130,30 +130,10 @@ class Band:
     warm: int = 0  # calls during vLLM's dummy runs (profiling, warm-up, capture)
 
     def __post_init__(self):
-        import torch  # noqa: PLC0415
+        from ..guard import TensorRule  # noqa: PLC0415
 
-        c = self.contract
-        self._dtypes = tuple(getattr(torch, n) for n in c.get("dtypes", ()) if hasattr(torch, n))
-        self._device = c.get("device")
-        self._width = c.get("width")
-        self._contiguous = c.get("layout", "contiguous") == "contiguous"
-
-    def fits(self, x) -> bool:
-        """The contract holds for ``x`` (the per-call fast path; ``problems`` says why not)."""
-        return (x.device.type == self._device and x.dtype in self._dtypes
-                and (self._width is None or x.shape[-1] == self._width) and (not self._contiguous or x.is_contiguous()))
-
-    def problems(self, x) -> list:
-        out = []
-        if x.device.type != self._device:
-            out.append(("device", f"device {x.device.type} not {self._device}"))
-        if x.dtype not in self._dtypes:
-            out.append(("dtype", f"dtype {str(x.dtype).removeprefix('torch.')} not in {list(self.contract['dtypes'])}"))
-        if self._width is not None and x.shape[-1] != self._width:
-            out.append(("width", f"width {x.shape[-1]} not {self._width}"))
-        if self._contiguous and not x.is_contiguous():
-            out.append(("layout", "not contiguous"))
-        return out
+        rule = TensorRule(self.contract)  # the guard's reading of the contract, and its reasons
+        self.fits, self.problems = rule.fits, rule.problems
 
 
 class SeamTable:
