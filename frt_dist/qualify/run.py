@@ -620,7 +620,7 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
 
 def _qualify_vllm(lock, route_name, *, phases, rounds, seed, root, progress, max_rounds) -> list[QualifyResult]:
     from ..project.discover import lock_root  # noqa: PLC0415
-    from ..serve.vllm.qualify import qualify_vllm  # noqa: PLC0415
+    from .vllm import qualify_vllm  # noqa: PLC0415
 
     m = lock.manifest
     gate = route_gate(m.routes[route_name])

@@ -65,7 +65,7 @@ def steps_for(m, phases) -> dict:
 def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, seed: int, root, progress=None,
                  max_rounds=None, timing, speed_state, gate: float):
     """``QualifyResult``-shaped tuples per phase: ``(phase, ok, state, receipt, failures, speedups)``."""
-    from ...errors import UsageError  # noqa: PLC0415
+    from ..errors import UsageError  # noqa: PLC0415
 
     m = lock.manifest
     route = m.routes[route_name]
@@ -100,7 +100,7 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
     from vllm import LLM  # noqa: PLC0415
     from vllm.model_executor.custom_op import op_registry_oot  # noqa: PLC0415
 
-    from . import plugin  # noqa: PLC0415
+    from ..serve.vllm import plugin  # noqa: PLC0415
 
     def engine():
         return LLM(model=str(model_dir), enforce_eager=not compiled, dtype=dtype,
@@ -261,7 +261,7 @@ def _receipts(eng, lock, route_name, route, m, phases, plan, checks, timings, al
               compiled, seed, speed_state, gate):
     import vllm  # noqa: PLC0415
 
-    from ...system.hardware import software_version  # noqa: PLC0415
+    from ..system.hardware import software_version  # noqa: PLC0415
 
     tol = m.tolerance
     hw = eng.plan.hardware
