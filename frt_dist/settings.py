@@ -70,8 +70,6 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        topic="vllm"),
     _S("FRT_LEDGER_DIR", None, "where each vLLM engine process writes its ledger for /metrics (set by the plugin "
        "in the API server when unset)", topic="vllm"),
-    _S("FRT_QUALIFY_ROUTE", None, "internal: set by `frt qualify` for the engine it starts", topic="vllm"),
-    _S("FRT_QUALIFY_PHASES", None, "internal: set by `frt qualify` for the engine it starts", topic="vllm"),
     # the demo
     _S("FRT_DEMO_ROUNDS", "20", "timing rounds per route in `make demo`", topic="demo"),
     _S("FRT_DEMO_MAX_ROUNDS", None, "the most timing rounds `make demo` may take", topic="demo"),

@@ -2,8 +2,8 @@
 band by band, on engine steps whose rows lie in the band.
 
 vLLM runs in this process (the engine core in-process), with the plugin bound to the route under
-qualification (``FRT_QUALIFY_ROUTE``: every band asked for, no receipt consulted), in the form the
-route's ``assembly`` names:
+qualification (``plugin.register(lock, qualifying=...)``: every band asked for, no receipt consulted),
+in the form the route's ``assembly`` names:
 
 - ``eager`` (``enforce_eager``): one engine; host and route are switched by the plugin's routing
   table (``Engine.routed``): the same weights in the same memory, vLLM's own op on the host side.
@@ -86,10 +86,9 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
     model_dir = (root / m.host_model).resolve()
     if not (model_dir / "config.json").is_file():
         raise UsageError(f"{m.file}: host-model: {model_dir} holds no Hugging Face model (config.json)")
-    os.environ.update({"FRT_MODEL": m.model, "FRT_QUALIFY_ROUTE": route_name, "FRT_QUALIFY_PHASES": ",".join(phases),
-                       "FRT_FALLBACK": "host", "FRT_PROJECT": str(root), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
-    if lock.path:
-        os.environ["FRT_LOCK"] = str(lock.path)
+    # vLLM's own setting: the engine core runs in this process, where the plugin's engine is the one
+    # `register(..., qualifying=...)` made (frt's own settings go to it as arguments, not the environment)
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     plan = steps_for(m, phases)
     top = max(max(rows) * (PROMPT if kind == "decode" else 1) for kind, rows in plan.values())
     seqs = max([8] + [max(rows) for kind, rows in plan.values() if kind == "decode"])
@@ -111,7 +110,9 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
                    enable_prefix_caching=False, async_scheduling=False, **graphs)
 
     try:
-        plugin.register(lock)  # the lock measured (the manifest as it is now); vLLM's own call is then a no-op
+        # the lock measured (the manifest as it is now), the route in the bands asked for; vLLM's own call of
+        # the plugin hook is then a no-op
+        plugin.register(lock, qualifying=plugin.Qualifying(route_name, tuple(phases), root))
         host_llm = None
         if compiled:
             say(f"  starting vLLM on {m.host_model} without frt (compile, {dtype}): the host")
