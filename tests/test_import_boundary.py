@@ -229,7 +229,7 @@ def test_only_public_huggingface_hub_and_kernels_names_are_used():
 
 # what no read-only command may import: the machinery that loads and runs kernels, the Hub
 # client, and the standard-library pieces only other commands need (each costs start-up time)
-NEVER = ("torch", "kernels", "huggingface_hub", "frt_dist.loader", "frt_dist.serve.load", "frt_dist.qualify.run",
+NEVER = ("torch", "kernels", "huggingface_hub", "frt_dist.loader", "frt_dist.serve.load", "frt_dist.qualify",
          "frt_dist.distribution.mirror", "frt_dist.serve.kernelize", "frt_dist.system.detect", "frt_dist.demo", "numpy", "requests",
          "httpx", "packaging", "platform", "tempfile", "threading", "subprocess",
          # the object-store, fleet, signing and SBOM layers and their clients (none of them reads a lock)

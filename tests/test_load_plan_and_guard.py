@@ -375,14 +375,14 @@ def forbid_measurement(monkeypatch):
 
     class Blocker:
         def find_spec(self, name, path=None, target=None):
-            if name.startswith(("frt_dist.qualify.run", "frt_dist.bench")):
+            if name.startswith(("frt_dist.qualify", "frt_dist.bench")):
                 seen.append(("import", name))
                 raise ImportError(f"{name} imported on the serving path")
             return None
 
     blocker = Blocker()
     sys.meta_path.insert(0, blocker)
-    for mod in [m for m in sys.modules if m.startswith(("frt_dist.qualify.run", "frt_dist.bench"))]:
+    for mod in [m for m in sys.modules if m.startswith(("frt_dist.qualify", "frt_dist.bench"))]:
         monkeypatch.delitem(sys.modules, mod)
     yield seen
     sys.meta_path.remove(blocker)
