@@ -39,10 +39,11 @@ from ..documents.lockfile import Lockfile
 from ..documents.manifest import route_gate
 from ..errors import KernelUnavailable, UsageError
 from ..system.hardware import Hardware
+from .gates import band_failures, speed_verdict
+from .gates import receipt as make_receipt
 from .host import HOST_HINT, build_host_block, load_host_factory, one_block_side
 from .parity import output_parity, run_all
-from .stats import speed_state
-from .timing import clock_for, device_timing, paired_timing
+from .timing import clock_for, device_timing
 
 __all__ = ["qualify", "measured_lock", "unpinned", "check_route", "QualifyResult"]
 
@@ -246,52 +247,26 @@ def qualify(lock: Lockfile, route_name: str, *, phases=None, rounds: int | None 
                                     rounds=rounds, warmup=warmup, gate=gate.min_speedup, max_rounds=max_rounds,
                                     speedups=speedups,
                                     tick=lambda i, n, ph=ph: emit({"event": "round", "phase": ph, "round": i, "rounds": n}))
-        if not parity["pass"]:
-            failures.append(f"parity failed: max-abs {parity['max-abs']:.3g} at rows {parity['worst-case']['rows']} "
-                            f"(tolerance abs {tol['abs']:g}, rel {tol['rel']:g})")
-        if not null_check:
-            failures.append("null check failed: the host is not bit-reproducible")
-        if not negative:
-            failures.append("negative control passed parity: the gate cannot fail")
-        if not detach_ok:
-            failures.append("detach did not restore the host bit-exactly")
-        if fallbacks:
-            failures.append(f"{fallbacks} call(s) fell back to the host")
-        if any(n <= 0 for n in target_calls.values()):
-            failures.append(f"a seam was never called: {target_calls}")
+        failures += band_failures(
+            ph, parity=parity, null_check=null_check, negative=negative, detach_ok=detach_ok, exact_detach=True,
+            parity_failure=(f"max-abs {parity['max-abs']:.3g} at rows {parity['worst-case']['rows']} "
+                            f"(tolerance abs {tol['abs']:g}, rel {tol['rel']:g})"),
+            fallbacks=fallbacks, calls=target_calls, host="the host")
         if failures:
             results.append(QualifyResult(ph, False, None, None, failures=failures, speedups=speedups))
             continue
         # the same rules `frt lock` applies to the recorded figures
-        state, why = speed_state(timing, gate.min_speedup)
-        timing["gate"] = gate.to_json()  # the gate the state was decided with (lock judges with the route's own)
+        state, why = speed_verdict(timing, gate)
         if why and timing["speedup-median"] >= gate.min_speedup:
             say(f"  {ph}: {why}: supported_correct")
-        receipt = {
-            "schema": "frt.receipt/1",
-            "cell": {
-                "model": m.model, "binding": m.binding, "family": m.family,
-                "route": route_name, "route-digest": route.digest,
-                "hardware": {"backend": hw.backend, "arch": hw.arch, "device-class": hw.device_class,
-                             "device-name": hw.device_name or hw.device_class},
-                "precision": route.precision,
-                "layout": entries[sorted(entries)[0]][0].contract.get("layout", "contiguous"),
-                "phase": ph, "band": {"rows": list(phase.rows)},
-                "software": {k: v for k, v in hw.software.items() if k in ("torch", "cuda", "rocm", "kernels")},
-                "assembly": route.assembly,
-                "impls": {seam: {"impl": impl.name, "package": impl.package,
-                                 "revision": loaded[impl.package].revision,
-                                 "variant": loaded[impl.package].variant}
-                          for seam, (impl, _) in sorted(entries.items())},
-                "calibration": None,
-                "inputs": {"source": "synthetic", "seed": seed,
-                           "note": f"seeded normal(0, 1) block inputs at rows {rows_list}; weights from host-entry seed {seed}"},
-            },
-            "state": state,
-            "evidence": {"parity": parity, "target-calls": target_calls, "fallbacks": fallbacks, "timing": timing,
-                         "null-check": null_check, "negative-control": negative, "detach-restores-host": detach_ok},
-            "verdict": "PASS",
-        }
+        receipt = make_receipt(
+            m, route_name, hw, ph, impls={seam: impl for seam, (impl, _) in entries.items()}, packages=loaded,
+            software={k: v for k, v in hw.software.items() if k in ("torch", "cuda", "rocm", "kernels")},
+            inputs={"source": "synthetic", "seed": seed,
+                    "note": f"seeded normal(0, 1) block inputs at rows {rows_list}; weights from host-entry seed {seed}"},
+            state=state,
+            evidence={"parity": parity, "target-calls": target_calls, "fallbacks": fallbacks, "timing": timing,
+                      "null-check": null_check, "negative-control": negative, "detach-restores-host": detach_ok})
         results.append(QualifyResult(ph, True, state, receipt, speedups=speedups))
     return results
 
@@ -305,12 +280,7 @@ def _qualify_vllm(lock, route_name, *, phases, rounds, seed, root, progress, max
     got = qualify_vllm(lock, route_name, phases=phases, rounds=rounds or int(m.qualify.get("rounds", 10)),
                        warmup=int(m.qualify.get("warmup", 1)), seed=seed,
                        root=root if root is not None else lock_root(lock), progress=progress,
-                       max_rounds=max_rounds or m.qualify.get("max-rounds"), timing=paired_timing, speed_state=speed_state,
-                       gate=gate.min_speedup)
-    for _ph, _ok, _state, receipt, _failures, _sp in got:
-        timing = (receipt or {}).get("evidence", {}).get("timing")
-        if timing is not None:  # the gate the state was decided with, as qualify() records it
-            timing["gate"] = gate.to_json()
+                       max_rounds=max_rounds or m.qualify.get("max-rounds"), gate=gate)
     return [QualifyResult(ph, ok, state, receipt, failures=failures, speedups=sp)
             for ph, ok, state, receipt, failures, sp in got]
 

@@ -36,6 +36,10 @@ from __future__ import annotations
 import os
 import time
 
+from .gates import band_failures, speed_verdict
+from .gates import receipt as make_receipt
+from .timing import paired_timing
+
 __all__ = ["qualify_vllm", "steps_for", "DECODE_MAX", "DECODE_STEPS", "MIN_ROUNDS"]
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -63,8 +67,9 @@ def steps_for(m, phases) -> dict:
 
 
 def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, seed: int, root, progress=None,
-                 max_rounds=None, timing, speed_state, gate: float):
-    """``QualifyResult``-shaped tuples per phase: ``(phase, ok, state, receipt, failures, speedups)``."""
+                 max_rounds=None, gate):
+    """``QualifyResult``-shaped tuples per phase: ``(phase, ok, state, receipt, failures, speedups)``. Every
+    setting is an argument: ``root`` the project, ``gate`` the route's (``documents.manifest.Gate``)."""
     from ..errors import UsageError  # noqa: PLC0415
 
     m = lock.manifest
@@ -131,7 +136,7 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
         raise
     eng = plugin.engine()
     return _measure(llm, host_llm, eng, lock, route_name, route, m, phases, plan, max(rounds, MIN_ROUNDS), warmup,
-                    seed, emit, say, max_rounds, timing, speed_state, gate)
+                    seed, emit, say, max_rounds, gate)
 
 
 class _Sample:
@@ -185,7 +190,7 @@ _ids = _counter()
 
 
 def _measure(llm, host_llm, eng, lock, route_name, route, m, phases, plan, rounds, warmup, seed, emit, say, max_rounds,
-             timing, speed_state, gate):
+             gate):
     compiled = host_llm is not None
     tol = m.tolerance
     samples = {ph: [_Sample(kind, r, seed) for r in rows] for ph, (kind, rows) in plan.items()}
@@ -240,10 +245,10 @@ def _measure(llm, host_llm, eng, lock, route_name, route, m, phases, plan, round
             return sum(t for t, _, _ in runs)
 
         say(f"  {ph}: timing {rounds} paired rounds (+{warmup} warm-up) on {plan[ph][0]} steps, more while the "
-            f"speedup is undecided against the gate {gate:g}")
+            f"speedup is undecided against the gate {gate.min_speedup:g}")
         speedups: list = []
-        tm = timing(host_run, route_run, {r: None for r in plan[ph][1]}, rounds=rounds, warmup=warmup,
-                    measure=measure, gate=gate, max_rounds=max_rounds, speedups=speedups,
+        tm = paired_timing(host_run, route_run, {r: None for r in plan[ph][1]}, rounds=rounds, warmup=warmup,
+                           measure=measure, gate=gate.min_speedup, max_rounds=max_rounds, speedups=speedups,
                     tick=lambda i, n, ph=ph: emit({"event": "round", "phase": ph, "round": i, "rounds": n}))
         tm["steps"] = {"kind": plan[ph][0], "rows": plan[ph][1], "per-sample": len(shapes) // max(1, len(ss)),
                        "form": route.assembly,
@@ -254,74 +259,46 @@ def _measure(llm, host_llm, eng, lock, route_name, route, m, phases, plan, round
     eng.plan.detach()
     eng.table = {}
     detached = {ph: outputs([s.run(llm) for s in samples[ph]]) for ph in phases}
-    return _receipts(eng, lock, route_name, route, m, phases, plan, checks, timings, all_speedups, detached, parity,
-                     compiled, seed, speed_state, gate)
+    return _receipts(eng, route_name, route, m, phases, plan, checks, timings, all_speedups, detached, parity,
+                     compiled, seed, gate)
 
 
-def _receipts(eng, lock, route_name, route, m, phases, plan, checks, timings, all_speedups, detached, parity,
-              compiled, seed, speed_state, gate):
+def _receipts(eng, route_name, route, m, phases, plan, checks, timings, all_speedups, detached, parity, compiled, seed,
+              gate):
     import vllm  # noqa: PLC0415
 
     from ..system.hardware import software_version  # noqa: PLC0415
 
     tol = m.tolerance
     hw = eng.plan.hardware
-    first = sorted(route.seams)[0]
     results = []
     for ph in phases:
         ref, null_check, par, negative, calls, fallbacks = checks[ph]
         detach_ok = parity(detached[ph], ref)["pass"] if compiled else detached[ph] == ref
-        failures = []
-        if not par["pass"]:
-            failures.append(f"parity failed: tokens identical {par['tokens-identical']}, logprob max-abs "
-                            f"{par['max-abs']:.3g} (tolerance abs {tol['abs']:g})")
-        if not null_check:
-            failures.append("null check failed: two host runs differ")
-        if not negative:
-            failures.append("negative control passed parity: the gate cannot fail")
-        if not detach_ok:
-            failures.append("detach did not restore the host" + ("" if compiled else " bit-exactly"))
-        if fallbacks:
-            failures.append(f"{fallbacks} call(s) fell back to vLLM's own op")
-        if any(n <= 0 for n in calls.values()):
-            failures.append(f"a seam was never called in the {ph} band: {calls}")
+        failures = band_failures(
+            ph, parity=par, null_check=null_check, negative=negative, detach_ok=detach_ok, exact_detach=not compiled,
+            parity_failure=(f"tokens identical {par['tokens-identical']}, logprob max-abs {par['max-abs']:.3g} "
+                            f"(tolerance abs {tol['abs']:g})"),
+            fallbacks=fallbacks, calls=calls, host="vLLM's own op")
         if failures:
             results.append((ph, False, None, None, failures, all_speedups[ph]))
             continue
         tm = timings[ph]
-        state, _why = speed_state(tm, gate)
-        band = m.phases[ph]
+        state, _why = speed_verdict(tm, gate)
         kind, rows = plan[ph]
-        receipt = {
-            "schema": "frt.receipt/1",
-            "cell": {
-                "model": m.model, "binding": m.binding, "family": m.family,
-                "route": route_name, "route-digest": route.digest,
-                "hardware": {"backend": hw.backend, "arch": hw.arch, "device-class": hw.device_class,
-                             "device-name": hw.device_name or hw.device_class},
-                "precision": route.precision,
-                "layout": m.impl(first, route.seams[first]).contract.get("layout", "contiguous"),
-                "phase": ph, "band": {"rows": list(band.rows)},
-                "software": {**{k: v for k, v in hw.software.items() if k in ("torch", "cuda", "rocm", "kernels")},
-                             "vllm": software_version(vllm.__version__)},
-                "assembly": route.assembly,
-                "impls": {s: {"impl": i, "package": m.impl(s, i).package,
-                              "revision": eng.plan.packages[m.impl(s, i).package].revision,
-                              "variant": eng.plan.packages[m.impl(s, i).package].variant}
-                          for s, i in sorted(route.seams.items())},
-                "calibration": None,
-                "inputs": {"source": "synthetic", "seed": seed,
-                           "note": (f"vLLM {vllm.__version__} ({route.assembly}) engine steps of {rows} rows: "
-                                    + (f"{rows} sequences decoding together, {DECODE_STEPS} timed steps each"
-                                       if kind == "decode" else "one prompt of that many tokens, its prefill step")
-                                    + f"; greedy tokens; model {m.host_model}")},
-            },
-            "state": state,
-            "evidence": {"parity": {"max-abs": par["max-abs"], "max-rel": 0.0, "tolerance": tol,
-                                    "worst-case": {"rows": max(rows)}, "pass": True},
-                         "target-calls": calls, "fallbacks": fallbacks, "timing": tm,
-                         "null-check": null_check, "negative-control": negative, "detach-restores-host": detach_ok},
-            "verdict": "PASS",
-        }
+        receipt = make_receipt(
+            m, route_name, hw, ph, impls={s: m.impl(s, i) for s, i in route.seams.items()}, packages=eng.plan.packages,
+            software={**{k: v for k, v in hw.software.items() if k in ("torch", "cuda", "rocm", "kernels")},
+                      "vllm": software_version(vllm.__version__)},
+            inputs={"source": "synthetic", "seed": seed,
+                    "note": (f"vLLM {vllm.__version__} ({route.assembly}) engine steps of {rows} rows: "
+                             + (f"{rows} sequences decoding together, {DECODE_STEPS} timed steps each"
+                                if kind == "decode" else "one prompt of that many tokens, its prefill step")
+                             + f"; greedy tokens; model {m.host_model}")},
+            state=state,
+            evidence={"parity": {"max-abs": par["max-abs"], "max-rel": 0.0, "tolerance": tol,
+                                 "worst-case": {"rows": max(rows)}, "pass": True},
+                      "target-calls": calls, "fallbacks": fallbacks, "timing": tm,
+                      "null-check": null_check, "negative-control": negative, "detach-restores-host": detach_ok})
         results.append((ph, True, state, receipt, [], all_speedups[ph]))
     return results
