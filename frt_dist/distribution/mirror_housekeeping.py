@@ -29,7 +29,7 @@ import uuid
 
 from ..base.safedir import SafeDir, WriteError
 
-__all__ = ["sweep_temp", "sweep_locks", "TMP", "LOCKS", "RUNS", "STALE_S"]
+__all__ = ["RunClaim", "sweep_temp", "sweep_locks", "TMP", "LOCKS", "RUNS", "STALE_S"]
 
 TMP = ".frt-tmp"
 LOCKS = ".locks"
@@ -65,7 +65,7 @@ def _lock_in(root: SafeDir, folders: tuple[str, ...], name: str, *, blocking: bo
     raise WriteError(errno.EAGAIN, "its folder keeps disappearing", f"{root.path}/{'/'.join((*folders, name))}")
 
 
-class _Run:
+class RunClaim:
     """One run's claim on its temp folder ``.frt-tmp/<run>/``: the run lock is taken
     before the folder exists and let go after it is gone."""
 

@@ -35,7 +35,7 @@ from .sources import (
     repo_folder,
 )
 
-__all__ = ["MirrorReport"]
+__all__ = ["MirrorReport", "MirrorRun", "drop_if_empty", "mirror_errors"]
 
 _CHUNK = 1 << 20
 
@@ -73,7 +73,7 @@ def _blob_ok(blobs: SafeDir, name: str, item: LockedFile) -> bool:
     return item.computed(sink.hashes) == item.expected
 
 
-class _Mirror:
+class MirrorRun:
     """One run of ``mirror_lock`` over one directory (opened once: ``root``)."""
 
     def __init__(self, lock, root: SafeDir, project_root: Path, progress: Callable | None, tmp: SafeDir):
@@ -250,7 +250,7 @@ class _Mirror:
         return dict(zip(items, results, strict=False))
 
 
-def _drop_if_empty(top: SafeDir, name: str) -> None:
+def drop_if_empty(top: SafeDir, name: str) -> None:
     """Remove the package folder ``name`` when it holds nothing but an empty ``blobs/`` (a run that
     failed before any of its files arrived); a link or anything in it keeps it."""
     try:
@@ -275,7 +275,7 @@ def _write_if_changed(folder: SafeDir, name: str, text: str, tmp: SafeDir) -> No
 
 
 @contextmanager
-def _mirror_errors(dest):
+def mirror_errors(dest):
     try:
         yield
     except UnsafePath as exc:

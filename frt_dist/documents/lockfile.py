@@ -26,7 +26,7 @@ from ..base import names
 from ..base.canonical import digest
 from ..base.record import dataclass, field
 from ..errors import LockfileError
-from .lock_fast import _lock_digest, read_fast
+from .lock_fast import lock_digest_of, read_fast
 from .lock_index import (
     _SHA,
     Candidate,
@@ -143,7 +143,7 @@ class LockCache:
         # routes.resolver.resolve, asked without a reporter: (hardware fingerprint, precision,
         # phase, fallback, accept) -> its Decision
         self.decisions: dict[tuple, object] = {}
-        # routes.resolver._facts_for: a machine's variant-selection facts (backend, arch, cpu, os,
+        # routes.resolver.facts_for: a machine's variant-selection facts (backend, arch, cpu, os,
         # cxx11 abi, detected, software) -> the per-route facts (_RouteFacts) they decide
         self.route_facts: dict[tuple, object] = {}
         # routes.resolver._nearest_miss: the index grouped for refusal reasons (_MissIndex),
@@ -297,7 +297,7 @@ class Lockfile:
         r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
         stated = r.get(data, "lock-digest", str, "")
         body = {k: v for k, v in data.items() if k != "lock-digest"}
-        computed = computed or _lock_digest(body)  # (`read` may have hashed it while reading)
+        computed = computed or lock_digest_of(body)  # (`read` may have hashed it while reading)
         if verify and stated != computed:
             raise LockfileError(
                 f"{file}: lock-digest does not verify (expected {stated}, computed {computed})",
