@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..base.safedir import SafeDir, UnsafePath, WriteError
 from ..errors import FrtError, MirrorUnsafe, MirrorUnwritable
-from .mirror_housekeeping import LOCKS, _lock_in, _staging_prefix
+from .mirror_housekeeping import LOCKS, lock_in, staging_prefix
 from .sources import (
     HashingWriter,
     LockedFile,
@@ -90,7 +90,7 @@ class MirrorRun:
     # -- sources (outside the mirror): frt_dist.distribution.sources --------------
     def _source(self, pkg, item: LockedFile) -> tuple[Path, str | None]:
         return locate_file(pkg, item, project_root=self.project_root, offline=self.offline,
-                           staging_prefix=_staging_prefix(self.run_id))
+                           staging_prefix=staging_prefix(self.run_id))
 
     # -- blobs and links ------------------------------------------------------
     def _lock_name(self, item: LockedFile) -> str:
@@ -99,7 +99,7 @@ class MirrorRun:
 
     def blob(self, pkg, item: LockedFile, blobs: SafeDir) -> str:
         """Ensure the item's blob exists and verifies; return its name."""
-        with _lock_in(self.root, (LOCKS, repo_folder(pkg.repo)), self._lock_name(item)):
+        with lock_in(self.root, (LOCKS, repo_folder(pkg.repo)), self._lock_name(item)):
             if item.blob and _blob_ok(blobs, item.blob, item):
                 with self._count:
                     self.report.present += 1

@@ -21,9 +21,10 @@ from .manifest import Manifest
 from .receipt import STATES, CellKey, Receipt
 from .schema import JSONInvalid, Reader, json_loads
 
-__all__ = ["Candidate", "CellIndex", "Cut", "IndexEntry", "RouteIndex", "embedded_receipt_rows", "read_index", "read_receipts"]
+__all__ = ["Candidate", "CellIndex", "Cut", "SHA256_DIGEST", "IndexEntry", "RouteIndex",
+           "embedded_receipt_rows", "read_index", "read_receipts"]
 
-_SHA = re.compile(r"^sha256:[0-9a-f]{64}$")
+SHA256_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ class _FoundReceipts(_LazyReceipts):
     def _find(self, digest_) -> int:
         at = self._at.get(digest_)
         if at is None:
-            if not (isinstance(digest_, str) and _SHA.match(digest_)):
+            if not (isinstance(digest_, str) and SHA256_DIGEST.match(digest_)):
                 return -1
             t = self._text
             head = b'\n{"digest": "' + digest_.encode("ascii") + b'", '

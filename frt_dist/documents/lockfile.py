@@ -28,7 +28,7 @@ from ..base.record import dataclass, field
 from ..errors import LockfileError
 from .lock_fast import lock_digest_of, read_fast
 from .lock_index import (
-    _SHA,
+    SHA256_DIGEST,
     Candidate,
     CellIndex,
     IndexEntry,
@@ -330,7 +330,7 @@ class Lockfile:
             if source not in ("hub", "path"):
                 raise r.fail(p + ".source", f"expected hub or path, got {source!r}")
             revision = r.get(t, "revision", str, p)
-            if not (_HEX40.match(revision) if source == "hub" else _SHA.match(revision)):
+            if not (_HEX40.match(revision) if source == "hub" else SHA256_DIGEST.match(revision)):
                 raise r.fail(p + ".revision", f"not a {'40-hex commit' if source == 'hub' else 'sha256: content digest'}: {revision!r}")
             trust = r.get(t, "trust", str, p)
             if trust not in TRUST_DECISIONS:
@@ -434,7 +434,7 @@ def _read_signing(r: Reader, data: dict) -> tuple[dict, dict]:
         p = f'receipt-keys."{rel}"'
         names.check("path", rel, p, LockfileError, file=r.file)
         r.only(t, {"keyid", "pem"}, p)
-        if not _SHA.match(r.get(t, "keyid", str, p)):
+        if not SHA256_DIGEST.match(r.get(t, "keyid", str, p)):
             raise r.fail(p + ".keyid", f"not a sha256: fingerprint: {t['keyid']!r}")
         keys[rel] = {"keyid": t["keyid"], "pem": r.get(t, "pem", str, p)}
     rows = r.json_value(data.get("receipt-signatures", []), "receipt-signatures", list,
@@ -450,7 +450,7 @@ def _read_signing(r: Reader, data: dict) -> tuple[dict, dict]:
         body = "envelope" if kind == "key" else "bundle"
         r.only(row, {"receipt", "file", "kind", "signer", body} | ({"issuer"} if kind == "sigstore" else set()), p)
         dig = r.get(row, "receipt", str, p)
-        if not _SHA.match(dig):
+        if not SHA256_DIGEST.match(dig):
             raise r.fail(p + ".receipt", f"not a receipt digest: {dig!r}")
         if dig in sigs:
             raise r.fail(p + ".receipt", f"{dig} is signed twice")
@@ -496,7 +496,7 @@ def _signature(r: Reader, vt: dict, vp: str) -> dict | None:
         v = r.get(st, k, str, sp, required=k not in ("repository", "build-signer"))
         if v is not None:
             out[k] = v
-    if not _SHA.match(out["bundle-sha256"]):
+    if not SHA256_DIGEST.match(out["bundle-sha256"]):
         raise r.fail(sp + ".bundle-sha256", f"not a sha256: digest: {out['bundle-sha256']!r}")
     return out
 

@@ -198,9 +198,9 @@ def fetch_variant(want, url: str) -> tuple[Entry, bytes]:
 
 
 def identity_key(identity: dict) -> str:
-    from .store import _key  # noqa: PLC0415
+    from .store import entry_key  # noqa: PLC0415
 
-    return _key(identity)
+    return entry_key(identity)
 
 
 def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict]:

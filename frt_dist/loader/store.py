@@ -138,7 +138,7 @@ from ..distribution.integrity import (
 from ..errors import StoreUnusable
 
 __all__ = ["STORE_ENV", "REHASH_ENV", "FORMAT", "StoreUnusable", "Entry", "Admitted", "Store", "store_path",
-           "open_store", "identity_of", "admit", "seal_holds", "rehash_requested"]
+           "open_store", "identity_of", "entry_key", "admit", "seal_holds", "rehash_requested"]
 
 STORE_ENV = "FRT_STORE"
 REHASH_ENV = "FRT_STORE_REHASH"
@@ -215,7 +215,8 @@ def identity_of(expected: Expected, module_id: str) -> dict:
             "metadata": expected.metadata_sha256, "module": module_id}
 
 
-def _key(identity: dict) -> str:
+def entry_key(identity: dict) -> str:
+    """The store entry's name for ``identity``: the hex of its canonical digest."""
     return digest(identity).split(":", 1)[1]
 
 
@@ -329,7 +330,7 @@ class Store:
 
     def lookup(self, identity: dict) -> tuple[Entry | None, bool]:
         """(the committed entry for ``identity``, or None; whether a folder was there but doubtful)."""
-        key = _key(identity)
+        key = entry_key(identity)
         path = self.entry_path(key)
         try:
             with open(path / RECORD, "rb") as fh:
@@ -453,7 +454,7 @@ class Store:
     def commit(self, tmp: Path, identity: dict) -> Entry:
         """Make ``tmp`` read-only, write its record last, rename it into place; the winner's
         entry when another builder got there first."""
-        key = _key(identity)
+        key = entry_key(identity)
         vdir = tmp / VARIANT
         rels = sorted(set(identity["files"]) | {METADATA})
         try:
@@ -789,7 +790,7 @@ def admit(vdir: str | os.PathLike, expected: Expected, module_id: str, *, tree_r
     vdir = Path(vdir)
     tree = os.fspath(tree_root)
     identity = identity_of(expected, module_id)
-    key = _key(identity)
+    key = entry_key(identity)
     source = real_dir(vdir, real_dirs)
     entry, doubtful = store.lookup(identity)
     if entry is not None:
