@@ -3,16 +3,16 @@
 
 The script generated from ``[project.scripts]`` imports its function before calling it, so a
 Ctrl-C while ``frt_dist.cli.main`` (and what it imports) loads would end in a ``KeyboardInterrupt``
-traceback. This module imports only ``render`` (no command, no parser) at load time and imports
-the CLI inside the guard: an interrupt at start-up ends like one anywhere else, one line and exit 130.
+traceback. This module imports nothing at load time and imports the CLI inside the guard: an
+interrupt at start-up ends like one anywhere else, one line and exit 130 (``render.interrupted``).
 """
-
-from .render import interrupted
 
 
 def main() -> int:
     try:
         from .main import main as cli_main  # noqa: PLC0415
     except KeyboardInterrupt:
+        from .render import interrupted  # noqa: PLC0415
+
         return interrupted()
     return cli_main()
