@@ -18,7 +18,7 @@ text; then what ``Lockfile.read`` + ``resolve_all`` do, each phase timed apart:
   would cost instead (a lockfile format change, not made).
 
 Then (``--parts``) the lock-digest's own parts over the cut texts' bytes, 64K slices as
-``_lock_digest`` takes them, each timed alone: the control-character check (``translate``),
+``lock_digest_of`` takes them, each timed alone: the control-character check (``translate``),
 each of the three byte replacements, sha256 of the escaped bytes; and the escapings evaluated
 instead: ``json.encoder.encode_basestring`` on the text plus its UTF-8 encode (what the digest
 did before), and ``codecs.escape_encode`` with quotes swapped around it (ASCII only).
@@ -106,7 +106,7 @@ def main() -> int:
     work = Path(args.keep or tempfile.mkdtemp(prefix="frt-bench-phases-"))
     path = ensure_lock(args.cells, work) / "lockfiles" / f"{MODEL}.lock"
     hw = cli_hardware(args.cells)
-    real_digest = LF._lock_digest
+    real_digest = LF.lock_digest_of
     res: dict[str, list] = {}
     for _ in range(args.rounds):
         got = {}
@@ -127,13 +127,13 @@ def main() -> int:
             finally:
                 spent.append(time.perf_counter() - t)
 
-        LF._lock_digest = timed
+        LF.lock_digest_of = timed
         try:
             t0 = time.perf_counter()
             doc, texts, computed = LF.read_fast(raw)
             fast = time.perf_counter() - t0
         finally:
-            LF._lock_digest = real_digest
+            LF.lock_digest_of = real_digest
         got["digest"] = sum(spent)
         got["cut+decode"] = fast - got["digest"]
         t0 = time.perf_counter()

@@ -194,7 +194,7 @@ def warm_load(rounds: int = 15) -> dict:
 
 
 def digest_throughput(size_mb: int = 256, repeats: int = 5) -> dict:
-    from frt_dist.loader.integrity import file_digest
+    from frt_dist.distribution.integrity import file_digest
 
     tmp = Path(tempfile.mkdtemp(prefix="frt-bench-digest-"))
     p = tmp / "blob.bin"

@@ -152,8 +152,8 @@ def fresh_process_loads(tmp: Path, lock, mirror: Path, vdir: Path, rounds: int) 
 
 def hashing_throughput(tmp: Path, lock, vdir: Path, rounds: int) -> dict:
     """admit() into an empty store (hash + copy, one pass) vs parallel raw hashlib over the same files."""
+    from frt_dist.distribution.integrity import Expected
     from frt_dist.loader import store as st
-    from frt_dist.loader.integrity import Expected
 
     lv = lock.packages["t-org/scale"].variants["torch-cpu"]
     expected = Expected.from_locked(lv)

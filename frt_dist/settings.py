@@ -58,8 +58,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "boto3; boto3: always boto3", topic="distribution"),
     # the Hub
     _S("FRT_HUB_TIMEOUT", "30", "seconds a Hub request may take", topic="distribution"),
-    _S("FRT_SIGSTORE_TRUSTED_ROOT", None, "a Sigstore trusted_root.json to check publisher bundles against, "
-       "instead of the one sigstore ships", topic="provenance"),
+    _S("FRT_SIGSTORE_TRUSTED_ROOT", None, "a Sigstore trusted_root.json to check Sigstore bundles (publisher "
+       "and receipt signatures) against, instead of the one sigstore ships", topic="provenance"),
     # serving through vLLM
     _S("FRT_MODEL", None, "the model whose lock the vLLM plugin routes; unset, the plugin does nothing",
        topic="vllm"),
@@ -70,8 +70,6 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        topic="vllm"),
     _S("FRT_LEDGER_DIR", None, "where each vLLM engine process writes its ledger for /metrics (set by the plugin "
        "in the API server when unset)", topic="vllm"),
-    _S("FRT_QUALIFY_ROUTE", None, "internal: set by `frt qualify` for the engine it starts", topic="vllm"),
-    _S("FRT_QUALIFY_PHASES", None, "internal: set by `frt qualify` for the engine it starts", topic="vllm"),
     # the demo
     _S("FRT_DEMO_ROUNDS", "20", "timing rounds per route in `make demo`", topic="demo"),
     _S("FRT_DEMO_MAX_ROUNDS", None, "the most timing rounds `make demo` may take", topic="demo"),

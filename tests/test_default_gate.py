@@ -12,7 +12,7 @@ import pytest
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.documents.manifest import DEFAULT_MIN_SPEEDUP, Gate, route_gate
 from frt_dist.documents.receipt import CellKey, Receipt
-from frt_dist.qualify.run import speed_state
+from frt_dist.qualify.stats import speed_state
 from helpers.factories import CPU, TinyProject, manifest_doc, receipt_doc
 from helpers.gpu import needs_no_gpu
 

@@ -13,7 +13,7 @@ import pytest
 
 from frt_dist import loader
 from frt_dist.distribution.mirror import mirror_lock
-from frt_dist.lock.export_kernels import kernels_lock_json
+from frt_dist.export.kernels_lock import kernels_lock_json
 from helpers.factories import tiny_project
 
 SRC = str(Path(loader.__file__).parents[2])

@@ -109,13 +109,13 @@ def test_the_smoke_call_shape_takes_the_fast_path(lock, monkeypatch):
     checks are generated into the fast path, not left to the fallback."""
     plan = _load(lock)
     act, pick = plan.entry("act", "decode"), plan.entry("pick", "decode")
-    con = plan._contracts[("act", "decode")]
+    con = plan.contract("act", "decode")
 
     def boom(*a, **k):
         raise AssertionError("slow path taken by a good call")
 
     monkeypatch.setattr(con, "problems", boom)
-    monkeypatch.setattr(plan._contracts[("pick", "decode")], "problems", boom)
+    monkeypatch.setattr(plan.contract("pick", "decode"), "problems", boom)
     act(X, W, R)
     act(X.double(), W.double(), R.double())
     act(X, torch.nn.Parameter(W), R)
@@ -123,7 +123,7 @@ def test_the_smoke_call_shape_takes_the_fast_path(lock, monkeypatch):
     act(x=X, w=W, r=R)
     pick(X, IDX, S64)
     pick(X.double(), IDX, S64)
-    monkeypatch.setattr(plan._contracts[("norm", "decode")], "problems", boom)
+    monkeypatch.setattr(plan.contract("norm", "decode"), "problems", boom)
     plan.entry("norm", "decode")(X, W)
 
 
@@ -252,11 +252,11 @@ def test_every_miss_of_a_call_is_named_and_counted(lock):
 
 
 def test_fast_and_exact_checks_agree(lock):
-    """The generated fast path and ``_Contract.problems`` must say the same thing
+    """The generated fast path and ``Contract.problems`` must say the same thing
     about every call: a call passes the guard exactly when ``problems`` is empty."""
     plan = _load(lock)
     entry = plan.entry("act", "decode")
-    con = plan._contracts[("act", "decode")]
+    con = plan.contract("act", "decode")
     firsts = [X, X.double(), torch.randn(1, 8), torch.randn(16, 8), torch.randn(17, 8), torch.randn(4, 9),
               torch.randn(8, 4).t(), torch.randn(8), torch.empty(4, 8, device="meta")]
     seconds = [W, W.double(), W.half(), torch.randn(9), torch.randn(16)[::2], META, torch.nn.Parameter(W), 1.0]
@@ -277,7 +277,7 @@ def test_fast_and_exact_checks_agree(lock):
                     assert ok == want_ok, (x.shape, x.dtype, w, r.shape, r.dtype)
                 n += 1
     assert n == len(firsts) * len(seconds) * 3
-    pick, con = plan.entry("pick", "decode"), plan._contracts[("pick", "decode")]
+    pick, con = plan.entry("pick", "decode"), plan.contract("pick", "decode")
     for x in (X, X.double(), X.half()):
         for idx in (IDX, IDX.int(), torch.tensor([[0, 1, 2]])):
             for scale in (S64, S64.float(), torch.tensor(2.0, dtype=torch.float64)):
@@ -329,15 +329,15 @@ def test_the_manifest_refuses_a_contract_its_smoke_contradicts(tmp_path):
 
 def _guard(device: str, fn, host=None):
     """A guarded entry for the ``act`` contract on ``device``, built without a load (no smoke)."""
-    from frt_dist.serve.guard import _Contract, _kernel_entry
-    from frt_dist.serve.ledger import _Counts
+    from frt_dist.serve.guard import Contract, kernel_entry
+    from frt_dist.serve.ledger import Counts
 
     doc = _manifest()
     doc["seams"]["act"]["impls"]["add"]["contract"]["device"] = device
     m = Manifest.from_dict(doc, file="tiny.toml")
-    con = _Contract(m.impl("act", "add"), m.phases["decode"], fn)
-    st = _Counts("act", "decode")
-    return _kernel_entry(fn, st, con, host, host is not None), con, st
+    con = Contract(m.impl("act", "add"), m.phases["decode"], fn)
+    st = Counts("act", "decode")
+    return kernel_entry(fn, st, con, host, host is not None), con, st
 
 
 def test_off_the_cpu_every_input_is_on_the_contracts_device(monkeypatch):

@@ -322,7 +322,7 @@ def test_ledger_and_prometheus(tmp_path, monkeypatch):
     assert (f'frt_package_info{{model="tiny",repo="t-org/scale",revision="{rev}",variant="torch-cpu",source="path",'
             'pinned="true"} 1') in lines
     assert act["captures"] == 0 and act["notes"] == []
-    plan._counts[("act", "decode")].captures = 2  # what two calls during a CUDA graph capture leave (no GPU here)
+    plan.counts("act", "decode").captures = 2  # what two calls during a CUDA graph capture leave (no GPU here)
     act = plan.ledger()["seams"]["act"]
     assert act["captures"] == 2 and act["phases"]["decode"]["captures"] == 2
     assert act["notes"] == ["captured in CUDA graphs: 2 call(s) of the decode band were captured into CUDA graphs; "
@@ -375,14 +375,14 @@ def forbid_measurement(monkeypatch):
 
     class Blocker:
         def find_spec(self, name, path=None, target=None):
-            if name.startswith(("frt_dist.qualify.run", "frt_dist.bench")):
+            if name.startswith(("frt_dist.qualify", "frt_dist.bench")):
                 seen.append(("import", name))
                 raise ImportError(f"{name} imported on the serving path")
             return None
 
     blocker = Blocker()
     sys.meta_path.insert(0, blocker)
-    for mod in [m for m in sys.modules if m.startswith(("frt_dist.qualify.run", "frt_dist.bench"))]:
+    for mod in [m for m in sys.modules if m.startswith(("frt_dist.qualify", "frt_dist.bench"))]:
         monkeypatch.delitem(sys.modules, mod)
     yield seen
     sys.meta_path.remove(blocker)

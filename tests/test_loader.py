@@ -466,7 +466,7 @@ def test_with_a_mirror_or_offline_no_connection_is_attempted(hub, tmp_path, monk
 @pytest.mark.subprocess
 def test_importing_frt_modules_imports_neither_torch_nor_kernels():
     code = ("import sys, frt_dist, frt_dist.loader, frt_dist.serve.load, frt_dist.distribution.mirror, frt_dist.loader.smoke, "
-            "frt_dist.loader.integrity; frt_dist.hub_kernel; frt_dist.load; "
+            "frt_dist.distribution.integrity; frt_dist.hub_kernel; frt_dist.load; "
             "print(sorted(m for m in ('torch', 'kernels', 'huggingface_hub') if m in sys.modules))")
     env = dict(os.environ, PYTHONPATH=str(Path(loader.__file__).parents[2]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
@@ -477,7 +477,7 @@ def test_importing_frt_modules_imports_neither_torch_nor_kernels():
 def test_symlink_targets_are_resolved_exactly_as_realpath_does(tmp_path, monkeypatch):
     """The integrity check resolves hub-cache style links from cached real directories;
     every other link shape must land exactly where ``os.path.realpath`` says."""
-    from frt_dist.loader.integrity import _link_target, real_dir
+    from frt_dist.distribution.integrity import link_target, real_dir
 
     t = tmp_path
     (t / "a" / "b" / "c").mkdir(parents=True)
@@ -497,8 +497,8 @@ def test_symlink_targets_are_resolved_exactly_as_realpath_does(tmp_path, monkeyp
         cache: dict = {}
         for name in links:
             p = str(base / name)
-            assert _link_target(p, cache) == os.path.realpath(p), name
-            assert _link_target(p, shared) == os.path.realpath(p), name
+            assert link_target(p, cache) == os.path.realpath(p), name
+            assert link_target(p, shared) == os.path.realpath(p), name
     for d in (t / "root-link" / "b", t / "a" / "bl", t / "root-link" / "bl", t / "nowhere" / "x", t / "a" / "b" / ".." / "bl"):
         assert real_dir(d, shared) == real_dir(d, {}) == os.path.realpath(d), d
     monkeypatch.chdir(t)  # a relative path resolves from the working directory

@@ -57,7 +57,7 @@ def test_the_digest_from_the_bytes_is_the_canonical_digest(monkeypatch, chunk):
                 "receipts": _text(rnd, rnd.randint(0, 120), alphabet), "model": "é"}
         raw = {k: memoryview(body[k].encode("utf-8")) for k in ("index", "receipts")}
         plain = not any(c in body["index"] + body["receipts"] for c in "\t\x01\r\x7f\x1f")
-        got = LF._lock_digest(body, literal={"index", "receipts"}, _raw=raw)
+        got = LF.lock_digest_of(body, literal={"index", "receipts"}, _raw=raw)
         assert got == (digest(body) if plain else None)
 
 

@@ -325,7 +325,7 @@ def test_a_run_starts_even_when_another_run_removes_a_folder_it_is_making_a_fold
 
     monkeypatch.setattr(SafeDir, "child", child)
     root = SafeDir.root(tmp_path / "m", create=True)
-    run = M._Run(root)
+    run = M.RunClaim(root)
     try:
         assert raced == [RUNS if removed == LOCKS else run.id]
         assert (tmp_path / "m" / LOCKS / RUNS / f"{run.id}.lock").is_file()

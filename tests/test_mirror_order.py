@@ -66,21 +66,21 @@ def test_a_run_stopped_before_its_last_entry_leaves_no_ref(proj, tmp_path, monke
     are kept and the next run completes it."""
     _, lock = proj
     mirror = tmp_path / "mirror"
-    real_link = mirror_mod._Mirror.link
+    real_link = mirror_mod.MirrorRun.link
 
     def link(self, pkg, item, blob, folder, blobs):
         if pkg.repo == "t-org/scale" and item.rel == "scale/__init__.py":
             raise KeyboardInterrupt
         return real_link(self, pkg, item, blob, folder, blobs)
 
-    monkeypatch.setattr(mirror_mod._Mirror, "link", link)
+    monkeypatch.setattr(mirror_mod.MirrorRun, "link", link)
     with pytest.raises(KeyboardInterrupt):
         mirror_lock(lock, mirror, variants=["torch-cpu"])
     assert not (mirror / repo_folder("t-org/scale") / "refs").exists()
     assert _refs_point_at_complete_snapshots(lock, mirror) == []
     assert len(list((mirror / repo_folder("t-org/scale") / "blobs").iterdir())) == 2  # kept for the next run
     assert not (mirror / TMP).exists()
-    monkeypatch.setattr(mirror_mod._Mirror, "link", real_link)
+    monkeypatch.setattr(mirror_mod.MirrorRun, "link", real_link)
     again = mirror_lock(lock, mirror, variants=["torch-cpu"])
     assert (again.fetched, again.present) == (0, 4)
     assert verify_mirror(lock, mirror, variants=["torch-cpu"]) == []

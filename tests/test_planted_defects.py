@@ -122,7 +122,8 @@ def test_verify_refuses_a_signature_by_a_key_the_lock_pins_but_the_policy_does_n
 ])
 def test_a_publisher_workflow_is_matched_as_a_whole_name_never_a_prefix(signed_by, ok):
     """Defect: the workflow matched as a bare prefix (``release.yml`` accepting ``release.yml-evil``)."""
-    from frt_dist.provenance.publisher import SignerFacts, SignerPolicy, signer_problems
+    from frt_dist.documents.publisher_policy import SignerPolicy
+    from frt_dist.provenance.publisher import SignerFacts, signer_problems
 
     repo = "https://github.com/org/kernels"
     policy = SignerPolicy(repo, (f"{repo}/.github/workflows/release.yml",))
@@ -148,7 +149,7 @@ def _clock(host_times, route_times):
 def test_the_recorded_speedup_median_is_the_median_not_the_mean():
     """Defect: the mean of the per-round speedups recorded as ``speedup-median``. The ratios here
     are skewed (one round 10x) so that the two differ."""
-    from frt_dist.qualify.run import _timing
+    from frt_dist.qualify.timing import paired_timing as _timing
 
     host = [1.0] * 7 + [10.0]
     route = [1.0, 0.8, 0.9, 1.0, 0.5, 0.8, 1.0, 1.0]
@@ -164,7 +165,8 @@ def test_certified_fast_under_a_gate_below_1_needs_the_interval_to_clear_1():
     """Defect: ``certified_fast`` decided on the interval's low end clearing a gate below 1 alone:
     a route whose speedup may be 0.95x (the interval's low end) is not certified as fast, whatever
     the gate; qualify's decision and the lock's rule agree."""
-    from frt_dist.qualify.run import _ci_decision, speed_state
+    from frt_dist.qualify.stats import ci_decision as _ci_decision
+    from frt_dist.qualify.stats import speed_state
 
     ci = {"level": 0.95, "low": 0.95, "high": 1.4, "method": "sign-test-median", "ranks": [2, 9], "coverage": 0.96}
     timing = {"rounds": 10, "speedup-median": 1.2, "speedup-ci": ci, "host-median-ms": 1.2, "route-median-ms": 1.0}

@@ -37,9 +37,10 @@ import tomli_w
 
 from frt_dist.base.canonical import digest
 from frt_dist.documents.lockfile import Lockfile
+from frt_dist.documents.publisher_policy import KERNELS_COMMUNITY, SignerPolicy
 from frt_dist.errors import UsageError
-from frt_dist.provenance import publisher
-from frt_dist.provenance.publisher import KERNELS_COMMUNITY, SignatureRefused, SignerPolicy, verify_bundle
+from frt_dist.provenance import sigstore_root
+from frt_dist.provenance.publisher import SignatureRefused, verify_bundle
 from helpers.factories import NORM_SRC, SCALE_SRC, NetworkTripwire, manifest_doc, tiny_project
 from helpers.frt import frt_main as _run
 
@@ -60,7 +61,7 @@ def _bundle() -> bytes:
 
 def test_the_production_signed_wheel_verifies_offline_and_matches_its_workflow_policy(monkeypatch):
     trip = NetworkTripwire(monkeypatch)
-    publisher._verifier.cache_clear()
+    sigstore_root._verifier.cache_clear()
     facts = verify_bundle(WHEEL.read_bytes(), _bundle(), TRAILOFBITS, what="the wheel")
     assert (facts.identity, facts.issuer, facts.repository, facts.build_signer) == (SAN, ISSUER, REPO, SAN)
     assert verify_bundle(WHEEL.read_bytes(), _bundle(), SignerPolicy(REPO, (SAN,))) == facts  # exact ref
@@ -109,6 +110,37 @@ def test_not_a_bundle_and_an_unreadable_trusted_root_are_named(tmp_path, monkeyp
     monkeypatch.setenv("FRT_SIGSTORE_TRUSTED_ROOT", str(tmp_path / "missing.json"))
     with pytest.raises(UsageError, match=r"missing.json: the Sigstore trusted root cannot be read"):
         verify_bundle(WHEEL.read_bytes(), _bundle(), None)
+
+
+def test_receipt_bundles_are_checked_under_the_same_trusted_root(tmp_path, monkeypatch):
+    """One pinned root for every Sigstore check: FRT_SIGSTORE_TRUSTED_ROOT governs a receipt's
+    bundle as it governs a publisher's (frt_dist.provenance.sigstore_root)."""
+    import hashlib
+
+    from frt_dist.provenance import signing
+
+    monkeypatch.setenv("FRT_SIGSTORE_TRUSTED_ROOT", str(tmp_path / "missing.json"))
+    with pytest.raises(UsageError, match=r"missing.json: the Sigstore trusted root cannot be read"):
+        signing.check_bundle(json.loads(_bundle()), hashlib.sha256(WHEEL.read_bytes()).hexdigest(), [])
+
+
+def test_a_missing_sigstore_is_one_error_for_publisher_and_receipt_signatures(monkeypatch):
+    import sys
+
+    from frt_dist.errors import SigningUnavailable
+    from frt_dist.provenance import signing
+
+    monkeypatch.setitem(sys.modules, "sigstore", None)  # as if the provenance extra were not installed
+    with pytest.raises(SigningUnavailable) as pub:
+        verify_bundle(WHEEL.read_bytes(), _bundle(), None)
+    with pytest.raises(SigningUnavailable) as rec:
+        signing.check_bundle(json.loads(_bundle()), "00" * 32, [])
+    assert str(pub.value) == ("checking a publisher signature (metadata.json.sigstore) needs the 'sigstore' package, "
+                              "which is not installed")
+    assert str(rec.value) == "checking a Sigstore signature needs the 'sigstore' package, which is not installed"
+    assert pub.value.exit_code == rec.value.exit_code == 2
+    assert pub.value.hints[0] == rec.value.hints[0] == "pip install 'frt-dist[provenance]'"
+    assert 'signature = "off"' in pub.value.hints[1]
 
 
 def test_the_kernels_community_default_is_kernels_own_default_policy():
@@ -238,7 +270,7 @@ def signed(tmp_path, monkeypatch):
     signature over its metadata.json, under a package policy naming trailofbits' workflow."""
     tp, repo = _project(tmp_path, scale={"signer": {"repository": REPO, "workflows": [WORKFLOW]}}, bundle=_bundle())
     meta = (tp.root / "packages/scale/build/torch-cpu/metadata.json").read_bytes()
-    monkeypatch.setattr(publisher, "_verifier", lambda path: _SigstoreStandIn({meta}))
+    monkeypatch.setattr(sigstore_root, "verifier", lambda root=None: _SigstoreStandIn({meta}))
     return tp
 
 
@@ -296,7 +328,7 @@ def test_verify_mirror_verifies_each_mirrored_bundle_again(signed, tmp_path, mon
     rc, out, _ = _run(["verify", "--project", str(signed.root), "--mirror", str(mirror), "--all-variants", "--json"])
     assert rc == 0, out
     # the same bytes, but the verifier now says no (as a changed trusted root would)
-    monkeypatch.setattr(publisher, "_verifier", lambda path: _SigstoreStandIn(set()))
+    monkeypatch.setattr(sigstore_root, "verifier", lambda root=None: _SigstoreStandIn(set()))
     rc, out, _ = _run(["verify", "--project", str(signed.root), "--mirror", str(mirror), "--all-variants", "--json"])
     problems = json.loads(out)["problems"]
     assert rc == 1 and [p["kind"] for p in problems] == ["signature"], problems
@@ -392,7 +424,7 @@ def test_a_signed_hub_variant_is_locked_mirrored_and_verified(sig_hub, monkeypat
     m = tomllib.loads((tp.root / "manifests/tiny.toml").read_text())
     m["trust"] = {"publishers": {"kernels-community": {"signer": {"repository": REPO, "workflows": [WORKFLOW]}}}}
     (tp.root / "manifests/tiny.toml").write_text(tomli_w.dumps(m))
-    monkeypatch.setattr(publisher, "_verifier", lambda path: _SigstoreStandIn({files["build/torch-cpu/metadata.json"]}))
+    monkeypatch.setattr(sigstore_root, "verifier", lambda root=None: _SigstoreStandIn({files["build/torch-cpu/metadata.json"]}))
     _lock_in_process(tp)
     sig = Lockfile.read(tp.lock_path).packages[KC].variants["torch-cpu"].signature
     assert (sig["identity"], sig["policy"]) == (SAN, "organisation")

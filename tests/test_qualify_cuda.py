@@ -12,7 +12,8 @@ import pytest
 from frt_dist.documents.lockfile import Lockfile
 from frt_dist.documents.receipt import Receipt
 from frt_dist.errors import ReceiptInvalid, UsageError
-from frt_dist.qualify import run as q
+from frt_dist.qualify import timing as q
+from frt_dist.qualify.run import qualify
 from frt_dist.system import detect as det
 from helpers.factories import CPU, TinyProject, receipt_doc
 
@@ -41,7 +42,7 @@ def test_timing_warms_up_then_alternates():
         seen.append(block)
         return {"H": 2.0, "R": 1.0}[block]
 
-    t = q._timing("H", "R", {1: "x1", 16: "x16"}, rounds=4, warmup=2, measure=measure)
+    t = q.paired_timing("H", "R", {1: "x1", 16: "x16"}, rounds=4, warmup=2, measure=measure)
     assert seen == ["H", "R", "H", "R"] + ["H", "R", "R", "H", "H", "R", "R", "H"]
     assert t["speedup-median"] == 2.0 and t["host-median-ms"] == 2000.0 and t["rows"] == [1, 16]
 
@@ -102,7 +103,7 @@ def test_cuda_timing_records_gpu_clocks_and_method(monkeypatch):
     log = []
     torch = SimpleNamespace(cuda=RecordingCuda(log, ms=2.0))
     x = SimpleNamespace(device=SimpleNamespace(type="cuda"))
-    t = q._device_timing(torch, lambda x: None, lambda x: None, {1: x}, clock="cuda-events", l2_flush=False,
+    t = q.device_timing(torch, lambda x: None, lambda x: None, {1: x}, clock="cuda-events", l2_flush=False,
                          rounds=2, warmup=1)
     assert t["clock"] == "cuda-events" and t["l2-flush"] is False and t["method"] == "paired-alternating"
     assert t["device"] == {"name": "NVIDIA H200", "driver": "580.159.03", "cuda-driver": "13.0",
@@ -119,7 +120,7 @@ def test_cpu_qualify_records_the_wall_clock(qproject):
 
 
 def qualify_cpu(project):
-    [res] = q.qualify(_lock(project), "fastscale", hardware=CPU)
+    [res] = qualify(_lock(project), "fastscale", hardware=CPU)
     assert res.passed, res.failures
     return res
 

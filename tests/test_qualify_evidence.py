@@ -15,7 +15,7 @@ import torch
 
 from frt_dist.documents.manifest import Manifest
 from frt_dist.documents.receipt import Receipt
-from frt_dist.qualify import run as q
+from frt_dist.qualify import parity, stats, timing
 from helpers.paths import BUNDLED
 
 MANIFEST = Manifest.read(BUNDLED / "manifests" / "demo-decoder.toml", label="manifests/demo-decoder.toml")
@@ -37,7 +37,7 @@ def binomial_half_pmf(n: int) -> np.ndarray:
 
 @pytest.mark.parametrize("n", range(1, 81))
 def test_the_interval_ranks_are_the_tightest_with_95_percent_coverage(n):
-    ci = q.median_ci(list(range(n)))
+    ci = stats.median_ci(list(range(n)))
     cdf = np.cumsum(binomial_half_pmf(n))
 
     def coverage(k):  # [x_(k), x_(n+1-k)] misses the median when fewer than k values lie on one side
@@ -62,11 +62,11 @@ def test_the_interval_covers_the_true_median_of_a_known_distribution(n):
     hits = 0
     trials = 2000
     for _ in range(trials):
-        ci = q.median_ci(list(rng.lognormal(0.05, 0.3, size=n)))
+        ci = stats.median_ci(list(rng.lognormal(0.05, 0.3, size=n)))
         hits += ci["low"] <= true_median <= ci["high"]
     sigma = math.sqrt(0.95 * 0.05 / trials)
     assert hits / trials >= 0.95 - 3 * sigma
-    exact = q.median_ci(list(range(n)))["coverage"]
+    exact = stats.median_ci(list(range(n)))["coverage"]
     assert abs(hits / trials - exact) <= 4 * math.sqrt(exact * (1 - exact) / trials)
 
 
@@ -86,7 +86,7 @@ def scripted(ratios):
 
 
 def timing_of(ratios, *, rounds=10, max_rounds=40, gate=GATE, warmup=0):
-    return q._timing("H", "R", {1: None}, rounds=rounds, warmup=warmup, measure=scripted(ratios), gate=gate,
+    return timing.paired_timing("H", "R", {1: None}, rounds=rounds, warmup=warmup, measure=scripted(ratios), gate=gate,
                      max_rounds=max_rounds)
 
 
@@ -94,13 +94,13 @@ def test_a_clear_win_is_decided_at_the_initial_rounds_and_certified():
     t = timing_of([1.5 + 0.01 * i for i in range(40)])
     assert t["rounds"] == 10 and t["adaptive"] == {"initial-rounds": 10, "max-rounds": 40, "stopped": "decided"}
     assert t["speedup-ci"]["low"] == 1.51 and t["speedup-ci"]["ranks"] == [2, 9]
-    assert q.speed_state(t, GATE) == ("certified_fast", None)
+    assert stats.speed_state(t, GATE) == ("certified_fast", None)
 
 
 def test_a_clear_loss_is_decided_at_the_initial_rounds():
     t = timing_of([0.8 + 0.01 * i for i in range(40)])
     assert t["rounds"] == 10 and t["adaptive"]["stopped"] == "decided"
-    assert q.speed_state(t, GATE)[0] == "supported_correct"
+    assert stats.speed_state(t, GATE)[0] == "supported_correct"
 
 
 def test_the_issue_flip_is_cannot_tell_after_adding_rounds_up_to_the_cap():
@@ -113,7 +113,7 @@ def test_the_issue_flip_is_cannot_tell_after_adding_rounds_up_to_the_cap():
     assert first >= GATE  # what the old rule certified
     t = timing_of(ratios)
     assert t["rounds"] == 40 and t["adaptive"]["stopped"] == "max-rounds"
-    state, why = q.speed_state(t, GATE)
+    state, why = stats.speed_state(t, GATE)
     assert state == "supported_correct" and "does not clear the gate 1.05: cannot tell" in why
 
 
@@ -121,23 +121,23 @@ def test_a_narrow_interval_at_the_gate_stops_early_undecided():
     ratios = [1.05 + 0.001 * ((-1) ** i) * (i % 5) for i in range(40)]
     t = timing_of(ratios)
     assert t["adaptive"]["stopped"] == "narrow" and t["rounds"] < 40
-    assert q.speed_state(t, GATE)[0] == "supported_correct"
+    assert stats.speed_state(t, GATE)[0] == "supported_correct"
 
 
 def test_without_a_gate_timing_is_the_fixed_rounds():
-    t = q._timing("H", "R", {1: None}, rounds=4, warmup=0, measure=scripted([2.0] * 4))
+    t = timing.paired_timing("H", "R", {1: None}, rounds=4, warmup=0, measure=scripted([2.0] * 4))
     assert t["rounds"] == 4 and "adaptive" not in t and "speedup-ci" not in t  # under 6 rounds: no interval
 
 
 @pytest.mark.parametrize("seed", range(60))
 def test_whatever_qualify_decides_the_receipt_rules_accept(seed):
-    """The state speed_state gives and the figures _timing records always pass the evidence rules
+    """The state speed_state gives and the figures paired_timing records always pass the evidence rules
     frt lock applies (so qualify never writes a receipt lock rejects), on random noisy rounds."""
     rng = np.random.default_rng(seed)
     centre = rng.uniform(0.8, 1.4)
     ratios = list(centre * rng.lognormal(0, rng.uniform(0.01, 0.4), size=60))
     t = timing_of(ratios, rounds=int(rng.integers(6, 20)), max_rounds=60)
-    state, _ = q.speed_state(t, GATE)
+    state, _ = stats.speed_state(t, GATE)
     d = copy.deepcopy(CERTIFIED)
     d["state"] = state
     d["evidence"]["timing"] = {**t, "clock": "perf-counter"}
@@ -168,7 +168,7 @@ def _cases():
 @pytest.mark.parametrize("a, b", _cases())
 def test_parity_pass_is_allclose_and_the_margin_is_its_worst_element(a, b):
     tol = {"abs": 1e-4, "rel": 1e-3}
-    par = q._parity(torch, {1: torch.from_numpy(a)}, {1: torch.from_numpy(b)}, tol)
+    par = parity.output_parity(torch, {1: torch.from_numpy(a)}, {1: torch.from_numpy(b)}, tol)
     assert par["pass"] == bool(np.allclose(a, b, rtol=tol["rel"], atol=tol["abs"]))
     assert par["pass"] == torch.allclose(torch.from_numpy(a), torch.from_numpy(b), rtol=tol["rel"], atol=tol["abs"])
     margins = np.abs(a - b) - (tol["abs"] + tol["rel"] * np.abs(b))
@@ -186,7 +186,7 @@ def test_parity_pass_is_allclose_and_the_margin_is_its_worst_element(a, b):
 def test_the_mixed_case_passes_and_the_old_reading_would_refuse_it():
     a, b = _cases()[-1]
     tol = {"abs": 1e-4, "rel": 1e-3}
-    par = q._parity(torch, {1: torch.from_numpy(a)}, {1: torch.from_numpy(b)}, tol)
+    par = parity.output_parity(torch, {1: torch.from_numpy(a)}, {1: torch.from_numpy(b)}, tol)
     assert par["pass"] and par["max-abs"] > tol["abs"] and par["max-rel"] > tol["rel"]
     d = copy.deepcopy(CERTIFIED)
     d["evidence"]["parity"] = par
@@ -200,7 +200,7 @@ def test_the_mixed_case_passes_and_the_old_reading_would_refuse_it():
 def test_float32_outputs_are_judged_on_their_exact_values():
     b = torch.tensor([[1.0, -2.0, 1e-6]], dtype=torch.float32)
     a = b + torch.tensor([[1.1e-3, -1e-4, 0.0]], dtype=torch.float32)
-    par = q._parity(torch, {1: a}, {1: b}, {"abs": 1e-4, "rel": 1e-3})
+    par = parity.output_parity(torch, {1: a}, {1: b}, {"abs": 1e-4, "rel": 1e-3})
     a64, b64 = a.double().numpy(), b.double().numpy()
     assert par["pass"] == bool(np.allclose(a64, b64, rtol=1e-3, atol=1e-4))
     assert par["worst-margin"] == (np.abs(a64 - b64) - (1e-4 + 1e-3 * np.abs(b64))).max()
@@ -209,6 +209,6 @@ def test_float32_outputs_are_judged_on_their_exact_values():
 def test_non_finite_or_misshapen_output_fails_parity():
     b = torch.zeros(2, 3, dtype=torch.float64)
     tol = {"abs": 1e-4, "rel": 1e-3}
-    assert not q._parity(torch, {1: b + float("nan")}, {1: b}, tol)["pass"]
-    assert not q._parity(torch, {1: torch.zeros(3, 2, dtype=torch.float64)}, {1: b}, tol)["pass"]
-    assert not q._parity(torch, {1: b}, {1: b + float("nan")}, tol)["pass"]  # a NaN host: no margin <= 0
+    assert not parity.output_parity(torch, {1: b + float("nan")}, {1: b}, tol)["pass"]
+    assert not parity.output_parity(torch, {1: torch.zeros(3, 2, dtype=torch.float64)}, {1: b}, tol)["pass"]
+    assert not parity.output_parity(torch, {1: b}, {1: b + float("nan")}, tol)["pass"]  # a NaN host: no margin <= 0

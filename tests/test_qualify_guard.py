@@ -194,7 +194,7 @@ def test_both_sides_of_the_timing_run_on_one_block_with_its_seams_switched(qproj
     from test_qualify import _lock
 
     seen = []
-    real_timing = q._device_timing
+    real_timing = q.device_timing
 
     def spy(torch, host, route, inputs, **kw):
         x = next(iter(inputs.values()))
@@ -208,7 +208,7 @@ def test_both_sides_of_the_timing_run_on_one_block_with_its_seams_switched(qproj
         seen.append(calls)
         return real_timing(torch, host, route, inputs, **kw)
 
-    monkeypatch.setattr(q, "_device_timing", spy)
+    monkeypatch.setattr(q, "device_timing", spy)
     [res] = q.qualify(_lock(qproject), "fastscale", root=qproject)
     assert res.passed, res.failures
     [[(host_block, host_fn), (route_block, route_fn)]] = seen

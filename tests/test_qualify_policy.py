@@ -24,7 +24,7 @@ from frt_dist.documents.receipt import superseded_path
 from frt_dist.errors import UsageError
 from frt_dist.lock.build import lock_model
 from frt_dist.provenance import signing
-from frt_dist.qualify.run import check_signing_policy, keep_previous, write_receipt
+from frt_dist.qualify.receipts import check_signing_policy, keep_previous, write_receipt
 from helpers.factories import receipt_doc, tiny_project
 from helpers.frt import frt_process
 from helpers.gpu import needs_no_gpu

@@ -700,7 +700,9 @@ def test_lock_judges_a_sigstore_bundle_beside_a_receipt_under_an_identity_policy
 
 
 def test_trusted_root_is_the_file_the_sigstore_wheel_ships():
-    root = signing.trusted_root_path()
+    from frt_dist.provenance.sigstore_root import trusted_root_path
+
+    root = trusted_root_path()
     assert root.name == "trusted_root.json" and "tuf-repo-cdn.sigstore.dev" in str(root)
     assert "sigstage" not in str(root)
 
@@ -826,7 +828,7 @@ def test_verify_accepts_a_bundle_by_its_recorded_identity_and_refuses_another(tm
 @pytest.mark.subprocess
 def test_the_sbom_of_a_signed_lock_names_each_receipt_signer(tmp_path):
     """Issue 19 item 5 meets items 1-2: `frt lock --export cyclonedx` on a lock made under a
-    policy carries each receipt's signer and signature kind (frt_dist.provenance.sbom reads Lockfile.signatures)."""
+    policy carries each receipt's signer and signature kind (frt_dist.export.sbom reads Lockfile.signatures)."""
     pytest.importorskip("cyclonedx")
     p, _, pub = _locked(tmp_path)
     r = frt_process(["lock", "--export", "cyclonedx", "--model", "tiny"], cwd=p.root)

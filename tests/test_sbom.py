@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from frt_dist.provenance import publisher
+from frt_dist.provenance import sigstore_root
 from helpers.factories import NORM_SRC, hub_manifest, tiny_project
 from helpers.frt import frt_main as _run
 
@@ -45,7 +45,7 @@ def project(monkeypatch, tmp_path):
     tp.hub = HubClient(endpoint=server.url)
     vdir = tp.root / "packages/norm/build/torch-cpu"
     (vdir / "metadata.json.sigstore").write_bytes(BUNDLE.read_bytes())
-    monkeypatch.setattr(publisher, "_verifier", lambda path: _SigstoreStandIn({(vdir / "metadata.json").read_bytes()}))
+    monkeypatch.setattr(sigstore_root, "verifier", lambda root=None: _SigstoreStandIn({(vdir / "metadata.json").read_bytes()}))
     tp.lock(receipts=[("fast", "decode"), ("solo", "decode", "supported_correct"), ("fast", "prefill")])
     yield tp
     server.stop()
@@ -160,7 +160,7 @@ def test_several_models_need_model_and_a_missing_library_is_named(tmp_path, monk
 def test_a_receipt_signer_the_lock_records_is_in_the_sbom(tmp_path):
     """A lock made under a [trust.receipts] policy records each accepted receipt's signer
     (``Lockfile.signatures``); the SBOM carries it beside the receipt."""
-    from frt_dist.provenance.sbom import cyclonedx_json
+    from frt_dist.export.sbom import cyclonedx_json
 
     tp = tiny_project(tmp_path)
     lock = tp.lock(receipts=[("fast", "decode")])
@@ -181,7 +181,7 @@ def test_a_key_signed_receipt_names_the_key_file_the_lock_pins_and_validates(tmp
     from cyclonedx.validation.json import JsonStrictValidator
 
     from frt_dist.documents.lockfile import Lockfile
-    from frt_dist.provenance.sbom import cyclonedx_json
+    from frt_dist.export.sbom import cyclonedx_json
 
     from test_receipt_signing import _locked
 
@@ -222,7 +222,7 @@ def test_a_licence_is_taken_only_from_the_metadata_json_the_lock_pins(tmp_path):
     """``metadata.json`` edited after the lock (its sha256 no longer the locked one) gives no licence:
     the SBOM states only what the lock vouches for."""
     from frt_dist.documents.lockfile import Lockfile
-    from frt_dist.provenance.sbom import package_licences
+    from frt_dist.export.sbom import package_licences
 
     tp = tiny_project(tmp_path)
     tp.lock()

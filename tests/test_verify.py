@@ -291,7 +291,7 @@ def test_a_route_digest_changed_in_the_routes_table(demo):
     e.save()
     rc, doc, _ = run_verify(demo)
     assert rc == 1
-    p = problem(doc, "field", "routes.\"split\"")
+    p = problem(doc, "field", "routes.split")
     assert "3333" in p["recorded"] and "sha256:d5f715f0" in p["derived"]
 
 
@@ -782,12 +782,12 @@ def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, 
 @pytest.mark.subprocess
 def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp_path):
     """Issue 21 item 10(a): the mirror check hashes metadata.json against the lock's
-    metadata-sha256 (loader/integrity.py), not only the files the metadata declares: a
+    metadata-sha256 (distribution/integrity.py), not only the files the metadata declares: a
     metadata.json rewritten in the mirror (valid, same id and digests, another license) fails
     `frt verify --mirror`, named with both digests, as the loader refuses it."""
     from frt_dist import loader
+    from frt_dist.distribution.integrity import Expected, check_variant_dir
     from frt_dist.errors import KernelUnavailable
-    from frt_dist.loader.integrity import Expected, check_variant_dir
 
     server, commit = start_hub(monkeypatch, tmp_path, trusted=True)
     try:

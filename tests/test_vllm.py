@@ -303,7 +303,8 @@ def test_qualify_measures_the_route_as_the_manifest_defines_it_now(tiny, work):
     mpath = proj / "manifests" / "tiny-qwen2.toml"
     before = Manifest.read(mpath).routes["eager"].digest
     frt = str(Path(sys.executable).with_name("frt"))
-    env = {k: v for k, v in vs.engine_env(proj).items() if k != "FRT_MODEL"}
+    # no FRT_ setting at all: qualification hands the plugin its model, route, bands and project as arguments
+    env = {k: v for k, v in vs.engine_env(proj).items() if not k.startswith("FRT_")}
     qualify = [frt, "qualify", "--model", "tiny-qwen2", "--route", "eager", "--phase", "decode"]
     # the engine binds the edited route: a contract width the model does not have makes every call a contract
     # miss (a fallback, under qualification), where the locked route (width 128) would have passed

@@ -102,3 +102,19 @@ def test_plugin_refuses_a_binding_that_is_not_vllm(monkeypatch):
     monkeypatch.setenv("FRT_PROJECT", str(ROOT))
     with pytest.raises(UsageError, match=r"host is 'torch'; the vLLM plugin serves a vLLM binding"):
         Engine.from_env("demo-decoder")
+
+
+def test_the_vllm_router_checks_a_layer_input_by_the_guards_contract_rule():
+    """One contract rule (serve.guard.TensorRule): the router's Band refuses what the guard refuses, with the
+    guard's reasons, and its per-call fast path agrees with them."""
+    import torch
+
+    from frt_dist.serve.vllm.plugin import Band
+
+    band = Band("decode", 1, 16, layer=object(), counts=None,
+                contract={"device": "cpu", "dtypes": ["float32"], "width": 8, "layout": "contiguous"})
+    assert band.fits(torch.randn(4, 8)) and band.problems(torch.randn(4, 8)) == []
+    x = torch.randn(9, 4).t().half()  # [4, 9]: float16, not contiguous, width 9
+    assert not band.fits(x)
+    assert band.problems(x) == [("dtype", "input 1: dtype float16 not in [float32]"),
+                                ("layout", "input 1: not contiguous"), ("width", "input 1: width 9 not 8")]

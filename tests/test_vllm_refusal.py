@@ -54,7 +54,7 @@ def engine_env(monkeypatch, tmp_path):
 
 
 def test_release_receipt_without_policy_names_release_trust(engine_env):
-    from frt_dist.release.record import NO_POLICY
+    from frt_dist.documents.lock_release import NO_POLICY
 
     why = f"no receipt for this cell: 1 rejected at lock time (release/{MODEL}/r.json: {NO_POLICY})"
     exc = RouteRefused("no qualified route", reasons=[
@@ -71,7 +71,7 @@ def test_release_rejection_read_from_the_lock(engine_env):
     """With the engine's lock at hand, the rejection is the lock's own record, not a match of words."""
     from types import SimpleNamespace
 
-    from frt_dist.release.record import NO_POLICY
+    from frt_dist.documents.lock_release import NO_POLICY
 
     exc = RouteRefused("no qualified route", reasons=[
         {"phase": "decode", "route": "eager", "reason": "no receipt for this cell: 1 rejected at lock time (...)",

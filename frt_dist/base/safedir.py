@@ -22,6 +22,8 @@ import os
 import stat
 import uuid
 
+from .regular import NotRegular, file_kind
+
 __all__ = ["SafeDir", "UnsafePath", "WriteError", "DirLock"]
 
 _SUPPORTED = (hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY")
@@ -226,8 +228,6 @@ class SafeDir:
             if stat.S_ISLNK(st.st_mode):
                 raise UnsafePath(self._join(name), "is a symbolic link; frt writes nothing through it")
             if not stat.S_ISREG(st.st_mode):
-                from ..documents.schema import NotRegular, file_kind  # noqa: PLC0415
-
                 raise NotRegular(self._join(name), file_kind(st.st_mode))
             if st.st_size == len(data) and self.read_bytes(name, limit=len(data) + 1) == data:
                 return False

@@ -53,7 +53,7 @@ def _locks(args, project, models):
 
 def _export_kernels(args) -> int:
     """The pins of the lockfiles in force, in `kernels`' format."""
-    from ..lock.export_kernels import kernels_lock_json  # noqa: PLC0415
+    from ..export.kernels_lock import kernels_lock_json  # noqa: PLC0415
 
     project = find_project(args)
     models = [args.model] if args.model is not None else project.models()
@@ -68,7 +68,7 @@ def _export_kernels(args) -> int:
 
 def _export_sbom(args) -> int:
     """One model's lockfile as a CycloneDX 1.6 JSON SBOM."""
-    from ..provenance.sbom import cyclonedx_json, package_licences, source_date  # noqa: PLC0415
+    from ..export.sbom import cyclonedx_json, package_licences, source_date  # noqa: PLC0415
 
     when = source_date()  # a bad SOURCE_DATE_EPOCH is exit 2 before anything is read
     project = find_project(args)

@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..project.init import init_project  # noqa: PLC0415
+    from ..scaffold.init import init_project  # noqa: PLC0415
 
     if args.from_release:
         return _init_from(args)
@@ -43,8 +43,8 @@ def run(args) -> int:
 
 def _init_from(args) -> int:
     """``frt init --from hf://ORG/NAME@vN [DIR] [--model M] [--trust]``."""
-    from ..project.init import init_from_release  # noqa: PLC0415
     from ..release import consume as release  # noqa: PLC0415
+    from ..scaffold.init import init_from_release  # noqa: PLC0415
 
     repo, version = release.parse_ref(args.from_release, flag="--from", need_version=True)
     commit, models = release.models_of(repo, version)

@@ -172,7 +172,7 @@ def _say_warnings(pending: list[str], result, args) -> None:
     release report lists with its verdict (added or edited, rejected) is not warned about again there."""
     reported = set()
     if result is not None and result.release and not args.json:
-        from ..release.record import label_prefix  # noqa: PLC0415
+        from ..documents.lock_release import label_prefix  # noqa: PLC0415
 
         prefix = label_prefix(result.release["repo"])
         reported = {prefix + it["file"] for k in ("added", "edited") for it in result.release[k]

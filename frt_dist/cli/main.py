@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import FrtError, UsageError
 from .parser import ARGV, COMMAND_NAMES, build_parser, named_command
-from .render import DEPRECATED, os_error, report, say_deprecated, show_warnings
+from .render import DEPRECATED, interrupted, os_error, report, say_deprecated, show_warnings
 
 __all__ = ["main"]
 
@@ -48,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        print("error: interrupted; nothing was written", file=sys.stderr)
-        return 130
+        return interrupted()
 
 
 def _main(argv: list[str] | None) -> int:

@@ -37,7 +37,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..qualify.run import check_receipt_folder, check_route, qualify, write_receipt  # noqa: PLC0415
+    from ..qualify.receipts import check_receipt_folder, write_receipt  # noqa: PLC0415
+    from ..qualify.run import check_route, qualify  # noqa: PLC0415
 
     _old_spellings(args)
     key = None
@@ -189,7 +190,7 @@ def _qualify_signing_check(project, lock, args, key):
     manifest file's; the lock's embedded one where the file cannot be read) would accept what
     ``frt qualify`` is about to write (``qualify.check_signing_policy``)."""
     from ..documents.manifest import Manifest  # noqa: PLC0415
-    from ..qualify.run import check_signing_policy  # noqa: PLC0415
+    from ..qualify.receipts import check_signing_policy  # noqa: PLC0415
     from ..system.hardware import Hardware  # noqa: PLC0415
 
     hw = Hardware.detect()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 from .. import settings
+from ..documents.lock_release import shown
 from ..errors import FrtError, ReleaseError, UsageError
-from ..release.record import shown
 from .context import find_project, the_model
 from .parser import Parser, common_options
 from .render import emit
@@ -61,7 +61,7 @@ def run(args) -> int:
         version = args.version if args.version is not None else (at if at is not None else 1)
         if version < 0:
             raise UsageError(f"--version {version}: must be a non-negative integer")
-        from ..release.push import push  # noqa: PLC0415
+        from ..publish.push import push  # noqa: PLC0415
 
         res = push(project, model, repo, version)
         what = (f"nothing changed: the head of {res['branch']} ({res['parent'][:12]}) already holds these files; "

@@ -107,6 +107,12 @@ def write_output(out: Path, data: bytes) -> None:
                        reasons=[{"path": str(out), "reason": cause}]) from None
 
 
+def interrupted() -> int:
+    """A Ctrl-C, at start-up or in a command: one line on stderr, exit 130 (nothing was written)."""
+    print("error: interrupted; nothing was written", file=sys.stderr)
+    return 130
+
+
 def report(args, exc: FrtError) -> int:
     """The error (and its hints) as ``error:``/``hint:`` lines, or under ``--json`` as one JSON
     document; the exit code. An error is said alone: no deprecation note follows it."""

@@ -18,7 +18,7 @@ digits of its content digest (``LockedPackage.snapshot``).
 This module is the public face; the work is in four modules:
 
 - ``mirror_select``: which variants a selection names (``select_for_mirror``, ``cell_machines``);
-- ``mirror_write``: one run filling DIR (``_Mirror``): each file from where
+- ``mirror_write``: one run filling DIR (``MirrorRun``): each file from where
   ``frt_dist.distribution.sources`` says its bytes come from (a path package's source, the local
   hub cache, the Hub at the locked commit) or from an object store (``--from URL``), every blob
   verified against the locked digest before it becomes visible (temp file, then rename); a blob
@@ -59,9 +59,9 @@ from ..base.safedir import SafeDir
 from ..errors import KernelUnavailable, MirrorUnsafe, MirrorUnwritable
 from ..project.discover import lock_root
 from .mirror_check import bundle_problems, read_mirrored, verify_mirror  # noqa: F401 - public here
-from .mirror_housekeeping import LOCKS, RUNS, STALE_S, TMP, _Run, sweep_locks, sweep_temp  # noqa: F401 - public here
+from .mirror_housekeeping import LOCKS, RUNS, STALE_S, TMP, RunClaim, sweep_locks, sweep_temp  # noqa: F401 - public here
 from .mirror_select import cell_machines, machine_label, select_for_mirror
-from .mirror_write import MirrorReport, _drop_if_empty, _Mirror, _mirror_errors
+from .mirror_write import MirrorReport, MirrorRun, drop_if_empty, mirror_errors
 from .sources import HashingWriter, locked_files, repo_folder  # noqa: F401 - HashingWriter: public here before
 
 __all__ = ["mirror_lock", "verify_mirror", "MirrorReport", "MirrorUnsafe", "MirrorUnwritable", "select_for_mirror",
@@ -99,12 +99,12 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
     from .objstore import StoreUnavailable  # noqa: PLC0415
 
     gone = None
-    with _mirror_errors(dest):
+    with mirror_errors(dest):
         top = SafeDir.root(dest, create=True)  # after the selection: a refused one writes nothing
         owner = None
         try:
-            owner = _Run(top)
-            run = _Mirror(lock, top, Path(root) if root else lock_root(lock), progress, owner.tmp)
+            owner = RunClaim(top)
+            run = MirrorRun(lock, top, Path(root) if root else lock_root(lock), progress, owner.tmp)
             run.run_id = owner.id
             run.store = source
             run.report.dir = str(dest)
@@ -123,7 +123,7 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
             if owner is not None:
                 owner.close()
             for repo in chosen:  # a package folder this run made and could fill nothing into goes
-                _drop_if_empty(top, repo_folder(repo))
+                drop_if_empty(top, repo_folder(repo))
             cleaned = sweep_temp(top), sweep_locks(top)  # also after a refusal: what this run made goes
             top.rmdir(TMP)  # only when empty
             top.close()

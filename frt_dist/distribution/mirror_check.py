@@ -10,8 +10,8 @@ import os
 import stat
 from pathlib import Path
 
-from ..loader.integrity import Expected, check_variant_dir
 from ..provenance.publisher import BUNDLE
+from .integrity import Expected, check_variant_dir
 from .mirror_select import select_for_mirror
 from .sources import repo_folder
 

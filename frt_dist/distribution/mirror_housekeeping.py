@@ -29,7 +29,7 @@ import uuid
 
 from ..base.safedir import SafeDir, WriteError
 
-__all__ = ["sweep_temp", "sweep_locks", "TMP", "LOCKS", "RUNS", "STALE_S"]
+__all__ = ["RunClaim", "lock_in", "staging_prefix", "sweep_temp", "sweep_locks", "TMP", "LOCKS", "RUNS", "STALE_S"]
 
 TMP = ".frt-tmp"
 LOCKS = ".locks"
@@ -38,7 +38,7 @@ STALE_S = 3600.0  # loose temp entries (no owning run) untouched this long are r
 _RUN_ID = re.compile(r"^run-[0-9]+-[0-9a-f]{12}$")
 
 
-def _lock_in(root: SafeDir, folders: tuple[str, ...], name: str, *, blocking: bool = True):
+def lock_in(root: SafeDir, folders: tuple[str, ...], name: str, *, blocking: bool = True):
     """The lock ``folders/name`` under ``root`` (folders made); made again if a concurrent
     cleanup removed a folder (left empty) between its open and the making of the folder or the
     lock file in it."""
@@ -65,14 +65,14 @@ def _lock_in(root: SafeDir, folders: tuple[str, ...], name: str, *, blocking: bo
     raise WriteError(errno.EAGAIN, "its folder keeps disappearing", f"{root.path}/{'/'.join((*folders, name))}")
 
 
-class _Run:
+class RunClaim:
     """One run's claim on its temp folder ``.frt-tmp/<run>/``: the run lock is taken
     before the folder exists and let go after it is gone."""
 
     def __init__(self, root: SafeDir):
         self.root = root
         self.id = f"run-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self.lock = _lock_in(root, (LOCKS, RUNS), f"{self.id}.lock")
+        self.lock = lock_in(root, (LOCKS, RUNS), f"{self.id}.lock")
         try:
             for _ in range(50):
                 try:
@@ -116,7 +116,7 @@ def _newest_mtime(folder: SafeDir, name: str) -> float:
     return newest
 
 
-def _staging_prefix(run_id: str) -> str:
+def staging_prefix(run_id: str) -> str:
     return f"frt-mirror-{run_id}-"
 
 
@@ -125,7 +125,7 @@ def _sweep_staging(run_id: str) -> None:
     user's real folders named for that run; links and others' entries are left alone)."""
     where = tempfile.gettempdir()
     try:
-        names = [n for n in os.listdir(where) if n.startswith(_staging_prefix(run_id))]
+        names = [n for n in os.listdir(where) if n.startswith(staging_prefix(run_id))]
     except OSError:
         return
     if not names:
@@ -173,7 +173,7 @@ def sweep_temp(dest, *, keep: str | None = None, now: float | None = None) -> in
                 continue
             if _RUN_ID.match(name):
                 try:
-                    lock = _lock_in(root, (LOCKS, RUNS), f"{name}.lock", blocking=False)
+                    lock = lock_in(root, (LOCKS, RUNS), f"{name}.lock", blocking=False)
                 except OSError:
                     continue
                 if lock is None:  # a live run's folder

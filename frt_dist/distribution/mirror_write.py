@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..base.safedir import SafeDir, UnsafePath, WriteError
 from ..errors import FrtError, MirrorUnsafe, MirrorUnwritable
-from .mirror_housekeeping import LOCKS, _lock_in, _staging_prefix
+from .mirror_housekeeping import LOCKS, lock_in, staging_prefix
 from .sources import (
     HashingWriter,
     LockedFile,
@@ -35,7 +35,7 @@ from .sources import (
     repo_folder,
 )
 
-__all__ = ["MirrorReport"]
+__all__ = ["MirrorReport", "MirrorRun", "drop_if_empty", "mirror_errors"]
 
 _CHUNK = 1 << 20
 
@@ -73,7 +73,7 @@ def _blob_ok(blobs: SafeDir, name: str, item: LockedFile) -> bool:
     return item.computed(sink.hashes) == item.expected
 
 
-class _Mirror:
+class MirrorRun:
     """One run of ``mirror_lock`` over one directory (opened once: ``root``)."""
 
     def __init__(self, lock, root: SafeDir, project_root: Path, progress: Callable | None, tmp: SafeDir):
@@ -90,7 +90,7 @@ class _Mirror:
     # -- sources (outside the mirror): frt_dist.distribution.sources --------------
     def _source(self, pkg, item: LockedFile) -> tuple[Path, str | None]:
         return locate_file(pkg, item, project_root=self.project_root, offline=self.offline,
-                           staging_prefix=_staging_prefix(self.run_id))
+                           staging_prefix=staging_prefix(self.run_id))
 
     # -- blobs and links ------------------------------------------------------
     def _lock_name(self, item: LockedFile) -> str:
@@ -99,7 +99,7 @@ class _Mirror:
 
     def blob(self, pkg, item: LockedFile, blobs: SafeDir) -> str:
         """Ensure the item's blob exists and verifies; return its name."""
-        with _lock_in(self.root, (LOCKS, repo_folder(pkg.repo)), self._lock_name(item)):
+        with lock_in(self.root, (LOCKS, repo_folder(pkg.repo)), self._lock_name(item)):
             if item.blob and _blob_ok(blobs, item.blob, item):
                 with self._count:
                     self.report.present += 1
@@ -250,7 +250,7 @@ class _Mirror:
         return dict(zip(items, results, strict=False))
 
 
-def _drop_if_empty(top: SafeDir, name: str) -> None:
+def drop_if_empty(top: SafeDir, name: str) -> None:
     """Remove the package folder ``name`` when it holds nothing but an empty ``blobs/`` (a run that
     failed before any of its files arrived); a link or anything in it keeps it."""
     try:
@@ -275,7 +275,7 @@ def _write_if_changed(folder: SafeDir, name: str, text: str, tmp: SafeDir) -> No
 
 
 @contextmanager
-def _mirror_errors(dest):
+def mirror_errors(dest):
     try:
         yield
     except UnsafePath as exc:

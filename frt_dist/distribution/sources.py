@@ -211,7 +211,7 @@ def locked_files(pkg, variant: str) -> list[LockedFile]:
 
 
 def expected_files(repo: str, variant: str, expected) -> list[LockedFile]:
-    """The files a load takes of a variant (a ``frt_dist.loader.integrity.Expected`` from the lock):
+    """The files a load takes of a variant (a ``frt_dist.distribution.integrity.Expected`` from the lock):
     ``metadata.json`` and the files it declares (the bundle is not imported, so not fetched)."""
     return [LockedFile(repo, variant, "metadata.json", "sha256", expected.metadata_sha256)] + \
         [LockedFile(repo, variant, rel, expected.algorithm, d) for rel, d in sorted(expected.files.items())]

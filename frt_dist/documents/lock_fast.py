@@ -2,7 +2,7 @@
 
 A large lock is mostly its route index and embedded receipts, two JSON texts that ``render``
 writes as top-level multi-line literal strings. ``read_fast`` cuts them out of the file as they
-lie (``lock_index._Cut``, searched by ``lock_index`` when a cell or a receipt is looked up), has
+lie (``lock_index.Cut``, searched by ``lock_index`` when a cell or a receipt is looked up), has
 the TOML reader read the rest, and hashes the lock-digest over everything in one pass. What it
 cannot prove to be what the TOML reader reads, it leaves to ``parse_toml`` (``None``).
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 
 from ..base.canonical import digest
-from .lock_index import _Cut
+from .lock_index import Cut
 
-__all__ = ["read_fast"]
+__all__ = ["read_fast", "lock_digest_of"]
 
 _CHUNK = 1 << 16  # characters (bytes) of a large text escaped and hashed at a time (cache-sized: fastest)
 # what `_read_fast` leaves to the full TOML reader in a literal string: every control character
@@ -34,9 +34,9 @@ def _read_fast(raw: bytes) -> tuple[dict, str] | None:
     exactly that token at that top-level key, or the cut was not that key's value (text inside
     another string, a table's key) and the file is read whole. What the TOML reader would check
     in the text itself is checked here (UTF-8: one ``isascii`` pass over the file, else a
-    decode) and while the digest hashes it (``_lock_digest``: no control character). So the
+    decode) and while the digest hashes it (``lock_digest_of``: no control character). So the
     document is the one ``parse_toml`` returns, but for the two texts, which it holds as
-    ``_Cut``s (the bytes where they lie, decoded where used), and the digest is
+    ``Cut``s (the bytes where they lie, decoded where used), and the digest is
     ``canonical.digest`` of it.
 
     The file's bytes are searched and decoded piece by piece where they lie (``memoryview``
@@ -68,7 +68,7 @@ def _read_fast(raw: bytes) -> tuple[dict, str] | None:
             rest += (str(view[pos:max(pos, delim)], "utf-8"), f"'{token}'")
             if not ascii_:
                 str(view[start:end], "utf-8")  # UTF-8, as the TOML reader requires (the text is not kept)
-            texts[key] = _Cut(raw, start, end)
+            texts[key] = Cut(raw, start, end)
             pos = end + 3
         rest.append(str(view[pos:], "utf-8"))
     except UnicodeDecodeError:
@@ -84,7 +84,7 @@ def _read_fast(raw: bytes) -> tuple[dict, str] | None:
             return None
         doc[key] = texts[key]
     try:
-        digest_ = _lock_digest({k: v for k, v in doc.items() if k != "lock-digest"}, literal={c[3] for c in cuts},
+        digest_ = lock_digest_of({k: v for k, v in doc.items() if k != "lock-digest"}, literal={c[3] for c in cuts},
                                _raw={c[3]: view[c[1]:c[2]] for c in cuts})
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
         return None  # a value canonical JSON cannot hold (a TOML date...): the full path names it
@@ -102,7 +102,7 @@ def _escape_bytes(b: bytes) -> bytes:
     return b.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
 
 
-def _lock_digest(body: dict, literal=(), _raw=None) -> str | None:
+def lock_digest_of(body: dict, literal=(), _raw=None) -> str | None:
     """``canonical.digest(body)``, byte for byte, without building the canonical JSON of the
     whole lockfile as one string: each top-level value is written and hashed in turn, and
     the large JSON texts (index, receipts) are escaped and hashed a few MB at a time.
@@ -168,6 +168,6 @@ def read_fast(raw: bytes) -> tuple[dict, dict, str] | None:
     if fast is None:
         return None
     doc, computed = fast
-    texts = {k: doc.pop(k) for k in [k for k, v in doc.items() if isinstance(v, _Cut)]}
+    texts = {k: doc.pop(k) for k in [k for k, v in doc.items() if isinstance(v, Cut)]}
     return doc, texts, computed
 

@@ -5,7 +5,7 @@ Every reader of a lock asks its route index the same few questions, declared onc
 read whole by the TOML reader, or built in memory by ``frt lock``), ``_FoundIndex`` finds and
 builds a cell when it is first looked up in the index text of a lock in frt's own layout. The
 receipts are a ``Mapping`` of digest to ``Receipt`` parsed on first use (``_LazyReceipts``,
-``_FoundReceipts``). The texts they search (``_Cut``: bytes where they lie in the file) stay
+``_FoundReceipts``). The texts they search (``Cut``: bytes where they lie in the file) stay
 inside this module and ``lock_fast``: no caller sees one.
 """
 
@@ -21,9 +21,10 @@ from .manifest import Manifest
 from .receipt import STATES, CellKey, Receipt
 from .schema import JSONInvalid, Reader, json_loads
 
-__all__ = ["Candidate", "CellIndex", "IndexEntry", "RouteIndex", "embedded_receipt_rows", "read_index", "read_receipts"]
+__all__ = ["Candidate", "CellIndex", "Cut", "SHA256_DIGEST", "IndexEntry", "RouteIndex",
+           "embedded_receipt_rows", "read_index", "read_receipts"]
 
-_SHA = re.compile(r"^sha256:[0-9a-f]{64}$")
+SHA256_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class CellIndex(dict, RouteIndex):
     __slots__ = ()
 
 
-class _Cut:
+class Cut:
     """A text as it lies in a buffer, ``buf[start:end]`` (UTF-8): the index and the receipts of
     a lockfile read from a file (``_read_fast`` cuts them out without decoding them), or a text
     given as ``str``, encoded once. Searched as bytes; decoded where a part is used, or whole by
@@ -92,7 +93,7 @@ class _Cut:
         self.buf, self.start, self.end = buf, start, len(buf) if end is None else end
 
     @classmethod
-    def of(cls, value) -> _Cut | None:
+    def of(cls, value) -> Cut | None:
         if isinstance(value, cls):
             return value
         if isinstance(value, str):
@@ -123,7 +124,7 @@ class _Cut:
         return self.buf.count(b"\n", self.start, at)
 
     def __eq__(self, other) -> bool:  # (a document compared as values compares the texts)
-        return str(self) == (str(other) if isinstance(other, _Cut) else other)
+        return str(self) == (str(other) if isinstance(other, Cut) else other)
 
     __hash__ = None
 
@@ -210,20 +211,20 @@ class _FoundReceipts(_LazyReceipts):
     goes on past the first) and when every receipt is listed; listing (``frt verify``, the
     matrix, ``len``) reads every line's head, as reading the text whole does."""
 
-    def __init__(self, file: str, text: _Cut, verify: bool):
+    def __init__(self, file: str, text: Cut, verify: bool):
         super().__init__(file, {}, verify)
         self._text = text
         self._at: dict[str, int] = {}  # digest -> the offset of the newline before its line
         self._all: dict[str, tuple] | None = None
 
     @staticmethod
-    def layout(text: _Cut) -> bool:
+    def layout(text: Cut) -> bool:
         return text.startswith(b'[\n{"digest": "sha256:') and text.endswith(b"}\n]\n")
 
     def _find(self, digest_) -> int:
         at = self._at.get(digest_)
         if at is None:
-            if not (isinstance(digest_, str) and _SHA.match(digest_)):
+            if not (isinstance(digest_, str) and SHA256_DIGEST.match(digest_)):
                 return -1
             t = self._text
             head = b'\n{"digest": "' + digest_.encode("ascii") + b'", '
@@ -296,10 +297,10 @@ def read_receipts(r: Reader, value, verify: bool) -> Mapping[str, Receipt]:
     """The embedded receipts, in any form a lock holds them: the text ``receipts_text`` writes
     (found line by line when used, ``_FoundReceipts``), another JSON array text, or an array of
     tables (parsed when first looked at, ``_LazyReceipts``)."""
-    text = _Cut.of(value)
+    text = Cut.of(value)
     if text is not None and _FoundReceipts.layout(text):  # the layout frt lock writes
         return _FoundReceipts(r.file, text, verify)
-    if isinstance(value, _Cut):
+    if isinstance(value, Cut):
         value = str(value)
     raw_receipts: dict[str, tuple] = {}
     for i, rt in enumerate(r.json_value(value, "receipts", list, "a JSON array (string) or an array of tables")):
@@ -345,10 +346,10 @@ def _index_entry(r: Reader, it, p: str, manifest: Manifest, receipts, index_refs
 def read_index(r: Reader, value, manifest: Manifest, receipts, index_refs: bool):
     """The route index: looked up cell by cell when it is the text ``index_text`` writes (see
     ``_FoundIndex``); else every entry now, as a ``CellIndex``."""
-    text = _Cut.of(value)
+    text = Cut.of(value)
     if text is not None and _FoundIndex.layout(text):
         return _FoundIndex(r, text, manifest, receipts, index_refs)
-    if isinstance(value, _Cut):
+    if isinstance(value, Cut):
         value = str(value)
     return _whole_index(r, value, manifest, receipts, index_refs)
 
@@ -394,13 +395,13 @@ class _FoundIndex(RouteIndex):
 
     lazy = True
 
-    def __init__(self, r: Reader, text: _Cut, manifest: Manifest, receipts, index_refs: bool):
+    def __init__(self, r: Reader, text: Cut, manifest: Manifest, receipts, index_refs: bool):
         self._r, self._text, self._args = r, text, (manifest, receipts, index_refs)
         self._built: dict = {}
         self._all: dict | None = None
 
     @staticmethod
-    def layout(text: _Cut) -> bool:
+    def layout(text: Cut) -> bool:
         b, s, e = text.buf, text.start, text.end
         if not (text.startswith(b'[\n{"phase": ') and text.endswith(b"}\n]\n")) or b.find(b"\\", s, e) >= 0:
             return False

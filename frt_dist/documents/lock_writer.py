@@ -12,7 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from .schema import open_regular
+from ..base.regular import open_regular
 
 __all__ = ["index_text", "manifest_text", "nearest_rows", "nearest_text", "receipts_text", "render", "same_bytes",
            "signatures_text", "write_atomic"]

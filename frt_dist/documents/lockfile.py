@@ -26,9 +26,9 @@ from ..base import names
 from ..base.canonical import digest
 from ..base.record import dataclass, field
 from ..errors import LockfileError
-from .lock_fast import _lock_digest, read_fast
+from .lock_fast import lock_digest_of, read_fast
 from .lock_index import (
-    _SHA,
+    SHA256_DIGEST,
     Candidate,
     CellIndex,
     IndexEntry,
@@ -143,7 +143,7 @@ class LockCache:
         # routes.resolver.resolve, asked without a reporter: (hardware fingerprint, precision,
         # phase, fallback, accept) -> its Decision
         self.decisions: dict[tuple, object] = {}
-        # routes.resolver._facts_for: a machine's variant-selection facts (backend, arch, cpu, os,
+        # routes.resolver.facts_for: a machine's variant-selection facts (backend, arch, cpu, os,
         # cxx11 abi, detected, software) -> the per-route facts (_RouteFacts) they decide
         self.route_facts: dict[tuple, object] = {}
         # routes.resolver._nearest_miss: the index grouped for refusal reasons (_MissIndex),
@@ -241,7 +241,7 @@ class Lockfile:
         if self.signatures:
             doc["receipt-signatures"] = signatures_text(sorted(self.signatures.values(), key=lambda x: (x["file"], x["receipt"])))
         if self.release:
-            from ..release.record import document_table  # noqa: PLC0415
+            from .lock_release import document_table  # noqa: PLC0415
 
             doc["schema"] = SCHEMA_RELEASE
             doc["release"] = document_table(self)
@@ -297,7 +297,7 @@ class Lockfile:
         r.schema(data, SCHEMA_FAMILY, SCHEMA_MAJOR)
         stated = r.get(data, "lock-digest", str, "")
         body = {k: v for k, v in data.items() if k != "lock-digest"}
-        computed = computed or _lock_digest(body)  # (`read` may have hashed it while reading)
+        computed = computed or lock_digest_of(body)  # (`read` may have hashed it while reading)
         if verify and stated != computed:
             raise LockfileError(
                 f"{file}: lock-digest does not verify (expected {stated}, computed {computed})",
@@ -330,7 +330,7 @@ class Lockfile:
             if source not in ("hub", "path"):
                 raise r.fail(p + ".source", f"expected hub or path, got {source!r}")
             revision = r.get(t, "revision", str, p)
-            if not (_HEX40.match(revision) if source == "hub" else _SHA.match(revision)):
+            if not (_HEX40.match(revision) if source == "hub" else SHA256_DIGEST.match(revision)):
                 raise r.fail(p + ".revision", f"not a {'40-hex commit' if source == 'hub' else 'sha256: content digest'}: {revision!r}")
             trust = r.get(t, "trust", str, p)
             if trust not in TRUST_DECISIONS:
@@ -381,7 +381,7 @@ class Lockfile:
         receipt_keys, signatures = _read_signing(r, data)
         release = None
         if "release" in data:
-            from ..release.record import read_table  # noqa: PLC0415
+            from .lock_release import read_table  # noqa: PLC0415
 
             release = read_table(r, data)
         lf = cls(model=model, manifest_file=manifest_file, manifest=manifest, packages=packages,
@@ -434,7 +434,7 @@ def _read_signing(r: Reader, data: dict) -> tuple[dict, dict]:
         p = f'receipt-keys."{rel}"'
         names.check("path", rel, p, LockfileError, file=r.file)
         r.only(t, {"keyid", "pem"}, p)
-        if not _SHA.match(r.get(t, "keyid", str, p)):
+        if not SHA256_DIGEST.match(r.get(t, "keyid", str, p)):
             raise r.fail(p + ".keyid", f"not a sha256: fingerprint: {t['keyid']!r}")
         keys[rel] = {"keyid": t["keyid"], "pem": r.get(t, "pem", str, p)}
     rows = r.json_value(data.get("receipt-signatures", []), "receipt-signatures", list,
@@ -450,7 +450,7 @@ def _read_signing(r: Reader, data: dict) -> tuple[dict, dict]:
         body = "envelope" if kind == "key" else "bundle"
         r.only(row, {"receipt", "file", "kind", "signer", body} | ({"issuer"} if kind == "sigstore" else set()), p)
         dig = r.get(row, "receipt", str, p)
-        if not _SHA.match(dig):
+        if not SHA256_DIGEST.match(dig):
             raise r.fail(p + ".receipt", f"not a receipt digest: {dig!r}")
         if dig in sigs:
             raise r.fail(p + ".receipt", f"{dig} is signed twice")
@@ -496,7 +496,7 @@ def _signature(r: Reader, vt: dict, vp: str) -> dict | None:
         v = r.get(st, k, str, sp, required=k not in ("repository", "build-signer"))
         if v is not None:
             out[k] = v
-    if not _SHA.match(out["bundle-sha256"]):
+    if not SHA256_DIGEST.match(out["bundle-sha256"]):
         raise r.fail(sp + ".bundle-sha256", f"not a sha256: digest: {out['bundle-sha256']!r}")
     return out
 

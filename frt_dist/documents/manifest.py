@@ -19,12 +19,10 @@ from ..base.canonical import digest
 from ..base.record import dataclass, field
 from ..errors import ManifestError
 from ..system.hardware import device_class
-from .schema import Reader, load_toml
+from .schema import Reader, load_toml, toml_key
 
 __all__ = ["Manifest", "Package", "Impl", "Route", "Phase", "Seam", "validate_repo_id", "ASSEMBLIES", "ReceiptPolicy",
            "Identity", "ReleaseRef", "DEFAULT_MIN_SPEEDUP", "GATE_SOURCES", "Gate", "route_gate"]
-
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.manifest", 1
 ASSEMBLIES = ("eager", "compile", "capture", "compile-then-capture")
@@ -51,7 +49,7 @@ class Package:
     # own `signature` mode and `signer` policy, when it sets them (else its organisation's, see
     # Manifest.publisher_policy)
     signature: str | None = None
-    signer: Any = None  # frt_dist.provenance.publisher.SignerPolicy
+    signer: Any = None  # frt_dist.documents.publisher_policy.SignerPolicy
 
     @property
     def is_path(self) -> bool:
@@ -259,7 +257,7 @@ class Manifest:
 
         packages: dict[str, Package] = {}
         for repo, t in r.get(data, "packages", dict, "").items():
-            p = f"packages.{_q(repo)}"
+            p = f"packages.{toml_key(repo)}"
             names.check("repo", repo, p, ManifestError, file=file)
             if not isinstance(t, dict):
                 raise r.fail(p, "expected a table")
@@ -280,7 +278,7 @@ class Manifest:
 
         phases: dict[str, Phase] = {}
         for name, t in r.get(data, "phases", dict, "").items():
-            p = f"phases.{_q(name)}"
+            p = f"phases.{toml_key(name)}"
             names.check("name", name, p, ManifestError, file=file)
             if not isinstance(t, dict):
                 raise r.fail(p, "expected a table")
@@ -294,7 +292,7 @@ class Manifest:
 
         seams: dict[str, Seam] = {}
         for sname, t in r.get(data, "seams", dict, "").items():
-            p = f"seams.{_q(sname)}"
+            p = f"seams.{toml_key(sname)}"
             names.check("name", sname, p, ManifestError, file=file)
             if not isinstance(t, dict):
                 raise r.fail(p, "expected a table")
@@ -308,12 +306,12 @@ class Manifest:
                                              "(vllm-op = \"RMSNorm\")")
             impls: dict[str, Impl] = {}
             for iname, it in r.get(t, "impls", dict, p).items():
-                names.check("name", iname, f"{p}.impls.{_q(iname)}", ManifestError, file=file)
+                names.check("name", iname, f"{p}.impls.{toml_key(iname)}", ManifestError, file=file)
                 if vllm_op is not None and isinstance(it, dict) and "layer" not in it:
-                    raise r.fail(f"{p}.impls.{_q(iname)}.layer", f"the seam replaces the vLLM op {vllm_op}: its "
+                    raise r.fail(f"{p}.impls.{toml_key(iname)}.layer", f"the seam replaces the vLLM op {vllm_op}: its "
                                  "impls name a layer class of their package's `layers` module (layer = "
                                  f"\"{vllm_op}\")")
-                impls[iname] = _read_impl(r, sname, iname, it, f"{p}.impls.{_q(iname)}", packages)
+                impls[iname] = _read_impl(r, sname, iname, it, f"{p}.impls.{toml_key(iname)}", packages)
             if not impls:
                 raise r.fail(p + ".impls", "at least one impl is required")
             seams[sname] = Seam(sname, structure, impls, vllm_op)
@@ -333,13 +331,13 @@ class Manifest:
             rq = r.get(qualify, "rows", dict, "qualify")
             for ph, v in rq.items():
                 if ph not in phases:
-                    raise r.fail(f"qualify.rows.{_q(ph)}", f"unknown phase (phases: {', '.join(phases)})")
+                    raise r.fail(f"qualify.rows.{toml_key(ph)}", f"unknown phase (phases: {', '.join(phases)})")
                 if not isinstance(v, list) or not all(isinstance(x, int) and phases[ph].admits(x) for x in v):
-                    raise r.fail(f"qualify.rows.{_q(ph)}", f"expected row counts inside the band {list(phases[ph].rows)}")
+                    raise r.fail(f"qualify.rows.{toml_key(ph)}", f"expected row counts inside the band {list(phases[ph].rows)}")
 
         routes: dict[str, Route] = {}
         for rname, t in r.get(data, "routes", dict, "").items():
-            p = f"routes.{_q(rname)}"
+            p = f"routes.{toml_key(rname)}"
             names.check("name", rname, p, ManifestError, file=file)
             if rname == "host":
                 raise r.fail(p, "invalid route name ('host' is reserved)")
@@ -354,7 +352,7 @@ class Manifest:
                 raise r.fail(p + ".seams", "a route binds at least one seam")
             served = []
             for seam, impl in rseams.items():
-                sp = f"{p}.seams.{_q(seam)}"
+                sp = f"{p}.seams.{toml_key(seam)}"
                 if seam not in seams:
                     raise r.fail(sp, f"unknown seam (seams: {', '.join(seams)})")
                 if not isinstance(impl, str):
@@ -378,7 +376,7 @@ class Manifest:
         trust_t = r.get(data, "trust", dict, "", required=False, default={})
         r.only(trust_t, {"publishers", "receipts"}, "trust")
         for org, t in r.get(trust_t, "publishers", dict, "trust", required=False, default={}).items():
-            p = f"trust.publishers.{_q(org)}"
+            p = f"trust.publishers.{toml_key(org)}"
             if names.problem("repo", f"{org}/x"):
                 raise r.fail(p, f"not an organisation name: {org!r}")
             if not isinstance(t, dict):
@@ -400,11 +398,11 @@ class Manifest:
 
     # -- derived ------------------------------------------------------------
     def publisher_policy(self, repo: str):
-        """The publisher-signature policy of ``repo`` (``frt_dist.provenance.publisher.PublisherPolicy``): its
+        """The publisher-signature policy of ``repo`` (``frt_dist.documents.publisher_policy.PublisherPolicy``): its
         own ``signature``/``signer`` keys, else those of ``[trust.publishers."<org>"]``, else for
         ``kernels-community/*`` `kernels`' default signers, else no signer policy; the mode
         defaults to ``optional``."""
-        from ..provenance.publisher import KERNELS_COMMUNITY, PublisherPolicy  # noqa: PLC0415
+        from .publisher_policy import KERNELS_COMMUNITY, PublisherPolicy  # noqa: PLC0415
 
         pkg = self.packages.get(repo)
         org = repo.split("/", 1)[0]
@@ -489,15 +487,11 @@ def _read_release(r: Reader, data: dict):
     return ReleaseRef(repo, version)
 
 
-def _q(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else '"' + key.replace('"', '\\"') + '"'
-
-
 def _signature_policy(r: Reader, t: dict, p: str, source: str) -> tuple:
-    """A table's ``signature`` mode and ``signer`` policy (``frt_dist.provenance.publisher``), checked by field."""
-    if "signature" not in t and "signer" not in t:  # neither: `frt resolve` need not import frt_dist.provenance.publisher
+    """A table's ``signature`` mode and ``signer`` policy (``frt_dist.documents.publisher_policy``), checked by field."""
+    if "signature" not in t and "signer" not in t:  # neither: `frt resolve` need not import the policy types
         return None, None
-    from ..provenance.publisher import GITHUB_ISSUER, SIGNATURE_MODES, SignerPolicy  # noqa: PLC0415
+    from .publisher_policy import GITHUB_ISSUER, SIGNATURE_MODES, SignerPolicy  # noqa: PLC0415
 
     signature = r.get(t, "signature", str, p, required=False)
     if signature is not None and signature not in SIGNATURE_MODES:

@@ -23,7 +23,7 @@ from ..system.hardware import device_class, software_version
 from .manifest import GATE_SOURCES, route_gate
 from .schema import Reader, load_json
 
-__all__ = ["Receipt", "STATES", "CellKey", "MIN_CERT_ROUNDS", "EVIDENCE_RULES", "SUPERSEDED", "superseded_path"]
+__all__ = ["Receipt", "STATES", "CellKey", "cell_name", "MIN_CERT_ROUNDS", "EVIDENCE_RULES", "SUPERSEDED", "superseded_path"]
 
 SCHEMA_FAMILY, SCHEMA_MAJOR = "frt.receipt", 1
 STATES = ("certified_fast", "supported_correct")
@@ -38,7 +38,7 @@ def superseded_path(path: Path, digest_: str) -> Path:
     (``<that>.sig``, ``<that>.sigstore``). Restoring it is moving the files back."""
     path = Path(path)
     return path.with_name(f"{path.name}{SUPERSEDED}{digest_.split(':', 1)[-1][:12]}")
-TIMING_CLOCKS = ("perf-counter", "cuda-events")  # frt_dist.qualify.run.CLOCKS: the host's clock on CPU, CUDA events on a GPU
+TIMING_CLOCKS = ("perf-counter", "cuda-events")  # frt_dist.qualify.timing.CLOCKS: the host's clock on CPU, CUDA events on a GPU
 TIMING_KEYS = {"method", "rounds", "warmup", "rows", "host-median-ms", "route-median-ms", "clock", "l2-flush", "device",
                "speedup-median", "speedup-min", "speedup-max", "speedup-p25", "speedup-p75", "speedup-ci", "adaptive",
                "steps", "gate"}
@@ -50,7 +50,7 @@ MARGIN_KEYS = ("worst-margin", "worst-margin-error", "worst-margin-host")
 ``max(|route - host| - (abs + rel * |host|))`` over every element of every row count, ``worst-margin-error``
 and ``worst-margin-host`` are ``|route - host|`` and ``|host|`` at that element. Parity passes iff
 ``worst-margin <= 0``. All three or none (a receipt written before them is read conservatively)."""
-CI_METHODS = ("sign-test-median",)  # frt_dist.qualify.run.median_ci: distribution-free interval of the median
+CI_METHODS = ("sign-test-median",)  # frt_dist.qualify.stats.median_ci: distribution-free interval of the median
 ADAPTIVE_STOPS = ("decided", "narrow", "max-rounds")  # why frt qualify stopped adding rounds
 
 
@@ -67,6 +67,12 @@ class CellKey(NamedTuple):
     def as_dict(self) -> dict:
         return {"phase": self.phase, "precision": self.precision, "backend": self.backend,
                 "arch": self.arch, "device-class": self.device_class}
+
+
+def cell_name(key) -> str:
+    """``phase/precision/backend/arch/device-class``, as every frt message names a cell (``key``: a
+    ``CellKey`` or the same five strings)."""
+    return "/".join(key)
 
 
 @dataclass(frozen=True)

@@ -6,19 +6,18 @@ raises the document's own error class. Unknown keys are errors in frt files.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
 from ..base.canonical import digest as _digest
+from ..base.regular import NotRegular, open_regular
 from ..errors import FrtError
 
 __all__ = ["Reader", "load_toml", "load_json", "json_loads", "JSONInvalid", "SCHEMA_RE", "read_bytes", "MAX_BYTES",
-           "DEFAULT_MAX_BYTES", "NotRegular", "open_regular", "file_kind"]
+           "DEFAULT_MAX_BYTES", "toml_key"]
 
 SCHEMA_RE = re.compile(r"^(frt\.[a-z]+)/(\d+)(?:\.(\d+))?$")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -85,6 +84,15 @@ def _datetime_types() -> tuple:
     import datetime as _dt  # noqa: PLC0415
 
     return (_dt.date, _dt.time)
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def toml_key(key: str) -> str:
+    """``key`` as one part of a TOML dotted path, as every frt message names a field: bare when TOML
+    allows it (``routes.fast``), else quoted (``packages."org/name"``)."""
+    return key if _BARE_KEY.fullmatch(key) else '"' + key.replace('"', '\\"') + '"'
 
 
 class Reader:
@@ -206,44 +214,6 @@ MAX_BYTES = {"LockfileError": 256 << 20, "ManifestError": 16 << 20, "ReceiptInva
 # Any other file frt reads through ``read_bytes`` without a limit of its own (a ``pyproject.toml``, a
 # document kind not listed above) is bounded by this.
 DEFAULT_MAX_BYTES = 16 << 20
-
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
-
-
-def file_kind(mode: int) -> str:
-    """What a file of ``mode`` is, in words (``"a FIFO (named pipe)"``); ``"a regular file"``."""
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
-
-
-def open_regular(path, flags: int = 0) -> int:
-    """A descriptor of the regular file at ``path`` (links followed, as any open does), opened so
-    that neither the open nor its type check can block: ``O_NONBLOCK`` (a FIFO with no writer
-    opens at once instead of waiting), then ``fstat`` on that descriptor, so what is checked is
-    what is read. Anything else (a FIFO, a device, a socket, a directory) is ``NotRegular``;
-    other failures are the ``OSError`` of the open."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | flags)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegular(os.fspath(path), file_kind(mode))
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-class NotRegular(OSError):
-    """A file frt reads or replaces is a FIFO, a device, a socket or a directory: refused, never read."""
-
-    def __init__(self, path: str, kind: str):
-        super().__init__(errno.EINVAL, f"is {kind}, not a regular file; frt reads and replaces only regular files",
-                         path)
-        self.kind = kind
-
 
 def read_bytes(path: Path, error: type[FrtError], label: str | None = None, *, limit: int | None = None) -> bytes:
     """The file's bytes, or ``error`` naming ``label`` and why not. The file's type is checked on

@@ -2,8 +2,8 @@
 
 - ``core``: which revision, trust, variant, arch, where the bytes come from, one
   module per package per process (``hub_kernel``, ``load_locked``);
-- ``integrity``: every file of a variant against the lock (missing, unknown,
-  mismatched, links leaving the tree); ``check_variant_dir`` is what
+- ``frt_dist.distribution.integrity`` (below the loader): every file of a variant against the
+  lock (missing, unknown, mismatched, links leaving the tree); ``check_variant_dir`` is what
   ``frt verify --mirror`` reports with;
 - ``store``: the verified store, where a load's bytes are hashed into and
   imported from (what is imported is what was verified: docs/reference.md#verified-store);

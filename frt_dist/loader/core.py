@@ -101,6 +101,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
+from ..distribution.integrity import Expected, format_problems, real_dir
 from ..distribution.sources import (
     NotFound,
     cache_dirs,
@@ -121,7 +122,6 @@ from ._kernels_adapter import forget as forget_registered
 from ._kernels_adapter import loading_context, read_metadata, register, validate
 from .importer import forget as forget_module
 from .importer import import_verified, package_dir
-from .integrity import Expected, format_problems, real_dir
 from .store import StoreUnusable, admit, open_store, rehash_requested
 
 if TYPE_CHECKING:

@@ -44,13 +44,13 @@ import threading
 from pathlib import Path
 
 from .. import settings
+from ..distribution.integrity import format_problems, problem
 from ..distribution.sources import HashingWriter, LockedFile, expected_files, location_of
 from ..errors import (
     FrtError,
     KernelUnavailable,
     VerifiedStoreFull,
 )
-from .integrity import _problem, format_problems
 from .store import STORE_ENV, VARIANT, Entry, StoreUnusable, identity_of
 from .store import open_store as open_verified_store
 
@@ -198,9 +198,9 @@ def fetch_variant(want, url: str) -> tuple[Entry, bytes]:
 
 
 def identity_key(identity: dict) -> str:
-    from .store import _key  # noqa: PLC0415
+    from .store import entry_key  # noqa: PLC0415
 
-    return _key(identity)
+    return entry_key(identity)
 
 
 def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict]:
@@ -215,11 +215,11 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
         rel, expected, shown = item.rel, item.expected, item.path
         told = f"{want.repo} {shown}"  # the locked file, as `frt mirror` names it
         if not _plain_rel(rel):
-            return _problem("mismatched", shown, expected, None, f"{told}: not a plain relative path in the lock")
+            return problem("mismatched", shown, expected, None, f"{told}: not a plain relative path in the lock")
         try:
             key = item.object_key
         except (ValueError, TypeError):
-            return _problem("mismatched", shown, expected, None, f"{told}: the lock's digest names no object")
+            return problem("mismatched", shown, expected, None, f"{told}: the lock's digest names no object")
         where = objects.where(key)
         dest = vdir / rel
         try:
@@ -243,7 +243,7 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
         try:
             n = objects.get(key, sink)
         except ObjectMissing:
-            return _problem("missing", shown, expected, None, f"{told}: object {where} is not in the store") | \
+            return problem("missing", shown, expected, None, f"{told}: object {where} is not in the store") | \
                 {"object": where}
         except StoreUnavailable as exc:
             return {"kind": "store", "path": shown, "object": where, "reason": str(exc), "hints": exc.hints}
@@ -254,7 +254,7 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
             _STATS["objects"] += 1
             _STATS["bytes"] += n
         if got != expected:
-            return _problem("mismatched", shown, expected, got,
+            return problem("mismatched", shown, expected, got,
                             f"{told}: object {where} ({n} bytes) does not match the lock (expected {expected}, "
                             f"computed {got})") | {"object": where}
         return None

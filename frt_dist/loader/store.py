@@ -124,21 +124,21 @@ from pathlib import Path
 
 from .. import settings
 from ..base.canonical import canonical_json, digest, scan_tree
-from ..errors import StoreUnusable
-from .integrity import (
-    _IGNORED_TOP,
+from ..distribution.integrity import (
+    IGNORED_TOP,
     METADATA,
     Expected,
-    _inside,
-    _link_target,
-    _open_checked,
-    _problem,
-    _real_dir,
+    is_inside,
+    link_target,
     missing_problems,
+    open_checked,
+    problem,
+    real_dir,
 )
+from ..errors import StoreUnusable
 
 __all__ = ["STORE_ENV", "REHASH_ENV", "FORMAT", "StoreUnusable", "Entry", "Admitted", "Store", "store_path",
-           "open_store", "identity_of", "admit", "seal_holds", "rehash_requested"]
+           "open_store", "identity_of", "entry_key", "admit", "seal_holds", "rehash_requested"]
 
 STORE_ENV = "FRT_STORE"
 REHASH_ENV = "FRT_STORE_REHASH"
@@ -215,7 +215,8 @@ def identity_of(expected: Expected, module_id: str) -> dict:
             "metadata": expected.metadata_sha256, "module": module_id}
 
 
-def _key(identity: dict) -> str:
+def entry_key(identity: dict) -> str:
+    """The store entry's name for ``identity``: the hex of its canonical digest."""
     return digest(identity).split(":", 1)[1]
 
 
@@ -329,7 +330,7 @@ class Store:
 
     def lookup(self, identity: dict) -> tuple[Entry | None, bool]:
         """(the committed entry for ``identity``, or None; whether a folder was there but doubtful)."""
-        key = _key(identity)
+        key = entry_key(identity)
         path = self.entry_path(key)
         try:
             with open(path / RECORD, "rb") as fh:
@@ -453,7 +454,7 @@ class Store:
     def commit(self, tmp: Path, identity: dict) -> Entry:
         """Make ``tmp`` read-only, write its record last, rename it into place; the winner's
         entry when another builder got there first."""
-        key = _key(identity)
+        key = entry_key(identity)
         vdir = tmp / VARIANT
         rels = sorted(set(identity["files"]) | {METADATA})
         try:
@@ -672,10 +673,10 @@ def _examine(vdir: Path, expected: Expected, *, tree: str, prefix: str, real_dir
     ``seen``: fingerprints of files known to match (a warm load hashes only the others);
     ``dest``: copy each declared file there while hashing it (a cold load); ``now``: the
     file system's time, asked once before the first file is read."""
-    root = _real_dir(tree, real_dirs)
+    root = real_dir(tree, real_dirs)
     if not vdir.is_dir():
         missing = [(METADATA, expected.metadata_sha256)] + sorted(expected.files.items())
-        return sorted((_problem("missing", prefix + rel, want, None,
+        return sorted((problem("missing", prefix + rel, want, None,
                                 f"{prefix}{rel}: missing (variant directory not found)")
                        for rel, want in missing), key=lambda p: p["path"]), {}, None, 0
     problems: list[dict] = []
@@ -684,7 +685,7 @@ def _examine(vdir: Path, expected: Expected, *, tree: str, prefix: str, real_dir
     present = set()
     # 1. list: names, kinds and sizes only; nothing is read
     for rel, path, link in scan_tree(vdir):
-        if rel in _IGNORED_TOP:
+        if rel in IGNORED_TOP:
             continue
         present.add(rel)
         shown = prefix + rel
@@ -694,27 +695,27 @@ def _examine(vdir: Path, expected: Expected, *, tree: str, prefix: str, real_dir
         kind = "mismatched" if declared else "unknown"
         if link:
             try:
-                target = _link_target(path, real_dirs)
+                target = link_target(path, real_dirs)
             except OSError as exc:
                 why = f"unreadable: {exc.strerror or exc}"
-                problems.append(_problem(kind, shown, want, why, f"{shown}: {why}"))
+                problems.append(problem(kind, shown, want, why, f"{shown}: {why}"))
                 continue
-            if not _inside(target, root):
+            if not is_inside(target, root):
                 why = f"symlink leaving its tree -> {target}"
-                problems.append(_problem(kind, shown, want, why, f"{shown}: {why}"))
+                problems.append(problem(kind, shown, want, why, f"{shown}: {why}"))
                 continue
         try:
             st = os.stat(path)
         except OSError as exc:
             why = f"unreadable: {exc.strerror or exc}"
-            problems.append(_problem(kind, shown, want, why, f"{shown}: {why}"))
+            problems.append(problem(kind, shown, want, why, f"{shown}: {why}"))
             continue
         if not stat.S_ISREG(st.st_mode):
             why = "a directory where a file belongs" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            problems.append(_problem(kind, shown, want, why, f"{shown}: {why}"))
+            problems.append(problem(kind, shown, want, why, f"{shown}: {why}"))
             continue
         if not declared:
-            p = _problem("unknown", shown, None, None,
+            p = problem("unknown", shown, None, None,
                          f"{shown}: not declared by the package ({st.st_size} bytes, not read)")
             p["size"] = st.st_size
             problems.append(p)
@@ -732,9 +733,9 @@ def _examine(vdir: Path, expected: Expected, *, tree: str, prefix: str, real_dir
 
     def run(job: _Job):
         shown = prefix + job.rel
-        fd, why = _open_checked(job.path, job.link, root, real_dirs)
+        fd, why = open_checked(job.path, job.link, root, real_dirs)
         if fd is None:
-            return [_problem("mismatched", shown, job.want, why, f"{shown}: {why}")]
+            return [problem("mismatched", shown, job.want, why, f"{shown}: {why}")]
         is_meta = job.rel == METADATA
         try:
             raw, data, fp = _hash_file(job, fd, "sha256" if is_meta else expected.algorithm,
@@ -743,14 +744,14 @@ def _examine(vdir: Path, expected: Expected, *, tree: str, prefix: str, real_dir
             raise StoreUnusable(f"cannot write the verified store: {exc.exc.strerror or exc.exc}") from None
         except OSError as exc:
             why = f"unreadable: {exc.strerror or exc}"
-            return [_problem("mismatched", shown, job.want, why, f"{shown}: {why}")]
+            return [problem("mismatched", shown, job.want, why, f"{shown}: {why}")]
         if is_meta:
             meta.append(data)
             got = "sha256:" + raw.hex()
         else:
             got = base64.b64encode(raw).decode("ascii")
         if job.want is not None and got != job.want:
-            return [_problem("mismatched", shown, job.want, got,
+            return [problem("mismatched", shown, job.want, got,
                              f"{shown}: digest mismatch (expected {job.want}, computed {got})")]
         if fp is not None:
             fingerprints[job.rel] = fp
@@ -789,8 +790,8 @@ def admit(vdir: str | os.PathLike, expected: Expected, module_id: str, *, tree_r
     vdir = Path(vdir)
     tree = os.fspath(tree_root)
     identity = identity_of(expected, module_id)
-    key = _key(identity)
-    source = _real_dir(os.fspath(vdir), real_dirs)
+    key = entry_key(identity)
+    source = real_dir(vdir, real_dirs)
     entry, doubtful = store.lookup(identity)
     if entry is not None:
         try:

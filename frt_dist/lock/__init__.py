@@ -1,1 +1,1 @@
-"""`frt lock` and what checks a lock: building it, coverage, freshness, `frt verify`, exports."""
+"""`frt lock` and what checks a lock: building it, coverage, freshness, `frt verify`."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..base import names
 from ..base.canonical import digest, scan_tree, sha256_hex, short_digest, tree_digests
 from ..base.record import dataclass, field, replace
+from ..base.regular import NotRegular
 from ..documents.lock_index import CellIndex
 from ..documents.lock_writer import same_bytes, write_atomic
 from ..documents.lockfile import Candidate, IndexEntry, LockedPackage, LockedVariant, Lockfile
@@ -28,8 +29,8 @@ from ..documents.metadata import (
     variant_file_digests,
     with_computed_digests,
 )
-from ..documents.receipt import STATES, CellKey, Receipt, superseded_path
-from ..documents.schema import JSONInvalid, NotRegular, json_loads, load_json, read_bytes
+from ..documents.receipt import STATES, CellKey, Receipt, cell_name, superseded_path
+from ..documents.schema import JSONInvalid, json_loads, load_json, read_bytes
 from ..errors import (
     CoverageLoss,
     FrtError,
@@ -432,7 +433,7 @@ def _shown(path: Path) -> str:
 def derive_path_package(project: Project, pkg: Package, policy=None) -> LockedPackage:
     """A path package as `frt lock` pins it now, from its source under the project
     (content digest, version, each variant's metadata facts, and its publisher signatures under
-    ``policy``, a ``frt_dist.provenance.publisher.PublisherPolicy``). Raises ``KernelUnavailable``."""
+    ``policy``, a ``frt_dist.documents.publisher_policy.PublisherPolicy``). Raises ``KernelUnavailable``."""
     return _Locker(project).lock_package_path(pkg, policy)
 
 
@@ -817,7 +818,7 @@ def _stale_reasons(old: Lockfile | None, old_problem: str | None, new: Lockfile,
     for key in sorted(set(old.index) | set(new.index)):
         a, b = old.index.get(key), new.index.get(key)
         if (a.candidates if a else None) != (b.candidates if b else None):
-            out.append(f"route index cell {_cell(key)}: {_ranking(a)} in the lock, {_ranking(b)} derived")
+            out.append(f"route index cell {cell_name(key)}: {_ranking(a)} in the lock, {_ranking(b)} derived")
     if old.release or new.release:
         from ..release.consume import stale_reasons  # noqa: PLC0415
 
@@ -838,10 +839,6 @@ def _keys_change(old: dict, new: dict) -> str:
 
 def _fact(v: bool | None) -> str:
     return "not recorded" if v is None else str(v).lower()
-
-
-def _cell(key: CellKey) -> str:
-    return "/".join(key)
 
 
 def _ranking(entry: IndexEntry | None) -> str:

@@ -22,18 +22,13 @@ from __future__ import annotations
 
 from ..base.canonical import short_digest
 from ..base.record import dataclass
-from ..documents.receipt import STATES, CellKey
+from ..documents.receipt import STATES, CellKey, cell_name
 
-__all__ = ["CellChange", "CoverageDiff", "coverage_diff", "cell_name", "KINDS", "LOSS_KINDS"]
+__all__ = ["CellChange", "CoverageDiff", "coverage_diff", "KINDS", "LOSS_KINDS"]
 
 KINDS = ("lost", "dropped", "changed", "gained")
 """The kinds of change, in the order a report lists them (losses first)."""
 LOSS_KINDS = ("lost", "dropped")
-
-
-def cell_name(key: CellKey) -> str:
-    """``phase/precision/backend/arch/device-class``, as every frt message names a cell."""
-    return "/".join(key)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,8 @@ from pathlib import Path
 from ..base import names
 from ..base.canonical import short_digest
 from ..base.record import dataclass, field, replace
+from ..documents.receipt import cell_name
+from ..documents.schema import toml_key
 from ..errors import FrtError, LockfileError, ReceiptInvalid, UsageError
 
 __all__ = ["verify", "VerifyReport", "rederive", "DERIVED_KINDS"]
@@ -199,14 +201,6 @@ class _Findings:
         self.notes.append(f"{self.label}: {text}")
 
 
-def _q(key: str) -> str:
-    return f'"{key}"'
-
-
-def _cell(key) -> str:
-    return "/".join(key)
-
-
 def _cands(cands) -> str:
     if not cands:
         return "no candidates"
@@ -238,7 +232,7 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
     depends = _check_depends(f, lock)
     packages = {repo: _check_package(f, lock, repo, project, mirror, depends) for repo in sorted(lock.packages)}
     for repo in sorted(set(m.packages) - set(lock.packages)):
-        f.add("package", f"packages.{_q(repo)}", "not locked", "declared by the manifest",
+        f.add("package", f"packages.{toml_key(repo)}", "not locked", "declared by the manifest",
               f"the manifest declares package {repo!r}; the lock does not pin it")
 
     # -- routes table -----------------------------------------------------------
@@ -248,7 +242,7 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
     for name in sorted(set(recorded_routes) | set(derived_routes)):
         a, b = recorded_routes.get(name), derived_routes.get(name)
         if a != b:
-            f.add("field", f"routes.{_q(name)}", json.dumps(a, sort_keys=True) if a is not None else "no route",
+            f.add("field", f"routes.{toml_key(name)}", json.dumps(a, sort_keys=True) if a is not None else "no route",
                   json.dumps(b, sort_keys=True) if b is not None else "no route",
                   f"route {name!r} as recorded differs from the embedded manifest's definition")
 
@@ -309,37 +303,37 @@ def rederive(lock, *, label: str, project=None, mirror: str | Path | None = None
     seen = set()
     for i, it in enumerate(recorded_rows):
         key = CellKey(*(it[k] for k in ("phase", "precision", "backend", "arch", "device-class")))
-        where = f"index[{_cell(key)}]"
+        where = f"index[{cell_name(key)}]"
         for k in ("phase", "precision", "backend", "arch", "device-class"):
             f.name("name", it[k], f"index[{i}].{k}")
         if key in seen:
-            f.add("index", where, "recorded twice", "one cell", f"index cell {_cell(key)} is recorded twice")
+            f.add("index", where, "recorded twice", "one cell", f"index cell {cell_name(key)} is recorded twice")
             continue
         seen.add(key)
         want = derived_rows.get(key)
         if want is None:
             f.add("index", where, _cands(it.get("candidates")), "no cell",
-                  f"no accepted receipt was measured on {_cell(key)}; "
+                  f"no accepted receipt was measured on {cell_name(key)}; "
                   + _why_not_here(it.get("candidates") or [], key, accepted, invalid, lock.receipts))
             continue
         if it != want:
             got_c, want_c = it.get("candidates"), want["candidates"]
             if got_c != want_c:
                 f.add("index", where, _cands(got_c), _cands(want_c),
-                      f"cell {_cell(key)}: the recorded ranking is not the one frt lock derives from the valid "
+                      f"cell {cell_name(key)}: the recorded ranking is not the one frt lock derives from the valid "
                       "receipts of this cell" + _cand_detail(got_c or [], want_c, key, accepted, invalid))
             top = {k: it.get(k) for k in ("route", "state", "receipt")}
             want_top = {k: want[k] for k in ("route", "state", "receipt")}
             if top != want_top:
                 f.add("index", f"{where}.route", f"{top['route']} {top['state']} ({short_digest(top['receipt'])})",
                       f"{want_top['route']} {want_top['state']} ({short_digest(want_top['receipt'])})",
-                      f"cell {_cell(key)}: the recorded winner is not the derived one")
+                      f"cell {cell_name(key)}: the recorded winner is not the derived one")
             extra = sorted(set(it) - set(want))
             if extra:
-                f.add("index", where, ", ".join(extra), "no such fields", f"cell {_cell(key)} has fields frt lock does not write")
+                f.add("index", where, ", ".join(extra), "no such fields", f"cell {cell_name(key)} has fields frt lock does not write")
     for key in sorted(set(derived_rows) - seen):
-        f.add("index", f"index[{_cell(key)}]", "no cell", _cands(derived_rows[key]["candidates"]),
-              f"the valid receipts measured on {_cell(key)} are not in the index")
+        f.add("index", f"index[{cell_name(key)}]", "no cell", _cands(derived_rows[key]["candidates"]),
+              f"the valid receipts measured on {cell_name(key)} are not in the index")
 
     # -- catch-all: the whole document, as frt lock would write it ---------------------
     if not f.problems:
@@ -379,7 +373,7 @@ def _check_receipt_signatures(f: _Findings, lock, accepted: dict, invalid: dict,
     policy = lock.manifest.receipt_policy
     released = set()
     if lock.release:  # a Hub release's receipts: always judged, never without a policy
-        from ..release.record import NO_POLICY, is_release_label  # noqa: PLC0415
+        from ..documents.lock_release import NO_POLICY, is_release_label  # noqa: PLC0415
 
         released = {dig for dig, rec in accepted.items() if is_release_label(lock, rec.file)}
         for dig in sorted(released) if policy is None else ():
@@ -508,7 +502,7 @@ def _why_not_here(cands, key, accepted, invalid, embedded) -> str:
     for c in cands:
         d = c.get("receipt")
         if d in accepted:
-            out.append(f"receipt {short_digest(d)} ({c.get('route')}) was measured on {_cell(accepted[d].key)}")
+            out.append(f"receipt {short_digest(d)} ({c.get('route')}) was measured on {cell_name(accepted[d].key)}")
         elif d in invalid:
             out.append(f"receipt {short_digest(d)} ({c.get('route')}) is not valid: {invalid[d]}")
         elif d not in embedded:
@@ -524,7 +518,7 @@ def _cand_detail(got, want, key, accepted, invalid) -> str:
         w = want_by.get(d)
         if w is None:
             if d in accepted:
-                out.append(f"; {short_digest(d)} was measured on {_cell(accepted[d].key)}")
+                out.append(f"; {short_digest(d)} was measured on {cell_name(accepted[d].key)}")
             elif d in invalid:
                 out.append(f"; {short_digest(d)} is not valid: {invalid[d]}")
             else:
@@ -556,10 +550,10 @@ def _check_depends(f: _Findings, lock) -> set[str]:
         for dep, version in depends_of(lock.packages[repo]):
             have = lock.packages.get(dep)
             if have is None:
-                f.add("package", f"packages.{_q(dep)}", "not locked", f"kernel-depends of {repo} (version {version})",
+                f.add("package", f"packages.{toml_key(dep)}", "not locked", f"kernel-depends of {repo} (version {version})",
                       f"{repo}: a locked variant names {dep!r} version {version} in kernel-depends; the lock does not pin it")
             elif have.source == "hub" and have.version != version:
-                f.add("package", f"packages.{_q(dep)}.version", str(have.version), str(version),
+                f.add("package", f"packages.{toml_key(dep)}.version", str(have.version), str(version),
                       f"{repo}: a locked variant names {dep!r} version {version} in kernel-depends")
             if have is not None and dep not in m.packages and dep not in reached:
                 reached.add(dep)
@@ -580,7 +574,7 @@ def _check_package(f: _Findings, lock, repo: str, project, mirror, depends: set[
     from .build import derive_trust  # noqa: PLC0415
 
     lp, m = lock.packages[repo], lock.manifest
-    fp = f"packages.{_q(repo)}"
+    fp = f"packages.{toml_key(repo)}"
     f.name("repo", repo, fp)
     if lp.path is not None:
         f.name("path", lp.path, fp + ".path")
@@ -588,7 +582,7 @@ def _check_package(f: _Findings, lock, repo: str, project, mirror, depends: set[
         vp = f"{fp}.variants.{vname}"
         f.name("variant", vname, vp)
         for rel in sorted(v.files):
-            f.name("path", rel, f"{vp}.files.{_q(rel)}")
+            f.name("path", rel, f"{vp}.files.{toml_key(rel)}")
         for k, val in (("module-id", v.module_id), ("module-name", v.module_name)):
             if not (isinstance(val, str) and val.isascii() and val.isidentifier()):
                 f.add("name", f"{vp}.{k}", repr(val), "refused: not a Python identifier",
@@ -666,7 +660,7 @@ def _check_mirrored_signature(f: _Findings, lp, vname: str, raw: bytes, mirror: 
     bundle = read_mirrored(mirror, folder, f"{folder}/snapshots/{lp.snapshot}/build/{vname}/{BUNDLE}")
     if bundle is None or "sha256:" + sha256_hex(bundle) != sig["bundle-sha256"]:
         return
-    where = f"packages.{_q(lp.repo)}.variants.{vname}.signature"
+    where = f"packages.{toml_key(lp.repo)}.variants.{vname}.signature"
     try:
         facts = verify_bundle(raw, bundle, policy.signer, repo=lp.repo, variant=vname)
     except SignatureRefused as exc:
@@ -686,7 +680,7 @@ def _rederive_path(f: _Findings, lp, mp, derived, project, policy=None):
     from ..errors import KernelUnavailable  # noqa: PLC0415
     from .build import derive_path_package  # noqa: PLC0415
 
-    fp = f"packages.{_q(lp.repo)}"
+    fp = f"packages.{toml_key(lp.repo)}"
     if project is None or names.problem("path", mp.path) or not (Path(project.root) / mp.path).is_dir():
         f.note(f"{lp.repo}: path source {mp.path} is not in this project; its revision and variant facts "
                "are not re-derived")
@@ -770,8 +764,8 @@ def _rederive_from_mirror(f: _Findings, lp, mirror: Path, policy=None) -> None:
                 now = computed if computed.files == v.files else replace(computed, files=dict(v.files))
             found[vname] = now
         except KernelUnavailable as exc:
-            f.add("package", f"packages.{_q(lp.repo)}.variants.{vname}", "locked", f"not derivable: {exc}", str(exc))
-    _compare_variants(f, f"packages.{_q(lp.repo)}", {n: lp.variants[n] for n in found}, found,
+            f.add("package", f"packages.{toml_key(lp.repo)}.variants.{vname}", "locked", f"not derivable: {exc}", str(exc))
+    _compare_variants(f, f"packages.{toml_key(lp.repo)}", {n: lp.variants[n] for n in found}, found,
                       source="the mirror", complete=False)
 
 

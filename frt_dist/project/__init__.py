@@ -1,1 +1,1 @@
-"""A project's folders (manifests/, receipts/, lockfiles/): finding one, and `frt init`."""
+"""A project's folders (manifests/, receipts/, lockfiles/): finding one (`frt init` makes one: frt_dist.scaffold)."""

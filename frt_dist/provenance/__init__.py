@@ -1,1 +1,1 @@
-"""Who vouches for what: receipt signatures, publisher signatures, the SBOM."""
+"""Who vouches for what: receipt signatures and publisher signatures."""

@@ -9,7 +9,7 @@ policy, and records who signed; ``frt verify`` checks it again.
 Two separate questions, answered in this order:
 
 1. **Is the signature real?** ``sigstore``'s ``Verifier`` checks the bundle against a *pinned*
-   trusted root (``trusted_root_path``: the production ``trusted_root.json`` the ``sigstore``
+   trusted root (``frt_dist.provenance.sigstore_root``: the production ``trusted_root.json`` the ``sigstore``
    wheel ships, or the file ``FRT_SIGSTORE_TRUSTED_ROOT`` names): certificate chain to Fulcio
    at the time the transparency log fixed, the log entry's inclusion proof and signed
    timestamp, and the signature over the artifact's bytes. No TUF refresh and no request to
@@ -21,7 +21,8 @@ Two separate questions, answered in this order:
    one of the accepted build-signer workflow URIs. It runs inside sigstore's verification (as a
    ``VerificationPolicy``) at lock time, and on the facts the lock recorded at ``frt verify``.
 
-The policy of a package (``PublisherPolicy``) comes from the manifest (``Manifest.publisher_policy``):
+The policy of a package (``PublisherPolicy``, in ``frt_dist.documents.publisher_policy``) comes from the
+manifest (``Manifest.publisher_policy``):
 the package's own ``signature``/``signer`` keys, else its organisation's table
 ``[trust.publishers."<org>"]``, else for ``kernels-community/*`` the same signers as `kernels`'
 default policy (``KERNELS_COMMUNITY``), else no signer policy (a bundle is still verified and its
@@ -32,75 +33,27 @@ signer recorded, but any valid Sigstore identity passes).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
-from pathlib import Path
 
-from .. import settings
 from ..base.record import dataclass
+from ..documents.publisher_policy import PublisherPolicy, SignerPolicy
 from ..errors import (
     SignatureRefused,
-    UsageError,
 )
+from . import sigstore_root
+from .sigstore_root import need
 
-__all__ = ["BUNDLE", "SIGNATURE_MODES", "GITHUB_ISSUER", "KERNELS_COMMUNITY", "SignerPolicy", "PublisherPolicy",
-           "SignerFacts", "SignatureRefused", "verify_bundle", "signer_problems", "trusted_root_path",
+__all__ = ["BUNDLE", "SignerFacts", "SignatureRefused", "verify_bundle", "signer_problems",
            "bundle_digest", "signature_record", "record_problems"]
 
 BUNDLE = "metadata.json.sigstore"
-SIGNATURE_MODES = ("optional", "required", "off")
-GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 
 # Fulcio certificate extensions (https://github.com/sigstore/fulcio/blob/main/docs/oid-info.md)
 _OID_ISSUER_V1 = "1.3.6.1.4.1.57264.1.1"  # raw bytes (deprecated, still issued)
 _OID_ISSUER_V2 = "1.3.6.1.4.1.57264.1.8"  # DER UTF8String
 _OID_BUILD_SIGNER = "1.3.6.1.4.1.57264.1.9"
 _OID_SOURCE_REPO = "1.3.6.1.4.1.57264.1.12"
-
-
-@dataclass(frozen=True)
-class SignerPolicy:
-    """Who may sign: `kernels`' ``GitHubWorkflowPolicy`` (issuer + source repository + one of
-    the build-signer workflow URIs). A workflow given without ``@<ref>`` accepts that workflow at
-    any ref (a release workflow signs from each tag); with ``@<ref>`` it must match exactly, as
-    `kernels` matches. ``source`` says where the policy came from (``package``, ``organisation``,
-    ``kernels-default``)."""
-
-    repository: str
-    workflows: tuple[str, ...]
-    issuer: str = GITHUB_ISSUER
-    source: str = "package"
-
-    def describe(self) -> str:
-        return (f"issuer {self.issuer}, repository {self.repository}, workflow "
-                + " | ".join(self.workflows))
-
-
-# kernels 0.17.2 kernels/verify.py DEFAULT_POLICIES: the curated kernels-community build workflows
-KERNELS_COMMUNITY = SignerPolicy(
-    repository="https://github.com/huggingface/kernels-community",
-    workflows=tuple(f"https://github.com/huggingface/kernels-community/.github/workflows/{w}@refs/heads/main"
-                    for w in ("build.yaml", "build-mac.yaml", "build-windows.yaml", "sign-old-builds.yaml")),
-    source="kernels-default")
-
-
-@dataclass(frozen=True)
-class PublisherPolicy:
-    """A package's signature policy: ``signature`` is ``optional`` (a bundle, when present, must
-    verify and match ``signer``), ``required`` (and a variant without one is refused) or ``off``
-    (bundles are not read); ``signer`` is who may sign (``None``: any valid Sigstore identity)."""
-
-    signature: str = "optional"
-    signer: SignerPolicy | None = None
-
-    @property
-    def name(self) -> str:
-        """What the lock records as the policy a signature was judged by."""
-        return self.signer.source if self.signer else "none"
-
-
-NO_POLICY = PublisherPolicy()
 
 
 @dataclass(frozen=True)
@@ -168,41 +121,12 @@ def record_problems(rec: dict | None, policy: PublisherPolicy) -> list[str]:
 # the trusted root and sigstore (imported lazily)
 
 
-def trusted_root_path() -> Path:
-    """The pinned Sigstore trusted root: ``FRT_SIGSTORE_TRUSTED_ROOT`` when set, else the
-    production ``trusted_root.json`` shipped inside the installed ``sigstore`` wheel."""
-    env = settings.value("FRT_SIGSTORE_TRUSTED_ROOT")
-    if env:
-        return Path(env)
-    sigstore = _sigstore()
-    return Path(sigstore.__file__).parent / "_store" / "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev" / "trusted_root.json"
+_OFF_HINT = ("or set `signature = \"off\"` for the package in the manifest to lock without reading its "
+             "signatures")
 
 
 def _sigstore():
-    try:
-        import sigstore  # noqa: PLC0415
-    except ImportError:
-        raise UsageError("checking a publisher signature (metadata.json.sigstore) needs the sigstore library",
-                         hints=["pip install 'frt-dist[provenance]'",
-                                "or set `signature = \"off\"` for the package in the manifest to lock without "
-                                "reading its signatures"]) from None
-    return sigstore
-
-
-@functools.lru_cache(maxsize=4)
-def _verifier(path: str):
-    _sigstore()
-    from sigstore.models import TrustedRoot  # noqa: PLC0415
-    from sigstore.verify import Verifier  # noqa: PLC0415
-
-    try:
-        return Verifier(trusted_root=TrustedRoot.from_file(path))
-    except OSError as exc:
-        raise UsageError(f"{path}: the Sigstore trusted root cannot be read: {exc.strerror or exc}",
-                         hints=["point FRT_SIGSTORE_TRUSTED_ROOT at a trusted_root.json, or unset it to use the "
-                                "one the sigstore package ships"]) from None
-    except Exception as exc:
-        raise UsageError(f"{path}: not a Sigstore trusted root: {exc}") from None
+    return need("sigstore", "checking a publisher signature (metadata.json.sigstore)", hints=(_OFF_HINT,))
 
 
 def _der_utf8(data: bytes) -> str | None:
@@ -269,7 +193,7 @@ def verify_bundle(artifact: bytes, bundle: bytes, signer: SignerPolicy | None, *
             if problems:
                 raise _Mismatch("; ".join(problems))
 
-    verifier = _verifier(str(trusted_root or trusted_root_path()))
+    verifier = sigstore_root.verifier(trusted_root or None)
     try:
         verifier.verify_artifact(artifact, parsed, _Policy())
     except _Mismatch as exc:

@@ -17,8 +17,9 @@ Two kinds of signer:
 - **a Sigstore identity**: ``<receipt>.json.sigstore``, a Sigstore bundle made keylessly by a
   CI's OIDC identity, either over the same DSSE statement or as a message signature over the
   receipt's canonical JSON (whose sha256 *is* the receipt digest). Verified offline against a
-  pinned trusted root (the production ``trusted_root.json`` the ``sigstore`` wheel ships),
-  never refreshed over the network; the policy lists ``{issuer, identity}`` pairs.
+  pinned trusted root (``frt_dist.provenance.sigstore_root``: the production
+  ``trusted_root.json`` the ``sigstore`` wheel ships, or ``FRT_SIGSTORE_TRUSTED_ROOT``), never
+  refreshed over the network; the policy lists ``{issuer, identity}`` pairs.
 
 ``ReceiptPolicy`` is the manifest's ``[trust.receipts]`` (read by ``frt_dist.documents.manifest``);
 ``check_receipt`` is the one judgement ``frt lock`` makes and ``frt verify`` makes again.
@@ -43,11 +44,13 @@ from ..errors import (
     SigningUnavailable,
     UsageError,
 )
+from . import sigstore_root
+from .sigstore_root import need
 
 __all__ = ["PAYLOAD_TYPE", "STATEMENT_TYPE", "PREDICATE_TYPE", "SIG_SUFFIX", "BUNDLE_SUFFIX", "pae", "statement",
            "ReceiptPolicy", "Identity", "PolicyKey", "Signed", "load_private_key", "load_public_key", "keyid",
            "sign_receipt", "envelope_for", "check_envelope", "check_bundle", "check_receipt", "sig_path",
-           "bundle_path", "signature_files", "trusted_root_path", "MAX_KEY_BYTES", "MAX_SIGNATURE_BYTES", "SigningUnavailable",
+           "bundle_path", "signature_files", "MAX_KEY_BYTES", "MAX_SIGNATURE_BYTES", "SigningUnavailable",
            "sign_receipts_sigstore"]
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -59,17 +62,6 @@ SIG_SUFFIX = ".sig"  # <receipt>.json.sig: a DSSE envelope signed by a key
 BUNDLE_SUFFIX = ".sigstore"  # <receipt>.json.sigstore: a Sigstore bundle signed by an identity
 MAX_KEY_BYTES = 64 << 10  # a PEM key is a few hundred bytes
 MAX_SIGNATURE_BYTES = 1 << 20  # an envelope is about 1 KB, a Sigstore bundle about 10 KB
-_EXTRA = "pip install 'frt-dist[provenance]'"
-
-
-def _need(module: str, what: str):
-    import importlib  # noqa: PLC0415
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise SigningUnavailable(f"{what} needs the {module.split('.')[0]!r} package, which is not installed",
-                                 hints=[_EXTRA]) from None
 
 
 # ---------------------------------------------------------------------------
@@ -133,7 +125,7 @@ def load_private_key(path: str | Path, *, label: str | None = None):
     not: unreadable, not a PEM private key, encrypted, or not EC P-256 / Ed25519. The key's bytes
     never appear in a message."""
     label = label or str(path)
-    _need("cryptography", "signing")
+    need("cryptography", "signing")
     from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
 
     data = read_bytes(Path(path), UsageError, label, limit=MAX_KEY_BYTES)
@@ -159,7 +151,7 @@ def load_private_key(path: str | Path, *, label: str | None = None):
 def load_public_key(data: bytes, *, label: str, error=UsageError, field_: str = ""):
     """The public key in PEM ``data`` (EC P-256 or Ed25519), or ``error`` naming ``label`` and
     ``field_``."""
-    _need("cryptography", "a receipt-signing policy")
+    need("cryptography", "a receipt-signing policy")
     from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
 
     where = f"{label}: {field_}: " if field_ else f"{label}: "
@@ -227,7 +219,7 @@ def sign_receipt(path: Path, key, *, label: str | None = None) -> tuple[Path, st
     try:
         write_atomic(out, (json.dumps(env, indent=2, sort_keys=True) + "\n").encode("utf-8"))
     except OSError as exc:
-        from ..documents.schema import NotRegular  # noqa: PLC0415
+        from ..base.regular import NotRegular  # noqa: PLC0415
 
         fix = (f"move {label}{SIG_SUFFIX} away (frt replaces only a regular file)" if isinstance(exc, NotRegular)
                else "make the folder writable")
@@ -249,7 +241,7 @@ def sign_receipts_sigstore(paths: list[Path], *, staging: bool = False) -> list[
     from ..documents.receipt import Receipt  # noqa: PLC0415
 
     recs = [(Path(p), Receipt.read(Path(p), label=str(p))) for p in paths]
-    _need("sigstore", "keyless signing")
+    need("sigstore", "keyless signing")
     from sigstore.errors import Error as SigstoreError  # noqa: PLC0415
     from sigstore.models import ClientTrustConfig  # noqa: PLC0415
     from sigstore.oidc import IdentityError, IdentityToken, detect_credential  # noqa: PLC0415
@@ -454,30 +446,6 @@ def check_envelope(env, receipt_digest: str, keys: dict[str, PolicyKey], *,
     return None, f"signed by {shown}, which the policy does not list (listed keys: {listed})"
 
 
-def trusted_root_path() -> Path:
-    """The production Sigstore trusted root the installed ``sigstore`` wheel ships (pinned with
-    the wheel; never refreshed over the network by frt)."""
-    sigstore = _need("sigstore", "checking a Sigstore signature")
-    p = Path(sigstore.__file__).parent / "_store" / "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev" / "trusted_root.json"
-    if not p.is_file():
-        raise SigningUnavailable(f"the installed sigstore ships no production trusted root at {p}", hints=[_EXTRA])
-    return p
-
-
-_VERIFIERS: dict[str, object] = {}
-
-
-def _verifier(root: Path | None):
-    root = Path(root) if root is not None else trusted_root_path()
-    v = _VERIFIERS.get(str(root))
-    if v is None:
-        from sigstore.models import TrustedRoot  # noqa: PLC0415
-        from sigstore.verify.verifier import Verifier  # noqa: PLC0415
-
-        v = _VERIFIERS[str(root)] = Verifier(trusted_root=TrustedRoot.from_file(str(root)))
-    return v
-
-
 def _cert_identity(cert) -> str:
     from cryptography import x509  # noqa: PLC0415
 
@@ -496,7 +464,7 @@ def check_bundle(bundle, digest_hex: str, identities, *, trusted_root: Path | No
     digest — and its certificate must carry one of ``identities``. Returns ``(identity, None)`` or
     ``(None, why not)``. For a receipt, ``digest_hex`` is its canonical digest (the sha256 of its
     canonical JSON)."""
-    _need("sigstore", "checking a Sigstore signature")
+    need("sigstore", "checking a Sigstore signature")
     from sigstore.errors import Error as SigstoreError  # noqa: PLC0415
     from sigstore.hashes import HashAlgorithm, Hashed  # noqa: PLC0415
     from sigstore.models import Bundle  # noqa: PLC0415
@@ -508,7 +476,7 @@ def check_bundle(bundle, digest_hex: str, identities, *, trusted_root: Path | No
         b = Bundle.from_json(json.dumps(bundle))
     except Exception as exc:
         return None, f"not a Sigstore bundle: {str(exc).splitlines()[0]}"
-    v = _verifier(trusted_root)
+    v = sigstore_root.verifier(trusted_root)
     try:
         if "dsseEnvelope" in bundle:
             ptype, payload = v.verify_dsse(b, sp.UnsafeNoOp())

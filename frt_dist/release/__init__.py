@@ -1,1 +1,2 @@
-"""Releases on the Hub: publishing a model's manifest, receipts and lock, and consuming one."""
+"""Releases on the Hub, read: a manifest's [release], `frt init --from`, `frt release upgrade|trust`
+(below the lock, which pins a release; publishing one is frt_dist.publish)."""

@@ -34,12 +34,12 @@ from pathlib import Path
 from .. import settings
 from ..base import names
 from ..base.record import dataclass, field
+from ..documents.lock_release import NO_POLICY, is_release_label, label_prefix, release_receipts  # noqa: F401 (re-exported)
 from ..errors import (
     FrtError,
     ReleaseError,
     UsageError,
 )
-from .record import NO_POLICY, is_release_label, label_prefix, release_receipts  # noqa: F401 (re-exported)
 
 __all__ = ["Fetched", "LockRelease", "ReleaseError", "parse_ref", "fetch", "for_lock", "trust", "signers",
            "change", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",

@@ -5,7 +5,7 @@ is on the serving path."""
 from __future__ import annotations
 
 from ..system.variants import select_variants
-from .resolver import Reporter, _facts_for
+from .resolver import Reporter, facts_for
 
 __all__ = ["Trace", "candidates"]
 
@@ -36,7 +36,7 @@ def candidates(lock, decisions, hardware, *, verbose: bool = False) -> list[dict
     preference order and ``rejected`` with the reason of each."""
     out = []
     m = lock.manifest
-    facts = _facts_for(lock, hardware)
+    facts = facts_for(lock, hardware)
     for phase, d in decisions.items():
         reasons = {r.route: r for r in d.reasons}
         for rname, rt in m.routes.items():

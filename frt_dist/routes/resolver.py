@@ -351,7 +351,7 @@ def _nearest_miss(lock: Lockfile, route: str, key: CellKey, hw: Hardware) -> _Wh
     return "no-receipt", "no receipt for this cell"
 
 
-def _facts_for(lock: Lockfile, hw: Hardware) -> _RouteFacts:
+def facts_for(lock: Lockfile, hw: Hardware) -> _RouteFacts:
     """Per-route facts for this system, kept with the lockfile: they depend on the
     variant-selection facts and the arch only, not on device class or phase."""
     cache = lock.cache
@@ -386,7 +386,7 @@ def _resolve(lock: Lockfile, *, hardware: Hardware, precision, phase, fallback, 
         raise UsageError(f"phase is required (valid: {', '.join(lock.manifest.phases)})")
     precision, accept = check_policy(lock, precision=precision, phase=phase, fallback=fallback, accept=accept)
     rep = reporter or _NULL
-    facts = _facts or _facts_for(lock, hardware)
+    facts = _facts or facts_for(lock, hardware)
     m = lock.manifest
     key = CellKey(phase, precision, hardware.backend, hardware.arch, hardware.device_class)
     reasons: dict[str, _Why] = {}
@@ -447,7 +447,7 @@ def resolve_all(lock, *, hardware: Hardware, precision: str | None = None, phase
     """Every requested phase band (default: all, in manifest order)."""
     lock = Lockfile.of(lock)
     phases = list(lock.manifest.phases) if phases is None else list(phases)
-    facts = _facts_for(lock, hardware)
+    facts = facts_for(lock, hardware)
     return {ph: resolve(lock, hardware=hardware, precision=precision, phase=ph, fallback=fallback,
                         accept=accept, reporter=reporter, _facts=facts) for ph in phases}
 

@@ -1,8 +1,8 @@
 """The runtime guard: what ``Plan.entry`` hands out for a (seam, phase band).
 
 The guard checks every input the impl's contract describes (its ``smoke.inputs``: count,
-tensor-ness, device, dtype, layout, shape with the row band and width; see ``_Contract``) and
-counts (``ledger._Counts``); a miss on any input raises ``ContractViolation``, or, when the
+tensor-ness, device, dtype, layout, shape with the row band and width; see ``Contract``) and
+counts (``ledger.Counts``); a miss on any input raises ``ContractViolation``, or, when the
 caller gave ``host=`` and the plan's policy is ``fallback="host"``, runs the host and counts a
 fallback. Everything the guard needs is computed at bind time, and its hot path is generated
 per contract (``_fast_source``). Under ``torch.compile`` the guard's checks are traced (so
@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ContractViolation, RouteRefused
-from .ledger import _Counts
+from .ledger import Counts
+
+__all__ = ["Contract", "TensorRule", "kernel_entry", "host_entry"]
 
 _DEVICE_FLAGS = {"cpu": "is_cpu", "cuda": "is_cuda", "xpu": "is_xpu", "mps": "is_mps", "meta": "is_meta"}
 
@@ -64,7 +66,46 @@ def _signature(fn) -> tuple[list | None, float, set | None]:
     return names, maxpos, kw
 
 
-class _Contract:
+class TensorRule:
+    """What an impl's contract (``contract`` in the manifest) asks of one tensor by itself: its
+    device type, a dtype among the contract's ``dtypes``, its layout, its width (last dim). The one
+    reading of a contract table: ``Contract`` (a function impl's guard, which adds what a call of
+    several inputs needs) and the vLLM router (``frt_dist.serve.vllm.plugin.Band``: a layer impl's
+    input) both check through it, with the same reasons."""
+
+    def __init__(self, contract: dict):
+        import torch  # noqa: PLC0415
+
+        self.device = contract.get("device")
+        self.dtype_names = list(contract.get("dtypes", ()))
+        self.dtypes = tuple(getattr(torch, n) for n in self.dtype_names if isinstance(getattr(torch, n, None), torch.dtype))
+        self.contiguous = contract.get("layout", "contiguous") == "contiguous"
+        self.width = contract.get("width")
+        self.flag = _DEVICE_FLAGS.get(self.device)  # e.g. "is_cpu": cheaper than device.type
+
+    def on_device(self, a) -> bool:
+        return getattr(a, self.flag) if self.flag else a.device.type == self.device
+
+    def fits(self, x) -> bool:
+        """``problems(x)`` would find nothing (the per-call fast path)."""
+        return (self.on_device(x) and x.dtype in self.dtypes and (not self.contiguous or x.is_contiguous())
+                and (self.width is None or x.shape[-1] == self.width))
+
+    def problems(self, x, tag: str = "input 1") -> list[tuple[str, str]]:
+        """Every way ``x`` misses the rule, as (kind, reason), ``tag`` naming it."""
+        out = []
+        if not self.on_device(x):
+            out.append(("device", f"{tag}: device {x.device.type} not {self.device}"))
+        if x.dtype not in self.dtypes:
+            out.append(("dtype", f"{tag}: dtype {_dtype_name(x.dtype)} not in [{', '.join(self.dtype_names)}]"))
+        if self.contiguous and not x.is_contiguous():
+            out.append(("layout", f"{tag}: not contiguous"))
+        if self.width is not None and x.shape[-1] != self.width:
+            out.append(("width", f"{tag}: width {x.shape[-1]} not {self.width}"))
+        return out
+
+
+class Contract:
     """One impl's contract in one band, precomputed for the guard.
 
     The call's inputs are the impl's ``smoke.inputs``, in order: input *i* is the
@@ -99,12 +140,10 @@ class _Contract:
         c = impl.contract
         self.seam, self.phase = impl.seam, phase.name
         self.entry = impl.entry
-        self.device = c["device"]
-        self.dtype_names = list(c["dtypes"])
-        self.dtypes = tuple(getattr(torch, n) for n in self.dtype_names if isinstance(getattr(torch, n, None), torch.dtype))
-        self.contiguous = c.get("layout", "contiguous") == "contiguous"
+        rule = self.rule = TensorRule(c)
+        self.device, self.dtype_names, self.dtypes = rule.device, rule.dtype_names, rule.dtypes
+        self.contiguous, self.width = rule.contiguous, rule.width
         self.lo, self.hi = phase.rows
-        self.width = c.get("width")
         self.fixed_arity = c.get("arity", "open") == "fixed"
         specs = impl.smoke.get("inputs") or [{"shape": ["rows"], "dtype": self.dtype_names[0] if self.dtype_names else "float32"}]
         # the precision leader: the first input whose smoke dtype is one of the contract's dtypes;
@@ -120,7 +159,6 @@ class _Contract:
         self.arity = len(self.inputs)
         self.names, self.maxpos, self.kwnames = _signature(fn) if fn is not None else (None, float("inf"), None)
         self._tensor = torch.Tensor
-        self._flag = _DEVICE_FLAGS.get(self.device)  # e.g. "is_cpu": cheaper than device.type
         self._plain_max = self.arity if self.fixed_arity else self.maxpos  # positional-only calls up to this many
 
     # -- the exact check: every way a call misses, as (kind, reason) --------------
@@ -181,7 +219,7 @@ class _Contract:
             if not isinstance(a, self._tensor):
                 out.append(("type", f"{tag}: not a tensor ({type(a).__name__})"))
                 continue
-            if not (getattr(a, self._flag) if self._flag else a.device.type == self.device):
+            if not self.rule.on_device(a):
                 out.append(("device", f"{tag}: device {a.device.type} not {self.device}"))
             elif self.device == "cpu":
                 pass  # one CPU
@@ -234,7 +272,7 @@ class _Contract:
                                  hints=["pass host= and load(..., fallback=\"host\") to run the host path instead"])
 
 
-def _detached(st: _Counts) -> RouteRefused:
+def _detached(st: Counts) -> RouteRefused:
     st.bind_refusals += 1
     return RouteRefused(f"seam {st.seam!r} ({st.phase}): the plan was detached and no host= was given",
                         reasons=[{"seam": st.seam, "phase": st.phase, "reason": "plan detached"}])
@@ -248,7 +286,7 @@ def _detached(st: _Counts) -> RouteRefused:
 # moved to their positions by the kernel's parameter names, then checked the same way.
 # Anything else (detached plan, a miss, a tensor subclass, a call that does not bind)
 # takes ``slow``, which re-checks exactly: the fast path may only say "passes" when
-# ``_Contract.problems`` would find nothing.
+# ``Contract.problems`` would find nothing.
 _FAST_TEMPLATE = """
 def entry({params}, /, *args, **kwargs):
     if compiling():
@@ -286,7 +324,7 @@ def _given(args: tuple) -> tuple:
     return args
 
 
-def _fast_checks(con: _Contract) -> tuple[list[str], str, dict]:
+def _fast_checks(con: Contract) -> tuple[list[str], str, dict]:
     """(input variable names, the generated pass condition, the constants it reads)."""
     names = ["x"] + [f"a{i}" for i in range(1, con.arity)]
     consts: dict = {}
@@ -331,7 +369,7 @@ def _fast_checks(con: _Contract) -> tuple[list[str], str, dict]:
     return names, "(" + "\n                and ".join(conds) + ")", consts
 
 
-def _fast_source(con: _Contract) -> tuple[str, dict]:
+def _fast_source(con: Contract) -> tuple[str, dict]:
     """The entry's source: the inputs are positional-only parameters defaulting to
     ``_MISSING`` (no argument tuple to build and unpack on the fast path); further
     positional arguments and keywords land in ``args`` / ``kwargs``."""
@@ -362,7 +400,7 @@ def _fast_source(con: _Contract) -> tuple[str, dict]:
     return src, consts
 
 
-def _kernel_entry(fn: Callable, st: _Counts, con: _Contract, host: Callable | None, fall_back: bool) -> Callable:
+def kernel_entry(fn: Callable, st: Counts, con: Contract, host: Callable | None, fall_back: bool) -> Callable:
     """The guarded kernel callable for one (seam, band): contract checks and counts."""
     import torch  # noqa: PLC0415
 
@@ -416,7 +454,7 @@ def _kernel_entry(fn: Callable, st: _Counts, con: _Contract, host: Callable | No
     return entry
 
 
-def _host_entry(host: Callable, st: _Counts) -> Callable:
+def host_entry(host: Callable, st: Counts) -> Callable:
     """The caller's host callable, counted (a host decision or an unbound seam)."""
     import torch  # noqa: PLC0415
 

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 
 from ..errors import ContractViolation, KernelUnavailable, UsageError
 
-__all__ = ["kernel_mapping"]
+__all__ = ["kernel_mapping", "package_layer"]
 
 
 class PlanLayerRepository:
@@ -67,7 +67,6 @@ def _seam_layer(plan, seam: str, layer_name: str, layers: dict):
 
     phases = plan.lockfile.manifest.phases
     bands = [(p, phases[p].rows[0], phases[p].rows[1], layers[p]) for p in layers]
-    counts = plan._counts
     host_ok = plan.fallback == "host"
     template = next((cls for cls in layers.values() if cls is not None), None)
 
@@ -76,13 +75,13 @@ def _seam_layer(plan, seam: str, layer_name: str, layers: dict):
         rows = _rows(x)
         for phase, lo, hi, layer in bands:
             if lo <= rows <= hi:
-                st = counts[(seam, phase)]
+                st = plan.counts(seam, phase)
                 st.calls += 1
                 if layer is None or plan.detached:
                     st.host_calls += 1
                     return own(self, x, *args, **kwargs)
                 return layer.forward(self, x, *args, **kwargs)
-        st = counts[(seam, bands[0][0])]
+        st = plan.counts(seam, bands[0][0])
         st.calls += 1
         st.misses["rows"] = st.misses.get("rows", 0) + 1
         if host_ok:
@@ -103,28 +102,26 @@ def _seam_layer(plan, seam: str, layer_name: str, layers: dict):
     return type(f"frt_{layer_name}", (nn.Module,), attrs)
 
 
-def _layer_problem(module, layer_name: str) -> str | None:
-    """Why ``module.layers.<layer_name>`` is not a layer to serve, or ``None``: it must be an
-    ``nn.Module`` subclass defined in the package itself (its ``layers`` module or another module
-    of the package), not anything else the ``layers`` module happens to hold (an imported
-    ``torch`` class, a function, a constant)."""
+def package_layer(module, layer_name: str) -> tuple[type | None, str | None]:
+    """``(module.layers.<layer_name>, None)``, or ``(None, why it is not a layer to serve)``: it must be
+    an ``nn.Module`` subclass defined in the package itself (its ``layers`` module or another module
+    of the package), not anything else the ``layers`` module happens to hold (an imported ``torch``
+    class, a function, a constant). The one lookup of a package's layer: ``load`` (a vLLM binding's
+    layer impls), the vLLM plugin's qualification plan and ``kernel_mapping``."""
     import torch.nn as nn  # noqa: PLC0415
 
     layers = getattr(module, "layers", None)
     if not isinstance(layers, type(module)):
-        return f"has no layers.{layer_name} (the package has no layers module)"
+        return None, f"has no layers.{layer_name} (the package has no layers module)"
     layer = vars(layers).get(layer_name)
     if layer is None:
-        return f"has no layers.{layer_name}"
+        return None, f"has no layers.{layer_name}"
     if not (isinstance(layer, type) and issubclass(layer, nn.Module)):
-        return f"layers.{layer_name} is not a layer class (an nn.Module subclass), it is {type(layer).__name__}"
+        return None, f"layers.{layer_name} is not a layer class (an nn.Module subclass), it is {type(layer).__name__}"
     home = getattr(layer, "__module__", "") or ""
     if home != module.__name__ and not home.startswith(module.__name__ + "."):
-        return f"layers.{layer_name} is {home}.{layer.__qualname__}, not a layer the package defines"
-    return None
-
-
-layer_problem = _layer_problem  # the vLLM adapter checks its layers by the same rule
+        return None, f"layers.{layer_name} is {home}.{layer.__qualname__}, not a layer the package defines"
+    return layer, None
 
 
 def kernel_mapping(plan, layers: Mapping[str, str], *, device: str | None = None) -> dict:
@@ -144,16 +141,15 @@ def kernel_mapping(plan, layers: Mapping[str, str], *, device: str | None = None
                              f"class (not starting with '_'), got {layer_name!r}")
         chosen: dict = {}
         for phase, d in plan.decisions.items():
-            b = plan._impls.get((seam, phase))
+            b = plan.binding(seam, phase)
             if d.decision != "route" or b is None:
                 chosen[phase] = None  # not kernelized in this band: the module's own forward runs
                 continue
-            module = plan.packages[b.repo].module
-            why = _layer_problem(module, layer_name)
+            layer, why = package_layer(plan.packages[b.repo].module, layer_name)
             if why is not None:
                 why = f"package {b.repo} (variant {b.variant}) {why}"
                 raise KernelUnavailable(f"kernel_mapping: seam {seam!r}, {phase} band: {why}",
                                         reasons=[{"package": b.repo, "seam": seam, "phase": phase, "reason": why}])
-            chosen[phase] = getattr(module.layers, layer_name)
+            chosen[phase] = layer
         mapping[layer_name] = {device or plan.hardware.backend: PlanLayerRepository(plan, seam, layer_name, chosen)}
     return mapping

@@ -4,13 +4,13 @@ See ``docs/reference.md#loading-and-guard``."""
 
 from __future__ import annotations
 
-__all__ = ["CAPTURED", "NOT_OBSERVED", "phase_view", "snapshot"]
+__all__ = ["CAPTURED", "NOT_OBSERVED", "Counts", "phase_view", "snapshot"]
 
 NOT_OBSERVED = "not observed under compilation"
 CAPTURED = "captured in CUDA graphs"
 
 
-class _Counts:
+class Counts:
     """Counters of one (seam, phase band). Plain attributes: cheap to bump, and
     transparent to ``torch.compile`` (a store to them is an ordinary side effect)."""
 
@@ -25,8 +25,8 @@ class _Counts:
 
 def phase_view(plan, seam: str, phase: str) -> dict:
     """The counts and decision of one (seam, phase band)."""
-    st, d = plan._counts[(seam, phase)], plan.decisions[phase]
-    b = plan._impls.get((seam, phase))
+    st, d = plan.counts(seam, phase), plan.decisions[phase]
+    b = plan.binding(seam, phase)
     return {
         "decision": "unbound" if d.decision == "route" and b is None else d.decision,
         "route": d.route, "state": d.state, "receipt": d.receipt,
@@ -48,7 +48,7 @@ def snapshot(plan) -> dict:
         for v in phases.values():
             for k, n in v["contract-misses"].items():
                 misses[k] = misses.get(k, 0) + n
-        repos = sorted({plan._impls[(seam, p)].repo for p in plan.decisions if (seam, p) in plan._impls})
+        repos = sorted({b.repo for p in plan.decisions if (b := plan.binding(seam, p)) is not None})
         pkgs = {r: plan.packages[r].revision for r in repos if r in plan.packages}
         unobserved = [p for p, v in phases.items() if not v["observed"]]
         captured = [p for p, v in phases.items() if v["captures"]]

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
 
 from .. import settings
 from ..errors import FrtWarning, KernelUnavailable, LockfileError, UsageError
 from ..system.hardware import Hardware
 from .ledger import CAPTURED, NOT_OBSERVED
-from .plan import Plan
+from .plan import Binding, Plan
 
 __all__ = ["CAPTURED", "NOT_OBSERVED", "Plan", "find_lockfile", "load"]
 
@@ -83,18 +82,7 @@ def find_lockfile(model: str, lockfile=None, project=None):
 # binds: which impl serves which seam in which band
 
 
-@dataclass(frozen=True)
-class _Bind:
-    """Which impl (from which package variant) serves a seam in a phase band."""
-
-    seam: str
-    phase: str
-    impl: object  # frt_dist.documents.manifest.Impl
-    repo: str
-    variant: str
-
-
-def _binds(lock, decisions) -> list[_Bind]:
+def _binds(lock, decisions) -> list[Binding]:
     m = lock.manifest
     out = []
     for phase, d in decisions.items():
@@ -102,7 +90,7 @@ def _binds(lock, decisions) -> list[_Bind]:
             continue
         for seam, name in sorted(m.routes[d.route].seams.items()):
             impl = m.impl(seam, name)
-            out.append(_Bind(seam, phase, impl, impl.package, d.variants[impl.package]))
+            out.append(Binding(seam, phase, impl, impl.package, d.variants[impl.package]))
     return out
 
 
@@ -143,15 +131,15 @@ def _check_binds(lock, binds, packages) -> tuple[dict, dict, list[dict]]:
             continue
         facts = {"package": b.repo, "revision": pkg.revision, "seam": b.seam, "phase": b.phase, "impl": b.impl.name}
         if b.impl.layer is not None:  # a layer impl (vLLM binding): the host smokes it on its own op
-            from .kernelize import layer_problem  # noqa: PLC0415
+            from .kernelize import package_layer  # noqa: PLC0415
 
-            why = layer_problem(pkg.module, b.impl.layer)
+            layer, why = package_layer(pkg.module, b.impl.layer)
             if why:
                 reasons.append({**facts, "kind": "entry", "reason": f"package {b.repo} revision {pkg.revision} {why}"})
                 record_unavailable(b.repo, KernelUnavailable(reasons[-1]["reason"], reasons=[reasons[-1]]),
                                    version=pkg.version, revision=pkg.revision, variant=pkg.variant)
                 continue
-            fns[(b.seam, b.phase)] = vars(pkg.module.layers)[b.impl.layer]
+            fns[(b.seam, b.phase)] = layer
             continue
         fn = getattr(pkg.module, b.impl.entry, None)
         if not callable(fn):
@@ -226,6 +214,6 @@ def plan_for_route(lock, route: str, phases, hardware: Hardware, packages: dict,
     variants = {repo: packages[repo].variant for repo in m.route_packages(route)}
     revisions = {repo: packages[repo].revision for repo in variants}
     decisions = {ph: Decision(ph, "route", route, "unknown", None, (), variants, revisions) for ph in phases}
-    binds = [_Bind(seam, ph, m.impl(seam, name), m.impl(seam, name).package, variants[m.impl(seam, name).package])
+    binds = [Binding(seam, ph, m.impl(seam, name), m.impl(seam, name).package, variants[m.impl(seam, name).package])
              for ph in phases for seam, name in sorted(rt.seams.items())]
     return Plan(lock, hardware, decisions, "host", packages, binds, dict(fns), {})

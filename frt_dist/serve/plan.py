@@ -7,10 +7,21 @@ from dataclasses import dataclass, field
 
 from ..errors import RouteRefused, UsageError
 from ..system.hardware import Hardware
-from .guard import _Contract, _host_entry, _kernel_entry
-from .ledger import _Counts, snapshot
+from .guard import Contract, host_entry, kernel_entry
+from .ledger import Counts, snapshot
 
-__all__ = ["Plan"]
+__all__ = ["Plan", "Binding"]
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Which impl (from which package variant) serves a seam in a phase band."""
+
+    seam: str
+    phase: str
+    impl: object  # frt_dist.documents.manifest.Impl
+    repo: str
+    variant: str
 
 
 @dataclass
@@ -32,15 +43,30 @@ class Plan:
     def __post_init__(self):
         m = self.lockfile.manifest
         self.model = m.model
-        self._counts = {(s, p): _Counts(s, p) for s in m.seams for p in self.decisions}
+        self._counts = {(s, p): Counts(s, p) for s in m.seams for p in self.decisions}
         self._impls = {(b.seam, b.phase): b for b in self.binds}
         # a layer impl (vLLM binding) is called as its op's forward by the host's adapter
         # (frt_dist.serve.vllm.ops), not through a function guard
         fn_binds = {k: b for k, b in self._impls.items() if b.impl.layer is None}
-        self._contracts = {k: _Contract(b.impl, m.phases[b.phase], self.fns.get(k)) for k, b in fn_binds.items()}
-        self._entries = {k: _kernel_entry(self.fns[k], self._counts[k], self._contracts[k], None, False)
+        self._contracts = {k: Contract(b.impl, m.phases[b.phase], self.fns.get(k)) for k, b in fn_binds.items()}
+        self._entries = {k: kernel_entry(self.fns[k], self._counts[k], self._contracts[k], None, False)
                          for k in fn_binds}
         self.notes = [n for p in self.packages.values() for n in p.notes]
+
+    # -- what was bound (the ledger, kernelize and the vLLM plugin read it here) --
+    def binding(self, seam: str, phase: str) -> Binding | None:
+        """Which impl serves ``seam`` in the ``phase`` band, or ``None`` (a host band, a seam the
+        route does not bind)."""
+        return self._impls.get((seam, phase))
+
+    def counts(self, seam: str, phase: str) -> Counts:
+        """The counters of ``seam`` in the ``phase`` band (``frt_dist.serve.ledger.Counts``), which the
+        guard and every router serving this plan bump."""
+        return self._counts[(seam, phase)]
+
+    def contract(self, seam: str, phase: str) -> Contract | None:
+        """The guard's contract of a function impl bound for ``seam`` in the ``phase`` band, or ``None``."""
+        return self._contracts.get((seam, phase))
 
     # -- entries --------------------------------------------------------------
     def entry(self, seam: str, phase: str, host: Callable | None = None) -> Callable:
@@ -66,9 +92,9 @@ class Plan:
             raise UsageError(f"unknown phase {phase!r} for model {self.model!r} (phases: {', '.join(self.decisions)})")
         key = (seam, phase)
         if key in self._contracts and not self.detached:
-            return _kernel_entry(self.fns[key], st, self._contracts[key], host, self.fallback == "host")
+            return kernel_entry(self.fns[key], st, self._contracts[key], host, self.fallback == "host")
         if host is not None:
-            return _host_entry(host, st)
+            return host_entry(host, st)
         st.bind_refusals += 1
         raise RouteRefused(self._why_host(seam, phase),
                            reasons=[{"seam": seam, "phase": phase, "reason": self._why_host(seam, phase)}],

@@ -34,7 +34,7 @@ import threading
 from ... import settings
 from ...errors import FrtError
 
-__all__ = ["register", "engine", "FrtStartupError", "ENGINE_FORMS", "parse_accept"]
+__all__ = ["register", "engine", "FrtStartupError", "ENGINE_FORMS", "parse_accept", "Qualifying"]
 
 # the assembly a receipt names, per form vLLM runs the model in
 ENGINE_FORMS = {"eager": "eager", "compile": "compile", "compile-then-capture": "compile-then-capture"}
@@ -58,15 +58,18 @@ def engine():
     return _engine
 
 
-def register(lock=None) -> None:
+def register(lock=None, *, qualifying: Qualifying | None = None) -> None:
     """vLLM's plugin hook: idempotent, cheap, and inert without ``FRT_MODEL``. ``lock``: the ``Lockfile``
-    to route from instead of the one found from the environment (``frt qualify`` hands it the lock it
-    measures: the manifest as the project's file defines it now, with the lock's pins)."""
+    to route from instead of the one found from the environment. ``qualifying``: ``frt qualify``'s
+    door (``frt_dist.qualify.vllm``, which hands it the lock it measures: the manifest as the project's
+    file defines it now, with the lock's pins): this process's engine then binds that route in those
+    bands, consulting no receipt, with ``fallback="host"``; the model is the lock's and the project the
+    one named, not the environment's."""
     global _engine, _inactive_said
     with _lock:
         if _engine is not None:
             return
-        model = settings.value("FRT_MODEL")
+        model = lock.manifest.model if qualifying is not None else settings.value("FRT_MODEL")
         if not model:
             if not _inactive_said:
                 _inactive_said = True
@@ -77,7 +80,7 @@ def register(lock=None) -> None:
 
         arm()  # the first process prints a refusal last, at its exit
         try:
-            eng = Engine.from_env(model, lock=lock)
+            eng = Engine.from_env(model, lock=lock) if qualifying is None else Engine.qualifying_route(lock, qualifying)
             eng.register_ops()
             install_collector()
         except FrtError as exc:
@@ -117,6 +120,16 @@ def _startup_error(exc: FrtError) -> FrtStartupError:
     return FrtStartupError("\n".join(lines))
 
 
+@dataclasses.dataclass(frozen=True)
+class Qualifying:
+    """What ``frt qualify`` asks of this process's engine: bind ``route`` in ``phases`` (no receipt
+    consulted), for the project at ``root``."""
+
+    route: str
+    phases: tuple
+    root: object  # the project folder (a path)
+
+
 @dataclasses.dataclass
 class Band:
     """One phase band of one seam in this engine: rows, the layer serving it (None: vLLM's own op)."""
@@ -130,30 +143,10 @@ class Band:
     warm: int = 0  # calls during vLLM's dummy runs (profiling, warm-up, capture)
 
     def __post_init__(self):
-        import torch  # noqa: PLC0415
+        from ..guard import TensorRule  # noqa: PLC0415
 
-        c = self.contract
-        self._dtypes = tuple(getattr(torch, n) for n in c.get("dtypes", ()) if hasattr(torch, n))
-        self._device = c.get("device")
-        self._width = c.get("width")
-        self._contiguous = c.get("layout", "contiguous") == "contiguous"
-
-    def fits(self, x) -> bool:
-        """The contract holds for ``x`` (the per-call fast path; ``problems`` says why not)."""
-        return (x.device.type == self._device and x.dtype in self._dtypes
-                and (self._width is None or x.shape[-1] == self._width) and (not self._contiguous or x.is_contiguous()))
-
-    def problems(self, x) -> list:
-        out = []
-        if x.device.type != self._device:
-            out.append(("device", f"device {x.device.type} not {self._device}"))
-        if x.dtype not in self._dtypes:
-            out.append(("dtype", f"dtype {str(x.dtype).removeprefix('torch.')} not in {list(self.contract['dtypes'])}"))
-        if self._width is not None and x.shape[-1] != self._width:
-            out.append(("width", f"width {x.shape[-1]} not {self._width}"))
-        if self._contiguous and not x.is_contiguous():
-            out.append(("layout", "not contiguous"))
-        return out
+        rule = TensorRule(self.contract)  # the guard's reading of the contract, and its reasons
+        self.fits, self.problems = rule.fits, rule.problems
 
 
 class SeamTable:
@@ -232,6 +225,7 @@ class Engine:
         self.host_bands: dict = {}  # (seam, phase) -> why vLLM's own op serves it
         self.ops: dict = {}  # seam -> vllm op name
         self.dispatched: frozenset = frozenset()  # seams a compiled graph calls through frt::dispatch
+        self.qualifying: Qualifying | None = None
 
     @classmethod
     def from_env(cls, model: str, lock=None) -> Engine:
@@ -246,11 +240,27 @@ class Engine:
         project = Project.find(explicit=settings.value("FRT_PROJECT"))
         if lock is None:
             lock, _root = find_lockfile(model, None, project)
-        m = lock.manifest
+        return cls(model, lock, project, fallback, accept, settings.value("FRT_MIRROR"))._with_ops()
+
+    @classmethod
+    def qualifying_route(cls, lock, q: Qualifying) -> Engine:
+        """The engine ``frt qualify`` measures in (``register(lock, qualifying=q)``): ``q.route`` bound in
+        ``q.phases``, contract misses counted as fallbacks (``fallback="host"``), never hidden."""
+        from ...project.discover import Project  # noqa: PLC0415
+
+        eng = cls(lock.manifest.model, lock, Project.find(explicit=str(q.root)), "host", ("certified_fast",),
+                  settings.value("FRT_MIRROR"))
+        eng.qualifying = q
+        return eng._with_ops()
+
+    def _with_ops(self) -> Engine:
+        """This engine with the vLLM op of every seam; ``UsageError`` for a manifest the plugin cannot serve."""
+        from ...errors import UsageError  # noqa: PLC0415
+
+        m, eng = self.lock.manifest, self
         if m.host != "vllm":
             raise UsageError(f"{m.file}: host is {m.host!r}; the vLLM plugin serves a vLLM binding (host = \"vllm\")",
                              hints=["set FRT_MODEL to a model whose manifest says host = \"vllm\""])
-        eng = cls(model, lock, project, fallback, accept, settings.value("FRT_MIRROR"))
         from .ops import ADAPTERS  # noqa: PLC0415
 
         for seam in m.seams.values():
@@ -337,9 +347,9 @@ class Engine:
         m = self.lock.manifest
         self.form, why_form = self._form()
         hw = Engine.hardware()
-        qualifying = settings.value("FRT_QUALIFY_ROUTE")
+        qualifying = self.qualifying
         if qualifying:  # `frt qualify` in this process: the route in the bands asked for, no receipt
-            plan = self._qualify_plan(qualifying, hw)
+            plan = self._qualify_plan(qualifying.route, list(qualifying.phases), hw)
         else:
             plan = load(self.model, fallback=self.fallback, accept=self.accept, lockfile=self.lock,
                         mirror=self.mirror, hardware=hw, project=self.project)
@@ -358,7 +368,7 @@ class Engine:
         for (seam, phase), layer in sorted(plan.fns.items()):
             if any(r["phase"] == phase for r in refusals):
                 continue
-            impl = plan._impls[(seam, phase)].impl
+            impl = plan.binding(seam, phase).impl
             entry = smoke.setdefault((seam, impl.name), [layer, impl, set(), []])
             entry[2].update(smoke_rows(m.phases[phase].rows))
             entry[3].append(phase)
@@ -407,27 +417,27 @@ class Engine:
         start_writer(self)
         log.info("frt: model %s bound in %.2f s (engine form %s)", self.model, time.perf_counter() - t0, self.form)
 
-    def _qualify_plan(self, route: str, hw):
+    def _qualify_plan(self, route: str, phases: list, hw):
         from ...loader.core import load_locked  # noqa: PLC0415
         from ...project.discover import lock_root  # noqa: PLC0415
         from ..load import plan_for_route  # noqa: PLC0415
 
         m = self.lock.manifest
-        phases = [p for p in (settings.value("FRT_QUALIFY_PHASES") or "").split(",") if p] or list(m.phases)
+        phases = phases or list(m.phases)
         packages = {repo: load_locked(self.lock, repo, hardware=hw, root=lock_root(self.lock))
                     for repo in m.route_packages(route)}
         fns = {}
         for seam, name in m.routes[route].seams.items():
             impl = m.impl(seam, name)
-            from ..kernelize import layer_problem  # noqa: PLC0415
+            from ..kernelize import package_layer  # noqa: PLC0415
 
-            why = layer_problem(packages[impl.package].module, impl.layer)
+            layer, why = package_layer(packages[impl.package].module, impl.layer)
             if why:
                 from ...errors import KernelUnavailable  # noqa: PLC0415
 
                 raise KernelUnavailable(f"package {impl.package} {why}", reasons=[{"seam": seam, "reason": why}])
             for ph in phases:
-                fns[(seam, ph)] = vars(packages[impl.package].module.layers)[impl.layer]
+                fns[(seam, ph)] = layer
         return plan_for_route(self.lock, route, phases, hw, packages, fns)
 
     def routed(self, on: bool) -> None:
@@ -502,13 +512,14 @@ class Engine:
                     continue
                 key = (seam, phase)
                 layer = plan.fns.get(key) if phase not in hostless else None
-                contract = plan._impls[key].impl.contract if key in plan._impls else {}
+                b = plan.binding(seam, phase)
+                contract = b.impl.contract if b is not None else {}
                 if layer is None:
                     self.host_bands[key] = ("host decision" if plan.decisions[phase].decision == "host" else
                                             "refused in this engine form" if phase in hostless else "not bound")
                 else:
                     routed.add(seam)
-                bands.append(Band(phase, ph.rows[0], ph.rows[1], layer, plan._counts[key], contract))
+                bands.append(Band(phase, ph.rows[0], ph.rows[1], layer, plan.counts(seam, phase), contract))
             self.table[seam] = SeamTable(seam, bands, self.fallback)
             if (self.form != "eager" and seam not in routed) or self.form == "compile-then-capture":
                 # vLLM's own compiled op (no band routed), or CUDA-graph replays: calls run no frt code
@@ -525,7 +536,7 @@ class Engine:
         for phase, d in plan.decisions.items():
             rows = self.lock.manifest.phases[phase].rows
             if d.decision == "route" and phase not in refused:
-                seams = ", ".join(f"{s}={self.ops[s]}" for s in sorted(self.ops) if (s, phase) in plan._impls)
+                seams = ", ".join(f"{s}={self.ops[s]}" for s in sorted(self.ops) if plan.binding(s, phase) is not None)
                 log.info("frt: band %s rows %d..%d: route %s (%s, receipt %s) replaces %s", phase, rows[0], rows[1],
                          d.route, d.state, (d.receipt or "")[:19], seams)
             else:

@@ -165,7 +165,7 @@ def _not_in_project(model: str):
 
 def _refusal_hints(exc, model: str, lock) -> list[str]:
     """What to do about the resolver's reasons, by their kind (``routes.resolver.REASON_KINDS``)."""
-    from ...release.record import NO_POLICY  # noqa: PLC0415
+    from ...documents.lock_release import NO_POLICY  # noqa: PLC0415
 
     reasons = [r for r in (getattr(exc, "reasons", None) or []) if isinstance(r, dict)]
     kinds = {r.get("kind") for r in reasons} - {None}

@@ -210,7 +210,7 @@ def release_supplier(lock) -> tuple[dict | None, list]:
     rel = lock.release
     if not rel:
         return None, []
-    from ..release.record import release_receipts  # noqa: PLC0415
+    from ..documents.lock_release import release_receipts  # noqa: PLC0415
 
     props = [("frt:release", f"hf://{rel['repo']}@{rel['commit']}"), ("frt:release-version", str(rel["version"]))]
     props += [("frt:release-receipt", d) for d in sorted(release_receipts(lock))]

@@ -32,10 +32,11 @@ from pathlib import Path
 from ..base.canonical import file_digest_b64 as file_digest
 from ..base.canonical import hash_open_file, scan_tree
 
-__all__ = ["Expected", "check_variant_dir", "file_digest", "format_problems", "real_dir"]
+__all__ = ["Expected", "check_variant_dir", "file_digest", "format_problems", "real_dir", "METADATA", "IGNORED_TOP",
+           "problem", "is_inside", "link_target", "open_checked", "missing_problems"]
 
 METADATA = "metadata.json"
-_IGNORED_TOP = {"metadata.json.sigstore"}
+IGNORED_TOP = {"metadata.json.sigstore"}
 
 
 @dataclass(frozen=True)
@@ -57,15 +58,15 @@ class Expected:
         return cls(variant.algorithm, dict(variant.files), variant.metadata_sha256)
 
 
-def _problem(kind: str, path: str, expected, computed, reason: str) -> dict:
+def problem(kind: str, path: str, expected, computed, reason: str) -> dict:
     return {"kind": kind, "path": path, "expected": expected, "computed": computed, "reason": reason}
 
 
-def _inside(target: str, root: str) -> bool:
+def is_inside(target: str, root: str) -> bool:
     return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _link_target(path: str, real_dirs: dict) -> str:
+def link_target(path: str, real_dirs: dict) -> str:
     """``os.path.realpath(path)`` for a symlink, with each directory resolved once.
 
     A hub cache links ``snapshots/<sha>/<file>`` to ``../../../../blobs/<digest>``:
@@ -116,7 +117,7 @@ def _real_dir(d: str, real_dirs: dict) -> str:
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def _open_checked(path: str, link: bool, tree_root: str, real_dirs: dict) -> tuple[int | None, str | None]:
+def open_checked(path: str, link: bool, tree_root: str, real_dirs: dict) -> tuple[int | None, str | None]:
     """(a descriptor open on the regular file at ``path``, or None and why not).
 
     Symlinks must stay in the tree. The file is opened before it is looked at
@@ -125,10 +126,10 @@ def _open_checked(path: str, link: bool, tree_root: str, real_dirs: dict) -> tup
     """
     if link:
         try:
-            target = _link_target(path, real_dirs)
+            target = link_target(path, real_dirs)
         except OSError as exc:
             return None, f"unreadable: {exc.strerror or exc}"
-        if not _inside(target, tree_root):
+        if not is_inside(target, tree_root):
             return None, f"symlink leaving its tree -> {target}"
     try:
         fd = os.open(path, _OPEN_FLAGS)
@@ -163,10 +164,10 @@ def missing_problems(expected: Expected, present, prefix: str) -> list[dict]:
     """A ``missing`` problem for ``metadata.json`` and each expected file not in ``present``."""
     out = []
     if METADATA not in present:
-        out.append(_problem("missing", prefix + METADATA, expected.metadata_sha256, None,
+        out.append(problem("missing", prefix + METADATA, expected.metadata_sha256, None,
                             f"{prefix}{METADATA}: missing"))
     for rel in sorted(set(expected.files) - set(present)):
-        out.append(_problem("missing", prefix + rel, expected.files[rel], None,
+        out.append(problem("missing", prefix + rel, expected.files[rel], None,
                             f"{prefix}{rel}: missing (expected {expected.files[rel]})"))
     return out
 
@@ -191,22 +192,22 @@ def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tre
     problems: list[dict] = []
     if not vdir.is_dir():  # every file it should hold is missing
         missing = [(METADATA, expected.metadata_sha256)] + sorted(expected.files.items())
-        return sorted((_problem("missing", prefix + rel, want, None, f"{prefix}{rel}: missing (variant directory not found)")
+        return sorted((problem("missing", prefix + rel, want, None, f"{prefix}{rel}: missing (variant directory not found)")
                        for rel, want in missing), key=lambda p: p["path"])
     seen = set()
     if real_dirs is None:
         real_dirs = {tree: root}
     for rel, path, link in scan_tree(vdir):
-        if rel in _IGNORED_TOP:
+        if rel in IGNORED_TOP:
             continue
         shown = prefix + rel
         seen.add(rel)
         is_meta = rel == METADATA
         want = expected.metadata_sha256 if is_meta else expected.files.get(rel)
-        fd, why = _open_checked(path, link, root, real_dirs)
+        fd, why = open_checked(path, link, root, real_dirs)
         if fd is None:
             kind = "mismatched" if want is not None or is_meta else "unknown"
-            problems.append(_problem(kind, shown, want, why, f"{shown}: {why}"))
+            problems.append(problem(kind, shown, want, why, f"{shown}: {why}"))
             continue
         if is_meta:
             raw, data = _digest_fd(fd, "sha256", keep=True)
@@ -215,15 +216,15 @@ def check_variant_dir(variant_dir: str | os.PathLike, expected: Expected, *, tre
             if want is not None:
                 got = "sha256:" + raw.hex()
                 if got != want:
-                    problems.append(_problem("mismatched", shown, want, got,
+                    problems.append(problem("mismatched", shown, want, got,
                                              f"{shown}: digest mismatch (expected {want}, computed {got})"))
             continue
         got = base64.b64encode(_digest_fd(fd, expected.algorithm)[0]).decode("ascii")
         if want is None:
-            problems.append(_problem("unknown", shown, None, got,
+            problems.append(problem("unknown", shown, None, got,
                                      f"{shown}: not declared by the package (computed {got})"))
         elif got != want:
-            problems.append(_problem("mismatched", shown, want, got,
+            problems.append(problem("mismatched", shown, want, got,
                                      f"{shown}: digest mismatch (expected {want}, computed {got})"))
     problems += missing_problems(expected, seen, prefix)
     problems.sort(key=lambda p: (p["path"], p["kind"]))

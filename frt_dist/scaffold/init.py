@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..base import names
 from ..errors import FrtError, UsageError
-from .discover import bundled_root
+from ..project.discover import bundled_root
 
 __all__ = ["init_project", "init_from_release"]
 
@@ -167,7 +167,7 @@ def _validate(staging: Path, model: str) -> None:
     from ..documents.manifest import Manifest  # noqa: PLC0415
     from ..errors import FrtError  # noqa: PLC0415
     from ..lock.build import derive_path_package  # noqa: PLC0415
-    from .discover import Project  # noqa: PLC0415
+    from ..project.discover import Project  # noqa: PLC0415
 
     try:
         m = Manifest.read(staging / "manifests" / f"{model}.toml", label=f"manifests/{model}.toml")

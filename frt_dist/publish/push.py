@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UsageError
-from .consume import REPO_TYPE, SIG_SUFFIXES, ReleaseError, api, branch_commit, hub_call, release_receipts
+from ..release.consume import REPO_TYPE, SIG_SUFFIXES, ReleaseError, api, branch_commit, hub_call, release_receipts
 
 __all__ = ["push"]
 

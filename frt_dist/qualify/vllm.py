@@ -2,8 +2,8 @@
 band by band, on engine steps whose rows lie in the band.
 
 vLLM runs in this process (the engine core in-process), with the plugin bound to the route under
-qualification (``FRT_QUALIFY_ROUTE``: every band asked for, no receipt consulted), in the form the
-route's ``assembly`` names:
+qualification (``plugin.register(lock, qualifying=...)``: every band asked for, no receipt consulted),
+in the form the route's ``assembly`` names:
 
 - ``eager`` (``enforce_eager``): one engine; host and route are switched by the plugin's routing
   table (``Engine.routed``): the same weights in the same memory, vLLM's own op on the host side.
@@ -36,6 +36,10 @@ from __future__ import annotations
 import os
 import time
 
+from .gates import band_failures, speed_verdict
+from .gates import receipt as make_receipt
+from .timing import paired_timing
+
 __all__ = ["qualify_vllm", "steps_for", "DECODE_MAX", "DECODE_STEPS", "MIN_ROUNDS"]
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -63,9 +67,10 @@ def steps_for(m, phases) -> dict:
 
 
 def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, seed: int, root, progress=None,
-                 max_rounds=None, timing, speed_state, gate: float):
-    """``QualifyResult``-shaped tuples per phase: ``(phase, ok, state, receipt, failures, speedups)``."""
-    from ...errors import UsageError  # noqa: PLC0415
+                 max_rounds=None, gate):
+    """``QualifyResult``-shaped tuples per phase: ``(phase, ok, state, receipt, failures, speedups)``. Every
+    setting is an argument: ``root`` the project, ``gate`` the route's (``documents.manifest.Gate``)."""
+    from ..errors import UsageError  # noqa: PLC0415
 
     m = lock.manifest
     route = m.routes[route_name]
@@ -86,10 +91,9 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
     model_dir = (root / m.host_model).resolve()
     if not (model_dir / "config.json").is_file():
         raise UsageError(f"{m.file}: host-model: {model_dir} holds no Hugging Face model (config.json)")
-    os.environ.update({"FRT_MODEL": m.model, "FRT_QUALIFY_ROUTE": route_name, "FRT_QUALIFY_PHASES": ",".join(phases),
-                       "FRT_FALLBACK": "host", "FRT_PROJECT": str(root), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
-    if lock.path:
-        os.environ["FRT_LOCK"] = str(lock.path)
+    # vLLM's own setting: the engine core runs in this process, where the plugin's engine is the one
+    # `register(..., qualifying=...)` made (frt's own settings go to it as arguments, not the environment)
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     plan = steps_for(m, phases)
     top = max(max(rows) * (PROMPT if kind == "decode" else 1) for kind, rows in plan.values())
     seqs = max([8] + [max(rows) for kind, rows in plan.values() if kind == "decode"])
@@ -100,7 +104,7 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
     from vllm import LLM  # noqa: PLC0415
     from vllm.model_executor.custom_op import op_registry_oot  # noqa: PLC0415
 
-    from . import plugin  # noqa: PLC0415
+    from ..serve.vllm import plugin  # noqa: PLC0415
 
     def engine():
         return LLM(model=str(model_dir), enforce_eager=not compiled, dtype=dtype,
@@ -111,7 +115,9 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
                    enable_prefix_caching=False, async_scheduling=False, **graphs)
 
     try:
-        plugin.register(lock)  # the lock measured (the manifest as it is now); vLLM's own call is then a no-op
+        # the lock measured (the manifest as it is now), the route in the bands asked for; vLLM's own call of
+        # the plugin hook is then a no-op
+        plugin.register(lock, qualifying=plugin.Qualifying(route_name, tuple(phases), root))
         host_llm = None
         if compiled:
             say(f"  starting vLLM on {m.host_model} without frt (compile, {dtype}): the host")
@@ -130,7 +136,7 @@ def qualify_vllm(lock, route_name: str, *, phases, rounds: int, warmup: int, see
         raise
     eng = plugin.engine()
     return _measure(llm, host_llm, eng, lock, route_name, route, m, phases, plan, max(rounds, MIN_ROUNDS), warmup,
-                    seed, emit, say, max_rounds, timing, speed_state, gate)
+                    seed, emit, say, max_rounds, gate)
 
 
 class _Sample:
@@ -184,7 +190,7 @@ _ids = _counter()
 
 
 def _measure(llm, host_llm, eng, lock, route_name, route, m, phases, plan, rounds, warmup, seed, emit, say, max_rounds,
-             timing, speed_state, gate):
+             gate):
     compiled = host_llm is not None
     tol = m.tolerance
     samples = {ph: [_Sample(kind, r, seed) for r in rows] for ph, (kind, rows) in plan.items()}
@@ -239,10 +245,10 @@ def _measure(llm, host_llm, eng, lock, route_name, route, m, phases, plan, round
             return sum(t for t, _, _ in runs)
 
         say(f"  {ph}: timing {rounds} paired rounds (+{warmup} warm-up) on {plan[ph][0]} steps, more while the "
-            f"speedup is undecided against the gate {gate:g}")
+            f"speedup is undecided against the gate {gate.min_speedup:g}")
         speedups: list = []
-        tm = timing(host_run, route_run, {r: None for r in plan[ph][1]}, rounds=rounds, warmup=warmup,
-                    measure=measure, gate=gate, max_rounds=max_rounds, speedups=speedups,
+        tm = paired_timing(host_run, route_run, {r: None for r in plan[ph][1]}, rounds=rounds, warmup=warmup,
+                           measure=measure, gate=gate.min_speedup, max_rounds=max_rounds, speedups=speedups,
                     tick=lambda i, n, ph=ph: emit({"event": "round", "phase": ph, "round": i, "rounds": n}))
         tm["steps"] = {"kind": plan[ph][0], "rows": plan[ph][1], "per-sample": len(shapes) // max(1, len(ss)),
                        "form": route.assembly,
@@ -253,74 +259,46 @@ def _measure(llm, host_llm, eng, lock, route_name, route, m, phases, plan, round
     eng.plan.detach()
     eng.table = {}
     detached = {ph: outputs([s.run(llm) for s in samples[ph]]) for ph in phases}
-    return _receipts(eng, lock, route_name, route, m, phases, plan, checks, timings, all_speedups, detached, parity,
-                     compiled, seed, speed_state, gate)
+    return _receipts(eng, route_name, route, m, phases, plan, checks, timings, all_speedups, detached, parity,
+                     compiled, seed, gate)
 
 
-def _receipts(eng, lock, route_name, route, m, phases, plan, checks, timings, all_speedups, detached, parity,
-              compiled, seed, speed_state, gate):
+def _receipts(eng, route_name, route, m, phases, plan, checks, timings, all_speedups, detached, parity, compiled, seed,
+              gate):
     import vllm  # noqa: PLC0415
 
-    from ...system.hardware import software_version  # noqa: PLC0415
+    from ..system.hardware import software_version  # noqa: PLC0415
 
     tol = m.tolerance
     hw = eng.plan.hardware
-    first = sorted(route.seams)[0]
     results = []
     for ph in phases:
         ref, null_check, par, negative, calls, fallbacks = checks[ph]
         detach_ok = parity(detached[ph], ref)["pass"] if compiled else detached[ph] == ref
-        failures = []
-        if not par["pass"]:
-            failures.append(f"parity failed: tokens identical {par['tokens-identical']}, logprob max-abs "
-                            f"{par['max-abs']:.3g} (tolerance abs {tol['abs']:g})")
-        if not null_check:
-            failures.append("null check failed: two host runs differ")
-        if not negative:
-            failures.append("negative control passed parity: the gate cannot fail")
-        if not detach_ok:
-            failures.append("detach did not restore the host" + ("" if compiled else " bit-exactly"))
-        if fallbacks:
-            failures.append(f"{fallbacks} call(s) fell back to vLLM's own op")
-        if any(n <= 0 for n in calls.values()):
-            failures.append(f"a seam was never called in the {ph} band: {calls}")
+        failures = band_failures(
+            ph, parity=par, null_check=null_check, negative=negative, detach_ok=detach_ok, exact_detach=not compiled,
+            parity_failure=(f"tokens identical {par['tokens-identical']}, logprob max-abs {par['max-abs']:.3g} "
+                            f"(tolerance abs {tol['abs']:g})"),
+            fallbacks=fallbacks, calls=calls, host="vLLM's own op")
         if failures:
             results.append((ph, False, None, None, failures, all_speedups[ph]))
             continue
         tm = timings[ph]
-        state, _why = speed_state(tm, gate)
-        band = m.phases[ph]
+        state, _why = speed_verdict(tm, gate)
         kind, rows = plan[ph]
-        receipt = {
-            "schema": "frt.receipt/1",
-            "cell": {
-                "model": m.model, "binding": m.binding, "family": m.family,
-                "route": route_name, "route-digest": route.digest,
-                "hardware": {"backend": hw.backend, "arch": hw.arch, "device-class": hw.device_class,
-                             "device-name": hw.device_name or hw.device_class},
-                "precision": route.precision,
-                "layout": m.impl(first, route.seams[first]).contract.get("layout", "contiguous"),
-                "phase": ph, "band": {"rows": list(band.rows)},
-                "software": {**{k: v for k, v in hw.software.items() if k in ("torch", "cuda", "rocm", "kernels")},
-                             "vllm": software_version(vllm.__version__)},
-                "assembly": route.assembly,
-                "impls": {s: {"impl": i, "package": m.impl(s, i).package,
-                              "revision": eng.plan.packages[m.impl(s, i).package].revision,
-                              "variant": eng.plan.packages[m.impl(s, i).package].variant}
-                          for s, i in sorted(route.seams.items())},
-                "calibration": None,
-                "inputs": {"source": "synthetic", "seed": seed,
-                           "note": (f"vLLM {vllm.__version__} ({route.assembly}) engine steps of {rows} rows: "
-                                    + (f"{rows} sequences decoding together, {DECODE_STEPS} timed steps each"
-                                       if kind == "decode" else "one prompt of that many tokens, its prefill step")
-                                    + f"; greedy tokens; model {m.host_model}")},
-            },
-            "state": state,
-            "evidence": {"parity": {"max-abs": par["max-abs"], "max-rel": 0.0, "tolerance": tol,
-                                    "worst-case": {"rows": max(rows)}, "pass": True},
-                         "target-calls": calls, "fallbacks": fallbacks, "timing": tm,
-                         "null-check": null_check, "negative-control": negative, "detach-restores-host": detach_ok},
-            "verdict": "PASS",
-        }
+        receipt = make_receipt(
+            m, route_name, hw, ph, impls={s: m.impl(s, i) for s, i in route.seams.items()}, packages=eng.plan.packages,
+            software={**{k: v for k, v in hw.software.items() if k in ("torch", "cuda", "rocm", "kernels")},
+                      "vllm": software_version(vllm.__version__)},
+            inputs={"source": "synthetic", "seed": seed,
+                    "note": (f"vLLM {vllm.__version__} ({route.assembly}) engine steps of {rows} rows: "
+                             + (f"{rows} sequences decoding together, {DECODE_STEPS} timed steps each"
+                                if kind == "decode" else "one prompt of that many tokens, its prefill step")
+                             + f"; greedy tokens; model {m.host_model}")},
+            state=state,
+            evidence={"parity": {"max-abs": par["max-abs"], "max-rel": 0.0, "tolerance": tol,
+                                 "worst-case": {"rows": max(rows)}, "pass": True},
+                      "target-calls": calls, "fallbacks": fallbacks, "timing": tm,
+                      "null-check": null_check, "negative-control": negative, "detach-restores-host": detach_ok})
         results.append((ph, True, state, receipt, [], all_speedups[ph]))
     return results
