@@ -220,6 +220,7 @@ def test_only_the_named_subcommands_flags_are_built_and_nothing_else_changes(cap
     assert cli._named_command(["--project=x", "verify"]) == "verify"
     assert cli._named_command(["--proj", "x", "verify"]) is None  # an abbreviation: build everything
     assert cli._named_command(["resolv"]) is None and cli._named_command([]) is None
+    assert cli._named_command(["-q", "--json", "-v", "--demo", "lock"]) == "lock"  # the global flags before it
     full = cli.build_parser()
     for name in cli.COMMANDS:
         only = cli.build_parser(only=name)
@@ -227,7 +228,7 @@ def test_only_the_named_subcommands_flags_are_built_and_nothing_else_changes(cap
         sub, whole = (p._subparsers._group_actions[0].choices for p in (only, full))
         assert sub[name].format_help() == whole[name].format_help()
         argv = [name] + {"mirror": ["DIR"], "init": ["DIR"], "qualify": ["--route", "r"], "digest": ["p"],
-                         "receipts": ["pull", "s3://b/p"], "sign": ["--key", "k.pem", "r.json"],
+                         "receipts": ["pull", "s3://b/p"], "publish": ["s3://b/p"], "sign": ["--key", "k.pem", "r.json"],
                          "release": ["trust"]}.get(name, [])
         assert vars(only.parse_args(argv)) == vars(full.parse_args(argv))
     with pytest.raises(SystemExit):

@@ -92,7 +92,7 @@ def test_publish_consume_edit_requalify_upgrade(hub, tmp_path):
     pub("lock")
     pub("qualify", "--model", "toyq", "--route", "fastscale", "--key", str(a_priv))
     pub("lock")
-    pub("release", "push", f"hf://{REL}", "--version", "1")
+    pub("release", "push", f"hf://{REL}@v1")
     # -- the consumer
     cons = Actor(hub, tmp_path / "cons", "cons")
     r = cons("init", "--from", f"hf://{REL}@v1", str(cons.root), cwd=tmp_path)
@@ -123,15 +123,15 @@ def test_publish_consume_edit_requalify_upgrade(hub, tmp_path):
     (rec,) = lf.receipts.values()
     assert rec.cell["route-digest"] != Lockfile.read(cons.root / "lockfiles" / "toyq.lock").manifest.routes[
         "fastscale"].digest
-    pub("release", "push", f"hf://{REL}", "--version", "2")
+    pub("release", "push", f"hf://{REL}@v2")
     # -- the consumer moves to v2
     r = cons("lock")
-    assert f"note: release {REL} has a newer version, v2: `frt release upgrade --version 2`" in r.stderr
+    assert f"note: release {REL} has a newer version, v2: `frt release upgrade @v2`" in r.stderr
     r = cons("release", "upgrade", ok=1)
     assert "    ~ route fastscale: an impl it runs changed (route digest sha256:" in r.stdout
     assert "1 receipt(s), NEW: not in your [trust.receipts]; review it" in r.stdout
     (again,) = [h for h in cons.hints(r) if h and h[0].endswith("--trust")]
-    assert again == ["frt release upgrade --model toyq --version 2 --trust"]
+    assert again == ["frt release upgrade --model toyq @v2 --trust"]
     r = cons(*shlex.split(again[0])[1:])
     assert "trusted: key sha256:" in r.stdout
     lf = Lockfile.read(cons.root / "lockfiles" / "toyq.lock")

@@ -309,6 +309,30 @@ def test_the_cli_names_recorded_and_derived(demo):
     assert "find out who edited it" in r.stderr
 
 
+def test_a_lockfile_given_with_lockfile_is_rederived_in_the_project(demo, frt, tmp_path):
+    """``frt verify --lockfile FILE``: a lock you were given, checked against what it embeds and the
+    project's sources, whatever its name; the project's own lockfile is not read."""
+    given = tmp_path / "from-a-colleague.lock"
+    shutil.copyfile(lockpath(demo), given)
+    r = frt("verify", "--lockfile", given, cwd=demo)
+    assert r.code == 0 and r.out == f"{given}: ok\n", r.err
+    lockpath(demo).write_text("not a lockfile")  # never read when one is named
+    e = Edit(given)
+    e.doc["packages"]["frt-demo/rmsnorm"]["trust"] = "manifest"
+    e.save()
+    r = frt("verify", "--lockfile", given, "--json", cwd=demo)
+    assert r.code == 1 and r.json()["lockfiles"] == [str(given)]
+    assert [p["kind"] for p in r.json()["problems"]] == ["trust"]
+    r = frt("verify", "--lockfile", given, cwd=demo)
+    assert f"trust: {given}: packages.\"frt-demo/rmsnorm\".trust: recorded manifest, derived project-path" in r.out
+    assert f"hint: do not use {given}: get a fresh lockfile from whoever locked it" in r.err
+    assert "frt lock --model from-a-colleague" not in r.err  # the file's name is not a model's
+    r = frt("verify", "--lockfile", given, "--model", "other", cwd=demo)
+    assert r.code == 2 and r.err.startswith(f"error: --lockfile {given} is the lockfile of model '{MODEL}', not 'other'")
+    r = frt("verify", "--lockfile", tmp_path / "none.lock", cwd=demo)
+    assert r.code == 1 and r.err.startswith(f"error: no lockfile at {tmp_path / 'none.lock'} (--lockfile)")
+
+
 def _refused_name(root: Path, field: str) -> dict | None:
     """A bad name either stops the lock reader (exit 2, the field named: names are checked where they are read) or, where the
     reader lets it through, is a ``name`` problem of verify (exit 1). Returns the problem, if any."""
