@@ -9,6 +9,7 @@ import pytest
 
 from helpers.factories import toy_manifest, write_files
 from helpers.hubserver import kernel_variant_files
+from helpers.paths import SRC
 
 PROBE = """
 import sys, runpy
@@ -21,12 +22,10 @@ print("HEAVY=" + ",".join(heavy))
 def _env(home) -> dict:
     """A bare environment whose frt_dist is the one under test (this checkout's, not whatever an
     editable install of another checkout points at)."""
-    from pathlib import Path
 
-    import frt_dist
 
     return {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(home),
-            "PYTHONPATH": str(Path(frt_dist.__file__).resolve().parents[1])}
+            "PYTHONPATH": str(SRC)}
 
 
 def _run(body: str, cwd) -> str:

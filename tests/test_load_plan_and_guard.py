@@ -15,6 +15,7 @@ import frt_dist
 from frt_dist import ContractViolation, KernelUnavailable, RouteRefused, UsageError, loader
 from frt_dist.serve.load import load
 from helpers.factories import CPU, NORM_SRC, impl_doc, manifest_doc, tiny_project
+from helpers.paths import BUNDLED
 
 BOTH = [("fast", "decode"), ("fast", "prefill")]
 W = torch.randn(8)
@@ -435,7 +436,7 @@ def test_entries_compile_without_graph_breaks_and_the_ledger_says_so(tmp_path):
 # the bundled demo, end to end on this CPU
 
 
-DEMO = Path(__file__).resolve().parents[1]  # the repository's demo project
+DEMO = BUNDLED  # the repository's demo project
 
 
 @pytest.mark.skipif(not (DEMO / "packages" / "fused-ffn" / "build").is_dir(), reason="demo packages not bundled")

@@ -145,7 +145,7 @@ def _matrix_winners(md: str) -> dict[tuple[str, str, str], str]:
         if cols[0] == "phase":
             header = cols
         elif header and line.startswith("|") and len(cols) == len(header) and cols[0] in rd.PHASES:
-            row = dict(zip(header, cols, strict=False))
+            row = dict(zip(header, cols, strict=True))
             for route in rd.ROUTES:
                 if row[route].startswith("★"):
                     out[(row["phase"], row["precision"], row["device class"])] = route

@@ -12,16 +12,16 @@ import hashlib
 import json
 import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 
 from frt_dist.provenance import publisher
 from helpers.factories import NORM_SRC, hub_manifest, tiny_project
 from helpers.frt import frt_main as _run
+from helpers.paths import DATA
 
-DATA = Path(__file__).parent / "data" / "sigstore"  # real Sigstore test vectors (see its README)
-BUNDLE = DATA / "rfc8785-0.1.2-py3-none-any.whl.sigstore"
+SIGSTORE = DATA / "sigstore"  # real Sigstore test vectors (see its README)
+BUNDLE = SIGSTORE / "rfc8785-0.1.2-py3-none-any.whl.sigstore"
 REPO = "https://github.com/trailofbits/rfc8785.py"
 SAN = f"{REPO}/.github/workflows/release.yml@refs/tags/v0.1.2"
 

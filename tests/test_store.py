@@ -29,10 +29,10 @@ from frt_dist import KernelUnavailable, loader
 from frt_dist.distribution.mirror import mirror_lock
 from frt_dist.loader import core, importer, store
 from helpers.factories import CPU, NORM_SRC, SCALE_SRC, sha256_b64, tiny_project
+from helpers.paths import ROOT, TESTS
 
 SCALE = "t-org/scale"
 MID = "_frt_test_scale_v1"
-ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 GOOD_INIT = 'from .helpers import FLAVOUR, scale, scale_out\n'
 GOOD_HELPERS = SCALE_SRC + '\nFLAVOUR = "good"\n'
@@ -806,7 +806,7 @@ def test_a_file_swapped_in_a_store_entry_with_its_record_rewritten_is_refused_al
                  else (f"scale/_ops{suffix}", evil_so))
     _swap_in_entry(Path(first.store_path).parent, rel, evil)
     loader._forget_all()
-    r = subprocess.run([sys.executable, "-c", _LOAD_IN_A_FRESH_PROCESS, str(Path(__file__).parent), str(lock.path)],
+    r = subprocess.run([sys.executable, "-c", _LOAD_IN_A_FRESH_PROCESS, str(TESTS), str(lock.path)],
                        capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.splitlines()[-1])
