@@ -1,4 +1,4 @@
-"""One admissibility rule (issue 12 item 1): a receipt stands for its cell only when every
+"""One admissibility rule: a receipt stands for its cell only when every
 variant it measured would run there. `frt lock` rejects the others, `frt verify` re-derives that,
 resolve refuses such a package, and the matrix never shows such a receipt as a winner, so the
 matrix's winner is resolve's decision in every cell (the property test below, on real FlashRT archs).

@@ -1,4 +1,4 @@
-"""Day two with the command line (issue 21): the bundled demo is never used silently, nothing ends in
+"""Day two with the command line: the bundled demo is never used silently, nothing ends in
 a traceback on a read-only or full disk or at Ctrl-C, `frt --project DIR CMD`, `--model` left out,
 the refusal hint for routes that lost only on their state, and a terminal matrix people can read."""
 

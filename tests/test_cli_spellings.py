@@ -1,4 +1,4 @@
-"""One CLI spelling per idea (issue 28 item 6): `-o/--output FILE`, `--output-dir DIR`, `--key KEY`, `frt publish URL`,
+"""One CLI spelling per idea: `-o/--output FILE`, `--output-dir DIR`, `--key KEY`, `frt publish URL`,
 `frt export --format`; each old spelling still works, and says on stderr that it is deprecated, never inside
 `--json` stdout. Library warnings (`FrtWarning`) print as `warning: <message>` on stderr."""
 

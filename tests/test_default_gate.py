@@ -1,4 +1,4 @@
-"""A default gate that means something (issue 33 item 4, SPEC item 40): a route with no declared ``gate``
+"""A default gate that means something (SPEC item 40): a route with no declared ``gate``
 needs the speedup interval's low end at or above ``DEFAULT_MIN_SPEEDUP`` (1.02) for ``certified_fast``;
 ``frt qualify`` records the gate it applied in the receipt and prints it; ``frt lock`` judges every receipt
 by the route's gate as the manifest defines it now, and warns once per route that relies on the default."""

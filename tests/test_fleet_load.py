@@ -1,4 +1,4 @@
-"""Issue 18 item 2, object-store mirrors: ``frt_dist.load(model, mirror="s3://…")``, ``FRT_MIRROR=s3://…`` and
+"""Object-store mirrors: ``frt_dist.load(model, mirror="s3://…")``, ``FRT_MIRROR=s3://…`` and
 ``[tool.frt] mirror = "s3://…"`` (and ``file://``) load straight into the verified store, fetching
 only the locked files of the variants the chosen routes bind, against a real S3-protocol server
 (moto in its own process, tests/helpers/s3server.py) through the production client (boto3); requests are

@@ -1,4 +1,4 @@
-"""Issue 18 item 6: 16 concurrent node processes load a model through the object store (a real
+"""16 concurrent node processes load a model through the object store (a real
 moto server) while a publisher adds a newer lock and its new objects to the same prefix. Every
 node succeeds with its own lock's bytes (each imported file hashed against the node's lock), none
 imports anything unverified, and the 16 nodes share one verified store: the per-entry fetch lock

@@ -1,4 +1,4 @@
-"""The read client (issue 18 item 7): reads of an ``s3://`` store go through obstore when the
+"""The read client: reads of an ``s3://`` store go through obstore when the
 environment alone configures the store, through boto3 otherwise (``objstore.read_client_why``),
 and both map every fault to the same frt errors. Against the real moto server and the fault proxy
 in front of it (tests/helpers/s3server.py); each fault test runs once per client."""

@@ -1,4 +1,4 @@
-"""Issue 18, object-store mirrors: ``frt mirror URL`` publishes, ``frt mirror DIR --from URL`` syncs, against a
+"""Object-store mirrors: ``frt mirror URL`` publishes, ``frt mirror DIR --from URL`` syncs, against a
 real S3-protocol server (moto, its own process, tests/helpers/s3server.py) through the production client
 (boto3 in frt_dist/distribution/objstore.py, configured only by the standard AWS environment), and ``file://``."""
 

@@ -157,7 +157,7 @@ def test_software_that_is_not_a_version_is_a_usage_error():
 
 
 # ---------------------------------------------------------------------------
-# declared facts are checked (issue 12 item 2)
+# declared facts are checked
 
 
 @pytest.mark.parametrize("arch, hint", [("sm_90", "9.0"), ("sm90", "9.0"), ("90", "9.0"), ("9", "9.0"),
@@ -323,7 +323,7 @@ def test_missing_software_is_one_reason_and_one_hint(aarch64_project, capsys):
 @pytest.mark.parametrize("value", ["0.17.2", "012.8", "12", "1.2.3.4", "00.00", "2.13", "7.10.0",
                                    "2.13.0+cpu", "1.0a1", "v2.1", " 3.4 ", "6.3.42131-fa1d09cbd"])
 def test_software_version_without_packaging_reads_as_packaging_does(value):
-    """Plain release numbers are read without importing packaging (start-up, issue 20): the
+    """Plain release numbers are read without importing packaging (start-up): the
     result is packaging's major.minor for every input."""
     from packaging.version import InvalidVersion, Version
 

@@ -154,7 +154,7 @@ def test_only_public_huggingface_hub_and_kernels_names_are_used():
     assert private == []
 
 
-# --- the import set of each read-only command, end to end in a fresh process (issue 20)
+# --- the import set of each read-only command, end to end in a fresh process
 
 # what no read-only command may import: the machinery that loads and runs kernels, the Hub
 # client, and the standard-library pieces only other commands need (each costs start-up time)
@@ -195,7 +195,7 @@ sys.exit(main())
 @pytest.mark.subprocess
 def test_each_command_imports_only_what_it_uses(tmp_path, argv):
     """`frt resolve|verify|lock --check|matrix` on the bundled demo, as the console script runs them:
-    the modules loaded when the process exits hold none of the forbidden ones (issue 20: start-up)."""
+    the modules loaded when the process exits hold none of the forbidden ones."""
     from frt_dist.project.discover import bundled_root
 
     r = subprocess.run([sys.executable, "-c", IMPORT_SET, *argv, "--project", str(bundled_root())], cwd=tmp_path,
@@ -210,7 +210,7 @@ def test_each_command_imports_only_what_it_uses(tmp_path, argv):
 
 
 def test_only_the_named_subcommands_flags_are_built_and_nothing_else_changes(capsys):
-    """Start-up builds the parser for the one subcommand being run (issue 20); `frt --help` and each
+    """Start-up builds the parser for the one subcommand being run; `frt --help` and each
     subcommand's flags, errors and suggestions are what the whole parser gives."""
     from frt_dist.cli import main as cli
 

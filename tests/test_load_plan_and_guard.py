@@ -94,7 +94,7 @@ def test_host_decided_band_needs_the_callers_host(tmp_path):
 
 
 def test_host_decisions_count_the_bands_decided_host_before_any_call(tmp_path):
-    """Issue 21: with every band decided host, totals.host-decisions said 0 until a call came."""
+    """With every band decided host, totals.host-decisions said 0 until a call came."""
     _, lock = _project(tmp_path, receipts=[])
     plan = load("tiny", lockfile=lock.path, hardware=CPU, fallback="host")
     led = plan.ledger()

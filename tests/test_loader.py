@@ -507,7 +507,7 @@ def test_symlink_targets_are_resolved_exactly_as_realpath_does(tmp_path, monkeyp
 
 
 def test_a_digest_mismatch_hints_by_where_the_bytes_came_from(hub, tmp_path, monkeypatch):
-    """Issue 21 item 4: the hint follows the cause. A damaged mirror or cache copy is refetched
+    """The hint follows the cause. A damaged mirror or cache copy is refetched
     (never "who edited the lockfile"); a changed path package is restored or re-locked; only bytes
     the Hub serves at the locked commit that differ from the lock point at the lockfile."""
     from test_verify import Edit

@@ -1,4 +1,4 @@
-"""No lock that passes and cannot load (issue 21 item 1).
+"""No lock that passes and cannot load.
 
 The property: for every project the tests build, `frt lock` and `frt verify` exiting 0 implies
 that `frt mirror` fills a mirror and the loader loads every locked package from it (and from the

@@ -1,4 +1,4 @@
-"""``frt mirror`` onto a destination that cannot take it (issue 21 items 2 and 4): a full disk (a
+"""``frt mirror`` onto a destination that cannot take it: a full disk (a
 1 MiB tmpfs), a read-only file system and a denied folder give one ``error:`` naming the path in
 the mirror and the cause, exit 2, no traceback, and nothing half-written (no blob under its final
 name that does not verify, no temp files, no lock files)."""

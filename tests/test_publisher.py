@@ -1,4 +1,4 @@
-"""Publisher signatures (issue 19 items 3, 4, 6): ``metadata.json.sigstore``.
+"""Publisher signatures: ``metadata.json.sigstore``.
 
 What is tested with **real Sigstore signatures** (``tests/data/sigstore``, see its README:
 a production bundle made by trailofbits/rfc8785.py's release workflow, and a staging one):

@@ -1,4 +1,4 @@
-"""Issue 21 items 6 and 7: what `frt qualify` records so a verdict does not flip and parity is
+"""What `frt qualify` records so a verdict does not flip and parity is
 decided exactly, held to independent oracles (numpy, torch.allclose, the binomial distribution
 computed here by convolution, a known distribution sampled with numpy)."""
 

@@ -1,4 +1,4 @@
-"""The real-data corpus (issue 12, item 9): the 54 FlashRT Kernel Hub packages, with the CUDA
+"""The real-data corpus: the 54 FlashRT Kernel Hub packages, with the CUDA
 capabilities, CUDA versions and backends their public ``build.toml`` files declare
 (``flashrt-project/FlashRT-HF-kernels@0823390``, via ``../shared/data/flashrt-packages.json``,
 copied to ``tests/data/flashrt-archs.json``), rebuilt on the test Hub with placeholder binaries;

@@ -1,4 +1,4 @@
-"""Signed receipts and the receipt-signer policy (issue 19 items 1, 2, 4, 6).
+"""Signed receipts and the receipt-signer policy.
 
 Real keys (made here with ``cryptography``), real envelopes written by ``frt sign``, real
 locks. Oracles frt did not write: ``openssl`` for the keyid, the DSSE spec's own PAE vector
@@ -825,7 +825,7 @@ def test_verify_accepts_a_bundle_by_its_recorded_identity_and_refuses_another(tm
 
 @pytest.mark.subprocess
 def test_the_sbom_of_a_signed_lock_names_each_receipt_signer(tmp_path):
-    """Issue 19 item 5 meets items 1-2: `frt lock --export cyclonedx` on a lock made under a
+    """The SBOM meets receipt signing: `frt lock --export cyclonedx` on a lock made under a
     policy carries each receipt's signer and signature kind (frt_dist.provenance.sbom reads Lockfile.signatures)."""
     pytest.importorskip("cyclonedx")
     p, _, pub = _locked(tmp_path)

@@ -1,4 +1,4 @@
-"""The release lifecycle end to end (issue 34's scenario, on CPU: the toy host of test_qualify.py stands in
+"""The release lifecycle end to end (on CPU: the toy host of test_qualify.py stands in
 for the vLLM engine), every step a real ``frt`` process against the loopback Hub
 (tests/helpers/hubserver.py):
 

@@ -1,4 +1,4 @@
-"""``frt lock --export cyclonedx`` (issue 19 item 5): the lock as a CycloneDX 1.6 SBOM.
+"""``frt lock --export cyclonedx``: the lock as a CycloneDX 1.6 SBOM.
 
 The output is validated with cyclonedx-python-lib's own strict JSON-schema validator, and its
 content is checked against the lockfile read independently (``tomllib`` and ``json``, not frt's

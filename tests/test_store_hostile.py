@@ -1,4 +1,4 @@
-"""A store cannot lead a node astray (issue 26 item 5): hostile endpoints (tests/helpers/hostile.py, real HTTP
+"""A store cannot lead a node astray: hostile endpoints (tests/helpers/hostile.py, real HTTP
 servers on 127.0.0.1) against both read clients, obstore and boto3. A redirect to another host is
 never followed with credentials; a trickling endpoint ends in a refusal within FRT_STORE_DEADLINE;
 a listing that does not end is refused, and a 200 that is not XML is named as such; an endpoint URL

@@ -514,7 +514,7 @@ def test_anything_else_frt_lock_would_write_differently_is_named(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# packages the manifest does not declare: kernel-depends (issue 12), re-derived with the locker's rules
+# packages the manifest does not declare: kernel-depends, re-derived with the locker's rules
 
 
 def _problems(root: Path) -> list[dict]:
@@ -601,7 +601,7 @@ def test_an_undeclared_package_is_still_refused(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# the variant facts issue 12 added: digest-source, kernels-minver, python-depends, kernel-depends
+# the newer variant facts: digest-source, kernels-minver, python-depends, kernel-depends
 
 
 def _no_digest_project(tmp_path):
@@ -771,7 +771,7 @@ def test_a_hostile_manifest_file_is_never_followed_for_freshness(demo, tmp_path)
 @pytest.mark.parametrize("declared", [True, False], ids=["metadata-digests", "frt-digests"])
 @pytest.mark.subprocess
 def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, declared):
-    """Issue 21 item 4: a mirror file damaged after `frt mirror` is the mirror's problem: verify
+    """A mirror file damaged after `frt mirror` is the mirror's problem: verify
     names the file and hints to refill the mirror, never to find out who edited the lockfile
     (nothing in the lock changed), whether the metadata declares the digests or frt computed them."""
     from helpers.hubserver import kernel_variant_files
@@ -805,7 +805,7 @@ def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, 
 
 @pytest.mark.subprocess
 def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp_path):
-    """Issue 21 item 10(a): the mirror check hashes metadata.json against the lock's
+    """The mirror check hashes metadata.json against the lock's
     metadata-sha256 (loader/integrity.py), not only the files the metadata declares: a
     metadata.json rewritten in the mirror (valid, same id and digests, another license) fails
     `frt verify --mirror`, named with both digests, as the loader refuses it."""
@@ -844,7 +844,7 @@ def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp
 
 @pytest.mark.subprocess
 def test_fallbacks_in_an_embedded_certified_receipt_with_its_digest_recomputed(demo):
-    """Issue 21 item 10(c): a certified receipt that fell back to the host is no qualification;
+    """A certified receipt that fell back to the host is no qualification;
     verify re-applies the fallbacks rule to the embedded receipt (skipping it must fail here)."""
     e = Edit(lockpath(demo))
     row = e.receipt("fused", "decode")
