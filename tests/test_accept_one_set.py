@@ -1,4 +1,4 @@
-"""``accept`` is one set (issue 33 item 5, SPEC item 41): ``frt resolve --accept``, ``frt_dist.load(accept=)``
+"""``accept`` is one set (SPEC item 41): ``frt resolve --accept``, ``frt_dist.load(accept=)``
 and the vLLM plugin's ``FRT_ACCEPT`` decide the same route for the same settings on one lock, and accepting
 ``supported_correct`` accepts ``certified_fast`` too.
 

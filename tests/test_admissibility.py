@@ -1,4 +1,4 @@
-"""One admissibility rule (issue 12 item 1): a receipt stands for its cell only when every
+"""One admissibility rule: a receipt stands for its cell only when every
 variant it measured would run there. `frt lock` rejects the others, `frt verify` re-derives that,
 resolve refuses such a package, and the matrix never shows such a receipt as a winner, so the
 matrix's winner is resolve's decision in every cell (the property test below, on real FlashRT archs).
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import tomllib
-from pathlib import Path
 
 import pytest
 
@@ -31,8 +30,9 @@ from helpers.factories import (
     write_variant,
 )
 from helpers.frt import frt_process
+from helpers.paths import DATA
 
-ARCHS = json.loads((Path(__file__).parent / "data" / "flashrt-archs.json").read_text("utf-8"))["cuda_capabilities"]
+ARCHS = json.loads((DATA / "flashrt-archs.json").read_text("utf-8"))["cuda_capabilities"]
 SOFTWARE = {"torch": "2.13", "cuda": "12.8"}
 
 

@@ -1,4 +1,4 @@
-"""Day two with the command line (issue 21): the bundled demo is never used silently, nothing ends in
+"""Day two with the command line: the bundled demo is never used silently, nothing ends in
 a traceback on a read-only or full disk or at Ctrl-C, `frt --project DIR CMD`, `--model` left out,
 the refusal hint for routes that lost only on their state, and a terminal matrix people can read."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import pty
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 
 from helpers.factories import tiny_project
 from helpers.paths import BUNDLED
+from helpers.terminal import on_a_terminal
 
 FRT = str(Path(sys.executable).with_name("frt"))
 NOTE = f"note: using the bundled demo project (read-only) at {BUNDLED} (--demo)"
@@ -145,21 +145,9 @@ def test_resolve_names_the_arch_as_an_arch(tmp_path):
 
 
 def _on_a_terminal(argv, cwd) -> str:
-    leader, follower = pty.openpty()
-    p = subprocess.Popen([FRT, *argv], cwd=cwd, env=_env(COLUMNS="200"), stdout=follower, stderr=subprocess.PIPE)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(leader)
-    assert p.wait(timeout=120) == 0
-    return b"".join(chunks).decode("utf-8").replace("\r\n", "\n")
+    code, shown, err = on_a_terminal([FRT, *argv], cwd=cwd, env=_env(COLUMNS="200"), stream="stdout", timeout=120)
+    assert code == 0, err
+    return shown.replace("\r\n", "\n")
 
 
 @pytest.mark.subprocess

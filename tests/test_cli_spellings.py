@@ -1,4 +1,4 @@
-"""One CLI spelling per idea (issue 28 item 6): `-o/--output FILE`, `--output-dir DIR`, `--key KEY`, `frt publish URL`,
+"""One CLI spelling per idea: `-o/--output FILE`, `--output-dir DIR`, `--key KEY`, `frt publish URL`,
 `frt export --format`; each old spelling still works, and says on stderr that it is deprecated, never inside
 `--json` stdout. Library warnings (`FrtWarning`) print as `warning: <message>` on stderr."""
 
@@ -78,8 +78,9 @@ def test_publish_needs_a_store_and_mirror_still_fills_a_folder(tmp_path, proj):
     tp, _ = proj
     r = run_frt(["publish", str(tmp_path / "dir")], cwd=tp.root)
     assert r.returncode == 2 and r.stderr.splitlines()[0] == f"error: frt publish {tmp_path / 'dir'}: not an object-store URL"
-    r = run_frt(["publish"], cwd=tp.root)
-    assert r.returncode == 2 and r.stderr.startswith("error: frt publish: the object store to publish to is needed")
+    r = run_frt(["publish"], cwd=tp.root)  # the URL is required: in the usage line, and refused by the parser
+    assert r.returncode == 2 and "error: the following arguments are required: URL" in r.stderr.splitlines()
+    assert "[--cells]\n                   URL\n" in r.stderr and "[URL]" not in r.stderr
     r = run_frt(["mirror", str(tmp_path / "m"), "--variant", "torch-cpu", "-v"], cwd=tp.root)
     assert r.returncode == 0 and "deprecated" not in r.stderr, r.stderr
     assert "  t-org/scale " in r.stderr  # -v: each file as it is written
@@ -187,6 +188,52 @@ def test_verbose_adds_detail_and_quiet_keeps_errors_only(tmp_path, proj):
     assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
     r = run_frt(["verify", "--json", "-v"], cwd=tp.root)
     assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True
+
+
+# --- global -q, -v, --json: before the command or after it -----------------------------------------
+
+
+def test_global_quiet_verbose_and_json_mean_before_the_command_what_they_mean_after_it(frt, proj):
+    tp, _ = proj
+    for before, after in ((["-q", "verify"], ["verify", "-q"]), (["--json", "verify"], ["verify", "--json"]),
+                          (["-v", "lock"], ["lock", "-v"]), (["--quiet", "--json", "lock"], ["lock", "--json", "-q"])):
+        a, b = frt(*before, cwd=tp.root), frt(*after, cwd=tp.root)
+        assert a.code == b.code == 0 and (a.out, a.err) == (b.out, b.err), (before, a, b)
+    assert frt("-q", "verify", cwd=tp.root).out == ""
+    assert frt("--json", "verify", cwd=tp.root).json()["ok"] is True
+    assert "  package t-org/scale @ sha256:" in frt("-v", "lock", cwd=tp.root).out
+    # a global flag the command does not have is refused as the command's own would be, naming it
+    r = frt("-v", "export", cwd=tp.root)
+    assert r.code == 2 and r.err == "error: -v: frt export has nothing more to say\n"
+    r = frt("--json", "completion", "bash", cwd=tp.root)
+    assert r.code == 2 and r.json()["error"] == "--json: frt completion prints no JSON document"
+    r = frt("-q", "completion", "bash", cwd=tp.root)
+    assert r.code == 2 and r.err == "error: -q: frt completion prints only its output\n"
+
+
+def test_help_names_the_short_form_first_and_every_value_its_metavar():
+    import argparse
+
+    from frt_dist.cli.parser import build_parser
+
+    parser = build_parser()
+    subs = {"frt": parser}
+    for name, sub in parser._subparsers._group_actions[0].choices.items():
+        subs[f"frt {name}"] = sub
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                subs.update({f"frt {name} {n}": s for n, s in action.choices.items()})
+    for cmd, p in subs.items():
+        text = p.format_help()
+        assert "--quiet, -q" not in text and "--verbose, -v" not in text, cmd
+        if "--quiet" in text:
+            assert "-q, --quiet" in text, cmd
+        for action in p._actions:  # argparse's default metavar is the dest in capitals (DEVICE_CLASS, MAX_ROUNDS)
+            takes = action.option_strings and action.nargs != 0 and action.help != argparse.SUPPRESS
+            assert not takes or action.metavar is not None or action.choices is not None, (cmd, action.option_strings)
+    assert "-q, --quiet" in parser.format_help() and "-v, --verbose" in parser.format_help()
+    assert "DEVICE_CLASS" not in subs["frt resolve"].format_help()
+    assert "MAX_ROUNDS" not in subs["frt qualify"].format_help()
 
 
 # --- FrtWarning from library code -----------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A default gate that means something (issue 33 item 4, SPEC item 40): a route with no declared ``gate``
+"""A default gate that means something (SPEC item 40): a route with no declared ``gate``
 needs the speedup interval's low end at or above ``DEFAULT_MIN_SPEEDUP`` (1.02) for ``certified_fast``;
 ``frt qualify`` records the gate it applied in the receipt and prints it; ``frt lock`` judges every receipt
 by the route's gate as the manifest defines it now, and warns once per route that relies on the default."""
@@ -192,3 +192,39 @@ def test_qualify_prints_and_records_the_gate(qproject, frt):
     assert doc["gate"] == {"min-speedup": 1.05, "source": "declared"}
     rec = Receipt.read(qproject / doc["results"][0]["receipt"])
     assert rec.timing["gate"] == {"min-speedup": 1.05, "source": "declared"} and rec.state == "supported_correct"
+
+
+def test_certified_fast_under_a_gate_below_1_needs_the_interval_to_clear_1():
+    """Planted defect this catches: ``certified_fast`` decided on the interval's low end clearing a gate below 1 alone:
+    a route whose speedup may be 0.95x (the interval's low end) is not certified as fast, whatever
+    the gate; qualify's decision and the lock's rule agree."""
+    from frt_dist.qualify.stats import ci_decision as _ci_decision
+    from frt_dist.qualify.stats import speed_state
+
+    ci = {"level": 0.95, "low": 0.95, "high": 1.4, "method": "sign-test-median", "ranks": [2, 9], "coverage": 0.96}
+    timing = {"rounds": 10, "speedup-median": 1.2, "speedup-ci": ci, "host-median-ms": 1.2, "route-median-ms": 1.0}
+    assert _ci_decision(ci, 0.9) is None  # straddles 1: undecided, not fast
+    state, why = speed_state(timing, 0.9)
+    assert state == "supported_correct" and "does not clear the gate 0.9" in why, why
+    ci_ok = dict(ci, low=1.05)
+    assert speed_state(dict(timing, **{"speedup-ci": ci_ok}), 0.9) == ("certified_fast", None)
+
+
+def test_the_lock_rejects_certified_fast_whose_interval_starts_under_1_with_a_gate_below_1(tmp_path):
+    from frt_dist.documents.lockfile import Lockfile
+    from frt_dist.lock.build import lock_model
+    from helpers.factories import manifest_doc, receipt_doc, tiny_project
+
+    doc = manifest_doc()
+    doc["routes"]["fast"]["gate"] = {"min-speedup": 0.9}
+    tp = tiny_project(tmp_path, manifest=doc)
+    tp.lock()
+    r = receipt_doc(Lockfile.read(tp.lock_path), "fast", "decode", speedup=1.2)
+    r["evidence"]["timing"]["speedup-ci"] = {"level": 0.95, "low": 0.95, "high": 1.25, "method": "sign-test-median",
+                                             "ranks": [2, 9], "coverage": 0.96}
+    r["evidence"]["timing"]["speedup-min"], r["evidence"]["timing"]["speedup-max"] = 0.9, 1.3
+    (tp.root / "receipts" / "tiny").mkdir(parents=True)
+    (tp.root / "receipts" / "tiny" / "r.json").write_text(json.dumps(r))
+    lock = lock_model(tp.project, "tiny", warn=lambda m: None, allow_loss=True).lockfile  # (its only receipt)
+    [rej] = lock.rejected
+    assert "interval of the speedup starts at 0.95, under the route's gate 0.9 (or not above 1)" in rej["reason"], rej

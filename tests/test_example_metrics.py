@@ -10,11 +10,11 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.paths import ROOT
+
 EXAMPLE = ROOT / "examples" / "serve_metrics.py"
 from prometheus_client import parser  # noqa: E402 - the test extra installs it
 

@@ -1,4 +1,4 @@
-"""``frt resolve --explain`` (issue 12 item 8): for every candidate route the
+"""``frt resolve --explain``: for every candidate route the
 variant this system selects for each package, every failing package of a route, archs
 in numeric order, and the full variant lists only under ``-v``."""
 

@@ -7,16 +7,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from frt_dist import loader
 from frt_dist.distribution.mirror import mirror_lock
 from frt_dist.export.kernels_lock import kernels_lock_json
 from helpers.factories import tiny_project
-
-SRC = str(Path(loader.__file__).parents[2])
+from helpers.paths import ROOT, SRC
 
 
 @pytest.fixture
@@ -59,7 +56,7 @@ def test_kernels_loads_the_export_offline_from_an_frt_mirror(proj, tmp_path):
     out = tmp_path / "kernels.lock"
     assert main(["lock", "--project", str(tp.root), "--model", "tiny", "--export", "kernels", "-o", str(out)]) == 0
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "KERNELS_", "FRT_"))}
-    env.update(PYTHONPATH=SRC, PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1", KERNELS_CACHE=str(mirror),
+    env.update(PYTHONPATH=str(SRC), PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1", KERNELS_CACHE=str(mirror),
                HF_HOME=str(tmp_path / "hf-home"), HF_ENDPOINT="http://127.0.0.1:9")
     run = subprocess.run([sys.executable, "-c", _LOAD, str(out)], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -115,7 +112,7 @@ def test_kernels_runs_an_edited_mirror_file_so_the_export_points_to_verify_mirro
     real.chmod(0o644)
     real.write_text(real.read_text().replace("return x * w", "return x * w * 100"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "KERNELS_", "FRT_"))}
-    env.update(PYTHONPATH=SRC, PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1", KERNELS_CACHE=str(mirror),
+    env.update(PYTHONPATH=str(SRC), PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1", KERNELS_CACHE=str(mirror),
                HF_HOME=str(tmp_path / "hf-home"), HF_ENDPOINT="http://127.0.0.1:9")
     run = subprocess.run([sys.executable, "-c", _LOAD, str(out)], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.splitlines()[1] == "[300.0, 300.0]", run.stderr  # the edit ran
@@ -124,5 +121,5 @@ def test_kernels_runs_an_edited_mirror_file_so_the_export_points_to_verify_mirro
     export_help = next(a.help for a in build_parser()._subparsers._group_actions[0].choices["lock"]._actions
                        if a.dest == "export")
     assert "kernels checks no file digest" in export_help and "frt verify --mirror DIR" in export_help
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+    readme = (ROOT / "README.md").read_text("utf-8")
     assert "**`kernels` checks no file digest when it loads**" in readme

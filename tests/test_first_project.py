@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from helpers.docsteps import doc_steps
+from helpers.paths import ROOT
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "first-project.md"
 README = ROOT / "README.md"
 FRT = str(Path(sys.executable).with_name("frt"))

@@ -24,17 +24,12 @@ pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
 pytest.importorskip("torch", reason="frt qualify needs the runtime extra")
 
 from helpers.docsteps import doc_steps
+from helpers.paths import ROOT
+from helpers.s3server import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "fleet-local.md"
 FRT = [sys.executable, "-m", "frt_dist.cli"]
 STEP_TIMEOUT = 300  # seconds: `frt qualify` is the longest step (about 20 s on two cores)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _steps() -> list[tuple[str, str]]:
@@ -44,12 +39,12 @@ def _steps() -> list[tuple[str, str]]:
 def _wait_for_port(port: int, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + 60
     while True:
-        assert proc.poll() is None, f"the background server exited: {log.read_text()[-2000:]}"
+        assert proc.poll() is None, f"the background server exited; its whole log:\n{log.read_text()}"
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return
         except OSError:
-            assert time.monotonic() < deadline, f"nothing listens on {port}: {log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, f"nothing listens on {port}; the server's whole log:\n{log.read_text()}"
             time.sleep(0.2)
 
 
@@ -62,8 +57,8 @@ def test_the_fleet_on_a_laptop_walkthrough_runs_as_written(tmp_path):
 
         commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
         if "publish" not in commands:
-            pytest.skip("`frt publish` is not in this frt's parser yet (the CLI renames of issue 28 item 6)")
-    port = _free_port()
+            pytest.skip("`frt publish` is not in this frt's parser yet (the CLI renames)")
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FRT_", "HF_", "KERNELS_", "AWS_"))}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(ROOT),
                FRT_STORE=str(tmp_path / "store"), XDG_CACHE_HOME=str(tmp_path / "cache"),

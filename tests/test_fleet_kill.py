@@ -1,5 +1,5 @@
-"""A publish SIGKILLed at 30 random points leaves nothing a reader accepts as complete (issue 18
-item 1), and publishers running at once agree. Real processes, a real S3-protocol server (moto)
+"""A publish SIGKILLed at 30 random points leaves nothing a reader accepts as complete,
+and publishers running at once agree. Real processes, a real S3-protocol server (moto)
 behind a proxy of ours that SIGKILLs the publisher at its N-th request, before the request
 reaches the server or after the server acted on it but before the publisher heard back.
 

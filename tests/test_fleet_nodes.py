@@ -1,4 +1,4 @@
-"""Issue 18 item 6: 16 concurrent node processes load a model through the object store (a real
+"""16 concurrent node processes load a model through the object store (a real
 moto server) while a publisher adds a newer lock and its new objects to the same prefix. Every
 node succeeds with its own lock's bytes (each imported file hashed against the node's lock), none
 imports anything unverified, and the 16 nodes share one verified store: the per-entry fetch lock
@@ -16,6 +16,7 @@ import pytest
 
 from helpers.factories import tiny_project
 from helpers.frt import frt_process
+from helpers.paths import HELPERS
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="the node runner forks"),
               pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess, pytest.mark.slow]
@@ -40,7 +41,7 @@ def _run_nodes(tmp_path, nodes, *, before_go=None) -> tuple[dict, list[dict], ob
     spec.write_text(json.dumps({"nodes": nodes, "out": str(out)}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     env.update(PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "helpers", "fleetnodes.py"), str(spec)],
+    proc = subprocess.Popen([sys.executable, str(HELPERS / "fleetnodes.py"), str(spec)],
                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
     proc.stdin.write("go\n")

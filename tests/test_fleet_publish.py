@@ -1,4 +1,4 @@
-"""Issue 18, object-store mirrors: ``frt mirror URL`` publishes, ``frt mirror DIR --from URL`` syncs, against a
+"""Object-store mirrors: ``frt mirror URL`` publishes, ``frt mirror DIR --from URL`` syncs, against a
 real S3-protocol server (moto, its own process, tests/helpers/s3server.py) through the production client
 (boto3 in frt_dist/distribution/objstore.py, configured only by the standard AWS environment), and ``file://``."""
 
@@ -16,7 +16,7 @@ from frt_dist import loader
 from frt_dist.distribution.mirror import verify_mirror
 from helpers.factories import CPU, tiny_project
 from helpers.frt import frt_process
-from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, run_traced
+from helpers.s3server import FAKE_KEY_ID, FAKE_SECRET, FaultProxy, connects_script, run_traced
 
 pytestmark = [pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess]
 
@@ -298,23 +298,7 @@ def test_a_link_inside_a_file_store_is_never_followed(proj, tmp_path):
     assert r.returncode == 1 and "is not in the store" in r.stderr and SCALE_FILE in r.stderr, r.stderr
 
 
-_AUDIT = r"""
-import json, sys
-seen = []
-def hook(event, args):
-    if event == "socket.connect":
-        addr = args[1]
-        seen.append(list(addr) if isinstance(addr, tuple) else str(addr))
-    elif event == "socket.getaddrinfo":
-        seen.append(["resolve", str(args[0]), args[1]])
-sys.addaudithook(hook)
-from frt_dist.cli.main import main
-try:
-    rc = main(sys.argv[2:])
-finally:
-    open(sys.argv[1], "w").write(json.dumps(seen))
-sys.exit(rc)
-"""
+_AUDIT = connects_script("from frt_dist.cli.main import main\nrc = main(sys.argv[2:])", after="sys.exit(rc)\n")
 
 
 def test_zero_connections_to_anything_but_the_configured_endpoint(proj, tmp_path, s3, bucket):

@@ -1,4 +1,4 @@
-"""Receipts from many hosts (issue 18 item 5): qualification hosts ``frt receipts push`` to one
+"""Receipts from many hosts: qualification hosts ``frt receipts push`` to one
 store, the lock job ``frt receipts pull`` and ``frt lock``: the lock's bytes do not depend on the
 order the receipts arrived in, nor on one arriving twice; what the store holds is untrusted."""
 

@@ -1,4 +1,4 @@
-"""Never a traceback on bad input (issue 11): seeded random damage of real documents — the demo's
+"""Never a traceback on bad input: seeded random damage of real documents — the demo's
 lockfile, manifest and receipts and a package's metadata.json — run through the readers and the
 commands' entry points. Only documented ``FrtError``s may come out, and a failed command writes
 nothing. Damage is done the way an attacker with write access would: on the parsed document, with

@@ -1,4 +1,4 @@
-"""The guard checks every input the contract describes (issue 11 item 7).
+"""The guard checks every input the contract describes.
 
 An impl's ``smoke.inputs`` declare the call's inputs in order; the contract's
 device, dtypes, layout and width, the phase band and each input's declared shape

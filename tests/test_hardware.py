@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -11,9 +10,10 @@ from frt_dist import Hardware, arch_admits, device_class
 from frt_dist.errors import UsageError
 from frt_dist.system.hardware import parse_software
 from helpers.frt import frt_main
+from helpers.paths import DATA
 
 # real declarations: flashrt-project/FlashRT-HF-kernels@0823390 build.toml, via shared/data/flashrt-packages.json
-DATA = Path(__file__).resolve().parent / "data" / "flashrt-archs.json"
+ARCHS_FILE = DATA / "flashrt-archs.json"
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -71,7 +71,7 @@ def test_arch_admits_table(archs, device, admitted):
 def _declarations():
     decls = [["12.0"], ["12.0a"], ["10.0f"], ["9.0+PTX"], ["9.0a+PTX"], ["10.0f+PTX"], ["12.0a", "12.1"],
              ["banana"], ["sm_90", "gfx942"], ["8.0", "foo"], ["11.0a+PTX", "8.6"]]
-    decls += [caps for _, caps in sorted(json.loads(DATA.read_text())["cuda_capabilities"].items())]
+    decls += [caps for _, caps in sorted(json.loads(ARCHS_FILE.read_text())["cuda_capabilities"].items())]
     return decls
 
 
@@ -157,7 +157,7 @@ def test_software_that_is_not_a_version_is_a_usage_error():
 
 
 # ---------------------------------------------------------------------------
-# declared facts are checked (issue 12 item 2)
+# declared facts are checked
 
 
 @pytest.mark.parametrize("arch, hint", [("sm_90", "9.0"), ("sm90", "9.0"), ("90", "9.0"), ("9", "9.0"),
@@ -323,7 +323,7 @@ def test_missing_software_is_one_reason_and_one_hint(aarch64_project, capsys):
 @pytest.mark.parametrize("value", ["0.17.2", "012.8", "12", "1.2.3.4", "00.00", "2.13", "7.10.0",
                                    "2.13.0+cpu", "1.0a1", "v2.1", " 3.4 ", "6.3.42131-fa1d09cbd"])
 def test_software_version_without_packaging_reads_as_packaging_does(value):
-    """Plain release numbers are read without importing packaging (start-up, issue 20): the
+    """Plain release numbers are read without importing packaging (start-up): the
     result is packaging's major.minor for every input."""
     from packaging.version import InvalidVersion, Version
 

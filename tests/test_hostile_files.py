@@ -1,4 +1,4 @@
-"""Special files and hostile documents never hang or crash frt (issue 26 item 6).
+"""Special files and hostile documents never hang or crash frt.
 
 Where frt reads or replaces a receipt, a ``.sig``/``.sigstore``, a key file, a lockfile or a
 receipt's local destination, a FIFO, a device or an oversized file is refused with a reason that

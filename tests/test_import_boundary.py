@@ -10,6 +10,7 @@ import pytest
 
 from helpers.factories import toy_manifest, write_files
 from helpers.hubserver import kernel_variant_files
+from helpers.paths import SRC
 
 PROBE = """
 import sys, runpy
@@ -22,12 +23,10 @@ print("HEAVY=" + ",".join(heavy))
 def _env(home) -> dict:
     """A bare environment whose frt_dist is the one under test (this checkout's, not whatever an
     editable install of another checkout points at)."""
-    from pathlib import Path
 
-    import frt_dist
 
     return {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(home),
-            "PYTHONPATH": str(Path(frt_dist.__file__).resolve().parents[1])}
+            "PYTHONPATH": str(SRC)}
 
 
 def _run(body: str, cwd) -> str:
@@ -225,7 +224,7 @@ def test_only_public_huggingface_hub_and_kernels_names_are_used():
     assert private == []
 
 
-# --- the import set of each read-only command, end to end in a fresh process (issue 20)
+# --- the import set of each read-only command, end to end in a fresh process
 
 # what no read-only command may import: the machinery that loads and runs kernels, the Hub
 # client, and the standard-library pieces only other commands need (each costs start-up time)
@@ -267,7 +266,7 @@ sys.exit(main())
 @pytest.mark.subprocess
 def test_each_command_imports_only_what_it_uses(tmp_path, argv):
     """`frt resolve|verify|lock --check|matrix` on the bundled demo, as the console script runs them:
-    the modules loaded when the process exits hold none of the forbidden ones (issue 20: start-up)."""
+    the modules loaded when the process exits hold none of the forbidden ones."""
     from frt_dist.project.discover import bundled_root
 
     r = subprocess.run([sys.executable, "-c", IMPORT_SET, *argv, "--project", str(bundled_root())], cwd=tmp_path,
@@ -282,7 +281,7 @@ def test_each_command_imports_only_what_it_uses(tmp_path, argv):
 
 
 def test_only_the_named_subcommands_flags_are_built_and_nothing_else_changes(capsys):
-    """Start-up builds the parser for the one subcommand being run (issue 20); `frt --help` and each
+    """Start-up builds the parser for the one subcommand being run; `frt --help` and each
     subcommand's flags, errors and suggestions are what the whole parser gives."""
     from frt_dist.cli import main as cli
 
@@ -291,6 +290,7 @@ def test_only_the_named_subcommands_flags_are_built_and_nothing_else_changes(cap
     assert cli._named_command(["--project=x", "verify"]) == "verify"
     assert cli._named_command(["--proj", "x", "verify"]) is None  # an abbreviation: build everything
     assert cli._named_command(["resolv"]) is None and cli._named_command([]) is None
+    assert cli._named_command(["-q", "--json", "-v", "--demo", "lock"]) == "lock"  # the global flags before it
     full = cli.build_parser()
     for name in cli.COMMANDS:
         only = cli.build_parser(only=name)
@@ -298,7 +298,7 @@ def test_only_the_named_subcommands_flags_are_built_and_nothing_else_changes(cap
         sub, whole = (p._subparsers._group_actions[0].choices for p in (only, full))
         assert sub[name].format_help() == whole[name].format_help()
         argv = [name] + {"mirror": ["DIR"], "init": ["DIR"], "qualify": ["--route", "r"], "digest": ["p"],
-                         "receipts": ["pull", "s3://b/p"], "sign": ["--key", "k.pem", "r.json"],
+                         "receipts": ["pull", "s3://b/p"], "publish": ["s3://b/p"], "sign": ["--key", "k.pem", "r.json"],
                          "release": ["trust"]}.get(name, [])
         assert vars(only.parse_args(argv)) == vars(full.parse_args(argv))
     with pytest.raises(SystemExit):

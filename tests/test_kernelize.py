@@ -130,7 +130,7 @@ def test_the_mapping_refuses_what_it_cannot_serve(tmp_path):
 
 
 def test_the_mapping_serves_only_layer_classes_the_package_defines(tmp_path):
-    """Issue 21: `kernel_mapping({"norm": "__class__"})` ended in a traceback; any attribute of the
+    """`kernel_mapping({"norm": "__class__"})` is no traceback: any attribute of the
     layers module that is not a layer class of the package is refused, naming the seam and the name."""
     from helpers.factories import NORM_SRC
 

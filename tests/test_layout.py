@@ -9,11 +9,10 @@ import ast
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parent.parent / "frt_dist"
+from helpers.paths import PKG
 
 
 def test_every_subpackage_init_is_empty_of_imports():

@@ -15,6 +15,7 @@ import frt_dist
 from frt_dist import ContractViolation, KernelUnavailable, RouteRefused, UsageError, loader
 from frt_dist.serve.load import load
 from helpers.factories import CPU, NORM_SRC, impl_doc, manifest_doc, tiny_project
+from helpers.paths import BUNDLED
 
 BOTH = [("fast", "decode"), ("fast", "prefill")]
 W = torch.randn(8)
@@ -93,7 +94,7 @@ def test_host_decided_band_needs_the_callers_host(tmp_path):
 
 
 def test_host_decisions_count_the_bands_decided_host_before_any_call(tmp_path):
-    """Issue 21: with every band decided host, totals.host-decisions said 0 until a call came."""
+    """With every band decided host, totals.host-decisions said 0 until a call came."""
     _, lock = _project(tmp_path, receipts=[])
     plan = load("tiny", lockfile=lock.path, hardware=CPU, fallback="host")
     led = plan.ledger()
@@ -435,7 +436,7 @@ def test_entries_compile_without_graph_breaks_and_the_ledger_says_so(tmp_path):
 # the bundled demo, end to end on this CPU
 
 
-DEMO = Path(__file__).resolve().parents[1]  # the repository's demo project
+DEMO = BUNDLED  # the repository's demo project
 
 
 @pytest.mark.skipif(not (DEMO / "packages" / "fused-ffn" / "build").is_dir(), reason="demo packages not bundled")

@@ -27,6 +27,7 @@ from helpers.factories import (
     tiny_project,
     write_package,
 )
+from helpers.paths import SRC
 
 SCALE = "t-org/scale"
 PIN = loader.pin_env_name(SCALE)
@@ -468,7 +469,7 @@ def test_importing_frt_modules_imports_neither_torch_nor_kernels():
     code = ("import sys, frt_dist, frt_dist.loader, frt_dist.serve.load, frt_dist.distribution.mirror, frt_dist.loader.smoke, "
             "frt_dist.distribution.integrity; frt_dist.hub_kernel; frt_dist.load; "
             "print(sorted(m for m in ('torch', 'kernels', 'huggingface_hub') if m in sys.modules))")
-    env = dict(os.environ, PYTHONPATH=str(Path(loader.__file__).parents[2]))
+    env = dict(os.environ, PYTHONPATH=str(SRC))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -506,7 +507,7 @@ def test_symlink_targets_are_resolved_exactly_as_realpath_does(tmp_path, monkeyp
 
 
 def test_a_digest_mismatch_hints_by_where_the_bytes_came_from(hub, tmp_path, monkeypatch):
-    """Issue 21 item 4: the hint follows the cause. A damaged mirror or cache copy is refetched
+    """The hint follows the cause. A damaged mirror or cache copy is refetched
     (never "who edited the lockfile"); a changed path package is restored or re-locked; only bytes
     the Hub serves at the locked commit that differ from the lock point at the lockfile."""
     from test_verify import Edit

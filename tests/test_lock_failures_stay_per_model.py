@@ -1,4 +1,4 @@
-"""`frt lock` with several models (issue 12 item 6): a package that cannot be locked fails its own
+"""`frt lock` with several models: a package that cannot be locked fails its own
 model only. Every other model is locked and written, every failure is reported as
 `error: <model>: <package>: <reason>`, the failing model's old lockfile is left as it was, and the
 run exits 1. A package several models use is fetched from the Hub once per run."""

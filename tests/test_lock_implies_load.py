@@ -1,4 +1,4 @@
-"""No lock that passes and cannot load (issue 21 item 1).
+"""No lock that passes and cannot load.
 
 The property: for every project the tests build, `frt lock` and `frt verify` exiting 0 implies
 that `frt mirror` fills a mirror and the loader loads every locked package from it (and from the
@@ -24,8 +24,8 @@ from frt_dist.documents.lockfile import Lockfile
 from frt_dist.system.variants import select_variants
 from helpers.factories import CPU, tiny_project
 from helpers.frt import frt_process
+from helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 KERNEL = Path("packages/rmsnorm/build/torch-cpu/rmsnorm/__init__.py")
 
 
@@ -274,4 +274,4 @@ def test_the_first_project_redigest_section_runs_as_written(tmp_path):
     assert _frt(["lock"], root).returncode == 0
     _edit(root)
     codes = [_frt(shlex.split(ln)[1:], root).returncode for ln in lines]
-    assert codes == [1] + [0] * (len(lines) - 1), list(zip(lines, codes, strict=False))
+    assert codes == [1] + [0] * (len(lines) - 1), list(zip(lines, codes, strict=True))

@@ -1,4 +1,4 @@
-"""The lock-digest of a large lock computed from the file's bytes (issue 20 item 2) is the
+"""The lock-digest of a large lock computed from the file's bytes is the
 canonical digest of the document the TOML reader reads.
 
 ``_read_fast`` no longer decodes the whole file into one string and re-encodes the cut-out

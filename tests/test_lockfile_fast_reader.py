@@ -1,4 +1,4 @@
-"""Reading a large lockfile fast (issue 20 item 2) reads exactly what reading it whole reads.
+"""Reading a large lockfile fast reads exactly what reading it whole reads.
 
 The fast reader cuts the index and receipts texts out of the file instead of running them
 through the TOML reader, hashes the lock-digest in slices, and parses the route index one cell

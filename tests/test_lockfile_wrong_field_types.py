@@ -18,8 +18,8 @@ from frt_dist.cli.main import main
 from frt_dist.documents.lockfile import Lockfile, render
 from frt_dist.documents.schema import parse_toml
 from frt_dist.errors import FrtError, LockfileError
+from helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "lockfiles" / "demo-decoder.lock"
 WHEN = datetime.datetime(1979, 5, 27, 7, 32, tzinfo=datetime.UTC)
 WRONG = [WHEN, 7, 1.5, True, ["x"], {"x": 1}, "zz"]

@@ -1,4 +1,4 @@
-"""metadata.json as kernel teams publish it (issue 12 item 4): no ``digest`` (older
+"""metadata.json as kernel teams publish it: no ``digest`` (older
 kernel-builder output) is locked with digests frt computes; metadata without
 ``name``/``id`` and a variant without metadata.json are refused as kernels refuses them."""
 

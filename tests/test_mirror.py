@@ -16,8 +16,8 @@ from frt_dist import KernelUnavailable, UsageError, loader
 from frt_dist.distribution.hub import HubClient
 from frt_dist.distribution.mirror import mirror_lock, verify_mirror
 from helpers.factories import CPU, NORM_SRC, REMOTE, cuda_hw, hub_manifest, sha256_b64, start_hub, tiny_project
+from helpers.paths import SRC
 
-SRC = str(Path(loader.__file__).parents[2])
 SCALE_DIR = "kernels--t-org--scale"
 NORM_DIR = "kernels--t-org--norm"
 
@@ -34,7 +34,7 @@ def proj(tmp_path):
 def _clean_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HF_", "HUGGINGFACE_", "KERNELS_", "FRT_")) and k != "LOCAL_KERNELS"}
-    env.update(PYTHONPATH=SRC, PYTHONDONTWRITEBYTECODE="1", **extra)
+    env.update(PYTHONPATH=str(SRC), PYTHONDONTWRITEBYTECODE="1", **extra)
     return env
 
 

@@ -1,5 +1,5 @@
-"""What a mirror contains cannot make ``frt mirror`` write, read through or delete outside it
-(issue 21 item 9): a folder inside the mirror that is a symbolic link is refused (exit 2, the
+"""What a mirror contains cannot make ``frt mirror`` write, read through or delete outside it:
+a folder inside the mirror that is a symbolic link is refused (exit 2, the
 path named) before anything goes through it, a file that is a link is replaced (the link, never
 its target), and housekeeping never follows a link. The mirror root itself may be a link (the
 user chose it)."""

@@ -1,4 +1,4 @@
-"""``frt mirror`` housekeeping (issue 11 item 8): what a killed run leaves in the mirror
+"""``frt mirror`` housekeeping: what a killed run leaves in the mirror
 (``.frt-tmp`` temp files, ``.locks`` lock files) is removed by the next run, and what a
 live concurrent run holds is not. Real ``frt mirror`` processes, killed with SIGKILL."""
 
@@ -126,7 +126,7 @@ def test_a_killed_run_leaves_nothing_once_the_next_run_ends(monkeypatch, tmp_pat
 
 @pytest.mark.subprocess
 def test_an_interrupted_run_says_what_it_kept_and_the_next_run_resumes(monkeypatch, tmp_path):
-    """Ctrl-C mid-run (issue 21 item 4): not "nothing was written" — the verified blobs stay, the
+    """Ctrl-C mid-run: not "nothing was written" — the verified blobs stay, the
     temp files and locks go, no ref points at the unfinished package, and the next run resumes."""
     server, tp = _hub_project(monkeypatch, tmp_path)
     mirror = tmp_path / "mirror"

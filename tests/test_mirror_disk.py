@@ -1,4 +1,4 @@
-"""``frt mirror`` onto a destination that cannot take it (issue 21 items 2 and 4): a full disk (a
+"""``frt mirror`` onto a destination that cannot take it: a full disk (a
 1 MiB tmpfs), a read-only file system and a denied folder give one ``error:`` naming the path in
 the mirror and the cause, exit 2, no traceback, and nothing half-written (no blob under its final
 name that does not verify, no temp files, no lock files)."""
@@ -14,15 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from frt_dist import loader
 from frt_dist.distribution.mirror import LOCKS, TMP
 from helpers.factories import NORM_SRC, manifest_doc, tiny_project
 from helpers.frt import frt_main
+from helpers.paths import SRC
 
 pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="tmpfs mounts and POSIX permissions"),
               pytest.mark.usefixtures("fresh_loader"), pytest.mark.subprocess]
 
-SRC = str(Path(loader.__file__).parents[2])
 BIG = 2 << 20  # larger than the 1 MiB file system
 
 
@@ -127,7 +126,7 @@ def test_a_denied_folder(tmp_path):
     os.chmod(mirror, 0o555)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HF_", "HUGGINGFACE_", "KERNELS_", "FRT_")) and k != "LOCAL_KERNELS"}
-    env.update(PYTHONPATH=SRC, PYTHONDONTWRITEBYTECODE="1", HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1")
+    env.update(PYTHONPATH=str(SRC), PYTHONDONTWRITEBYTECODE="1", HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1")
     try:
         r = subprocess.run([sys.executable, "-m", "frt_dist.cli", "mirror", str(mirror), "--variant", "torch-cpu"],
                            cwd=tp.root, env=env, capture_output=True, text=True, timeout=120,

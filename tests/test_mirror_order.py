@@ -1,5 +1,5 @@
 """``frt mirror``'s order and races: a package's refs are written only after every blob and
-snapshot entry they make visible (issue 21 item 10e), and a folder a concurrent run creates or
+snapshot entry they make visible, and a folder a concurrent run creates or
 removes between this run's check and its use is not a crash (item 11: ``FileExistsError``
 creating ``.locks/<repo>``)."""
 

@@ -1,4 +1,4 @@
-"""``frt mirror DIR`` for the machines you ship to (issue 12 item 7): declared machines
+"""``frt mirror DIR`` for the machines you ship to: declared machines
 (the resolve hardware flags for one, ``--machine`` for each further one), ``--cells``,
 a machine that selects nothing refused before anything is written, and ``frt verify
 --mirror``'s hint naming the command that fixes what it found. Against the loopback Hub."""

@@ -1,4 +1,4 @@
-"""Mixed precision (issue 12 item 5): an impl may serve several route precisions
+"""Mixed precision: an impl may serve several route precisions
 (``precision = ["fp32", "fp8"]``); a route runs at the precision it declares or at the
 one precision all its impls serve."""
 

@@ -77,7 +77,7 @@ def test_check_names_the_file_and_field_and_is_exit_2():
 
 
 # ---------------------------------------------------------------------------
-# the validator itself, held to its own rule (issue 21 item 10(d)): other layers (the regexes, the
+# the validator itself, held to its own rule: other layers (the regexes, the
 # loader's realpath checks) may also stop an escape, so these pin *which* rule refuses a name, and
 # check every short name the validator accepts against the rule written independently here
 

@@ -1,4 +1,4 @@
-"""What a package needs (issue 12 item 4): ``kernels-minver`` and ``python-depends`` are
+"""What a package needs: ``kernels-minver`` and ``python-depends`` are
 recorded at lock and refused by resolve with the reason; ``kernel-depends`` are locked
 transitively and loaded dependencies first. kernels' own validators are the oracle."""
 

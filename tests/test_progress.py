@@ -4,20 +4,17 @@ Real `frt` processes whose stderr is a pseudo-terminal."""
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
 import re
 import shutil
-import struct
 import subprocess
 import sys
-import termios
 
 import pytest
 
 from helpers.gpu import needs_no_gpu
 from helpers.paths import BUNDLED
+from helpers.terminal import on_a_terminal
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
 
@@ -31,28 +28,15 @@ def demo(tmp_path):
 
 
 def _run(argv, cwd, *, tty: bool, env=None) -> tuple[int, str]:
-    # not helpers.frt: stderr must be a terminal (a pty) for the progress display to draw
+    """``frt`` with stderr on a terminal (``tty``), where the progress display draws, or piped; (code, stderr)."""
     e = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FRT_", "KERNELS_"))}
     e.update(PYTHONDONTWRITEBYTECODE="1", HF_HOME=str(cwd / ".hf"), **(env or {}))
     cmd = [sys.executable, "-m", "frt_dist.cli", *argv]
     if not tty:
         r = subprocess.run(cmd, cwd=cwd, env=e, capture_output=True, text=True, timeout=300)
         return r.returncode, r.stderr
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a new pty is 0 columns wide
-    p = subprocess.Popen(cmd, cwd=cwd, env=e, stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed its side
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    return p.wait(timeout=300), b"".join(chunks).decode("utf-8", "replace")
+    code, shown, _ = on_a_terminal(cmd, cwd=cwd, env=e, stream="stderr", columns=120)
+    return code, shown
 
 
 def test_lock_and_mirror_show_progress_on_a_terminal_only(demo, tmp_path):

@@ -1,4 +1,4 @@
-"""Which project a command uses: no implicit demo, nodes, the checkout's own project (issue 26).
+"""Which project a command uses: no implicit demo, nodes, the checkout's own project.
 
 Outside any project every command is exit 2 (``no frt project here``, with hints), and so is
 ``frt_dist.load``; the bundled demo is used only under ``--demo``. A folder holding ``lockfiles/``

@@ -1,4 +1,4 @@
-"""Publisher signatures (issue 19 items 3, 4, 6): ``metadata.json.sigstore``.
+"""Publisher signatures: ``metadata.json.sigstore``.
 
 What is tested with **real Sigstore signatures** (``tests/data/sigstore``, see its README:
 a production bundle made by trailofbits/rfc8785.py's release workflow, and a staging one):
@@ -30,7 +30,6 @@ import hashlib
 import json
 import shutil
 import tomllib
-from pathlib import Path
 
 import pytest
 import tomli_w
@@ -43,9 +42,10 @@ from frt_dist.provenance import sigstore_root
 from frt_dist.provenance.publisher import SignatureRefused, verify_bundle
 from helpers.factories import NORM_SRC, SCALE_SRC, NetworkTripwire, manifest_doc, tiny_project
 from helpers.frt import frt_main as _run
+from helpers.paths import DATA, ROOT
 
-DATA = Path(__file__).parent / "data" / "sigstore"  # real Sigstore test vectors (see its README)
-WHEEL = DATA / "rfc8785-0.1.2-py3-none-any.whl"
+SIGSTORE = DATA / "sigstore"  # real Sigstore test vectors (see its README)
+WHEEL = SIGSTORE / "rfc8785-0.1.2-py3-none-any.whl"
 REPO = "https://github.com/trailofbits/rfc8785.py"
 WORKFLOW = f"{REPO}/.github/workflows/release.yml"
 SAN = f"{WORKFLOW}@refs/tags/v0.1.2"
@@ -53,7 +53,7 @@ ISSUER = "https://token.actions.githubusercontent.com"
 TRAILOFBITS = SignerPolicy(REPO, (WORKFLOW,))
 
 def _bundle() -> bytes:
-    return (DATA / "rfc8785-0.1.2-py3-none-any.whl.sigstore").read_bytes()
+    return (SIGSTORE / "rfc8785-0.1.2-py3-none-any.whl.sigstore").read_bytes()
 
 
 # --- verify_bundle with the real bundles ---------------------------------------------------
@@ -99,7 +99,7 @@ def test_a_signer_the_policy_does_not_name_is_refused_naming_the_clause(policy, 
 
 def test_the_staging_signed_file_is_refused_under_the_production_root():
     with pytest.raises(SignatureRefused) as e:
-        verify_bundle((DATA / "staging-signed.txt").read_bytes(), (DATA / "staging-signed.txt.sigstore").read_bytes(), None)
+        verify_bundle((SIGSTORE / "staging-signed.txt").read_bytes(), (SIGSTORE / "staging-signed.txt.sigstore").read_bytes(), None)
     assert e.value.reason.startswith("the signature does not verify under the pinned Sigstore trusted root")
     assert "william@yossarian.net" in str(e.value)
 
@@ -457,7 +457,31 @@ def test_a_signed_hub_variant_is_locked_mirrored_and_verified(sig_hub, monkeypat
 
 def test_without_bundles_or_policies_existing_lockfiles_keep_their_bytes():
     """The repository's own lockfiles (no bundle, no policy) are what `frt lock` writes now."""
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     rc, out, err = _run(["lock", "--check", "--project", str(root)])
     assert rc == 0 and "up to date" in out + err, (out, err)
     assert "signature" not in (root / "lockfiles/demo-decoder.lock").read_text().split("[packages", 1)[1]
+
+
+@pytest.mark.parametrize("signed_by, ok", [
+    ("release.yml@refs/tags/v1", True),
+    ("release.yml-evil@refs/tags/v1", False),
+    ("release.yml.evil@refs/tags/v1", False),
+    ("release.yml/x@refs/tags/v1", False),
+    ("release.yml", True),
+    ("release.ym@refs/tags/v1", False),
+])
+def test_a_publisher_workflow_is_matched_as_a_whole_name_never_a_prefix(signed_by, ok):
+    """Planted defect this catches: the workflow matched as a bare prefix (``release.yml`` accepting ``release.yml-evil``)."""
+    from frt_dist.documents.publisher_policy import SignerPolicy
+    from frt_dist.provenance.publisher import SignerFacts, signer_problems
+
+    repo = "https://github.com/org/kernels"
+    policy = SignerPolicy(repo, (f"{repo}/.github/workflows/release.yml",))
+    facts = SignerFacts(identity=f"{repo}/.github/workflows/{signed_by}", issuer=policy.issuer, repository=repo,
+                        build_signer=f"{repo}/.github/workflows/{signed_by}")
+    problems = signer_problems(facts, policy)
+    if ok:
+        assert problems == []
+    else:
+        assert problems == [f"build signer is {facts.build_signer}, the policy accepts {repo}/.github/workflows/release.yml"]

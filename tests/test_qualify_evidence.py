@@ -1,4 +1,4 @@
-"""Issue 21 items 6 and 7: what `frt qualify` records so a verdict does not flip and parity is
+"""What `frt qualify` records so a verdict does not flip and parity is
 decided exactly, held to independent oracles (numpy, torch.allclose, the binomial distribution
 computed here by convolution, a known distribution sampled with numpy)."""
 
@@ -212,3 +212,23 @@ def test_non_finite_or_misshapen_output_fails_parity():
     assert not parity.output_parity(torch, {1: b + float("nan")}, {1: b}, tol)["pass"]
     assert not parity.output_parity(torch, {1: torch.zeros(3, 2, dtype=torch.float64)}, {1: b}, tol)["pass"]
     assert not parity.output_parity(torch, {1: b}, {1: b + float("nan")}, tol)["pass"]  # a NaN host: no margin <= 0
+
+
+def _clock(host_times, route_times):
+    """A ``measure(block, xs)`` that answers the given seconds, in turn, for each side."""
+    it = {"host": iter(host_times), "route": iter(route_times)}
+    return lambda block, xs: next(it[block])
+
+
+def test_the_recorded_speedup_median_is_the_median_not_the_mean():
+    """Planted defect this catches: the mean of the per-round speedups recorded as ``speedup-median``. The ratios here
+    are skewed (one round 10x) so that the two differ."""
+    
+    host = [1.0] * 7 + [10.0]
+    route = [1.0, 0.8, 0.9, 1.0, 0.5, 0.8, 1.0, 1.0]
+    t = timing.paired_timing("host", "route", {"64": None}, rounds=8, warmup=0, measure=_clock(host, route))
+    ratios = [h / r for h, r in zip(host, route, strict=True)]
+    assert statistics.median(ratios) != pytest.approx(statistics.mean(ratios), abs=1e-3)
+    assert t["speedup-median"] == round(statistics.median(ratios), 4)
+    assert t["host-median-ms"] == round(statistics.median(host) * 1e3, 4)
+    assert t["route-median-ms"] == round(statistics.median(route) * 1e3, 4)

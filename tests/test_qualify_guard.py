@@ -1,4 +1,4 @@
-"""Issue 21 items 2 and 5 (qualify's part): `frt qualify` says what is wrong before it measures —
+"""`frt qualify` says what is wrong before it measures —
 a host object missing part of its interface, a receipts folder it cannot write — and a write that
 fails at the end (a full disk) is one clean error with nothing partial left."""
 

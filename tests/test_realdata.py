@@ -1,4 +1,4 @@
-"""The real-data corpus (issue 12, item 9): the 54 FlashRT Kernel Hub packages, with the CUDA
+"""The real-data corpus: the 54 FlashRT Kernel Hub packages, with the CUDA
 capabilities, CUDA versions and backends their public ``build.toml`` files declare
 (``flashrt-project/FlashRT-HF-kernels@0823390``, via ``../shared/data/flashrt-packages.json``,
 copied to ``tests/data/flashrt-archs.json``), rebuilt on the test Hub with placeholder binaries;
@@ -145,7 +145,7 @@ def _matrix_winners(md: str) -> dict[tuple[str, str, str], str]:
         if cols[0] == "phase":
             header = cols
         elif header and line.startswith("|") and len(cols) == len(header) and cols[0] in rd.PHASES:
-            row = dict(zip(header, cols, strict=False))
+            row = dict(zip(header, cols, strict=True))
             for route in rd.ROUTES:
                 if row[route].startswith("★"):
                     out[(row["phase"], row["precision"], row["device class"])] = route

@@ -1,4 +1,4 @@
-"""Issue 21: receipts whose numbers no float holds, the digest of a rejected receipt,
+"""Receipts whose numbers no float holds, the digest of a rejected receipt,
 and the same refusals through `frt lock` and `frt verify` (no traceback, file and field named)."""
 
 from __future__ import annotations

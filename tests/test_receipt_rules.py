@@ -55,7 +55,7 @@ def relabel_certified(d):
 
 
 def with_margin(d, error=2.1457672119140625e-06, host=1.0):
-    """The parity fields frt qualify records since issue 21: the worst element under the combined
+    """The parity fields frt qualify records: the worst element under the combined
     rule, its error and |host|; the margin computed as a test oracle, not by the product."""
     tol = parity(d)["tolerance"]
     parity(d).update({"worst-margin": error - (tol["abs"] + tol["rel"] * host), "worst-margin-error": error,
@@ -137,7 +137,7 @@ CASES = [
      ["certified_fast but speedup-median 1.011 is under the route's gate 1.05",
       "certified_fast with speedup-median 1.011, but route-median-ms 20.8756 is not below host-median-ms 20.8553: "
       "the route is not faster in the median, the timing contradicts itself"]),
-    # issue 21 item 7: a receipt that records the worst element is decided exactly
+    # a receipt that records the worst element is decided exactly
     ("_parity_consistent", "margin-above-zero-with-pass", CERTIFIED_NEW,
      lambda d: (with_margin(d, error=5.0, host=1.0), parity(d).update({"max-abs": 5.0, "max-rel": 5.0})),
      ["parity says pass, but the worst element's margin 4.999 is above 0 (|route - host| 5 > abs + rel * |host| = "
@@ -149,7 +149,7 @@ CASES = [
      ["worst-margin-error 0.001 is above max-abs 2.146e-06: the maxima contradict the worst element"]),
     ("_parity_margin", "rel-above-max-rel", CERTIFIED_NEW, lambda d: with_margin(d, host=0.0),
      ["the worst element's relative error 0.02146 is above max-rel 0.003509: the maxima contradict the worst element"]),
-    # issue 21 item 6: the interval of the speedup
+    # the interval of the speedup
     ("_speedup_ci", "low-below-min", CERTIFIED_NEW, lambda d: timing(d)["speedup-ci"].update(low=1.5),
      ["speedup-ci 1.5..1.8 does not bracket speedup-median 1.7323 within the recorded range 1.5838..2.1153: "
       "the statistics contradict each other"]),
@@ -160,13 +160,13 @@ CASES = [
      lambda d: (timing(d).update({"speedup-min": 1.0}), timing(d)["speedup-ci"].update(low=1.04)),
      ["certified_fast but the 95% interval of the speedup starts at 1.04, under the route's gate 1.05 (or not "
       "above 1): the speed claim is not supported with confidence"]),
-    # issue 21 item 9: a certified median speedup of 5.0 while the route's median time is slower than the host's
+    # a certified median speedup of 5.0 while the route's median time is slower than the host's
     ("_certified_medians_agree", "median-5-route-slower", CERTIFIED,
      lambda d: (no_quartiles(d), timing(d).update({"speedup-median": 5.0, "speedup-max": 6.0, "speedup-min": 0.5,
                                                     "host-median-ms": 10.0})),
      ["certified_fast with speedup-median 5, but route-median-ms 10.2917 is not below host-median-ms 10: "
       "the route is not faster in the median, the timing contradicts itself"]),
-    # issue 21 item 9: a number no float holds is no finite number
+    # a number no float holds is no finite number
     ("_speedup_quartiles", "p25-10-to-the-400", CERTIFIED, lambda d: timing(d).update({"speedup-p25": 10**400}),
      ["evidence.timing.speedup-p25 is an integer of 401 digits: not a finite non-negative number"]),
 ]
@@ -198,7 +198,7 @@ def test_every_rule_has_a_case():
     (SUPPORTED, lambda d: timing(d).update({"rounds": 2, "speedup-p25": 0.6})),  # under 3 rounds a quartile may extrapolate
     (CERTIFIED, lambda d: timing(d).update({"host-median-ms": 10.2917 * 2.1153 * 1.005})),  # at max, within the slack
     (CERTIFIED, lambda d: timing(d).pop("warmup")),
-    # issue 21 item 7: the legitimate mixed case (largest absolute error on large outputs, largest relative
+    # the legitimate mixed case (largest absolute error on large outputs, largest relative
     # error near zero) stands when the worst element's margin is recorded and not above 0
     (CERTIFIED_NEW, lambda d: (parity(d).update({"max-abs": 5.0, "max-rel": 0.5}), with_margin(d, error=0.01, host=20.0))),
     (CERTIFIED_NEW, lambda d: (parity(d).update({"max-abs": 1.1e-3}), with_margin(d, error=1.1e-3, host=1.0))),  # at the bound

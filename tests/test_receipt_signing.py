@@ -1,4 +1,4 @@
-"""Signed receipts and the receipt-signer policy (issue 19 items 1, 2, 4, 6).
+"""Signed receipts and the receipt-signer policy.
 
 Real keys (made here with ``cryptography``), real envelopes written by ``frt sign``, real
 locks. Oracles frt did not write: ``openssl`` for the keyid, the DSSE spec's own PAE vector
@@ -30,13 +30,13 @@ from frt_dist.system.hardware import Hardware
 from helpers.factories import receipt_doc, tiny_project
 from helpers.frt import frt_process
 from helpers.gpu import needs_no_gpu
-from helpers.paths import BUNDLED, HELPERS, ROOT
+from helpers.paths import BUNDLED, DATA, HELPERS, ROOT
 
 crypto = pytest.importorskip("cryptography")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa  # noqa: E402
 
-SIGSTORE_DATA = Path(__file__).resolve().parent / "data" / "sigstore"  # the real bundles (its README says whence)
+SIGSTORE_DATA = DATA / "sigstore"  # the real bundles (its README says whence)
 H200 = Hardware(arch="x86_64", device_class="h200", backend="cpu", software={"torch": "2.13"})
 RTX = Hardware(arch="x86_64", device_class="rtx-5090", backend="cpu", software={"torch": "2.13"})
 # (device classes on a cpu backend: the policy judges the class name only; a CPU cell keeps the test fast)
@@ -827,7 +827,7 @@ def test_verify_accepts_a_bundle_by_its_recorded_identity_and_refuses_another(tm
 
 @pytest.mark.subprocess
 def test_the_sbom_of_a_signed_lock_names_each_receipt_signer(tmp_path):
-    """Issue 19 item 5 meets items 1-2: `frt lock --export cyclonedx` on a lock made under a
+    """The SBOM meets receipt signing: `frt lock --export cyclonedx` on a lock made under a
     policy carries each receipt's signer and signature kind (frt_dist.export.sbom reads Lockfile.signatures)."""
     pytest.importorskip("cyclonedx")
     p, _, pub = _locked(tmp_path)
@@ -838,3 +838,32 @@ def test_the_sbom_of_a_signed_lock_names_each_receipt_signer(tmp_path):
     row = {x["name"]: x["value"] for x in rec["properties"]}
     assert row["frt:signer"] == keyid_of(p.root / pub) and row["frt:signature"] == "key"
     assert row["frt:signer-key-file"] == pub and rec["authors"] == [{"name": f"key {pub} ({row['frt:signer']})"}]
+
+
+@pytest.mark.subprocess
+def test_verify_refuses_a_signature_by_a_key_the_lock_pins_but_the_policy_does_not_list(tmp_path):
+    """Planted defect this catches: ``frt verify`` builds its keys from the lock's pins instead of the policy's list, so a
+    lock edited to pin an intruder's key (and to embed the intruder's envelope) verifies the receipt."""
+    from frt_dist.documents.receipt import Receipt
+    from frt_dist.provenance import signing
+
+
+    p, _, pub = _locked(tmp_path)
+    intruder, intruder_pub = p.key("intruder")
+    rec = Receipt.read(p.receipts[0])
+    env = signing.envelope_for(rec, p.receipts[0].name, signing.load_private_key(intruder))
+    pin = signing.read_policy_keys(p.root, signing.ReceiptPolicy(keys=(intruder_pub,)),
+                                   manifest_file="manifests/tiny.toml")[intruder_pub]
+
+    def pin_intruder(doc, rows):
+        doc["receipt-keys"][intruder_pub] = pin.to_toml()
+        rows[0]["envelope"], rows[0]["signer"] = env, pin.keyid
+
+    edit_lock(p.tp.lock_path, pin_intruder)
+    code, doc = verify_json(p.root)
+    assert code == 1
+    probs = sig_problems(doc)
+    assert any(pr["path"].endswith(f'receipt-keys."{intruder_pub}"') and pr["derived"] == "not listed by [trust.receipts] keys"
+               for pr in probs), probs
+    [rec_prob] = [pr for pr in probs if "receipt-signatures (" in pr["path"]]
+    assert "which the policy does not list" in rec_prob["derived"] and pin.keyid in rec_prob["derived"], rec_prob

@@ -1,4 +1,4 @@
-"""frt_dist.base.record: the value classes on the start-up path behave as `dataclasses` made them (issue 20)."""
+"""frt_dist.base.record: the value classes on the start-up path behave as `dataclasses` made them."""
 
 from __future__ import annotations
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import re
-from pathlib import Path
 
 from frt_dist import settings
 from frt_dist.cli.main import build_parser
+from helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reference.md"
 
 

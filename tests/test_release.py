@@ -98,10 +98,11 @@ class Publisher:
             assert frt("sign", "--key", str(self.priv), str(p))[0] == 0
         return p
 
-    def publish(self, *extra, lock_args=()) -> dict:
+    def publish(self, *extra, version=None, lock_args=()) -> dict:
         rc, out, err = frt("lock", *lock_args, cwd=self.root)
         assert rc == 0, err
-        rc, out, err = frt("release", "push", f"hf://{REL}", "--json", *extra, cwd=self.root)
+        at = "" if version is None else f"@v{version}"
+        rc, out, err = frt("release", "push", f"hf://{REL}{at}", "--json", *extra, cwd=self.root)
         assert rc == 0, err
         return json.loads(out)
 
@@ -772,7 +773,7 @@ def test_trust_needs_a_release_and_signed_receipts(published, env, tmp_path):
         del t["trust"]
     pub2.write_manifest(doc)
     pub2.receipt("u", "fast", "decode", sign=False)
-    pub2.publish("--version", "2")
+    pub2.publish(version=2)
     rc, out, err = frt("init", "--from", f"hf://{REL}@v2", str(tmp_path / "c"), "--trust")
     assert rc == 1 and "records no receipt signature: there is no signer to trust" in err
 
@@ -844,7 +845,7 @@ def _publish_v2(published, *, version: str = "2"):
     assert rc == 0, err
     published.priv = priv_b
     published.receipt("solo-prefill", "solo", "prefill")
-    published.publish("--version", version)
+    published.publish(version=version)
     return published.lock.receipt_keys["keys/qualify-b.pub"]["keyid"]
 
 
@@ -854,7 +855,7 @@ def test_release_upgrade_reports_applies_and_locks_under_the_coverage_rule(publi
     before = (trusted / "lockfiles" / "tiny.lock").read_bytes()
     rc, out, err = frt("lock", cwd=trusted)
     assert rc == 0 and (trusted / "lockfiles" / "tiny.lock").read_bytes() == before
-    assert "note: release acme/tiny-release has a newer version, v2: `frt release upgrade --version 2`" in err
+    assert "note: release acme/tiny-release has a newer version, v2: `frt release upgrade @v2`" in err
     # a dry run shows the change and writes nothing
     mtext = (trusted / "manifests" / "tiny.toml").read_text()
     rc, out, err = frt("release", "upgrade", "--dry-run", cwd=trusted)
@@ -862,7 +863,7 @@ def test_release_upgrade_reports_applies_and_locks_under_the_coverage_rule(publi
     assert out.startswith(f"release {REL}: v1 -> v2 (commit {published.res['commit'][:12]} -> ")
     assert "    ~ route solo: seams {act = scale} -> {act = scale, norm = norm} (route digest sha256:" in out
     assert f"  signer key {kid_b}: 1 receipt(s), NEW: not in your [trust.receipts]; review it\n" in out
-    assert "to apply: `frt release upgrade --model tiny --version 2` (with --trust to trust what is marked NEW)" in out
+    assert "to apply: `frt release upgrade --model tiny @v2` (with --trust to trust what is marked NEW)" in out
     kid_a = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
     assert f"  signer key {kid_a}: 1 receipt(s), trusted\n" in out
     assert (trusted / "manifests" / "tiny.toml").read_text() == mtext
@@ -874,12 +875,12 @@ def test_release_upgrade_reports_applies_and_locks_under_the_coverage_rule(publi
     assert "error: tiny: the new lock loses coverage (1 lost" in err
     assert f"signed by {kid_b[:19]}" in err and "which the policy does not list" in err
     assert "error: tiny: the upgrade to v2 is not applied: manifests/tiny.toml and the lockfile are as they were" in err
-    assert "hint: review the signers and packages marked NEW above, then `frt release upgrade --model tiny --version 2 " \
+    assert "hint: review the signers and packages marked NEW above, then `frt release upgrade --model tiny @v2 " \
            "--trust`" in err
     assert "frt lock --model tiny" not in err  # the lock's own hints name steps for a lock, not for this upgrade
     assert (out + err).count("which the policy does not list") == 1  # the rejection said once
     # following the hint
-    rc, out, err = frt("release", "upgrade", "--model", "tiny", "--version", "2", "--trust", cwd=trusted)
+    rc, out, err = frt("release", "upgrade", "--model", "tiny", "@v2", "--trust", cwd=trusted)
     assert rc == 0, err
     assert f"trusted: key {kid_b}" in out and "manifests/tiny.toml: now the release's v2 manifest" in out
     m = parse_toml((trusted / "manifests" / "tiny.toml").read_bytes(), ValueError, "m")
@@ -894,9 +895,31 @@ def test_release_upgrade_reports_applies_and_locks_under_the_coverage_rule(publi
     assert frt("lock", "--check", cwd=trusted)[0] == 0 and frt("verify", cwd=trusted)[0] == 0
 
 
+def test_the_old_version_flag_still_works_says_it_is_deprecated_and_is_out_of_help(published, trusted, env):
+    """``--version N`` was the release version in push and upgrade (and read like ``frt --version``):
+    ``@vN`` now, the old flag kept, hidden, with a warning."""
+    from frt_dist.cli.parser import build_parser
+
+    rc, out, err = frt("release", "push", f"hf://{REL}", "--version", "2", cwd=published.root)
+    assert rc == 0 and f"release {REL} v2: commit " in out, err
+    assert err.splitlines()[-1] == (f"warning: '--version 2' is deprecated and will be removed in the next release; use "
+                                    f"'frt release push hf://{REL}@v2'")
+    rc, out, err = frt("release", "push", f"hf://{REL}@v1", "--version", "2", cwd=published.root)
+    assert rc == 2 and err == "error: @v1 and --version 2 name two versions; give one (@vN)\n"
+    rc, out, err = frt("release", "upgrade", "--version", "2", "--dry-run", cwd=trusted)
+    assert rc == 0 and "to apply: `frt release upgrade --model tiny @v2`" in out, err
+    assert err.splitlines()[-1].endswith("use 'frt release upgrade @v2'")
+    release = build_parser()._subparsers._group_actions[0].choices["release"]
+    for action, sub in release._subparsers._group_actions[0].choices.items():
+        assert "--version" not in sub.format_help(), action
+
+
 def test_release_upgrade_json_and_an_unknown_version(published, trusted, env):
-    rc, out, err = frt("release", "upgrade", "--version", "7", cwd=trusted)
+    rc, out, err = frt("release", "upgrade", "@v7", cwd=trusted)
     assert rc == 1 and f"release '{REL}': no branch v7" in err
+    rc, out, err = frt("release", "upgrade", "hf://acme/other@v2", cwd=trusted)
+    assert rc == 2 and err.startswith(f"error: frt release upgrade hf://acme/other@v2: the manifest consumes release "
+                                      f"'{REL}', not 'acme/other'")
     _publish_v2(published)
     rc, out, err = frt("release", "upgrade", "--json", "--allow-loss", cwd=trusted)
     doc = json.loads(out)
@@ -915,15 +938,15 @@ def test_a_route_the_release_changed_is_worded_as_the_releases_with_the_upgrade_
     assert "measured on the release's definition of route 'solo' (route digest sha256:" in err
     assert "the release changed the route" in err and "the route changed since it was measured" not in err
     hint = f"hint: the release {REL} changed route solo: review its change, then apply the release's manifest " \
-           "(your trust tables and your own receipts are kept): `frt release upgrade --model tiny --version 1`"
+           "(your trust tables and your own receipts are kept): `frt release upgrade --model tiny @v1`"
     assert hint in err, err
     assert "frt release trust" not in err  # the route is the release's; trust is not what is missing yet
     # following the hint: the new signer is what remains, and the hint says so; following that one locks
-    rc, out, err = frt("release", "upgrade", "--model", "tiny", "--version", "1", cwd=trusted)
+    rc, out, err = frt("release", "upgrade", "--model", "tiny", "@v1", cwd=trusted)
     assert rc == 1
-    again = "`frt release upgrade --model tiny --version 1 --trust`"
+    again = "`frt release upgrade --model tiny @v1 --trust`"
     assert f"hint: review the signers and packages marked NEW above, then {again}" in err, err
-    rc, out, err = frt("release", "upgrade", "--model", "tiny", "--version", "1", "--trust", cwd=trusted)
+    rc, out, err = frt("release", "upgrade", "--model", "tiny", f"hf://{REL}@v1", "--trust", cwd=trusted)
     assert rc == 0, err
     assert sorted(r.route for r in lock_of(trusted).receipts.values()) == ["fast", "solo"]
     assert frt("lock", "--check", cwd=trusted)[0] == 0

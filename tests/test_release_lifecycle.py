@@ -113,7 +113,7 @@ def test_publish_consume_edit_requalify_upgrade_serve(hub, tmp_path):
     pub("lock")
     pub("qualify", "--model", MODEL, "--route", "eager", "--phase", "decode", "--key", str(a_priv))
     pub("lock")
-    pub("release", "push", f"hf://{REL}", "--version", "1")
+    pub("release", "push", f"hf://{REL}@v1")
     # -- the consumer
     cons = Actor(hub, tmp_path / "cons", "cons", model)
     r = cons("init", "--from", f"hf://{REL}@v1", str(cons.root), cwd=tmp_path)
@@ -146,14 +146,14 @@ def test_publish_consume_edit_requalify_upgrade_serve(hub, tmp_path):
     new = Lockfile.read(pub.root / "lockfiles" / f"{MODEL}.lock")
     (rec,) = new.receipts.values()
     assert rec.cell["route-digest"] == new.manifest.routes["eager"].digest != lf.manifest.routes["eager"].digest
-    pub("release", "push", f"hf://{REL}", "--version", "2")
+    pub("release", "push", f"hf://{REL}@v2")
     # -- the consumer moves to v2
     r = cons("lock")
-    assert f"note: release {REL} has a newer version, v2: `frt release upgrade --version 2`" in r.stderr
+    assert f"note: release {REL} has a newer version, v2: `frt release upgrade @v2`" in r.stderr
     r = cons("release", "upgrade", ok=1)
     assert "    ~ route eager: " in r.stdout and "1 receipt(s), NEW: not in your [trust.receipts]; review it" in r.stdout
     (again,) = [h for h in cons.hints(r) if h and h[0].endswith("--trust")]
-    assert again == [f"frt release upgrade --model {MODEL} --version 2 --trust"]
+    assert again == [f"frt release upgrade --model {MODEL} @v2 --trust"]
     r = cons(*shlex.split(again[0])[1:])
     assert "trusted: key sha256:" in r.stdout
     lf2 = Lockfile.read(cons.root / "lockfiles" / f"{MODEL}.lock")

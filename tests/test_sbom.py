@@ -1,4 +1,4 @@
-"""``frt lock --export cyclonedx`` (issue 19 item 5): the lock as a CycloneDX 1.6 SBOM.
+"""``frt lock --export cyclonedx``: the lock as a CycloneDX 1.6 SBOM.
 
 The output is validated with cyclonedx-python-lib's own strict JSON-schema validator, and its
 content is checked against the lockfile read independently (``tomllib`` and ``json``, not frt's
@@ -12,16 +12,16 @@ import hashlib
 import json
 import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 
 from frt_dist.provenance import sigstore_root
 from helpers.factories import NORM_SRC, hub_manifest, tiny_project
 from helpers.frt import frt_main as _run
+from helpers.paths import DATA
 
-DATA = Path(__file__).parent / "data" / "sigstore"  # real Sigstore test vectors (see its README)
-BUNDLE = DATA / "rfc8785-0.1.2-py3-none-any.whl.sigstore"
+SIGSTORE = DATA / "sigstore"  # real Sigstore test vectors (see its README)
+BUNDLE = SIGSTORE / "rfc8785-0.1.2-py3-none-any.whl.sigstore"
 REPO = "https://github.com/trailofbits/rfc8785.py"
 SAN = f"{REPO}/.github/workflows/release.yml@refs/tags/v0.1.2"
 

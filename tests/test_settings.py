@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import ast
 import os
-from pathlib import Path
 
 import pytest
 
 from frt_dist import settings
-
-PKG = Path(__file__).resolve().parent.parent / "frt_dist"
+from helpers.paths import PKG
 
 
 def _env_reads(tree: ast.AST):

@@ -1,4 +1,4 @@
-"""The verified store: what is imported is what was verified (issue 11).
+"""The verified store: what is imported is what was verified.
 
 Every attack here is first shown to work against a plain import of the same
 directory (``kernels.get_local_kernel``), so a test cannot pass because its
@@ -29,10 +29,10 @@ from frt_dist import KernelUnavailable, loader
 from frt_dist.distribution.mirror import mirror_lock
 from frt_dist.loader import core, importer, store
 from helpers.factories import CPU, NORM_SRC, SCALE_SRC, sha256_b64, tiny_project
+from helpers.paths import ROOT, TESTS
 
 SCALE = "t-org/scale"
 MID = "_frt_test_scale_v1"
-ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 GOOD_INIT = 'from .helpers import FLAVOUR, scale, scale_out\n'
 GOOD_HELPERS = SCALE_SRC + '\nFLAVOUR = "good"\n'
@@ -638,7 +638,7 @@ def test_a_cold_load_stores_exactly_what_it_hashed(proj):
 
 
 # ---------------------------------------------------------------------------
-# the bytes hashed are the bytes imported (issue 21 item 10(b)): a source rewritten in place right
+# the bytes hashed are the bytes imported: a source rewritten in place right
 # after the store's copy step read it. Hashing the source (again) instead of the store's copy would
 # see the rewritten bytes; hashing the copy sees what will be imported.
 
@@ -714,7 +714,7 @@ def test_the_bytes_hashed_are_the_bytes_stored_when_the_source_changes_right_aft
 
 
 # ---------------------------------------------------------------------------
-# a file swapped inside a store entry, its record rewritten to match (issue 21 item 9): the record is
+# a file swapped inside a store entry, its record rewritten to match: the record is
 # the store's bookkeeping and vouches for nothing; .py and .so are both held to the lock at import
 
 _EVIL_EXT_C = r'''
@@ -806,7 +806,7 @@ def test_a_file_swapped_in_a_store_entry_with_its_record_rewritten_is_refused_al
                  else (f"scale/_ops{suffix}", evil_so))
     _swap_in_entry(Path(first.store_path).parent, rel, evil)
     loader._forget_all()
-    r = subprocess.run([sys.executable, "-c", _LOAD_IN_A_FRESH_PROCESS, str(Path(__file__).parent), str(lock.path)],
+    r = subprocess.run([sys.executable, "-c", _LOAD_IN_A_FRESH_PROCESS, str(TESTS), str(lock.path)],
                        capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.splitlines()[-1])
@@ -819,7 +819,7 @@ def test_a_file_swapped_in_a_store_entry_with_its_record_rewritten_is_refused_al
 
 
 # ---------------------------------------------------------------------------
-# sealed entries (issue 27 item 10): a warm load maps a sealed extension module without reading it,
+# sealed entries: a warm load maps a sealed extension module without reading it,
 # after checking that the file it opened is the one its record sealed and that only the user wrote it
 
 

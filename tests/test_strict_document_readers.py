@@ -181,7 +181,7 @@ def test_supported_correct_needs_no_speed(toy):
      "expected one of decode, prefill"),
     (lambda d: d["evidence"]["timing"].update(steps=dict(STEPS, extra=1)), "evidence.timing.steps.extra",
      "unknown field"),
-    # the gate frt qualify applied (evidence.timing.gate, issue 33)
+    # the gate frt qualify applied (evidence.timing.gate)
     (lambda d: d["evidence"]["timing"].update(gate={"min-speedup": 1.02}), "evidence.timing.gate.source",
      "missing required field"),
     (lambda d: d["evidence"]["timing"].update(gate={"min-speedup": 1.02, "source": "guessed"}),

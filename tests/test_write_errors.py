@@ -1,4 +1,4 @@
-"""`frt init` and `frt lock` where they cannot write (issue 21 item 2): a read-only folder, a full
+"""`frt init` and `frt lock` where they cannot write: a read-only folder, a full
 disk, a denied permission. Each is one `error:` naming the path and the cause, exit 2, no
 traceback, nothing half-written: no temp files, a previous lockfile intact, no half project.
 

@@ -26,21 +26,25 @@ def find_project(args):
     return project
 
 
-def find_lock(project, model: str, explicit: str | None):
-    """The lockfile in force: ``--lockfile``, else ``FRT_LOCK``, else the project's. A missing
-    lockfile is a "no" (exit 1, docs/reference.md#exit-codes) wherever it was named; one that does not parse is bad input."""
+def find_lock(project, model: str | None, explicit: str | None):
+    """The lockfile in force: ``--lockfile``, else ``FRT_LOCK``, else the project's. ``model``: the
+    model it must be the lockfile of; ``None`` takes the named lockfile's own model (a project's
+    lockfile needs a model). A missing lockfile is a "no" (exit 1, docs/reference.md#exit-codes)
+    wherever it was named; one that does not parse is bad input."""
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
 
     for source, given in (("--lockfile", explicit), ("FRT_LOCK", settings.value("FRT_LOCK"))):
         if given:
             if not os.path.isfile(given):  # False, not OSError, for a name too long to stat
                 raise FrtError(f"no lockfile at {given} ({source})",
-                               hints=[f"frt lock --model {model}, or name an existing lockfile in {source}"])
+                               hints=[f"frt lock --model {model or 'MODEL'}, or name an existing lockfile in {source}"])
             lock = Lockfile.read(given)
-            if model != "MODEL" and lock.model != model:  # "MODEL": the caller takes the lockfile's own
+            if model is not None and lock.model != model:
                 raise UsageError(f"{source} {given} is the lockfile of model {lock.model!r}, not {model!r}",
                                  hints=[f"--model {lock.model}, or name {model!r}'s lockfile in {source}"])
             return lock
+    if model is None:  # pragma: no cover - the callers pass None only with a lockfile named
+        raise UsageError("--model is needed to find the project's lockfile")
     path = project.existing_lockfile(model)
     return Lockfile.read(path, label=project.rel(path))
 

@@ -26,8 +26,9 @@ def add_parser(sub) -> None:
                        epilog="example: frt export --format cyclonedx --model demo-decoder -o sbom.json")
     common_options(s)
     s.add_argument("--format", choices=FORMATS, default="kernels", help="the format (default: kernels)")
-    s.add_argument("--model", help="one model's lockfile (default: every lockfile of the project; cyclonedx: the "
-                                   "project's only one)")
+    s.add_argument("--model", metavar="M",
+                   help="one model's lockfile (default: every lockfile of the project; cyclonedx: the "
+                        "project's only one)")
     s.add_argument("--lockfile", metavar="FILE", help="export this lockfile")
     s.add_argument("-o", "--output", metavar="FILE", type=output_file_arg, help="write to FILE instead of stdout")
 
@@ -44,7 +45,7 @@ def _locks(args, project, models):
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
 
     if args.lockfile:
-        return [find_lock(project, args.model or "MODEL", args.lockfile)]
+        return [find_lock(project, args.model, args.lockfile)]
     if len(models) == 1 and args.format == "cyclonedx":
         path = project.existing_lockfile(models[0])
         return [Lockfile.read(path, label=project.rel(path))]

@@ -14,8 +14,9 @@ def add_parser(sub) -> None:
     """``frt init``'s flags."""
     s = sub.add_parser("init", help="create a project (pyproject.toml, a commented manifest, a kernel package)")
     s.add_argument("dir", metavar="DIR", nargs="?", default=".", help="the project folder (default: here)")
-    s.add_argument("--model", default=None, help="the model name of the first manifest (default: my-model); with "
-                                                 "--from, the release's model (needed when it publishes several)")
+    s.add_argument("--model", default=None, metavar="M",
+                   help="the model name of the first manifest (default: my-model); with "
+                        "--from, the release's model (needed when it publishes several)")
     s.add_argument("--from", dest="from_release", metavar="hf://ORG/NAME@vN",
                    help="make the project from a release on the Hub: its manifest plus a [release] table; "
                         "`frt lock` then reads the release's receipts (docs/releases-consume.md)")

@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
     """``frt lock``'s flags."""
     s = sub.add_parser("lock", help="lock every manifest (or one) into lockfiles/")
     common_options(s, verbose="also each locked package, at its revision, with its variants")
-    s.add_argument("--model", help="lock one model")
+    s.add_argument("--model", metavar="M", help="lock one model")
     s.add_argument("--check", action="store_true", help="write nothing; exit 1 naming what is stale")
     s.add_argument("--strict", action="store_true", help="exit 1 when any receipt is rejected")
     s.add_argument("--allow-loss", action="store_true",

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..errors import FrtError, UsageError
-from .parser import ARGV, COMMAND_NAMES, build_parser, named_command
+from .parser import ARGV, COMMAND_NAMES, GLOBAL_FLAGS, build_parser, named_command
 from .render import DEPRECATED, interrupted, os_error, report, say_deprecated, show_warnings
 
 __all__ = ["main"]
@@ -64,7 +64,6 @@ def _main(argv: list[str] | None) -> int:
         parser.print_help(sys.stderr)
         return 2
     with warnings.catch_warnings():  # what the command changes in warnings' state is undone after it
-        show_warnings(args)
         try:
             return _run(args)
         finally:
@@ -73,7 +72,8 @@ def _main(argv: list[str] | None) -> int:
 
 def _run(args) -> int:
     try:
-        _global_project(args)
+        _global_options(args)
+        show_warnings(args)
         if args.command in ("lock", "mirror", "release", "init"):
             try:
                 from ..distribution.hub import configure_timeout  # noqa: PLC0415
@@ -92,13 +92,20 @@ def _run(args) -> int:
         return report(args, exc)
 
 
-def _global_project(args) -> None:
-    """``frt --project DIR <command>`` and ``frt --demo <command>``: the global option stands for the
-    subcommand's own."""
-    if getattr(args, "global_demo", False):
-        if not hasattr(args, "demo"):  # init, digest, sign: no project to choose
-            raise UsageError(f"--demo: frt {args.command} uses no project")
-        args.demo = True
+_LACKS = {"demo": "uses no project", "quiet": "prints only its output", "verbose": "has nothing more to say",
+          "json": "prints no JSON document"}
+
+
+def _global_options(args) -> None:
+    """``frt --project DIR <command>``, ``frt --demo|-q|-v|--json <command>``: the global option stands
+    for the subcommand's own; one the command does not have is a usage error (``frt -v export``)."""
+    for dest, own in GLOBAL_FLAGS.items():
+        if getattr(args, dest, False):
+            if not hasattr(args, own):  # e.g. init, digest, sign: no project; completion: no JSON
+                args.json = getattr(args, "json", False) or args.global_json  # the error as JSON under --json
+                flag = {"demo": "--demo", "quiet": "-q", "verbose": "-v", "json": "--json"}[own]
+                raise UsageError(f"{flag}: frt {args.command} {_LACKS[own]}")
+            setattr(args, own, True)
     given = getattr(args, "global_project", None)
     if given is None:
         return

@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
     """``frt matrix``'s flags."""
     s = sub.add_parser("matrix", help="render the cell x route state matrix from the lockfiles")
     common_options(s)
-    s.add_argument("--model", help="one model's lockfile (default: every lockfile of the project)")
+    s.add_argument("--model", metavar="M", help="one model's lockfile (default: every lockfile of the project)")
     s.add_argument("--format", choices=["text", "md", "html"],
                    help="an aligned plain-text table (the default on a terminal), Markdown (the default into a "
                         "pipe or -o FILE: a review's format) or a self-contained HTML page; --json gives the JSON "

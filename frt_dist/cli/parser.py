@@ -78,8 +78,9 @@ def output_file_arg(text: str) -> str:
 
 def common_options(p: argparse.ArgumentParser, verbose: str | None = None) -> None:
     """``--project``, ``--demo`` and the output options of a command that works on a project."""
-    p.add_argument("--project", metavar="DIR", help="project root (default: FRT_PROJECT, else the project or node at or "
-                                                    "above this folder, else FRT_HOME; none is exit 2)")
+    p.add_argument("--project", metavar="DIR",
+                   help="project root (default: FRT_PROJECT, else the project or node at or "
+                        "above this folder, else FRT_HOME; none is exit 2)")
     p.add_argument("--demo", action="store_true", help="use the bundled demo project (read-only)")
     output_options(p, verbose)
 
@@ -87,10 +88,10 @@ def common_options(p: argparse.ArgumentParser, verbose: str | None = None) -> No
 def output_options(p: argparse.ArgumentParser, verbose: str | None = None) -> None:
     """``--json``, ``-q/--quiet`` and, where the command has more to say, ``-v/--verbose``
     (``verbose``: what it adds, for ``--help``)."""
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     if verbose is not None:
         p.add_argument("-v", "--verbose", action="store_true", help=verbose)
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 
 def hardware_flags(p: argparse.ArgumentParser) -> None:
@@ -99,9 +100,10 @@ def hardware_flags(p: argparse.ArgumentParser) -> None:
     from ..system.hardware import BACKENDS, CPUS, OSES  # noqa: PLC0415
 
     g = p.add_argument_group("hardware (declared, or --detect)")
-    g.add_argument("--arch", help="compute capability as major.minor (12.0, not sm_120), gfx name (gfx942), "
-                                  "or the CPU (x86_64) on the cpu backend")
-    g.add_argument("--device-class", help="device name, normalised: 'NVIDIA H200' is h200")
+    g.add_argument("--arch", metavar="A",
+                   help="compute capability as major.minor (12.0, not sm_120), gfx name "
+                        "(gfx942), or the CPU (x86_64) on the cpu backend")
+    g.add_argument("--device-class", metavar="D", help="device name, normalised: 'NVIDIA H200' is h200")
     g.add_argument("--backend", choices=BACKENDS, help="default: from --arch")
     g.add_argument("--cpu", metavar="CPU", help=f"the host CPU variants are built for: {', '.join(CPUS)} "
                                                 "(default: this machine's)")
@@ -112,51 +114,20 @@ def hardware_flags(p: argparse.ArgumentParser) -> None:
                    help="read the running system; the default when no hardware is declared")
 
 
-class _Unused:
-    """Stands for a subcommand that this run does not parse (``build_parser(only=)``): neither it
-    nor its flags are built. ``frt --help`` (no subcommand named) builds them all, as before."""
-
-    def add_argument(self, *args, **kwargs):
-        return None
-
-    def add_argument_group(self, *args, **kwargs):
-        return self
-
-    def add_mutually_exclusive_group(self, *args, **kwargs):
-        return self
-
-    def add_subparsers(self, *args, **kwargs):  # a subcommand with actions of its own (`frt receipts push`)
-        return self
-
-    def add_parser(self, *args, **kwargs):
-        return self
-
-    def set_defaults(self, **kwargs):
-        return None
-
-
-class _OnlySubparsers:
-    """``add_subparsers()``'s action, handing back ``_Unused`` for every subcommand but ``only``
-    (which is then the only one made: the top-level usage names ``COMMAND``, not the list)."""
-
-    def __init__(self, action, only: str | None):
-        self._action, self._only = action, only
-
-    def add_parser(self, name, **kwargs):
-        if self._only is not None and name != self._only:
-            return _Unused()
-        return self._action.add_parser(name, **kwargs)
+# the global flags that take no value (``GLOBAL_FLAGS``: dest -> the subcommand's own dest)
+GLOBAL_FLAGS = {"global_demo": "demo", "global_quiet": "quiet", "global_verbose": "verbose", "global_json": "json"}
+_HEAD_FLAGS = ("--demo", "-q", "--quiet", "-v", "--verbose", "--json")
 
 
 def named_command(argv: list[str]) -> str | None:
-    """The subcommand ``argv`` runs when that is certain from its head (only ``--project DIR``
+    """The subcommand ``argv`` runs when that is certain from its head (only global options
     before it), else ``None``: then every subcommand's flags are built, as for ``--help``."""
     i = 0
     while i < len(argv):
         a = argv[i]
         if a == "--project":
             i += 2
-        elif a.startswith("--project=") or a == "--demo":
+        elif a.startswith("--project=") or a in _HEAD_FLAGS:
             i += 1
         else:
             return a if a in COMMAND_NAMES else None
@@ -165,7 +136,8 @@ def named_command(argv: list[str]) -> str | None:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``frt`` parser. ``only``: build that one subcommand and its flags (start-up: building
-    all eight costs more than `frt resolve`'s own work); ``None``: all of them."""
+    all of them costs more than `frt resolve`'s own work; the top-level usage then names ``COMMAND``,
+    not the list); ``None``: all of them."""
     p = Parser(prog="frt", description="Distribution layer for qualified GPU kernel packages.")
     p.add_argument("--version", action="version", version=f"frt {__import__('frt_dist').__version__}")
     p.add_argument("--project", metavar="DIR", dest="global_project",
@@ -173,7 +145,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "command's own --project")
     p.add_argument("--demo", action="store_true", dest="global_demo",
                    help="use the bundled demo project (read-only) for the command that follows (`frt --demo resolve`)")
-    sub = _OnlySubparsers(p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser), only)
+    p.add_argument("-q", "--quiet", action="store_true", dest="global_quiet",
+                   help="print nothing but errors (before the command or after it)")
+    p.add_argument("-v", "--verbose", action="store_true", dest="global_verbose",
+                   help="say more, on the commands that have more to say (before the command or after it)")
+    p.add_argument("--json", action="store_true", dest="global_json",
+                   help="print one JSON document on stdout, errors included (before the command or after it)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     for name in COMMAND_NAMES:
         if only is None or name == only:

@@ -1,12 +1,13 @@
 """``frt publish URL``: publish every locked file a selection needs, then the lockfile(s), to an
-object store (docs/reference.md#frt-publish). What ``frt mirror URL`` did, now its own verb:
-publishing to a store is not filling a folder."""
+object store (docs/reference.md#frt-publish). The selection is ``frt mirror``'s (``mirror.selection``);
+the sending is ``distribution.fleet.publish_lock``."""
 
 from __future__ import annotations
 
 from ..errors import UsageError
-from .mirror import VERBOSE, selection_flags
 from .parser import common_options
+from .render import emit, progress_bar
+from .selection import VERBOSE, file_progress, interrupted, selection, selection_flags
 
 
 def add_parser(sub) -> None:
@@ -21,7 +22,7 @@ def add_parser(sub) -> None:
                               "AWS_ACCESS_KEY_ID... as the AWS tools read them); nodes then run "
                               "frt mirror /srv/kernels --from s3://bucket/frt")
     common_options(s, verbose=VERBOSE)
-    s.add_argument("url", metavar="URL", nargs="?", help="the object store: s3://bucket/prefix or file:///path")
+    s.add_argument("url", metavar="URL", help="the object store: s3://bucket/prefix or file:///path")
     s.add_argument("--repair", action="store_true",
                    help="send every selected object again, even one already present with the right size")
     selection_flags(s)
@@ -29,13 +30,47 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from ..distribution.objstore import is_url  # noqa: PLC0415
-    from . import mirror  # noqa: PLC0415
 
-    if not args.url:
-        raise UsageError("frt publish: the object store to publish to is needed",
-                         hints=["e.g. frt publish s3://bucket/prefix, or file:///path"])
     if not is_url(args.url):
         raise UsageError(f"frt publish {args.url}: not an object-store URL",
                          hints=["s3://bucket/prefix or file:///path; `frt mirror DIR` fills a folder"])
-    args.dir, args.from_url, args.publishing = args.url, None, True
-    return mirror.run(args)
+    return publish(args, again="frt publish")
+
+
+def publish(args, *, again: str) -> int:
+    """Publish to ``args.url`` (an object-store URL); ``again``: the command the interrupt hint names
+    (``frt mirror URL``, the deprecated spelling, names itself)."""
+    from ..distribution.fleet import publish_lock  # noqa: PLC0415
+    from ..distribution.objstore import open_store  # noqa: PLC0415
+    from .context import find_project  # noqa: PLC0415
+
+    project = find_project(args)  # no project here: said before any store is opened
+    with open_store(args.url) as store:
+        locks, select = selection(args, project)
+        reports, lines = [], []
+        for model, lock in locks.items():
+            bar = progress_bar(args, total=None, desc=f"mirror {model}", unit="B", unit_scale=True, unit_divisor=1024)
+            try:
+                pub = publish_lock(lock, store, **select, progress=file_progress(args, bar), root=project.root,
+                                   repair=args.repair)
+            except KeyboardInterrupt:  # not "nothing was written": what was sent stays
+                return interrupted(args, f"interrupted; the objects already sent stay in {args.url}, and no lockfile "
+                                         "was published for the model being sent, so no reader takes it as a release",
+                                   f"run the same `{again}` again: it skips what is already there")
+            finally:
+                bar.close()
+            reports.append(pub.to_dict())
+            lines.append(f"{model}: {len(pub.packages)} package(s) to {store.url}: {pub.uploaded} object(s) uploaded, "
+                         f"{pub.present} already present ({pub.checked['checksum']} by the store's SHA-256 checksum, "
+                         f"{pub.checked['download']} downloaded and hashed), {pub.bytes} bytes sent; lockfile "
+                         f"{pub.lockfile} last")
+            if lock.release:
+                lines.append(f"  release {lock.release['repo']} @ {lock.release['commit'][:12]}: "
+                             f"{len(lock.release.get('files', {}))} file(s) by their sha256, {len(pub.release)} "
+                             "uploaded")
+            for r in pub.replaced:
+                lines.append(f"  replaced {r['key']} ({r['repo']} {r['path']}): {r['reason']}")
+            for sk in pub.skipped:
+                lines.append(f"  skipped {sk['repo']}: {sk['reason']}")
+    emit(args, {"ok": True, "dir": str(args.url), "models": reports}, "\n".join(lines))
+    return 0

@@ -15,21 +15,26 @@ def add_parser(sub) -> None:
     """``frt qualify``'s flags."""
     s = sub.add_parser("qualify", help="measure a route against the unmodified host and write receipts")
     common_options(s)
-    s.add_argument("--model", help="the model whose manifest names the route; may be left out when the project "
-                                   "has one model")
-    s.add_argument("--route", required=True, help="the route to measure against the manifest's host-entry")
-    s.add_argument("--phase", action="append", help="one phase band (repeatable); default: every band")
-    s.add_argument("--rounds", type=count_arg, help="paired timing rounds (default: the manifest's [qualify] rounds)")
-    s.add_argument("--max-rounds", type=count_arg, help="the cap of adaptive timing while the speedup is undecided "
-                                                     "(default: [qualify] max-rounds, else 4x the rounds)")
+    s.add_argument("--model", metavar="M",
+                   help="the model whose manifest names the route; may be left out when the project "
+                        "has one model")
+    s.add_argument("--route", required=True, metavar="R", help="the route to measure against the manifest's host-entry")
+    s.add_argument("--phase", action="append", metavar="PH", help="one phase band (repeatable); default: every band")
+    s.add_argument("--rounds", type=count_arg, metavar="N",
+                   help="paired timing rounds (default: the manifest's [qualify] rounds)")
+    s.add_argument("--max-rounds", type=count_arg, metavar="N",
+                   help="the cap of adaptive timing while the speedup is undecided "
+                        "(default: [qualify] max-rounds, else 4x the rounds)")
     s.add_argument("--output-dir", dest="out", metavar="DIR",
                    help="receipts folder (default: the project's receipts/<model>/)")
     s.add_argument("--out", dest="out_old", metavar="DIR", help="deprecated spelling of --output-dir")
-    s.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs and host weights (default 0)")
+    s.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed of the synthetic inputs and host weights (default 0)")
     sign = s.add_mutually_exclusive_group()
-    sign.add_argument("--key", metavar="KEY", help="sign each receipt written with the PEM private key KEY (EC P-256 or "
-                                                   "Ed25519): writes <receipt>.json.sig beside it "
-                                                   "(docs/reference.md#receipt-signatures)")
+    sign.add_argument("--key", metavar="KEY",
+                      help="sign each receipt written with the PEM private key KEY (EC P-256 or "
+                           "Ed25519): writes <receipt>.json.sig beside it "
+                           "(docs/reference.md#receipt-signatures)")
     sign.add_argument("--sign", dest="sign_old", metavar="KEY", help="deprecated spelling of --key")
     sign.add_argument("--unsigned", action="store_true",
                       help="qualify without signing where the manifest's [trust.receipts] policy covers this "

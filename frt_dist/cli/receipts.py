@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     r = rsub.add_parser("pull", help="fetch every receipt in URL into the project's receipts/<model>/")
     common_options(r)
     r.add_argument("url", metavar="URL", help="s3://bucket/prefix or file:///path")
-    r.add_argument("--model", help="only this model's receipts")
+    r.add_argument("--model", metavar="M", help="only this model's receipts")
     r.add_argument("--strict", action="store_true",
                    help="exit 1 when the store holds an object that is not a valid receipt (default: a warning "
                         "naming it; it is not written, and the others are)")

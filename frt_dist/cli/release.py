@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from .. import settings
@@ -9,7 +10,7 @@ from ..documents.lock_release import shown
 from ..errors import FrtError, ReleaseError, UsageError
 from .context import find_project, the_model
 from .parser import Parser, common_options
-from .render import emit
+from .render import deprecated, emit
 
 
 def add_parser(sub) -> None:
@@ -20,25 +21,28 @@ def add_parser(sub) -> None:
                                    "(HF_ENDPOINT, HF_TOKEN). trust: add the signers the consumed release's lockfile "
                                    "names to the manifest's [trust.receipts], printing each "
                                    "(docs/releases-publish.md, docs/releases-consume.md).",
-                       epilog="example: frt release push hf://acme/qwen-kernels --version 1; "
-                              "frt release trust --model qwen")
+                       epilog="example: frt release push hf://acme/qwen-kernels@v1; frt release trust --model qwen; "
+                              "frt release upgrade @v2")
     rsub = s.add_subparsers(dest="release_command", metavar="ACTION", parser_class=Parser, required=True,
                             help="push: publish; trust: accept the release's signers")
-    r = rsub.add_parser("push", help="publish as one commit on branch vN of hf://ORG/NAME (created if missing)")
+    r = rsub.add_parser("push", help="publish as one commit on branch vN of hf://ORG/NAME@vN (created if missing)")
     common_options(r)
-    r.add_argument("url", metavar="hf://ORG/NAME", help="the Hub model repo")
-    r.add_argument("--model", help="the model to publish; may be left out when the project has one")
-    r.add_argument("--version", type=int, default=None, help="the release version: branch vN (default: 1)")
+    r.add_argument("url", metavar="hf://ORG/NAME@vN",
+                   help="the Hub model repo and the release version, branch vN (@vN left out: v1)")
+    r.add_argument("--model", metavar="M", help="the model to publish; may be left out when the project has one")
+    _old_version_flag(r)
     r = rsub.add_parser("trust", help="trust the signers of the release the manifest names (keys and identities) "
                                       "and the code trust its manifest declares")
     common_options(r)
-    r.add_argument("--model", help="the consuming model; may be left out when the project has one")
+    r.add_argument("--model", metavar="M", help="the consuming model; may be left out when the project has one")
     r = rsub.add_parser("upgrade", help="move to another version of the release: show its changes, apply its "
                                         "manifest (keeping your trust tables), lock")
     common_options(r)
-    r.add_argument("--model", help="the consuming model; may be left out when the project has one")
-    r.add_argument("--version", type=int, default=None,
-                   help="the version to move to: branch vN (default: the newest vN branch)")
+    r.add_argument("release", metavar="[hf://ORG/NAME]@vN", nargs="?",
+                   help="the version to move to, branch vN of the manifest's release (the repo may be left out; "
+                        "default: the newest vN branch)")
+    r.add_argument("--model", metavar="M", help="the consuming model; may be left out when the project has one")
+    _old_version_flag(r)
     r.add_argument("--dry-run", action="store_true", help="show the changes; write nothing")
     r.add_argument("--trust", action="store_true",
                    help="also trust the new release's signers and code trust, as `frt release trust` does (printing "
@@ -47,20 +51,35 @@ def add_parser(sub) -> None:
                    help="lock even when the new lock loses coverage or accepts none of the receipts (as frt lock)")
 
 
+def _old_version_flag(r) -> None:
+    """``--version N``: the old spelling of ``@vN`` (hidden; it read like ``frt --version``)."""
+    r.add_argument("--version", dest="old_version", type=int, default=None, metavar="N", help=argparse.SUPPRESS)
+
+
+def _version(args, at: int | None, new: str) -> int | None:
+    """The version asked for: ``@vN`` (``at``), else the deprecated ``--version N``; both and differing
+    is a usage error."""
+    if args.old_version is None:
+        return at
+    deprecated(f"--version {args.old_version}", new.format(n=args.old_version))
+    if at is not None and at != args.old_version:
+        raise UsageError(f"@v{at} and --version {args.old_version} name two versions; give one (@vN)")
+    if args.old_version < 0:
+        raise UsageError(f"--version {args.old_version}: must be a non-negative integer")
+    return args.old_version
+
+
 def run(args) -> int:
-    """``frt release push hf://ORG/NAME [--model M] [--version N]`` / ``frt release trust [--model M]`` /
-    ``frt release upgrade [--model M] [--version N] [--dry-run] [--allow-loss]``."""
+    """``frt release push hf://ORG/NAME[@vN] [--model M]`` / ``frt release trust [--model M]`` /
+    ``frt release upgrade [[hf://ORG/NAME]@vN] [--model M] [--dry-run] [--trust] [--allow-loss]``."""
     from ..release import consume as release  # noqa: PLC0415
 
     project = find_project(args)
     model = the_model(project, args)
     if args.release_command == "push":
         repo, at = release.parse_ref(args.url, flag="frt release push")
-        if at is not None and args.version is not None and at != args.version:
-            raise UsageError(f"{args.url} names v{at}, --version {args.version}: give one")
-        version = args.version if args.version is not None else (at if at is not None else 1)
-        if version < 0:
-            raise UsageError(f"--version {version}: must be a non-negative integer")
+        version = _version(args, at, f"frt release push hf://{repo}@v{{n}}")
+        version = 1 if version is None else version
         from ..publish.push import push  # noqa: PLC0415
 
         res = push(project, model, repo, version)
@@ -141,10 +160,29 @@ def trust_lines(rows, repo, commit) -> list[str]:
     return out
 
 
+def _upgrade_ref(given: str | None, repo: str) -> int | None:
+    """``frt release upgrade``'s ``[hf://ORG/NAME]@vN`` -> N (``None`` when left out); the repo, when
+    named, must be the one the manifest's ``[release]`` consumes."""
+    import re  # noqa: PLC0415
+
+    from ..release import consume as release  # noqa: PLC0415
+
+    if given is None:
+        return None
+    m = re.fullmatch(r"@v(\d+)", given)
+    if m:
+        return int(m.group(1))
+    named, version = release.parse_ref(given, flag="frt release upgrade", need_version=True)
+    if named != repo:
+        raise UsageError(f"frt release upgrade {given}: the manifest consumes release {repo!r}, not {named!r}",
+                         hints=[f"frt release upgrade @v{version} (a version of {repo}); another release is another "
+                                "project: frt init --from hf://ORG/NAME@vN"])
+    return version
+
+
 def _upgrade(args, project, model, m) -> int:
     """``frt release upgrade``: the change report, the release's manifest applied (the project's trust
     kept), then ``frt lock --upgrade-release`` for the model (its output, its coverage rule, its exit)."""
-    import argparse  # noqa: PLC0415
     import contextlib  # noqa: PLC0415
     import io  # noqa: PLC0415
     import json  # noqa: PLC0415
@@ -158,9 +196,8 @@ def _upgrade(args, project, model, m) -> int:
     from . import lock as lock_cmd  # noqa: PLC0415
 
     repo = m.release.repo
-    if args.version is not None and args.version < 0:
-        raise UsageError(f"--version {args.version}: must be a non-negative integer")
-    target = args.version if args.version is not None else upgrade.newest(repo)
+    target = _version(args, _upgrade_ref(args.release, repo), "frt release upgrade @v{n}")
+    target = upgrade.newest(repo) if target is None else target
     mirror = settings.value("FRT_MIRROR") or project.mirror
     lpath = project.lockfile_path(model)
     pinned = None
@@ -189,7 +226,7 @@ def _upgrade(args, project, model, m) -> int:
     rel_path = f"manifests/{model}.toml"
     if rel_path not in new.files:
         raise ReleaseError(f"release {repo!r} v{target} at {new.commit[:12]} publishes no {rel_path}",
-                           hints=["name another version (--version), or the model it publishes (--model)"])
+                           hints=["name another version (@vN), or the model it publishes (--model)"])
     after = parse_toml(new.read(rel_path), ManifestError, f"{repo}@{new.commit[:12]}/{rel_path}")
     rows = upgrade.manifest_changes(before, after, old_label=before_label, new_label=f"{repo}/{rel_path}")
     signers = upgrade.new_signers(project, model, new)
@@ -201,7 +238,7 @@ def _upgrade(args, project, model, m) -> int:
     lines = upgrade.change_lines(doc)
     if args.dry_run:
         lines.append(f"dry run: {project.rel(mpath)} and the lockfile left as they are; to apply: `frt release upgrade "
-                     f"--model {model} --version {target}`" + (" (with --trust to trust what is marked NEW)"
+                     f"--model {model} @v{target}`" + (" (with --trust to trust what is marked NEW)"
                                                                if any(s["new"] for s in signers) or code else ""))
         emit(args, {"ok": True, "upgrade": doc}, "\n".join(lines))
         return 0
@@ -239,7 +276,7 @@ def _upgrade(args, project, model, m) -> int:
             doc["applied"] = False
     hints = []
     if rc != 0:
-        again = f"frt release upgrade --model {model} --version {target}"
+        again = f"frt release upgrade --model {model} @v{target}"
         if any(s["new"] for s in signers) or code:
             hints.append(f"review the signers and packages marked NEW above, then `{again} --trust` (it trusts them, "
                          "printing each, then locks)")

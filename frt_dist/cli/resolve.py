@@ -15,12 +15,14 @@ def add_parser(sub) -> None:
     """``frt resolve``'s flags."""
     s = sub.add_parser("resolve", help="print the route decision per phase band")
     common_options(s)
-    s.add_argument("--model", help="the model whose lockfile decides (lockfiles/MODEL.lock); "
-                                   "may be left out when the project has one model")
+    s.add_argument("--model", metavar="M",
+                   help="the model whose lockfile decides (lockfiles/MODEL.lock); "
+                        "may be left out when the project has one model")
     hardware_flags(s)
-    s.add_argument("--precision", help="the precision asked for (default: the manifest's default-precision); "
-                                       "a lower one is never chosen for you")
-    s.add_argument("--phase", action="append", help="one phase band (repeatable); default: all")
+    s.add_argument("--precision", metavar="P",
+                   help="the precision asked for (default: the manifest's default-precision); "
+                        "a lower one is never chosen for you")
+    s.add_argument("--phase", action="append", metavar="PH", help="one phase band (repeatable); default: all")
     s.add_argument("--fallback", choices=["refuse", "host"], default="refuse",
                    help="a band with no qualified route: refuse (default, exit 1) or decide the host path")
     s.add_argument("--accept", action="append", choices=["certified_fast", "supported_correct"],
@@ -39,7 +41,7 @@ def run(args) -> int:
 
     project = find_project(args)
     if args.model is None and (args.lockfile or settings.value("FRT_LOCK")):
-        lock = find_lock(project, "MODEL", args.lockfile)  # the lockfile named says which model
+        lock = find_lock(project, None, args.lockfile)  # the lockfile named says which model
     else:
         lock = find_lock(project, the_model(project, args), args.lockfile)
     warnings = _stale_warning(lock)

@@ -1,4 +1,5 @@
-"""``frt verify``: check lockfile digests and receipts, and a mirror (docs/reference.md#frt-verify)."""
+"""``frt verify``: re-derive the project's lockfiles (or one given with ``--lockfile``) and check a mirror
+(docs/reference.md#frt-verify)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ def add_parser(sub) -> None:
     """``frt verify``'s flags."""
     s = sub.add_parser("verify", help="check lockfile digests and receipts (and a mirror)")
     common_options(s, verbose="also each lockfile checked, with its result, when some have problems")
-    s.add_argument("--model", help="verify one model's lockfile (default: every lockfile of the project)")
+    s.add_argument("--model", metavar="M", help="verify one model's lockfile (default: every lockfile of the project)")
+    s.add_argument("--lockfile", metavar="FILE",
+                   help="verify this lockfile (one you were given), re-derived from what it embeds and this project")
     s.add_argument("--mirror", metavar="DIR", help="also check that DIR holds every locked file")
-    s.add_argument("--variant", action="append", help="with --mirror: variants to check (default: this system's)")
+    s.add_argument("--variant", action="append", metavar="V",
+                   help="with --mirror: variants to check (default: this system's)")
     s.add_argument("--all-variants", action="store_true", help="with --mirror: check every locked variant")
 
 
@@ -24,7 +28,7 @@ def run(args) -> int:
     from ..lock.verify import verify  # noqa: PLC0415
 
     report = verify(find_project(args), [args.model] if args.model is not None else None, mirror=args.mirror,
-                    variants=args.variant, all_variants=args.all_variants)
+                    variants=args.variant, all_variants=args.all_variants, lockfile=args.lockfile)
     from ..lock.verify import DERIVED_KINDS  # noqa: PLC0415
 
     problems = report.problems
@@ -57,9 +61,10 @@ def run(args) -> int:
 
 def _verify_fixes(args, problems: list[dict], lock_kinds: set) -> list[str]:
     """The exact commands that fix what ``frt verify`` found: ``frt lock --model X`` per
-    lockfile at fault; for the mirror, ``frt mirror DIR`` with the selection that was checked
-    (the variants named in the problem paths when verify checked what the mirror holds), and
-    ``rm`` for files the lock does not know (``frt mirror`` adds, it never deletes)."""
+    lockfile at fault (for ``--lockfile FILE``: a fresh one from whoever locked it); for the
+    mirror, ``frt mirror DIR`` with the selection that was checked (the variants named in the problem
+    paths when verify checked what the mirror holds), and ``rm`` for files the lock does not know
+    (``frt mirror`` adds, it never deletes)."""
     import shlex  # noqa: PLC0415
 
     project = getattr(args, "frt_project", None)
@@ -67,10 +72,14 @@ def _verify_fixes(args, problems: list[dict], lock_kinds: set) -> list[str]:
     models = (Path(p["path"].split(": ", 1)[0]).stem for p in problems if p["kind"] in lock_kinds)
     out = [f"bring a fresh lockfiles/{m}.lock from the project that locks it (`frt lock --model {m}` there)" if node
            else f"regenerate the lockfile with `frt lock --model {m}`" for m in dict.fromkeys(models)]
+    if args.lockfile and out:  # a lockfile given from elsewhere: its name need not be its model's
+        out = [f"do not use {args.lockfile}: get a fresh lockfile from whoever locked it (`frt lock` in their project)"]
     mirrored = [p for p in problems if p["kind"] not in lock_kinds]
     if not mirrored or args.mirror is None:
         return out
     model = f" --model {shlex.quote(args.model)}" if args.model is not None else ""
+    if args.lockfile:  # refill from the lockfile that was checked
+        model = f" --lockfile {shlex.quote(args.lockfile)}"
     if args.all_variants:
         select = " --all-variants"
     else:  # <folder>/snapshots/<snapshot>/build/<variant>/... or <folder>/refs/<ref>

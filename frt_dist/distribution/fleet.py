@@ -1,4 +1,4 @@
-"""Fleets (``docs/reference.md#object-stores``, issue 18): publish a lock's files to an object store, and carry receipts
+"""Fleets (``docs/reference.md#object-stores``): publish a lock's files to an object store, and carry receipts
 from many qualification hosts to the one job that locks.
 
 ``publish_lock(lock, store, selection)`` (``frt mirror s3://bucket/prefix``) uploads every

@@ -100,7 +100,7 @@ class Seam:
 DEFAULT_MIN_SPEEDUP = 1.02
 """The gate of a route that declares none (docs/reference.md#qualification): ``certified_fast`` needs the
 speed-up interval's low end (and the median) at or above it. A gate of 1 would certify noise: a route
-as fast as the host measures an interval starting at 1.001 on a quiet machine (issue 33). A manifest
+as fast as the host measures an interval starting at 1.001 on a quiet machine. A manifest
 that means another effect says so with ``gate = { min-speedup = X }``."""
 GATE_SOURCES = ("declared", "default")
 

@@ -46,7 +46,7 @@ STEP_KINDS = ("decode", "prefill")  # what an in-engine band's timing ran (evide
 PARITY_KEYS = {"max-abs", "max-rel", "tolerance", "worst-case", "pass", "worst-margin", "worst-margin-error",
                "worst-margin-host"}
 MARGIN_KEYS = ("worst-margin", "worst-margin-error", "worst-margin-host")
-"""The worst element under the combined rule (``frt qualify`` since issue 21): ``worst-margin`` is
+"""The worst element under the combined rule (``frt qualify`` records it): ``worst-margin`` is
 ``max(|route - host| - (abs + rel * |host|))`` over every element of every row count, ``worst-margin-error``
 and ``worst-margin-host`` are ``|route - host|`` and ``|host|`` at that element. Parity passes iff
 ``worst-margin <= 0``. All three or none (a receipt written before them is read conservatively)."""
@@ -181,7 +181,7 @@ class Receipt:
                 if not math.isfinite(v) or v < 0:
                     raise r.fail(f"evidence.timing.{k}", "must be a finite non-negative number")
             ci = r.get(timing, "speedup-ci", dict, "evidence.timing", required=False)
-            if ci is not None:  # the confidence interval of the median paired speedup (frt qualify since issue 21)
+            if ci is not None:  # the confidence interval of the median paired speedup (frt qualify records it)
                 p = "evidence.timing.speedup-ci"
                 r.only(ci, {"level", "low", "high", "method", "ranks", "coverage"}, p)
                 for k in ("level", "low", "high", "coverage"):
@@ -209,7 +209,7 @@ class Receipt:
                 if stop not in ADAPTIVE_STOPS:
                     raise r.fail(f"{p}.stopped", f"expected one of {', '.join(ADAPTIVE_STOPS)}, got {stop!r}")
             gate = r.get(timing, "gate", dict, "evidence.timing", required=False)
-            if gate is not None:  # the gate frt qualify judged the state with (since issue 33); lock judges anew
+            if gate is not None:  # the gate frt qualify judged the state with; lock judges anew
                 p = "evidence.timing.gate"
                 r.only(gate, {"min-speedup", "source"}, p)
                 v = r.number(gate, "min-speedup", p)
@@ -413,8 +413,8 @@ def _parity_consistent(rec: Receipt, route, manifest) -> list[str]:
     """``pass: true`` must be possible given the recorded worst errors and tolerance.
 
     Parity passes when every element keeps ``|route - host| <= abs + rel * |host|``. A receipt
-    that records the worst element's margin under that rule (``worst-margin``, frt qualify since
-    issue 21) is decided exactly: ``pass`` iff ``worst-margin <= 0`` (``_parity_margin`` holds
+    that records the worst element's margin under that rule (``worst-margin``, recorded by frt
+    qualify) is decided exactly: ``pass`` iff ``worst-margin <= 0`` (``_parity_margin`` holds
     the margin to its element and to ``max-abs``/``max-rel``); ``max-abs`` above ``abs`` with
     ``max-rel`` above ``rel`` is then a legitimate mixed case, not a contradiction.
 
@@ -665,8 +665,8 @@ def _certified_gate(rec: Receipt, route, manifest) -> list[str]:
 def _certified_ci_gate(rec: Receipt, route, manifest) -> list[str]:
     """``certified_fast`` with a recorded ``speedup-ci`` needs its *low* bound at or above the
     route's gate (``manifest.route_gate``), and above 1: the claim is that the speedup clears the
-    gate with confidence, not that one run's median happened to (issue 21: 1.088x certified, then
-    0.849x, on one kernel). A receipt without an interval (written before it was recorded) is held
+    gate with confidence, not that one run's median happened to (one kernel measured
+    1.088x, certified, then 0.849x). A receipt without an interval (written before it was recorded) is held
     to its median only."""
     t = rec.timing
     ci = (t or {}).get("speedup-ci")
@@ -682,7 +682,7 @@ def _certified_ci_gate(rec: Receipt, route, manifest) -> list[str]:
 
 def _certified_medians_agree(rec: Receipt, route, manifest) -> list[str]:
     """``certified_fast`` needs the host's median time above the route's: a speed claim whose
-    route is slower in the median than the host contradicts itself (issue 21: a certified median
+    route is slower in the median than the host contradicts itself (a certified median
     speedup of 5.0 beside a route median slower than the host's).
 
     Only the side of 1 is checked, not a tolerance on the gap. The median *of ratios*

@@ -9,36 +9,10 @@
   imported from (what is imported is what was verified: docs/reference.md#verified-store);
 - ``importer``: the meta-path finder and loaders that import a package from its
   store entry only (no bytecode read or written);
+- ``remote``: a load straight from an object store into the verified store;
 - ``smoke``: the bind-time launch at the seam's real shape.
 
-**The verified store** is per user and content-addressed: ``$FRT_STORE``, else
-``platformdirs.user_cache_path("frt-dist")/"store"`` (``~/.cache/frt-dist/store``
-on Linux), created 0700; a store not owned by the user or writable by group or
-others is refused. An entry holds exactly a variant's locked files and its
-``metadata.json``, read-only, plus a record written last that embeds its key
-(the hash of algorithm, file digests, metadata sha256 and module id).
-
-- A **cold** load lists the source directory (a missing file, an extra file –
-  named with its size, never read –, a link leaving the tree), then reads each
-  declared file once, hashing and copying the same bytes into a new entry
-  (large files in parallel threads); any mismatch stores nothing and imports
-  nothing, and the report names each file with expected and computed digests.
-- A **warm** load (a sound entry for the same identity) hashes no extension
-  module; it lists the source again and hashes only the files whose stat
-  fingerprint changed since their bytes last matched: a source that drifted is
-  still refused.
-- Either way the import reads only the entry: ``.py`` files are hashed against
-  the lock again and compiled from those bytes; an extension module is mapped
-  from the descriptor whose seal (recorded fingerprint, owner, mode 0444, one
-  link) was checked, unread, or, under ``FRT_STORE_REHASH=1`` or a broken seal,
-  hashed and mapped from a sealed copy of the bytes hashed.
-
-**Threat model**: an attacker who can write the mirror, the hub cache, a path
-package or the lockfile (at any moment, also between check and import), but not
-the user's own private store (``store`` says what a writer of the store can do,
-and what ``FRT_STORE_REHASH=1`` takes away from them). They can make a load refuse; they cannot make it
-run bytes whose digests do not match the lockfile in force.
-
+How a load runs, the store and its threat model: docs/design.md#loading-and-the-verified-store.
 Importing this package imports neither torch, `kernels` nor ``huggingface_hub``.
 """
 

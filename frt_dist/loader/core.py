@@ -1,90 +1,15 @@
 """The one shared loader (``docs/reference.md#loading-and-guard``).
 
-``hub_kernel(repo, version)`` and ``load_locked(lock, repo, variant)`` turn a
-package request into one imported module, or a ``KernelUnavailable`` whose
-``reasons`` list everything that stood in the way. Before anything is imported:
+``hub_kernel(repo, version)`` and ``load_locked(lock, repo, variant)`` turn a package request into one
+imported module, or a ``KernelUnavailable`` whose ``reasons`` list everything that stood in the way. Before
+anything is imported a load decides the revision (the lockfile in force, else `kernels`' rule), trust, the
+variant and its arch, where the bytes come from (``frt_dist.distribution.sources``), checks every file into
+the verified store (``frt_dist.loader.store``) and the import id; then it imports from the store entry alone
+(``frt_dist.loader.importer``). One module per repo per process; every refusal kept for
+``unavailable_report()``. The checks in order, and the threat model: docs/design.md#loading-and-the-verified-store.
 
-1. **which revision** – the lockfile in force decides (``lockfile=``, else
-   ``FRT_LOCK``); with none, `kernels`' rule (branch ``v<N>`` → commit: from the
-   Hub online, from the mirror's or cache's ``refs/v<N>`` offline). An author pin
-   ``FRT_KERNEL_REV_<REPO>`` overrides it; with a lockfile in force only when the
-   caller passes ``allow_pins=True``.
-2. **trust** – with a lockfile, the lock's recorded decision; without one, the
-   Hub's trusted-publisher flag or ``trust=True``; offline, only ``trust=True``.
-3. **variant** – ``frt_dist.system.variants.select_variants`` for the (declared or
-   detected) hardware.
-4. **arch** – the variant's backend and ``backend.archs`` against the device with
-   ``admissible.variant_problem``, the one rule lock, verify, resolve and the matrix
-   apply (``docs/reference.md#admissibility``), on every source; an empty list loads
-   with a recorded note.
-5. **bytes** – from the mirror (``mirror=``, ``FRT_MIRROR``, ``[tool.frt]
-   mirror``), then the hub cache (``KERNELS_CACHE`` / HF cache), then the path
-   source (path packages), then the Hub (``HF_ENDPOINT`` honoured) unless
-   offline (``HF_HUB_OFFLINE=1`` or a mirror in use: then no network at all).
-   The first source that holds the variant is the one used; it is never
-   silently replaced by another when its files are wrong. The rule is
-   ``frt_dist.distribution.sources`` (shared with ``frt mirror`` and publish).
-6. **integrity, into the verified store** – every file of the variant against
-   the locked digests, one report naming each file (missing, unknown extra,
-   mismatched with expected and computed, links leaving the tree). The bytes
-   are hashed as they are copied into the user's private verified store
-   (``frt_dist.loader.store``), and that copy is what gets imported.
-7. **import id** – the ``metadata.json`` ``id`` (the locked one; a metadata
-   read once, from the bytes that were hashed) becomes a ``sys.modules`` key;
-   an id that would shadow a module frt does not own is refused.
-
-Only then is the variant imported, from its store entry and from nothing else
-(``frt_dist.loader.importer``): a meta-path finder maps the import id and every
-name under it to the entry's files, ``.py`` sources are compiled from their
-verified bytes (hashed again as they are compiled; no bytecode cache is read or
-written), extension modules are hashed again and mapped from a sealed copy of the
-bytes hashed. A ``__pycache__`` planted beside the sources, a file swapped after
-the check, or one swapped inside the store entry, is never run.
-
-**kernel-depends** come from the lock, and an edited lock can name any package: the
-lock's kernel-depends of a variant must be exactly what the variant's verified
-``metadata.json`` declares, checked after that variant's files and before any
-dependency is prepared (nothing of a package only the lock names is fetched,
-checked or run).
-
-**The verified store** lives at ``$FRT_STORE``, else
-``platformdirs.user_cache_path("frt-dist")/"store"``; it is created 0700 and a
-store not owned by the user, or writable by group or others, is refused. One
-entry per verified identity (algorithm, file digests, metadata sha256, module
-id), keyed by its hash; object first, record last, renamed into place.
-
-- A **cold** load (no entry) lists the source (an extra file is refused by name
-  and size, unread), then reads each declared file once: the bytes read are
-  hashed and written to a new entry; any mismatch stores nothing.
-- A **warm** load (an entry whose record embeds its key and whose files still
-  carry their recorded fingerprints, owner and mode) hashes no extension module;
-  it lists the source again and ``stat``-s each file: only a file changed since its bytes
-  last matched is hashed again, and a mismatch refuses the load as a cold one
-  would. A tampered source is refused either way; the store only guarantees
-  that what runs is what matched.
-
-**Threat model**: an attacker who can write the mirror, the hub cache, a path
-package or the lockfile, at any moment, including between check and import, and
-who cannot write the user's own private store (nor run code as the user). Such
-an attacker can make a load refuse; they cannot make it run bytes other than
-those whose digests match the lockfile in force (bytecode beside the sources,
-a swap after the check, a swapped ``metadata.json`` with another id), nor make a
-store entry serve another identity (the key is the whole identity). A ``.py``
-swapped inside the store, its record rewritten, is refused at import; an extension
-module is mapped unread while its seal holds (the user alone wrote it since it was
-hashed), and refused alike under ``FRT_STORE_REHASH=1`` (``frt_dist.loader.store``
-has the threat model of the store itself). Whoever
-edits the lockfile itself chooses what is trusted: that is what ``frt verify``
-and review are for (``docs/reference.md#verification``).
-
-There is one module per repo per process: a
-second request for the same (repo, revision, variant) returns the same module
-wherever its bytes live; a request for another version or revision of a loaded
-repo is refused, naming both requests. Every refusal is also kept, verbatim,
-for ``unavailable_report()``.
-
-Nothing here imports torch, `kernels` or `huggingface_hub` at module import; a
-refused request imports nothing at all.
+Nothing here imports torch, `kernels` or `huggingface_hub` at module import; a refused request imports
+nothing at all.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Loading through an object-store mirror (``docs/reference.md#object-stores``, issue 18):
+"""Loading through an object-store mirror (``docs/reference.md#object-stores``):
 ``mirror="s3://bucket/prefix"``, ``FRT_MIRROR=s3://…`` or ``[tool.frt] mirror = "s3://…"``
 (``file:///path`` too).
 

@@ -1,114 +1,12 @@
 """The verified store: what is imported is what was verified, by construction (docs/reference.md#verified-store).
 
-A load never imports from the place it found a variant (mirror, hub cache, path
-package): those are writable by whoever fills them. It imports from a private,
-per-user, content-addressed copy of the variant that frt itself wrote from the
-very bytes it hashed.
-
-**Where.** ``$FRT_STORE``, else ``platformdirs.user_cache_path("frt-dist") / "store"``
-(``~/.cache/frt-dist/store`` on Linux). Created with mode 0700; a store that is not
-a directory owned by the current user, or that group or others can write, is
-refused (``StoreUnusable``), never used.
-
-**What.** One entry per verified variant identity::
-
-    <store>/<key>/variant/<the variant's files>   exactly the locked files + metadata.json, read-only
-    <store>/<key>/record.json                     written last: the entry's key, identity and a stat
-                                                  fingerprint of each file (size, mtime, ctime, inode)
-    <store>/seen/<hash>.json                      stat fingerprints of a source directory whose bytes
-                                                  matched an entry (see "warm" below)
-    <store>/.tmp-* / .trash-*                     entries being built / being removed
-
-``<key>`` is the hex of ``frt_dist.base.canonical.digest`` over the whole identity:
-``{"format", "algorithm", "files": {rel: digest}, "metadata": "sha256:…", "module": id}``.
-Nothing in an entry is ever ``__pycache__`` or ``*.pyc``.
-
-**Cold** (no valid entry): the source directory is listed first, without reading
-anything: a missing file, an extra file (named with its size, never read), a
-symlink leaving its tree or a special file is a problem. Then every declared
-file is opened once and copied into a temporary entry, and what is hashed is
-the entry's copy: a small file is read once, hashed and written from the same
-buffer; a file over 1 MiB is copied in the kernel (``copy_file_range``) span by
-span while the copy is hashed behind it through a read-only map, so the bytes
-hashed are the bytes the import will read whatever the source does meanwhile.
-Large files go to a thread pool of ``os.cpu_count()`` workers (hashlib and the
-copy release the GIL). A digest that differs from
-the lock's stores nothing; the temporary entry is discarded and the problems are
-reported in ``check_variant_dir``'s form. When all match, files become 0444,
-directories 0555, ``record.json`` is written last, and the entry is renamed into
-place; a concurrent builder that loses the rename discards its copy and uses the
-winner's.
-
-**Warm** (an entry whose record embeds the key asked for, whose files are still
-exactly the recorded ones with their recorded fingerprints and still sealed (see
-below), nothing extra): no byte of the entry is hashed again. The source directory
-the loader located must still match the lock, so it is listed again (missing,
-extra, links, special files, as above) and each declared file is ``stat``-ed: a
-file whose (device, inode, size, mtime, ctime) equals the fingerprint recorded
-when its bytes last matched is not read; any other is hashed again (not copied)
-and a mismatch refuses the load. A fingerprint is recorded only when the file
-did not change while it was read and its ctime is older, by more than a clock
-tick, than the file system's time taken just before the read (a file created in
-the store: no wall clock is read on the serving path), so a write in the same
-tick cannot pass as unchanged. This check reports drift of the source; what the
-import runs comes from the entry alone: ``.py`` files are hashed against the
-lock again as they are compiled (always: they are small), extension modules are
-mapped from their sealed file (``frt_dist.loader.importer``).
-
-**Sealed entries.** At commit every file of the entry is made 0444 (folders
-0555) and the record, written last and itself 0444, holds each file's
-fingerprint (size, mtime, ctime, inode) taken after its bytes were hashed. A
-file is *sealed* while it is a regular file owned by this user, with no write
-bit for anyone, one link (``st_nlink`` 1) and exactly its recorded fingerprint
-(``seal_holds``); the record must be a regular 0444 file owned by the user with
-one link. ``lookup`` checks this for every file by ``lstat`` (anything else: the
-entry is doubtful, moved away and rebuilt from the source); the importer opens
-an extension module once, checks the seal on an ``fstat`` of that descriptor
-and has the dynamic loader map that very descriptor (``/proc/self/fd/<n>``), so
-what is checked is what is mapped even if the path changes after ``lookup``.
-Where the seal no longer holds at that point, the bytes of the open file are
-hashed against the lock and mapped from a sealed anonymous copy (refused if
-they do not match). Why a seal stands for the bytes hashed: the kernel sets a
-file's ctime on every write, truncate, chmod, chown, link and rename; no call
-sets a ctime to a chosen value (``utimensat`` resets mtime, not ctime), so
-bytes changed in place leave a new ctime, and bytes put in place by rename or
-unlink-and-create are another inode with a new ctime. ``FRT_STORE_REHASH=1``
-(``rehash_requested``) ignores every seal: each extension module is read,
-hashed and mapped from a copy at every load, as ``.py`` files are. Off Linux
-(no ``/proc/self/fd``) extension modules are always hashed. fs-verity is not
-used: it would need each file's Merkle root bound to the lock (which holds
-flat digests), i.e. a trusted record again, and the development machine's
-kernel has no ``CONFIG_FS_VERITY`` to test it against.
-
-**Threat model.** An attacker may write the mirror, the hub cache, a path
-package and the lockfile's directory at any time (before, during or after a
-check). They cannot write the user's own store or run as the user: who can
-write an entry is the user and root (files 0444 in folders 0555 under a store
-0700 owned by the user; the user must first ``chmod``, which is a trace). The
-folders above the store are not relied on: nothing in the store is trusted by
-its path, each trusted file's owner, mode, link count, inode and ctime are its
-own, so someone who can rename a parent can swap the whole store only for files
-they own (refused) and cannot give a user's file a second name (a hard link is
-refused, and ``fs.protected_hardlinks`` keeps others from making one).
-
-Someone who *can* write the store (a process running as the user or as root,
-also from another container or host sharing the store's volume as the same
-uid): by default, whatever the user can do, as before extension modules were
-re-hashed on every load: rewrite a record and a file consistently, so that a
-sealed load maps their bytes; edit in place a sealed ``.so`` that a running
-process has mapped (that process sees the new pages). A write that leaves any
-trace above (a changed inode or ctime, a write bit, another owner, a second
-link, a record others can write) gets the entry rebuilt, not their bytes; a
-``.py`` swapped in an entry is refused at compile, record or not. With
-``FRT_STORE_REHASH=1`` they can make a load refuse, not run other code: an
-extension module swapped in an entry, even with the entry's record rewritten,
-fails the hash at import with the same error as a ``.py``, and a running
-process maps a private sealed copy that edits to the store cannot reach; set it
-where the store's other writers are not trusted (a shared volume). Out of
-scope: data files a package reads itself at run time (they are checked as they
-are copied in, not when the package opens them), someone who sets the file
-system's clock or writes its block device, and a process running as the user
-that changes this process's memory.
+A load imports a variant from a private, per-user, content-addressed copy frt wrote from the very
+bytes it hashed (``$FRT_STORE``, else ``~/.cache/frt-dist/store``), never from where it found it.
+``admit`` lists the source, hashes each declared file as it copies it into a temporary entry and
+commits it (read-only, ``record.json`` last, renamed into place); ``Store.lookup`` finds a sound entry for
+a whole identity (warm: nothing hashed again; ``seal_holds`` says whether a file is still what was hashed).
+Layout, cold and warm loads, seals, and the threat model (who can write what, ``FRT_STORE_REHASH=1``):
+docs/design.md#loading-and-the-verified-store.
 """
 
 from __future__ import annotations

@@ -673,7 +673,7 @@ def _rejection_hint(kind: str | None, file: str | None, *, model: str, mfile: st
     if kind == "release-route" and release:
         return (f"the release {release['repo']} changed route {route}: review its change, then apply the release's "
                 f"manifest (your trust tables and your own receipts are kept): `frt release upgrade --model {model} "
-                f"--version {release['version']}`")
+                f"@v{release['version']}`")
     if kind == "invalid":  # it does not read as a receipt: its route and cell are unknown
         return (f"{file} does not read as a receipt: remove it, or measure the route again (`frt qualify --model "
                 f"{model} --route ROUTE`, then `frt lock --model {model}`)")

@@ -80,8 +80,11 @@ class VerifyReport:
 
 
 def verify(project, models: list[str] | None = None, *, mirror: str | Path | None = None,
-           variants: list[str] | None = None, all_variants: bool = False) -> VerifyReport:
-    """Verify the project's lockfiles (all, or those of ``models``)."""
+           variants: list[str] | None = None, all_variants: bool = False,
+           lockfile: str | Path | None = None) -> VerifyReport:
+    """Verify the project's lockfiles (all, or those of ``models``), or the one file ``lockfile``
+    (``frt verify --lockfile FILE``: a lock you were given, re-derived in ``project``; with
+    ``models``, it must be the lockfile of one of them)."""
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
 
     if mirror is not None and not Path(mirror).is_dir():
@@ -89,16 +92,23 @@ def verify(project, models: list[str] | None = None, *, mirror: str | Path | Non
         what = "is not a directory" if Path(mirror).exists() else "does not exist"
         raise UsageError(f"--mirror {mirror}: {what}",
                          hints=[f"fill it with `frt mirror {mirror}`, or name the directory the mirror is in"])
-    models = list(models) if models else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
-    if not models:  # nothing to verify is a "no" (exit 1), like a missing lockfile
-        raise FrtError(f"no lockfiles in {project.rel(project.lockfiles_dir)}", hints=["frt lock"])
+    if lockfile is not None:
+        if not Path(lockfile).is_file():  # a missing lockfile is a "no" (exit 1), as wherever one is named
+            raise FrtError(f"no lockfile at {lockfile} (--lockfile)", hints=["name an existing lockfile in --lockfile"])
+        targets = [(Path(lockfile), str(lockfile))]
+    else:
+        models = list(models) if models else [p.stem for p in sorted(project.lockfiles_dir.glob("*.lock"))]
+        if not models:  # nothing to verify is a "no" (exit 1), like a missing lockfile
+            raise FrtError(f"no lockfiles in {project.rel(project.lockfiles_dir)}", hints=["frt lock"])
+        targets = [(path, project.rel(path)) for path in map(project.existing_lockfile, models)]
     report = VerifyReport()
-    for model in models:
-        path = project.existing_lockfile(model)
-        label = project.rel(path)
+    for path, label in targets:
         report.lockfiles.append(label)
         try:
             lock = Lockfile.read(path, label=label, index_refs=False)
+            if lockfile is not None and models and lock.model not in models:
+                raise UsageError(f"--lockfile {lockfile} is the lockfile of model {lock.model!r}, not {models[0]!r}",
+                                 hints=[f"--model {lock.model}, or leave --model out"])
             # every cell and receipt line listed now: a line a decision never reads is read here, and
             # what reading it refuses (not JSON, a receipt embedded twice...) is refused as at read
             len(lock.index), len(lock.receipts)

@@ -872,7 +872,7 @@ def models_of(repo: str, version: int) -> tuple[str, list[str]]:
     commit = branch_commit(client, repo, version)
     if commit is None:
         raise ReleaseError(f"release {repo!r}: no branch v{version}",
-                           hints=[f"the publisher pushes it with `frt release push hf://{repo} --version {version}`"])
+                           hints=[f"the publisher pushes it with `frt release push hf://{repo}@v{version}`"])
     entries = hub_call(repo, "list manifests", lambda: list(client.list_repo_tree(
         repo, path_in_repo="manifests", revision=commit, repo_type=REPO_TYPE)))
     models = sorted(e.path[len("manifests/"):-len(".toml")] for e in entries

@@ -1,4 +1,4 @@
-"""``frt release upgrade [--version N]``: move a consuming project to another version of its release
+"""``frt release upgrade [@vN]``: move a consuming project to another version of its release
 (docs/releases-consume.md#5-another-version), and what ``frt lock`` says about newer ones.
 
 The upgrade reads the release at the head of branch ``v<N>`` (default: the newest ``vN`` branch),
@@ -54,7 +54,7 @@ def newest(repo: str) -> int:
     found = versions(repo)
     if not found:
         raise ReleaseError(f"release {repo!r}: no vN branch on the Hub",
-                           hints=[f"the publisher pushes one with `frt release push hf://{repo} --version N`"])
+                           hints=[f"the publisher pushes one with `frt release push hf://{repo}@vN`"])
     return max(found)
 
 
@@ -88,7 +88,7 @@ def news(repo: str, version: int, commit: str) -> list[str]:
                    "`frt lock --upgrade-release` moves to it, reporting each receipt it changes")
     above = [n for n in found if n > version]
     if above:
-        out.append(f"release {repo} has a newer version, v{max(above)}: `frt release upgrade --version {max(above)}` "
+        out.append(f"release {repo} has a newer version, v{max(above)}: `frt release upgrade @v{max(above)}` "
                    "shows its changes and applies its manifest")
     return out
 

@@ -1,4 +1,4 @@
-"""``frt init``: a new project, like ``uv init`` or ``git init`` (issue 14).
+"""``frt init``: a new project, like ``uv init`` or ``git init``.
 
 It writes a project that works end to end on the machine it is created on, so the
 first ``frt lock``, ``frt qualify`` and ``frt_dist.load`` have something real to act

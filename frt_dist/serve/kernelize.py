@@ -1,4 +1,4 @@
-"""The bridge to ``kernels.kernelize``: a ``Plan`` as a kernel mapping (issue 14).
+"""The bridge to ``kernels.kernelize``: a ``Plan`` as a kernel mapping.
 
 Models whose layers use ``kernels.use_kernel_forward_from_hub("LayerName")`` get their
 kernels through a mapping ``{layer name: {device type: repository}}`` that

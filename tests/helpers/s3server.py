@@ -18,7 +18,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-__all__ = ["S3Server", "FaultProxy", "free_port", "FAKE_KEY_ID", "FAKE_SECRET", "run_traced"]
+__all__ = ["S3Server", "FaultProxy", "free_port", "start_moto", "FAKE_KEY_ID", "FAKE_SECRET", "run_traced", "connects_script"]
 
 # distinctive fake credentials: tests assert neither ever appears in any output or written file
 FAKE_KEY_ID = "AKIAFRTFLEETTESTKEY7"
@@ -53,6 +53,54 @@ def run_traced(cmd: list[str], log, **kw) -> tuple[subprocess.CompletedProcess, 
     return r, peers
 
 
+def connects_script(body: str, *, after: str = "") -> str:
+    """A ``python -c`` script that runs ``body`` under an audit hook recording every Python
+    ``socket.connect`` (``[host, port]``) and ``socket.getaddrinfo`` (``["resolve", host, port]``),
+    and writes the list as JSON to ``sys.argv[1]`` however ``body`` ends; then runs ``after``.
+    Python's sockets only: ``run_traced`` sees every process's and thread's."""
+    indented = "".join(f"    {line}\n" for line in body.strip("\n").splitlines())
+    return ("import json, sys\n"
+            "seen = []\n"
+            "def hook(event, args):\n"
+            "    if event == 'socket.connect':\n"
+            "        addr = args[1]\n"
+            "        seen.append(list(addr) if isinstance(addr, tuple) else str(addr))\n"
+            "    elif event == 'socket.getaddrinfo':\n"
+            "        seen.append(['resolve', str(args[0]), args[1]])\n"
+            "sys.addaudithook(hook)\n"
+            f"try:\n{indented}"
+            "finally:\n"
+            "    open(sys.argv[1], 'w').write(json.dumps(seen))\n" + after)
+
+
+def start_moto(port: int, env: dict | None = None, timeout: float = 30) -> tuple[subprocess.Popen, object]:
+    """``python -m moto.server`` on 127.0.0.1:``port``, its output in a temporary file; returns once it
+    answers. A server that exits or does not answer within ``timeout`` s is stopped, and the error
+    carries its whole output (the cause: a port taken meanwhile, a missing module...)."""
+    import tempfile
+
+    env = env if env is not None else {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1).read()
+            return proc, log
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            why = f"exited with {proc.returncode}" if proc.poll() is not None else f"did not answer within {timeout} s"
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            log.seek(0)
+            raise RuntimeError(f"moto server on port {port} {why}; its output:\n"
+                               + log.read().decode("utf-8", "replace"))
+        time.sleep(0.1)
+
+
 class S3Server:
     """``moto.server`` in its own process. ``start()`` waits until it answers; ``reset()`` drops
     every bucket (moto's ``/moto-api/reset``); ``requests()`` is the server's request count per
@@ -61,26 +109,15 @@ class S3Server:
     def __init__(self):
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.log = None  # the server's output (``start_moto``)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> S3Server:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"moto server exited with {self.proc.returncode}")
-            try:
-                urllib.request.urlopen(self.url + "/moto-api/", timeout=1).read()
-                return self
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("moto server did not answer within 30 s")
+        self.proc, self.log = start_moto(self.port)
+        return self
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -90,6 +127,9 @@ class S3Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
     def reset(self) -> None:
         req = urllib.request.Request(self.url + "/moto-api/reset", method="POST")

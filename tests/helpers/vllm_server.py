@@ -17,10 +17,10 @@ import urllib.request
 from pathlib import Path
 
 from . import vllm_support as vs
+from .paths import HELPERS, ROOT
 from .s3server import free_port  # noqa: F401 - the one free-port finder, re-exported for the vLLM tests
 
-ROOT = Path(__file__).resolve().parents[2]
-CLI = Path(__file__).resolve().with_name("vllm_cli.py")
+CLI = HELPERS / "vllm_cli.py"
 CPU_FLAGS = ["--enforce-eager", "--dtype", "float32", "--max-model-len", "256", "--max-num-batched-tokens", "256",
              "--kv-cache-memory-bytes", str(32 << 20)]
 
@@ -49,7 +49,8 @@ def start(cmd: list[str], env: dict, log: Path, cwd: Path) -> subprocess.Popen:
 
 
 def wait_ready(proc: subprocess.Popen, port: int, log: Path, timeout: float = 420) -> float:
-    """Seconds until ``/health`` answers; fails with the log's tail if the server exits or the time runs out."""
+    """Seconds until ``/health`` answers; fails with the whole log (the cause of a start-up failure is often
+    far above its last lines) if the server exits or the time runs out."""
     t0 = time.monotonic()
     while True:
         try:
@@ -59,9 +60,9 @@ def wait_ready(proc: subprocess.Popen, port: int, log: Path, timeout: float = 42
         except (OSError, urllib.error.URLError):
             pass
         if proc.poll() is not None:
-            raise AssertionError(f"server exited {proc.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
+            raise AssertionError(f"server exited {proc.returncode}; its whole log:\n{log.read_text(errors='replace')}")
         if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"server not ready in {timeout} s:\n{log.read_text(errors='replace')[-4000:]}")
+            raise AssertionError(f"server not ready in {timeout} s; its whole log:\n{log.read_text(errors='replace')}")
         time.sleep(1)
 
 
@@ -107,7 +108,7 @@ def run_to_exit(cmd: list[str], env: dict, cwd: Path, timeout: float = 420) -> t
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=30)
-        raise AssertionError(f"still running after {timeout} s:\n{out.decode(errors='replace')[-4000:]}") from None
+        raise AssertionError(f"still running after {timeout} s; all it printed:\n{out.decode(errors='replace')}") from None
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # an engine process that outlived the server
