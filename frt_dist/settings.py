@@ -69,7 +69,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "accepts certified_fast too, as frt resolve --accept and load(accept=) do)",
        topic="vllm"),
     _S("FRT_LEDGER_DIR", None, "where each vLLM engine process writes its ledger for /metrics (set by the plugin "
-       "in the API server when unset)", topic="vllm"),
+       "in the API server when unset); refused when other users can write to it, unless it is sticky", topic="vllm"),
     _S("FRT_QUALIFY_ROUTE", None, "internal: set by `frt qualify` for the engine it starts", topic="vllm"),
     _S("FRT_QUALIFY_PHASES", None, "internal: set by `frt qualify` for the engine it starts", topic="vllm"),
     # the demo
