@@ -345,9 +345,20 @@ def scraped(tmp_path_factory):
         project = vs.make_project(work / "project", tiny).root
         prom = work / "prometheus"
         prom.mkdir()
+        # FRT_LEDGER_DIR given, holding what a neighbour could leave there: a dead engine's ledger, `{}` and a FIFO
+        # under live pids (this process's, a sleeper's); /metrics sums only the engine's own and still answers
+        ledger = work / "ledger"
+        ledger.mkdir(mode=0o700)
+        gone = subprocess.Popen(["true"])
+        gone.wait(timeout=30)
+        sleeper = subprocess.Popen(["sleep", "900"])
+        (ledger / f"{gone.pid}.json").write_text(json.dumps(_snap(calls=(1000, 1000))))
+        (ledger / f"{os.getpid()}.json").write_text("{}")
+        os.mkfifo(ledger / f"{sleeper.pid}.json")
         port = srv.free_port()
         log = work / "server.log"
-        env = srv.server_env(project, XDG_CACHE_HOME=work / "cache", PROMETHEUS_MULTIPROC_DIR=prom)
+        env = srv.server_env(project, XDG_CACHE_HOME=work / "cache", PROMETHEUS_MULTIPROC_DIR=prom,
+                             FRT_LEDGER_DIR=ledger)
         proc = srv.start(srv.argv(tiny, port, "--api-server-count", "2", cli=True), env, log, cwd=project)
         try:
             srv.wait_ready(proc, port, log)
@@ -367,8 +378,11 @@ def scraped(tmp_path_factory):
             files = sorted(f.name for f in prom.iterdir())
         finally:
             srv.stop(proc)
+            sleeper.kill()
+            sleeper.wait(timeout=30)
         return {"text": text, "again": again, "pids": pids, "files": files, "project": str(project),
-                "log": log.read_text(errors="replace")}
+                "log": log.read_text(errors="replace"), "ledger": sorted(p.name for p in ledger.iterdir()),
+                "planted": {"gone": gone.pid, "empty": os.getpid(), "fifo": sleeper.pid}}
 
     got = vs.once_per_run(tmp_path_factory, "metrics-server", run)
     return {**got, "project": Path(got["project"]), "pids": set(got["pids"])}
@@ -401,3 +415,18 @@ def test_one_engine_counted_once_by_every_api_server(scraped):
     assert all(_calls(t) == _calls(text) for t in again), [_calls(t) for t in again]
     log = scraped["log"]
     assert {"ApiServer_0", "ApiServer_1"} <= set(re.findall(r"\((ApiServer_\d) pid=\d+\)", log)), log[-3000:]
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_a_neighbours_files_in_the_ledger_folder_change_nothing(scraped):
+    """In the real server's FRT_LEDGER_DIR: a dead engine's ledger is not summed (the counts above are one
+    engine's) and the engine removed it when it first wrote; ``{}`` and a FIFO under live pids are skipped with one
+    warning each per API server (however many scrapes), and every scrape answered with vLLM's own series."""
+    planted, log = scraped["planted"], scraped["log"]
+    assert f"{planted['gone']}.json" not in scraped["ledger"], scraped["ledger"]
+    for t in (scraped["text"], *scraped["again"]):
+        assert re.search(r"^vllm:prompt_tokens_total\{[^}]*\} [1-9]", t, re.M), t[-3000:]
+    for key, why in (("empty", "not a ledger (KeyError: 'model')"), ("fifo", "not a regular file: a FIFO")):
+        said = [ln for ln in log.splitlines() if f"frt: {planted[key]}.json in " in ln]
+        assert 1 <= len(said) <= 2 and all(why in ln for ln in said), (key, said or log[-3000:])
