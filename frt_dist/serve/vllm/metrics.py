@@ -156,7 +156,10 @@ def write_new(folder: SafeDir, name: str, data: bytes) -> None:
 def read_file(folder: SafeDir, name: str, limit: int = MAX_BYTES) -> tuple[bytes | None, str | None]:
     """(the bytes of ``name``, None), or (None, why not): never through a link, never blocking on a
     FIFO or a device (``O_NONBLOCK``, then ``fstat``), only a regular file of this user's, at most
-    ``limit`` bytes (a larger one is not read)."""
+    ``limit`` bytes (a larger one is not read). What is checked is what was opened, so a file
+    swapped for a FIFO or a link between a listing and the open changes nothing."""
+    from ...documents.schema import file_kind  # noqa: PLC0415
+
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder.fd)
     except FileNotFoundError:
@@ -166,8 +169,6 @@ def read_file(folder: SafeDir, name: str, limit: int = MAX_BYTES) -> tuple[bytes
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            from ...documents.schema import file_kind  # noqa: PLC0415
-
             return None, f"not a regular file: {file_kind(st.st_mode)}"
         if st.st_uid != os.geteuid():
             return None, f"owned by another user (uid {st.st_uid})"
@@ -303,23 +304,34 @@ def _same_process(pid: int, snap: dict) -> bool:
 
 
 def _depth(data: bytes) -> int:
-    """How deep the arrays and objects of the JSON text ``data`` nest (strings skipped), counted
-    without parsing; stops counting past ``MAX_DEPTH``."""
-    depth = top = 0
-    for m in _JSON_TOKENS.finditer(data):
+    """How deep the arrays and objects of the JSON text ``data`` nest, counted without parsing (each
+    string skipped whole, by a regular expression that never backtracks: linear in ``data``); stops
+    counting past ``MAX_DEPTH``, and at a string that does not end (not JSON: the parser says so)."""
+    depth = top = pos = 0
+    while True:
+        m = _JSON_SPECIAL.search(data, pos)
+        if m is None:
+            return top
         c = m.group()
+        if c == b'"':
+            end = _JSON_STRING_REST.match(data, m.end())
+            if end is None:
+                return top
+            pos = end.end()
+            continue
+        pos = m.end()
         if c in (b"[", b"{"):
             depth += 1
             if depth > top:
                 top = depth
                 if top > MAX_DEPTH:
-                    break
-        elif c in (b"]", b"}"):
+                    return top
+        else:
             depth -= 1
-    return top
 
 
-_JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+_JSON_SPECIAL = re.compile(rb'[\[\]{}"]')
+_JSON_STRING_REST = re.compile(rb'(?:[^"\\]++|\\.)*+"', re.S)  # possessive: no backtracking
 
 
 def _parse(data: bytes | None, why: str | None) -> tuple[dict | None, str | None]:
@@ -339,6 +351,9 @@ def _parse(data: bytes | None, why: str | None) -> tuple[dict | None, str | None
     return snap, None
 
 
+_rejected: dict = {}  # (folder, name, inode, mtime, size, mode) -> why a file was not a ledger
+
+
 def scan(folder: SafeDir) -> tuple[list[dict], list[tuple[str, str]]]:
     """The ledgers in ``folder`` of live engine processes, each validated whole: (snapshots,
     [(file name, why it was skipped)]). A ``<pid>.json`` whose process is gone, or whose pid now
@@ -351,10 +366,20 @@ def scan(folder: SafeDir) -> tuple[list[dict], list[tuple[str, str]]]:
         if not m or int(m.group(1)) <= 0 or not _alive(int(m.group(1))):
             continue
         pid = int(m.group(1))
-        snap, why = _parse(*read_file(folder, name))
+        st = folder.lstat(name)
+        seen = (folder.path, name, st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode) if st is not None else None
+        why = _rejected.get(seen)
+        if why is None:
+            snap, why = _parse(*read_file(folder, name))
+        else:
+            snap = None  # judged before, unchanged since: not read again at every scrape
         if snap is None:
             if why:
                 skipped.append((name, why))
+                if seen is not None:
+                    if len(_rejected) > 4096:
+                        _rejected.clear()
+                    _rejected[seen] = why
             continue
         if snap.get("pid", pid) != pid:
             skipped.append((name, f"it records pid {snap.get('pid')!r}, not {pid}"))
