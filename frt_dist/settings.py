@@ -52,8 +52,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     # object stores
     _S("FRT_STORE_ATTEMPTS", "4", "attempts per object-store request (a whole number >= 1)", topic="distribution"),
     _S("FRT_STORE_TIMEOUT", "20", "seconds an object-store connection or read may stall", topic="distribution"),
-    _S("FRT_STORE_DEADLINE", "600", "seconds one whole object-store transfer may take, retries included",
-       topic="distribution"),
+    _S("FRT_STORE_DEADLINE", "600", "seconds one whole object-store transfer may take, retries included; a load "
+       "through a store's URL takes them for all its fetches together", topic="distribution"),
     _S("FRT_STORE_CLIENT", "auto", "auto: obstore reads a store when the environment alone configures it, else "
        "boto3; boto3: always boto3", topic="distribution"),
     # the Hub
@@ -69,7 +69,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "accepts certified_fast too, as frt resolve --accept and load(accept=) do)",
        topic="vllm"),
     _S("FRT_LEDGER_DIR", None, "where each vLLM engine process writes its ledger for /metrics (set by the plugin "
-       "in the API server when unset)", topic="vllm"),
+       "in the API server when unset); refused when other users can write to it, unless it is sticky", topic="vllm"),
     # the demo
     _S("FRT_DEMO_ROUNDS", "20", "timing rounds per route in `make demo`", topic="demo"),
     _S("FRT_DEMO_MAX_ROUNDS", None, "the most timing rounds `make demo` may take", topic="demo"),

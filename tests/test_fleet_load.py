@@ -392,6 +392,62 @@ def test_a_full_verified_store_is_exit_2_naming_it_and_leaves_nothing(tmp_path, 
 
 
 @pytest.mark.parametrize("client", ["auto", "boto3"])
+def test_one_deadline_binds_a_loads_parallel_fetches_and_its_packages_together(tmp_path, bucket, monkeypatch, client):
+    """Issue 35: route ``fast`` binds two packages, fetched one after the other (t-org/norm, then t-org/scale),
+    each variant's files in parallel, at most ``remote._WORKERS`` at once (norm has two files more). An endpoint
+    trickling one byte every 1.5 s (each read inside FRT_STORE_TIMEOUT=2): FRT_STORE_DEADLINE=3 is one deadline for
+    the whole load, so the parallel fetches all stop at it, and norm's files still queued and scale's are refused
+    without a request (a deadline per file, or per package, would start them afresh); the refusal names the store,
+    the locked file and the setting; nothing is imported."""
+    import threading
+
+    from frt_dist.distribution.fleet import publish_lock
+    from frt_dist.distribution.objstore import open_store
+    from helpers.factories import NORM_SRC, SCALE_SRC
+    from helpers.hostile import Hostile
+
+    extra = {f"part{i}.py": f"# part {i} of norm\n" * 40 for i in range(remote._WORKERS)}
+    tp = tiny_project(tmp_path, packages={"scale": {"name": "scale", "source": SCALE_SRC},
+                                          "norm": {"name": "norm", "module": {"__init__.py": NORM_SRC, **extra}}})
+    lock = tp.lock(receipts=[("fast", "decode"), ("fast", "prefill")])
+    with open_store(f"s3://{bucket}/p") as store:
+        publish_lock(lock, store, root=tp.root)
+    norm_keys = set(_variant_objects(tp, lock, "t-org/norm", "torch-cpu"))
+    assert len(norm_keys) == remote._WORKERS + 2  # metadata.json, __init__.py and the parts
+    monkeypatch.setenv("FRT_STORE_CLIENT", client)
+    monkeypatch.setenv("FRT_STORE_DEADLINE", "3")
+    monkeypatch.setenv("FRT_STORE_TIMEOUT", "2")
+    monkeypatch.setenv("FRT_STORE_ATTEMPTS", "2")
+    box = {}
+    with Hostile("trickle", body=b"z" * 10_000, every_s=1.5) as slow:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", slow.url)
+
+        def run():
+            try:
+                frt_dist.load("tiny", project=tp.root, hardware=CPU, mirror=f"s3://{bucket}/p")
+            except BaseException as exc:  # handed back
+                box["exc"] = exc
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        th.join(60)
+        assert not th.is_alive(), "the load was still running after 60 s"
+        asked = {path.split(f"/{bucket}/p/", 1)[-1] for method, path, _ in slow.requests if method == "GET"}
+    exc = box.get("exc")
+    assert isinstance(exc, KernelUnavailable), repr(exc)
+    # norm's first fetches, at once (a loaded machine may start fewer before the deadline); no later one, none of scale's
+    assert asked and asked <= norm_keys and len(asked) <= remote._WORKERS, (asked, norm_keys)
+    by_pkg = {r["package"]: r for r in exc.reasons}
+    assert set(by_pkg) == {"t-org/norm", "t-org/scale"} and {r["kind"] for r in exc.reasons} == {"store"}, exc.reasons
+    for repo, r in by_pkg.items():
+        assert r["reason"].startswith(f"{repo} build/torch-cpu/"), r["reason"]  # the locked file
+        assert f": s3://{bucket}/p/sha256/" in r["reason"], r["reason"]  # the store and the object
+        assert ("this load's fetches (all its files, fetched in parallel, retries included) took longer than "
+                "FRT_STORE_DEADLINE=3s and were stopped") in r["reason"], r["reason"]
+    assert SCALE_ID not in sys.modules and "_frt_test_norm_v1" not in sys.modules and not _store_entries()
+
+
+@pytest.mark.parametrize("client", ["auto", "boto3"])
 def test_a_trickling_store_ends_the_load_within_the_deadline_and_frees_the_fetch_lock(solo, bucket, monkeypatch,
                                                                                        client):
     """An endpoint that sends one byte every 0.2 s (each read well inside FRT_STORE_TIMEOUT): the load

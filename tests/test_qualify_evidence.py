@@ -223,7 +223,7 @@ def _clock(host_times, route_times):
 def test_the_recorded_speedup_median_is_the_median_not_the_mean():
     """Planted defect this catches: the mean of the per-round speedups recorded as ``speedup-median``. The ratios here
     are skewed (one round 10x) so that the two differ."""
-    
+
     host = [1.0] * 7 + [10.0]
     route = [1.0, 0.8, 0.9, 1.0, 0.5, 0.8, 1.0, 1.0]
     t = timing.paired_timing("host", "route", {"64": None}, rounds=8, warmup=0, measure=_clock(host, route))

@@ -283,3 +283,48 @@ def test_a_client_configuration_error_never_shows_the_credentials(monkeypatch):
     text = str(e.value) + " ".join(e.value.hints)
     assert "the object-store configuration is not usable" in text, text
     assert FAKE_SECRET not in text and FAKE_KEY_ID not in text, text
+
+
+def test_a_call_the_deadline_cannot_interrupt_is_abandoned_at_the_deadline():
+    """``base.deadline.bounded``, under the obstore reader's GET: the iteration runs in a helper thread, and a
+    caller waiting on a call blocked where no timeout reaches (obstore's runtime after a fork, say) gets
+    ``DeadlinePassed`` when the deadline passes; the helper is let go once the blocked call returns, and an
+    expired deadline refuses a new iteration before it starts anything."""
+    from frt_dist.base.deadline import Deadline, DeadlinePassed, bounded
+
+    release, started, stopped = threading.Event(), [], threading.Event()
+
+    def blocked():
+        try:
+            started.append(threading.current_thread())
+            yield b"head"
+            release.wait(60)  # blocked until the test lets it go
+            yield b"late"
+        finally:
+            stopped.set()
+
+    deadline = Deadline(0.2).start()
+    box = {}
+
+    def caller():
+        it = bounded(blocked, deadline)
+        box["first"] = next(it)
+        try:
+            next(it)
+        except DeadlinePassed:
+            box["passed"] = True
+        finally:
+            it.close()
+
+    th = threading.Thread(target=caller, daemon=True)
+    th.start()
+    th.join(30)
+    assert not th.is_alive(), "the caller was still waiting 30 s after a 0.2 s deadline"
+    assert box == {"first": b"head", "passed": True}
+    assert not stopped.is_set()  # the helper is still in the blocked call
+    release.set()
+    assert stopped.wait(30)  # and ends once it returns, told to stop
+    deadline.finish()
+    with pytest.raises(DeadlinePassed):
+        bounded(lambda: started.append("again") or iter(()), deadline)
+    assert len(started) == 1

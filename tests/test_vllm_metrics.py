@@ -86,6 +86,188 @@ def test_collector_sums_live_ledgers_and_skips_the_rest(tmp_path):
         (("commit", rel[1]), ("lock_digest", "sha256:" + "a" * 64), ("model", "tiny-qwen2"), ("release", rel[0])): 1.0}
 
 
+@pytest.fixture
+def live_pids():
+    """Processes that stay alive for the test (each a pid a ledger file can be named by)."""
+    procs = []
+
+    def make(n: int) -> list[int]:
+        procs.extend(subprocess.Popen(["sleep", "120"]) for _ in range(n))
+        return [p.pid for p in procs[-n:]]
+
+    yield make
+    for p in procs:
+        p.kill()
+        p.wait(timeout=30)
+
+
+def _scrape(d: Path, limit_s: float = 30.0) -> str:
+    """One scrape of a registry holding the ledger collector and a series of the host's own (vLLM's stand-in),
+    in a thread that must end within ``limit_s`` (a file in the folder must not hang it)."""
+    import threading
+
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    registry = CollectorRegistry()
+    Counter("host_requests", "the host's own series", registry=registry).inc(3)
+    registry.register(metrics.LedgerCollector(d))
+    box = {}
+    th = threading.Thread(target=lambda: box.update(text=generate_latest(registry).decode()), daemon=True)
+    th.start()
+    th.join(limit_s)
+    assert not th.is_alive(), f"the scrape was still running after {limit_s} s"
+    assert "text" in box, "the scrape failed"
+    return box["text"]
+
+
+def test_every_hostile_file_is_skipped_once_and_the_scrape_answers(tmp_path, live_pids, caplog):
+    """Each file in the ledger folder is validated against the ledger's schema before it is summed: a FIFO named
+    ``<pid>.json`` (the scrape must not hang on it), a link, a 300 MB file (not read), JSON 10**5 deep (no
+    RecursionError), a file of another user, and counts that are not non-negative integers (true, 1.5, 1e308,
+    "many", -1000, 2**64, a list), ``{}``, a list: each skipped, with ONE warning per file over two scrapes, while
+    the host's own series and the valid ledgers' sums are served."""
+    import logging
+
+    bad_counts = [True, 1.5, 1e308, "many", -1000, 2 ** 64, [1]]
+    pids = live_pids(9 + len(bad_counts))
+    good, fifo, link, big, deep, other, empty, listed, observed, *rest = pids
+    (tmp_path / f"{good}.json").write_text(json.dumps(_snap(calls=(3, 4))))
+    os.mkfifo(tmp_path / f"{fifo}.json")
+    (tmp_path / "elsewhere.txt").write_text(json.dumps(_snap(calls=(500, 500))))
+    os.symlink(tmp_path / "elsewhere.txt", tmp_path / f"{link}.json")
+    with open(tmp_path / f"{big}.json", "wb") as f:
+        f.truncate(300 << 20)  # sparse: 300 MB that take no disk
+    (tmp_path / f"{deep}.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / f"{other}.json").write_text(json.dumps(_snap(calls=(700, 700))))
+    if os.geteuid() == 0:  # only root can give a file away
+        os.chown(tmp_path / f"{other}.json", 4242, 4242)
+    (tmp_path / f"{empty}.json").write_text("{}")
+    (tmp_path / f"{listed}.json").write_text(json.dumps([_snap(calls=(800, 800))]))
+    odd = _snap(calls=(900, 900))
+    odd["seams"]["norm"]["phases"]["decode"]["observed"] = "yes"
+    (tmp_path / f"{observed}.json").write_text(json.dumps(odd))
+    shown = {}
+    for pid, n in zip(rest, bad_counts, strict=True):
+        snap = _snap(calls=(100, 100))
+        snap["seams"]["norm"]["phases"]["decode"]["fallbacks"] = n
+        (tmp_path / f"{pid}.json").write_text(json.dumps(snap))
+        shown[pid] = n
+    with caplog.at_level(logging.WARNING, logger="vllm.frt"):
+        texts = [_scrape(tmp_path), _scrape(tmp_path)]
+    for text in texts:
+        assert re.search(r"^host_requests_total 3\.0$", text, re.M), text[-2000:]
+        assert _calls(text) == {("norm", "decode"): 3.0, ("norm", "prefill"): 4.0}, text[-3000:]
+        assert _series(text, "frt_engine_processes") == {(("model", "tiny-qwen2"),): 1.0}
+        assert all(v == 0 for v in _series(text, "frt_seam_fallbacks_total").values()), text[-3000:]
+    said = [r.getMessage() for r in caplog.records if "is not an engine's ledger" in r.getMessage()]
+    expected = {fifo: "not a regular file: a FIFO", link: "a symbolic link", big: f"{300 << 20} bytes, more than",
+                deep: "JSON nested more than", empty: "KeyError", listed: "a ledger is a JSON object",
+                observed: "is not true or false", **{pid: "is not a count" for pid in shown}}
+    if os.geteuid() == 0:
+        expected[other] = "owned by another user (uid 4242)"
+    for pid, why in expected.items():
+        mine = [m for m in said if m.startswith(f"frt: {pid}.json in ")]
+        assert len(mine) == 1 and why in mine[0], (pid, why, said)
+    assert len(said) == len(expected), said
+
+
+def test_the_ledger_of_an_exited_process_is_ignored_and_removed_by_the_next_writer(tmp_path, live_pids, monkeypatch):
+    """A dead engine's ``<pid>.json`` (every engine leaves one) is not summed, nor one whose pid now belongs to
+    another process (its recorded start time differs); the next engine that writes in the folder removes both, and
+    half-written ledgers of exited processes, and leaves the live ones (and other files) alone."""
+    from types import SimpleNamespace
+
+    gone = subprocess.Popen(["true"])
+    gone.wait(timeout=30)
+    live, reused = live_pids(2)
+    assert metrics.process_start(live) is not None  # Linux: /proc/<pid>/stat
+    (tmp_path / f"{live}.json").write_text(json.dumps({**_snap(calls=(3, 4)), "pid": live,
+                                                       "process-start": metrics.process_start(live)}))
+    (tmp_path / f"{gone.pid}.json").write_text(json.dumps(_snap(calls=(1000, 1000))))
+    (tmp_path / f"{reused}.json").write_text(json.dumps({**_snap(calls=(2000, 2000)), "pid": reused,
+                                                         "process-start": "1"}))
+    (tmp_path / f".{gone.pid}.json.{'0' * 32}").write_text("{")
+    (tmp_path / "notes.json").write_text("{}")
+    assert _calls(_scrape(tmp_path)) == {("norm", "decode"): 3.0, ("norm", "prefill"): 4.0}
+    monkeypatch.setenv("FRT_LEDGER_DIR", str(tmp_path))
+    engine = SimpleNamespace(ledger=lambda: _snap(calls=(10, 20)))
+    metrics.start_writer(engine, interval=3600)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"{live}.json", f"{os.getpid()}.json", "notes.json"])
+    mine = json.loads((tmp_path / f"{os.getpid()}.json").read_text())
+    assert (mine["pid"], mine["process-start"]) == (os.getpid(), metrics.process_start(os.getpid()))
+    assert _calls(_scrape(tmp_path)) == {("norm", "decode"): 13.0, ("norm", "prefill"): 24.0}
+
+
+def test_the_writer_follows_no_planted_link(tmp_path, monkeypatch):
+    """In a shared folder another user plants links where the writer will write: at its ledger's name and at the
+    name of its next temporary file (the writer's names are random: this one is made known here). Neither link's
+    target is written; the ledger is a regular file; the refusal file a vLLM child process writes likewise."""
+    import uuid
+
+    from frt_dist.base import safedir
+    from frt_dist.serve.vllm import refusal
+
+    target = tmp_path / "victim"
+    target.write_text("precious\n")
+    planted = uuid.UUID(int=7)
+    os.symlink(target, tmp_path / f".{os.getpid()}.json.{planted.hex}")
+    os.symlink(target, tmp_path / f"{os.getpid()}.json")
+    os.symlink(target, tmp_path / f".refusal-{os.getpid()}.txt.{planted.hex}")
+    os.symlink(target, tmp_path / f"refusal-{os.getpid()}.txt")
+    names = iter([planted, uuid.uuid4(), planted, uuid.uuid4()])
+    monkeypatch.setattr(safedir.uuid, "uuid4", lambda: next(names))
+    monkeypatch.setenv("FRT_LEDGER_DIR", str(tmp_path))
+    with metrics.open_ledger_dir() as folder:
+        metrics._write(folder, _snap(calls=(1, 2)))
+    monkeypatch.setattr(refusal, "_printer", 0)  # a process vLLM started: its refusal goes to a file
+    refusal.record(["frt: error: refused"])
+    assert target.read_text() == "precious\n"
+    assert not (tmp_path / f"{os.getpid()}.json").is_symlink()
+    assert json.loads((tmp_path / f"{os.getpid()}.json").read_text())["model"] == "tiny-qwen2"
+    assert not (tmp_path / f"refusal-{os.getpid()}.txt").is_symlink()
+    assert (tmp_path / f"refusal-{os.getpid()}.txt").read_text() == "frt: error: refused\n"
+
+
+@pytest.mark.subprocess
+def test_a_ledger_folder_other_users_can_write_is_refused(tmp_path):
+    """FRT_LEDGER_DIR writable by other users (mode 0777 or 0770, not sticky) stops the engine's start-up with an
+    ``error:`` naming the folder and a ``hint:`` with the fix; a sticky one (1777, as /tmp) is accepted (the reader
+    then sums only this user's files); the collector does not sum a folder that fails the same check."""
+    code = """
+import json, os, sys
+from frt_dist.serve.vllm import plugin
+try:
+    plugin.register()
+except plugin.FrtStartupError as exc:
+    print(json.dumps(str(exc).splitlines()))
+else:
+    print(json.dumps([]))
+"""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("FRT_")}, "FRT_MODEL": "nope",
+           "FRT_PROJECT": str(tmp_path / "no-project")}
+    got = {}
+    for mode in (0o777, 0o770, 0o1777):
+        d = tmp_path / f"ledger-{mode:o}"
+        d.mkdir()
+        d.chmod(mode)
+        proc = subprocess.run([sys.executable, "-c", code], env={**env, "FRT_LEDGER_DIR": str(d)}, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        got[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got[0o777][0] == (f"error: FRT_LEDGER_DIR {tmp_path}/ledger-777: other users can write to it (mode 0777, "
+                             "not sticky); another user could plant or replace the ledger files /metrics sums")
+    assert got[0o777][1] == (f"hint: make it private (chmod go-w {tmp_path}/ledger-777, owned by this user), or "
+                             f"sticky (chmod +t {tmp_path}/ledger-777, as /tmp is), or unset FRT_LEDGER_DIR (the "
+                             "plugin then makes a private one)")
+    assert "its group can write to it (mode 0770, not sticky)" in got[0o770][0], got[0o770]
+    assert "FRT_LEDGER_DIR" not in " ".join(got[0o1777]), got[0o1777]  # refused later, for want of a project
+    shared = tmp_path / "ledger-777"
+    (shared / f"{os.getpid()}.json").write_text(json.dumps(_snap(calls=(5, 5))))
+    assert _calls(_scrape(shared)) == {}
+    sticky = tmp_path / "ledger-1777"
+    (sticky / f"{os.getpid()}.json").write_text(json.dumps(_snap(calls=(5, 5))))
+    assert _calls(_scrape(sticky)) == {("norm", "decode"): 5.0, ("norm", "prefill"): 5.0}
+
+
 def test_lock_info_names_the_release(tmp_path):
     """``lock_info``: the lock's digest and, when it consumes a Hub release, hf://ORG/NAME@vN and the commit."""
     from types import SimpleNamespace
@@ -163,9 +345,20 @@ def scraped(tmp_path_factory):
         project = vs.make_project(work / "project", tiny).root
         prom = work / "prometheus"
         prom.mkdir()
+        # FRT_LEDGER_DIR given, holding what a neighbour could leave there: a dead engine's ledger, `{}` and a FIFO
+        # under live pids (this process's, a sleeper's); /metrics sums only the engine's own and still answers
+        ledger = work / "ledger"
+        ledger.mkdir(mode=0o700)
+        gone = subprocess.Popen(["true"])
+        gone.wait(timeout=30)
+        sleeper = subprocess.Popen(["sleep", "900"])
+        (ledger / f"{gone.pid}.json").write_text(json.dumps(_snap(calls=(1000, 1000))))
+        (ledger / f"{os.getpid()}.json").write_text("{}")
+        os.mkfifo(ledger / f"{sleeper.pid}.json")
         port = srv.free_port()
         log = work / "server.log"
-        env = srv.server_env(project, XDG_CACHE_HOME=work / "cache", PROMETHEUS_MULTIPROC_DIR=prom)
+        env = srv.server_env(project, XDG_CACHE_HOME=work / "cache", PROMETHEUS_MULTIPROC_DIR=prom,
+                             FRT_LEDGER_DIR=ledger)
         proc = srv.start(srv.argv(tiny, port, "--api-server-count", "2", cli=True), env, log, cwd=project)
         try:
             srv.wait_ready(proc, port, log)
@@ -185,8 +378,11 @@ def scraped(tmp_path_factory):
             files = sorted(f.name for f in prom.iterdir())
         finally:
             srv.stop(proc)
+            sleeper.kill()
+            sleeper.wait(timeout=30)
         return {"text": text, "again": again, "pids": pids, "files": files, "project": str(project),
-                "log": log.read_text(errors="replace")}
+                "log": log.read_text(errors="replace"), "ledger": sorted(p.name for p in ledger.iterdir()),
+                "planted": {"gone": gone.pid, "empty": os.getpid(), "fifo": sleeper.pid}}
 
     got = vs.once_per_run(tmp_path_factory, "metrics-server", run)
     return {**got, "project": Path(got["project"]), "pids": set(got["pids"])}
@@ -219,3 +415,18 @@ def test_one_engine_counted_once_by_every_api_server(scraped):
     assert all(_calls(t) == _calls(text) for t in again), [_calls(t) for t in again]
     log = scraped["log"]
     assert {"ApiServer_0", "ApiServer_1"} <= set(re.findall(r"\((ApiServer_\d) pid=\d+\)", log)), log[-3000:]
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_a_neighbours_files_in_the_ledger_folder_change_nothing(scraped):
+    """In the real server's FRT_LEDGER_DIR: a dead engine's ledger is not summed (the counts above are one
+    engine's) and the engine removed it when it first wrote; ``{}`` and a FIFO under live pids are skipped with one
+    warning each per API server (however many scrapes), and every scrape answered with vLLM's own series."""
+    planted, log = scraped["planted"], scraped["log"]
+    assert f"{planted['gone']}.json" not in scraped["ledger"], scraped["ledger"]
+    for t in (scraped["text"], *scraped["again"]):
+        assert re.search(r"^vllm:prompt_tokens_total\{[^}]*\} [1-9]", t, re.M), t[-3000:]
+    for key, why in (("empty", "not a ledger (KeyError: 'model')"), ("fifo", "not a regular file: a FIFO")):
+        said = [ln for ln in log.splitlines() if f"frt: {planted[key]}.json in " in ln]
+        assert 1 <= len(said) <= 2 and all(why in ln for ln in said), (key, said or log[-3000:])

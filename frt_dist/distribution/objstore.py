@@ -43,8 +43,8 @@ Configuration is the standard AWS chain, read by botocore itself: ``AWS_ENDPOINT
 config and credentials files. ``FRT_STORE_ATTEMPTS`` (default 4) caps the attempts per request,
 ``FRT_STORE_TIMEOUT`` (seconds, default 20) the connect and read timeouts, and ``FRT_STORE_DEADLINE``
 (seconds, default 600) each whole transfer, retries and resumes included (a server that sends a byte
-just inside every read timeout is stopped there). boto3 is imported only when a URL is used (the
-``fleet`` extra); locking and resolving never import it.
+just inside every read timeout is stopped there); a load's fetches share one (``store_api.load_deadline``).
+boto3 is imported only when a URL is used (the ``fleet`` extra); locking and resolving never import it.
 
 A store cannot lead a client elsewhere: boto3 follows no redirect at an endpoint that is not AWS
 (``s3_boto3._harden``), obstore (which follows one, without the ``Authorization`` header but with

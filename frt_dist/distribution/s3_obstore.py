@@ -9,6 +9,7 @@ import re
 import threading
 
 from .. import settings
+from ..base.deadline import DeadlinePassed, bounded
 from ..errors import FrtError, ObjectMissing, StoreAccess, StoreUnavailable, UsageError
 from .store_api import (
     _ACCESS_CODES,
@@ -160,40 +161,55 @@ class ObstoreS3Reader(ObjectStore):
         """One streamed GET. A stream cut mid-way is resumed by obstore itself (a ranged request from
         the next byte, counted against the same ``max_retries``: FRT_STORE_ATTEMPTS bounds the
         requests in all), so ``out`` receives each byte once, in order; past the attempts it is a
-        ``StoreUnavailable`` and the caller discards what it wrote."""
+        ``StoreUnavailable`` and the caller discards what it wrote. obstore's calls block in its own
+        runtime, which our deadline cannot interrupt: they run in a helper thread
+        (``base.deadline.bounded``), and this call ends when the transfer's deadline passes (one
+        transfer's, or a whole load's: ``store_api.load_deadline``), whatever obstore is waiting for."""
         with _deadline(self.deadline) as transfer:  # a timer, not a clock read: loading never measures
             return self._get(key, out, limit, progress, transfer)
 
     def _get(self, key, out, limit, progress, transfer) -> int:
-        try:
+        def answer():
             r = self._ob.get(self.store, self._key(key))
-            it = iter(r.stream(min_chunk_size=_CHUNK))
+            yield None  # the answer's head came: what fails from here is the body's
+            yield from r.stream(min_chunk_size=_CHUNK)
+
+        try:
+            it = bounded(answer, transfer)
+            next(it)
+        except DeadlinePassed:
+            raise _deadline_error(self.where(key), self.deadline) from None
         except Exception as exc:
             if transfer.expired:
                 raise _deadline_error(self.where(key), self.deadline) from None
             self._raise(exc, key)
-        n = 0
-        while True:
-            try:
-                chunk = next(it)
-            except StopIteration:
-                return n
-            except Exception as exc:
-                if transfer.expired or ("Timeout" in str(exc) and transfer.expiry.wait(2)):
-                    # obstore's own total timeout (just past the deadline) ended it; a timer thread
-                    # held up on a loaded machine is given two seconds to say so
+        try:
+            n = 0
+            while True:
+                try:
+                    chunk = next(it)
+                except StopIteration:
+                    return n
+                except DeadlinePassed:
                     raise _deadline_error(self.where(key), self.deadline) from None
-                raise self._error(exc, key) from None
-            if transfer.expired:
-                raise _deadline_error(self.where(key), self.deadline)
-            size = len(chunk)
-            if limit is not None and n + size > limit:
-                out.write(memoryview(chunk)[: limit + 1 - n])
-                return limit + 1
-            out.write(chunk)  # outside the try: the caller's own errors (a full disk) are its own
-            n += size
-            if progress:
-                progress(size)
+                except Exception as exc:
+                    if transfer.expired or ("Timeout" in str(exc) and transfer.expiry.wait(2)):
+                        # obstore's own total timeout (just past the deadline) ended it; a timer thread
+                        # held up on a loaded machine is given two seconds to say so
+                        raise _deadline_error(self.where(key), self.deadline) from None
+                    raise self._error(exc, key) from None
+                if transfer.expired:
+                    raise _deadline_error(self.where(key), self.deadline)
+                size = len(chunk)
+                if limit is not None and n + size > limit:
+                    out.write(memoryview(chunk)[: limit + 1 - n])
+                    return limit + 1
+                out.write(chunk)  # outside the try: the caller's own errors (a full disk) are its own
+                n += size
+                if progress:
+                    progress(size)
+        finally:
+            it.close()  # the helper stops after what it waits for returns
 
     def list(self, prefix: str) -> list[tuple[str, int]]:
         """Every key under ``prefix`` (obstore pages through the listing itself). A listing that does

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import settings
+from ..base.deadline import Deadline, DeadlinePassed
 from ..errors import FrtError, ObjectMissing, StoreAccess, StoreUnavailable, UsageError
 
 __all__ = ["Location", "parse_location", "is_url", "ObjectStore", "StoreInfo", "object_key", "locked_file_key",
            "lock_key", "receipt_key", "digest_from_object_key", "store_config", "endpoint_problem",
-           "check_endpoint"]
+           "check_endpoint", "load_deadline", "current_transfer", "joined"]
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$")
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
@@ -337,11 +338,18 @@ def _endless_listing(where: str, pages: int, why: str) -> FrtError:
 
 
 def _deadline_error(where: str, deadline: float) -> FrtError:
-    return StoreUnavailable(f"{where}: the transfer took longer than FRT_STORE_DEADLINE={deadline:g}s (its retries "
-                            "included) and was stopped; nothing of it is used",
-                            hints=["the endpoint is too slow or sends its bytes a few at a time; check "
-                                   "AWS_ENDPOINT_URL and the network (FRT_STORE_DEADLINE raises the limit for a "
-                                   "slow link and large files)"])
+    """The refusal of a transfer stopped at its deadline; when the transfer is a whole load's fetches
+    (``load_deadline``), it says so."""
+    transfer = getattr(_TLS, "transfer", None)
+    if transfer is not None and transfer.load:
+        text = (f"{where}: this load's fetches (all its files, fetched in parallel, retries included) took longer "
+                f"than FRT_STORE_DEADLINE={transfer.seconds:g}s and were stopped; nothing of them is used")
+    else:
+        text = (f"{where}: the transfer took longer than FRT_STORE_DEADLINE={deadline:g}s (its retries included) "
+                "and was stopped; nothing of it is used")
+    return StoreUnavailable(text, hints=["the endpoint is too slow or sends its bytes a few at a time; check "
+                                         "AWS_ENDPOINT_URL and the network (FRT_STORE_DEADLINE raises the limit for "
+                                         "a slow link and large files)"])
 
 
 # -- every transfer's overall deadline (both S3 clients) ------------------------------------------
@@ -349,39 +357,35 @@ def _deadline_error(where: str, deadline: float) -> FrtError:
 _TLS = threading.local()  # .transfer: the running _Transfer of this thread; .malformed: the last answer was not XML
 
 
-class _DeadlinePassed(Exception):
+class _DeadlinePassed(DeadlinePassed):
     """Raised before a request is sent when its transfer's deadline has passed (not retried)."""
 
 
-class _Transfer:
-    """One transfer's overall deadline (a timer thread: no clock is read, so a load still never
-    measures). On the obstore path it only marks the transfer expired (obstore's own total timeout
-    ends the request); on the boto3 path it does more. botocore's timeouts bound each socket
-    read, so a server that sends a byte just inside each of them keeps a transfer going for ever.
-    Every connection the thread sends a request on while the transfer runs is recorded (the pool
-    classes of ``_harden``); when the deadline passes, a watcher thread shuts those sockets down
-    (a read blocked in them returns at once) and any request not yet sent is refused before it
-    goes (the ``before-send`` hook), so the call ends with ``_DeadlinePassed`` or a broken read."""
+class _Transfer(Deadline):
+    """One transfer's overall deadline (``base.deadline.Deadline``: a timer thread, no clock is
+    read, so a load still never measures), shared by every thread that joins it (``joined``: the
+    parallel fetches of one load). On the obstore path the reader stops waiting when it passes
+    (``base.deadline.bounded``; obstore's own total timeout ends the request behind). On the boto3
+    path botocore's timeouts bound each socket read, so a server that sends a byte just inside each
+    of them keeps a transfer going for ever: every connection a joined thread sends a request on
+    is recorded (the pool classes of ``_harden``); when the deadline passes, the timer thread
+    shuts those sockets down (a read blocked in them returns at once) and any request not yet sent
+    is refused before it goes (the ``before-send`` hook), so each call ends with
+    ``_DeadlinePassed`` or a broken read."""
 
-    def __init__(self, seconds: float):
-        self.seconds, self.expired = seconds, False
-        self.expiry = threading.Event()  # set when the deadline passes
+    def __init__(self, seconds: float, *, load: bool = False):
+        super().__init__(seconds)
+        self.load = load  # the deadline of a whole load's fetches (the refusal says so)
         self._conns: list = []
-        self._lock = threading.Lock()
-        self._done = threading.Event()
 
     def add(self, conn) -> None:
         with self._lock:
             if conn not in self._conns:
                 self._conns.append(conn)
 
-    def _watch(self) -> None:
+    def after_expiry(self) -> None:
         import socket  # noqa: PLC0415
 
-        if self._done.wait(self.seconds):
-            return
-        self.expired = True
-        self.expiry.set()
         while True:  # again until the transfer gives up: a connection made meanwhile is shut too
             with self._lock:
                 conns = list(self._conns)
@@ -397,23 +401,52 @@ class _Transfer:
 
 
 class _deadline:
-    """``with _deadline(s):`` runs the block as one transfer (nested blocks join the outer one)."""
+    """``with _deadline(s):`` runs the block as one transfer (nested blocks, and the threads that
+    join it, share the outer one)."""
 
-    def __init__(self, seconds: float):
-        self.seconds, self.mine = seconds, None
+    def __init__(self, seconds: float, *, load: bool = False):
+        self.seconds, self.load, self.mine = seconds, load, None
 
     def __enter__(self) -> _Transfer:
         outer = getattr(_TLS, "transfer", None)
         if outer is not None:
             return outer
-        self.mine = _TLS.transfer = _Transfer(self.seconds)
-        threading.Thread(target=self.mine._watch, daemon=True, name="frt-store-deadline").start()
+        self.mine = _TLS.transfer = _Transfer(self.seconds, load=self.load).start("frt-store-deadline")
         return self.mine
 
     def __exit__(self, *exc) -> None:
         if self.mine is not None:
-            self.mine._done.set()
+            self.mine.finish()
             _TLS.transfer = None
+
+
+def load_deadline():
+    """``with load_deadline():`` one ``FRT_STORE_DEADLINE`` for every store transfer the block makes,
+    in this thread and in the threads that join it (``current_transfer``/``joined``): a node load's
+    parallel fetches, and the packages it fetches one after another, end together at it."""
+    return _deadline(store_config()["deadline"], load=True)
+
+
+def current_transfer() -> _Transfer | None:
+    """The transfer this thread runs in, to hand to the threads that work for it (``joined``)."""
+    return getattr(_TLS, "transfer", None)
+
+
+class joined:
+    """``with joined(transfer):`` in a worker thread: its store calls belong to ``transfer`` (its
+    deadline, its connections shut at expiry); ``None`` changes nothing."""
+
+    def __init__(self, transfer: _Transfer | None):
+        self.transfer, self.before = transfer, None
+
+    def __enter__(self):
+        self.before = getattr(_TLS, "transfer", None)
+        if self.transfer is not None:
+            _TLS.transfer = self.transfer
+        return self.transfer
+
+    def __exit__(self, *exc) -> None:
+        _TLS.transfer = self.before
 
 
 # obstore's state in this process (``read_client_why`` reads it, ``ObstoreS3Reader`` sets it)

@@ -54,7 +54,7 @@ from ..errors import (
 from .store import STORE_ENV, VARIANT, Entry, StoreUnusable, identity_of
 from .store import open_store as open_verified_store
 
-__all__ = ["fetch_variant", "location_of", "stats", "reset_stats", "VerifiedStoreFull"]
+__all__ = ["fetch_variant", "fetch_deadline", "location_of", "stats", "reset_stats", "VerifiedStoreFull"]
 
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
@@ -131,6 +131,7 @@ def fetch_variant(want, url: str) -> tuple[Entry, bytes]:
     from the object store at ``url`` when the store does not hold it yet, and its verified
     ``metadata.json`` bytes. See the module docstring."""
     from ..distribution.objstore import ObjectMissing, StoreUnavailable  # noqa: PLC0415
+    from ..distribution.store_api import load_deadline  # noqa: PLC0415
 
     if want.expected is None or want.expected.metadata_sha256 is None or want.module_id is None:
         raise _refuse(want, [{"kind": "store", "reason": f"{url} is an object-store mirror: it serves only what a "
@@ -163,7 +164,8 @@ def fetch_variant(want, url: str) -> tuple[Entry, bytes]:
             objects = _client(url)
             tmp = store.new_build(key)
             try:
-                problems = _fetch_all(want, objects, tmp / VARIANT, store.root)
+                with load_deadline():  # one FRT_STORE_DEADLINE for the variant's files (or the load's, around it)
+                    problems = _fetch_all(want, objects, tmp / VARIANT, store.root)
             except BaseException:
                 store.discard(tmp)
                 raise
@@ -195,6 +197,19 @@ def fetch_variant(want, url: str) -> tuple[Entry, bytes]:
         raise _refuse(want, [{"kind": "store", "reason": str(exc)}], hints=exc.hints) from None
     except ObjectMissing as exc:  # pragma: no cover - _fetch_all reports these per file
         raise _refuse(want, [{"kind": "missing", "reason": str(exc)}]) from None
+
+
+def fetch_deadline(mirror):
+    """``with fetch_deadline(mirror):`` around a load's supply: with an object-store mirror, one
+    ``FRT_STORE_DEADLINE`` for every file the load fetches (its packages' variants one after
+    another, each variant's files in parallel); nothing otherwise."""
+    if not isinstance(mirror, str):
+        from contextlib import nullcontext  # noqa: PLC0415
+
+        return nullcontext()
+    from ..distribution.store_api import load_deadline  # noqa: PLC0415
+
+    return load_deadline()
 
 
 def identity_key(identity: dict) -> str:
@@ -245,8 +260,8 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
         except ObjectMissing:
             return problem("missing", shown, expected, None, f"{told}: object {where} is not in the store") | \
                 {"object": where}
-        except StoreUnavailable as exc:
-            return {"kind": "store", "path": shown, "object": where, "reason": str(exc), "hints": exc.hints}
+        except StoreUnavailable as exc:  # the reason names the locked file, the object (store and key) and why
+            return {"kind": "store", "path": shown, "object": where, "reason": f"{told}: {exc}", "hints": exc.hints}
         finally:
             os.close(fd)
         got = item.computed(sink.hashes)
@@ -264,8 +279,16 @@ def _fetch_all(want, objects, vdir: Path, root: Path | None = None) -> list[dict
     else:
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
+        from ..distribution.store_api import current_transfer, joined  # noqa: PLC0415
+
+        transfer = current_transfer()  # the fetches share it: one deadline for them all
+
+        def in_transfer(item: LockedFile) -> dict | None:
+            with joined(transfer):
+                return one(item)
+
         with ThreadPoolExecutor(max_workers=min(_WORKERS, len(items)), thread_name_prefix="frt-fetch") as pool:
-            futures = [pool.submit(one, item) for item in items]
+            futures = [pool.submit(in_transfer, item) for item in items]
             results, errors = [], []
             for f in futures:
                 try:

@@ -98,15 +98,17 @@ def _supply(lock, binds, *, mirror, hardware, allow_pins, root, project) -> tupl
     """Check every package the binds use, then import them only if all passed:
     (repo → LoadedPackage, reasons of those that failed)."""
     from ..loader.core import CheckBatch, Ready, prepare_locked  # noqa: PLC0415
+    from ..loader.remote import fetch_deadline  # noqa: PLC0415
 
     ready, reasons = {}, []
     batch = CheckBatch()  # nothing is imported until every package is checked
-    for repo, variant in sorted({(b.repo, b.variant) for b in binds}):
-        try:
-            ready[repo] = prepare_locked(lock, repo, variant, mirror=mirror, hardware=hardware,
-                                         allow_pins=allow_pins, root=root, project=project, batch=batch)
-        except KernelUnavailable as exc:
-            reasons.extend(exc.reasons)
+    with fetch_deadline(mirror):  # an object store: FRT_STORE_DEADLINE bounds all the load's fetches together
+        for repo, variant in sorted({(b.repo, b.variant) for b in binds}):
+            try:
+                ready[repo] = prepare_locked(lock, repo, variant, mirror=mirror, hardware=hardware,
+                                             allow_pins=allow_pins, root=root, project=project, batch=batch)
+            except KernelUnavailable as exc:
+                reasons.extend(exc.reasons)
     if reasons:
         return {}, reasons
     packages = {}

@@ -75,11 +75,12 @@ def register(lock=None, *, qualifying: Qualifying | None = None) -> None:
                 _inactive_said = True
                 _log().info("frt: FRT_MODEL is not set; the frt plugin is inactive in this process")
             return
-        from .metrics import install_collector  # noqa: PLC0415
+        from .metrics import install_collector, open_ledger_dir  # noqa: PLC0415
         from .refusal import arm  # noqa: PLC0415
 
         arm()  # the first process prints a refusal last, at its exit
         try:
+            open_ledger_dir().close()  # refused when another user could write the ledger files /metrics sums
             eng = Engine.from_env(model, lock=lock) if qualifying is None else Engine.qualifying_route(lock, qualifying)
             eng.register_ops()
             install_collector()

@@ -20,12 +20,14 @@ suggests ``--demo``, ``--project`` or ``frt init``.
 from __future__ import annotations
 
 import os
+import re
+import stat
 import sys
 import time
 import weakref
-from pathlib import Path
 
 from ... import settings
+from ...errors import FrtError
 
 __all__ = ["arm", "record", "take", "engine_hints"]
 
@@ -64,16 +66,15 @@ def record(lines: list[str]) -> None:
     if _printer in (None, os.getpid()):
         _here.append(list(lines))
         return
-    d = settings.value("FRT_LEDGER_DIR")
-    if not d:
+    if not settings.value("FRT_LEDGER_DIR"):
         return
-    path = Path(d) / f"refusal-{os.getpid()}.txt"
-    tmp = path.with_name(f".{path.name}.tmp")
+    from .metrics import open_ledger_dir, write_new  # noqa: PLC0415
+
     try:
-        tmp.write_text("\n".join(lines) + "\n", "utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass  # the dir went away: the first process has exited, nothing is left to print after
+        with open_ledger_dir() as folder:  # refused where another user can write: then only logged
+            write_new(folder, f"refusal-{os.getpid()}.txt", ("\n".join(lines) + "\n").encode())
+    except (OSError, FrtError):
+        pass  # the dir went away (the first process has exited, nothing is left to print after), or is not safe
 
 
 def take() -> None:
@@ -86,15 +87,8 @@ def _at_exit() -> None:
     if _printer != os.getpid():
         return  # a forked child: its parent prints
     blocks = [] if _taken else list(_here)
-    d = settings.value("FRT_LEDGER_DIR")
-    if d:
-        for p in sorted(Path(d).glob("refusal-*.txt")):
-            try:
-                if p.stat().st_mtime >= _armed_at - 1:  # not one an earlier server left in a folder given to it
-                    blocks.append(p.read_text("utf-8").splitlines())
-                p.unlink()
-            except OSError:
-                continue
+    if settings.value("FRT_LEDGER_DIR"):
+        blocks += _refusals_written()
     seen, lines = set(), []
     for block in blocks:
         key = tuple(block)
@@ -113,6 +107,41 @@ def _at_exit() -> None:
     except (OSError, ValueError):
         pass
 
+
+def _refusals_written() -> list[list[str]]:
+    """The refusals the engine's other processes wrote (``refusal-<pid>.txt``), each file removed
+    once read; not one an earlier server left in a folder given to it, nor one that is not a
+    regular file of this user's (``metrics.read_file``: a FIFO there does not hang the exit)."""
+    from .metrics import open_ledger_dir, read_file  # noqa: PLC0415
+
+    out = []
+    try:
+        folder = open_ledger_dir()
+    except (OSError, FrtError):
+        return out
+    with folder:
+        try:
+            names = folder.listdir()
+        except OSError:
+            return out
+        for name in names:
+            if not _REFUSAL_NAME.fullmatch(name):
+                continue
+            st = folder.lstat(name)
+            if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                continue  # not one an engine process of this user's wrote
+            if st.st_mtime >= _armed_at - 1:  # not one an earlier server left in a folder given to it
+                data, _why = read_file(folder, name, limit=1 << 16)
+                if data is not None:
+                    out.append(data.decode("utf-8", "replace").splitlines())
+            try:
+                folder.unlink(name)
+            except OSError:
+                pass
+    return out
+
+
+_REFUSAL_NAME = re.compile(r"refusal-\d{1,10}\.txt")
 
 # -- hints ----------------------------------------------------------------------
 
