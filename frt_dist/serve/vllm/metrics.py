@@ -158,7 +158,7 @@ def read_file(folder: SafeDir, name: str, limit: int = MAX_BYTES) -> tuple[bytes
     FIFO or a device (``O_NONBLOCK``, then ``fstat``), only a regular file of this user's, at most
     ``limit`` bytes (a larger one is not read). What is checked is what was opened, so a file
     swapped for a FIFO or a link between a listing and the open changes nothing."""
-    from ...documents.schema import file_kind  # noqa: PLC0415
+    from ...base.regular import file_kind  # noqa: PLC0415
 
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder.fd)
