@@ -954,3 +954,113 @@ def test_the_newer_version_note_is_advice_a_failing_hub_does_not_stop_the_lock(p
     rc, out, err = frt("lock", cwd=trusted)
     assert rc == 0, err
     assert "newer version" not in err
+
+
+# ---------------------------------------------------------------------------
+# a hostile release (issue 35): what its lockfile, its files and its Hub say is checked before it is
+# printed, trusted, written or locked
+
+
+def _push_lock_edit(env, published, edit) -> str:
+    """Commit to branch v1 the release's files with its lockfile edited by ``edit(Lockfile)`` (as a
+    publisher's tool, or an attacker holding the repo, could); returns the commit."""
+    files = env.files(REL, "v1", repo_type="model")
+    lf = published.lock
+    edit(lf)
+    files["lockfiles/tiny.lock"] = lf.render()
+    return env.commit(REL, files, branch="v1", repo_type="model")
+
+
+def _printable(text: str) -> bool:
+    return all(c.isprintable() for ln in text.splitlines() for c in ln)
+
+
+SPOOF = "ci@acme\r\x1b[2K\x1b[8mkey sha256:" + "0" * 64 + " (2 receipt(s))"
+
+
+def _sigstore_row(row: dict, identity: str, issuer: str) -> dict:
+    return {"receipt": row["receipt"], "file": row["file"], "kind": "sigstore", "signer": identity, "issuer": issuer,
+            "bundle": {}}
+
+
+def test_a_signer_identity_with_control_characters_is_escaped_everywhere_and_never_trusted(published, env, tmp_path):
+    """The release's lockfile names a Sigstore identity holding ``\\r`` and ESC sequences that would
+    hide its own line and show a fake ``key`` line; and a signature row for a receipt the release
+    does not hold. Every command prints the identity escaped; `frt release trust` refuses it with
+    nothing written; the counts are the release's own receipts."""
+    def edit(lf):
+        rows = sorted(lf.signatures.values(), key=lambda r: r["file"])
+        lf.signatures[rows[1]["receipt"]] = _sigstore_row(rows[1], SPOOF, "https://issuer\x1b]8;;x\x07")
+        ghost = "sha256:" + "ab" * 32  # a receipt the release does not publish, "signed" by the key
+        lf.signatures[ghost] = {**rows[0], "receipt": ghost, "file": "receipts/tiny/ghost.json"}
+
+    _push_lock_edit(env, published, edit)
+    keyid = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
+    dest = tmp_path / "c"
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest))
+    assert rc == 0, err
+    assert _printable(out + err), out
+    assert f"  key {keyid} (1 receipt(s))" in out  # the ghost row is not a receipt of the release
+    line = next(ln for ln in out.splitlines() if "identity ci@acme" in ln)
+    assert line.startswith("  identity ci@acme\\x0d\\x1b[2K\\x1b[8mkey sha256:")
+    assert "refused: it holds a control character" in line
+    before = (dest / "manifests" / "tiny.toml").read_bytes()
+    rc, out, err = frt("release", "trust", cwd=dest)
+    assert rc == 1 and _printable(out + err)
+    assert "a Sigstore identity or issuer with a control character" in err and "ci@acme\\x0d\\x1b[2K" in err
+    assert "nothing was written" in err
+    assert (dest / "manifests" / "tiny.toml").read_bytes() == before and not (dest / "keys").exists()
+    rc, out, err = frt("release", "upgrade", "--dry-run", cwd=dest)
+    assert rc == 0 and _printable(out + err), out
+    assert f"  signer key {keyid}: 1 receipt(s)" in out
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(tmp_path / "d"), "--trust")
+    assert rc == 1 and _printable(out + err) and "a Sigstore identity or issuer with a control character" in err
+
+
+def test_trust_validates_everything_before_it_writes(published, env, tmp_path):
+    """A signer row with ``issuer = ""`` (a manifest no frt command could read afterwards) and a
+    pinned PEM that is not the key its keyid names: each refused, naming what is wrong, with nothing
+    written; the project still locks afterwards."""
+    dest = consumer(tmp_path)
+    before = (dest / "manifests" / "tiny.toml").read_bytes()
+
+    def empty_issuer(lf):
+        row = sorted(lf.signatures.values(), key=lambda r: r["file"])[1]
+        lf.signatures[row["receipt"]] = _sigstore_row(row, "ci@acme.example", "")
+
+    _push_lock_edit(env, published, empty_issuer)
+    rc, out, err = frt("release", "trust", cwd=dest)
+    assert rc == 1, (out, err)
+    assert "identity 'ci@acme.example' with an empty issuer" in err and "nothing was written" in err
+    assert (dest / "manifests" / "tiny.toml").read_bytes() == before and not (dest / "keys").exists()
+    _, other = make_key(tmp_path / "other-keys", "other")
+
+    def wrong_pem(lf):
+        pin = lf.receipt_keys["keys/qualify-a.pub"]
+        lf.receipt_keys["keys/qualify-a.pub"] = {"keyid": pin["keyid"], "pem": other.read_text()}
+
+    _push_lock_edit(env, published, wrong_pem)
+    keyid = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
+    rc, out, err = frt("release", "trust", cwd=dest)
+    assert rc == 1, (out, err)
+    assert f"the PEM its lockfile pins for keys/qualify-a.pub is not the key {keyid} its signatures name" in err
+    assert "records no receipt signature" not in err and "nothing was written" in err
+    assert (dest / "manifests" / "tiny.toml").read_bytes() == before and not (dest / "keys").exists()
+    env.set_trusted("remote-org", True)
+    assert frt("lock", "--allow-loss", cwd=dest)[0] == 0  # the project is not broken by a refused trust
+
+
+def test_a_failing_trust_write_puts_back_what_it_wrote(tmp_path):
+    """`frt release trust` writes key files, then the manifest: when the manifest cannot be written,
+    the key files written before it are put back as they were and the folders made for them removed."""
+    from frt_dist.release.consume import _write_all
+
+    root = tmp_path / "p"
+    (root / "keys").mkdir(parents=True)
+    (root / "keys" / "old.pub").write_bytes(b"old")
+    (root / "manifests").write_text("a file where the manifest's folder should be")
+    with pytest.raises(OSError):
+        _write_all(root, {"keys/acme/rel/k.pub": b"new key", "keys/old.pub": b"replaced"},
+                   root / "manifests" / "tiny.toml", b"manifest")
+    assert sorted(p.relative_to(root).as_posix() for p in (root / "keys").rglob("*")) == ["keys/old.pub"]
+    assert (root / "keys" / "old.pub").read_bytes() == b"old"

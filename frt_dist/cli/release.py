@@ -104,7 +104,7 @@ def signer_lines(found, repo, commit, code=()) -> list[str]:
                    "signer to trust, `frt lock` rejects every one")
     else:
         out.append(f"the receipts of {repo}@{commit[:12]} are signed by (its lockfile says; none is trusted yet):")
-        out += [f"  {_signer(s)} ({s['receipts']} receipt(s))" for s in found]
+        out += [f"  {_signer(s)} ({s['receipts']} receipt(s))" + _refused(s) for s in found]
     pk = [c for c in code if c["kind"] == "package"]
     if pk:
         out.append("the release's manifest trusts the code of (not copied; none is trusted yet):")
@@ -117,6 +117,11 @@ def signer_lines(found, repo, commit, code=()) -> list[str]:
         out.append("review them, then `frt release trust` (or `frt init --from ... --trust`); until then `frt lock` "
                    "rejects every release receipt" + (" and refuses those packages" if pk else ""))
     return out
+
+
+def _refused(s: dict) -> str:
+    """A signer `frt release trust` will not add: why, printed safely."""
+    return f"; refused: {shown(s['refused'])}" if s.get("refused") else ""
 
 
 def _keys(keys: dict) -> str:

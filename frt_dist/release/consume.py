@@ -464,12 +464,50 @@ def stale_reasons(old, new) -> list[str]:
 # trust: the explicit step
 
 
+def _release_digests(fetched: Fetched) -> set[str]:
+    """The receipt digests of the receipts the release itself holds (its ``receipts/<model>/*.json``):
+    a signature row of its lockfile for any other receipt signs nothing of this release."""
+    from ..base.canonical import digest  # noqa: PLC0415
+    from ..documents.schema import json_loads  # noqa: PLC0415
+
+    out = set()
+    for rel in fetched.files:
+        if rel.endswith(".json"):
+            try:
+                out.add(digest(json_loads(fetched.read(rel))))
+            except (FrtError, ValueError, TypeError):
+                continue  # not a receipt: `frt lock` rejects it, naming it
+    return out
+
+
+def identity_problem(identity, issuer) -> str | None:
+    """Why a Sigstore signer from a release cannot be printed as is or trusted: a control (or other
+    unprintable) character, which could rewrite what a terminal shows; an empty identity or
+    issuer, or an issuer that is not an https URL (no manifest could hold it). ``None`` when fine."""
+    if not isinstance(identity, str) or not isinstance(issuer, str):
+        return "its identity or issuer is not a string"
+    if not all(c.isprintable() for c in identity + issuer):
+        return "it holds a control character: a Sigstore identity or issuer with a control character is never trusted"
+    if not identity:
+        return "its identity is empty"
+    if not issuer:
+        return f"identity {identity!r} with an empty issuer"
+    if not issuer.startswith("https://"):
+        return f"its issuer {issuer!r} is not an OIDC issuer URL (https://...)"
+    return None
+
+
 def signers(fetched: Fetched) -> list[dict]:
-    """The signers the release's lockfile records for its receipts: ``{"kind": "key", "keyid", "pem",
-    "receipts"}`` (the PEM as that lock pins it, its keyid checked) or ``{"kind": "sigstore",
-    "identity", "issuer", "receipts"}``."""
+    """The signers the release's lockfile records for the receipts the release holds: ``{"kind": "key",
+    "keyid", "pem", "receipts"}`` (the PEM as that lock pins it, checked against its keyid) or
+    ``{"kind": "sigstore", "identity", "issuer", "receipts"}``; ``receipts`` counts the release's own
+    receipt files each signs (a row for a receipt the release does not hold counts for nothing). A
+    signer that cannot be trusted carries ``"refused"``: why (a PEM that is not the key its keyid
+    names, an identity with a control character or an empty issuer); ``frt release trust`` refuses
+    while any does."""
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
     from ..errors import LockfileError  # noqa: PLC0415
+    from ..provenance.signing import key_from_pin  # noqa: PLC0415
 
     rel = f"lockfiles/{fetched.model}.lock"
     if rel not in fetched.files:
@@ -478,25 +516,55 @@ def signers(fetched: Fetched) -> list[dict]:
         theirs = Lockfile.read(fetched.path(rel), label=f"{fetched.repo}/{rel}")
     except LockfileError as exc:
         raise ReleaseError(f"release {fetched.repo!r}: {exc}") from None
-    pems = {pin["keyid"]: pin for pin in theirs.receipt_keys.values()}
+    own = _release_digests(fetched)
+    pems = {pin["keyid"]: (path, pin) for path, pin in theirs.receipt_keys.items()}
     found: dict[tuple, dict] = {}
     for row in theirs.signatures.values():
+        if row.get("receipt") not in own:
+            continue
         if row["kind"] == "key":
-            pin = pems.get(row["signer"])
-            if pin is None:
-                continue
-            from ..provenance.signing import key_from_pin  # noqa: PLC0415
-
-            key, why = key_from_pin(row["signer"], pin)
-            if key is None:
-                continue
-            s = found.setdefault(("key", key.keyid), {"kind": "key", "keyid": key.keyid, "pem": key.pem, "receipts": 0})
+            kid = row["signer"]
+            s = found.get(("key", kid))
+            if s is None:
+                s = found[("key", kid)] = {"kind": "key", "keyid": kid, "pem": None, "receipts": 0}
+                if kid not in pems:
+                    s["refused"] = f"its lockfile pins no public key (receipt-keys) for {kid}"
+                else:
+                    path, pin = pems[kid]
+                    key, why = key_from_pin(path, pin)
+                    if key is None:
+                        s["refused"] = (f"the PEM its lockfile pins for {path} is not the key {kid} its signatures "
+                                        f"name ({why})")
+                    else:
+                        s["pem"] = key.pem
         else:
-            s = found.setdefault(("sigstore", row["signer"], row.get("issuer")),
-                                 {"kind": "sigstore", "identity": row["signer"], "issuer": row.get("issuer"),
-                                  "receipts": 0})
+            issuer = row.get("issuer")
+            s = found.setdefault(("sigstore", row["signer"], issuer),
+                                 {"kind": "sigstore", "identity": row["signer"], "issuer": issuer, "receipts": 0})
+            why = identity_problem(row["signer"], issuer)
+            if why:
+                s["refused"] = why
         s["receipts"] += 1
-    return [found[k] for k in sorted(found)]
+    return [found[k] for k in sorted(found, key=lambda k: tuple(str(x) for x in k))]
+
+
+def refused_signers(fetched: Fetched, found: list[dict]) -> ReleaseError | None:
+    """The error ``frt release trust`` raises, before it writes anything, when a signer of ``found``
+    (``signers``) cannot be trusted: each named, printed safely."""
+    from .record import shown  # noqa: PLC0415
+
+    bad = [s for s in found if s.get("refused")]
+    if not bad:
+        return None
+    who = [(f"key {s['keyid']}" if s["kind"] == "key" else
+            f"identity {shown(s['identity'])} (issuer {shown(s['issuer'])})") + f": {shown(s['refused'])}" for s in bad]
+    return ReleaseError(f"release {fetched.repo!r} at {fetched.commit[:12]}: its lockfile names {len(bad)} signer(s) frt "
+                        "cannot trust; nothing was written:\n  " + "\n  ".join(who),
+                        reasons=[{"repo": fetched.repo, "commit": fetched.commit, "signer": shown(s.get("keyid") or
+                                                                                                   s.get("identity")),
+                                  "reason": shown(s["refused"])} for s in bad],
+                        hints=["ask the publisher to fix its lockfile and push again; trust no signer from this "
+                               "release until then"])
 
 
 def code_trust(fetched: Fetched) -> list[dict]:
@@ -544,12 +612,14 @@ def trust(project, model: str, fetched: Fetched) -> list[dict]:
     package this manifest uses (``trust = true``, and a publisher-signature policy). Returns one row
     per signer and per package with ``"added"`` true or false (already there). Nothing is written when
     the manifest cannot be edited in place."""
-    from ..documents.lock_writer import write_atomic  # noqa: PLC0415
     from ..documents.manifest import Manifest  # noqa: PLC0415
     from ..documents.schema import load_toml  # noqa: PLC0415
     from ..errors import ManifestError  # noqa: PLC0415
 
     found = signers(fetched)
+    refused = refused_signers(fetched, found)
+    if refused is not None:
+        raise refused
     code = code_trust(fetched)
     if not found and not any(c["kind"] == "package" for c in code):
         raise ReleaseError(f"release {fetched.repo!r} at {fetched.commit[:12]}: its lockfile records no receipt "
@@ -623,13 +693,48 @@ def trust(project, model: str, fetched: Fetched) -> list[dict]:
                          "place; nothing was written",
                          hints=["set these yourself (and write the key files from the release's lockfile, "
                                 "receipt-keys): " + "; ".join(lines)])
-    for rel, pem in new_files.items():
-        p = project.root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(p, pem)
-    write_atomic(mpath, new_text.encode("utf-8"))
-    Manifest.read(mpath, label=label)  # it must read back (a failure here names the field)
+    try:  # the manifest as it will read back, checked before anything is written
+        Manifest.from_dict(parse_toml(new_text.encode("utf-8"), ManifestError, label), file=label)
+    except ManifestError as exc:
+        raise ReleaseError(f"release {fetched.repo!r}: trusting what its lockfile names would leave {label} "
+                           f"unreadable ({exc}); nothing was written",
+                           hints=["ask the publisher to fix its lockfile and push again"]) from None
+    _write_all(project.root, new_files, mpath, new_text.encode("utf-8"))
     return rows
+
+
+def _write_all(root: Path, files: dict[str, bytes], mpath: Path, manifest: bytes) -> None:
+    """Write the key ``files`` (project-relative), then the manifest, each atomically; when any write
+    fails, the files written so far are put back as they were (and the folders made for them
+    removed), so a failed trust leaves the project as it found it."""
+    from ..documents.lock_writer import write_atomic  # noqa: PLC0415
+
+    done: list[tuple[Path, bytes | None]] = []
+    made: list[Path] = []
+    try:
+        for rel, data in files.items():
+            p = root / rel
+            missing = [d for d in (p.parent, *p.parent.parents) if not d.exists() and root in d.parents]
+            p.parent.mkdir(parents=True, exist_ok=True)
+            made += reversed(missing)
+            done.append((p, p.read_bytes() if p.is_file() else None))
+            write_atomic(p, data)
+        write_atomic(mpath, manifest)
+    except BaseException:
+        for p, old in reversed(done):
+            try:
+                if old is None:
+                    p.unlink(missing_ok=True)
+                else:
+                    write_atomic(p, old)
+            except OSError:
+                pass
+        for d in reversed(made):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        raise
 
 
 def _toml_value(v) -> str:

@@ -213,7 +213,8 @@ def change_lines(doc: dict) -> list[str]:
         who = f"key {s['keyid']}" if s["kind"] == "key" else \
             f"identity {shown(s['identity'])} (issuer {shown(s['issuer'])})"
         lines.append(f"  signer {who}: {s['receipts']} receipt(s), "
-                     + ("NEW: not in your [trust.receipts]; review it" if s["new"] else "trusted"))
+                     + (f"refused: {shown(s['refused'])}" if s.get("refused") else
+                        "NEW: not in your [trust.receipts]; review it" if s["new"] else "trusted"))
     for c in doc["code-trust"]:
         lines.append(f"  package {shown(c['repo'])}: the release's manifest trusts its code, yours does not (NEW): "
                      "review it")
