@@ -1064,3 +1064,108 @@ def test_a_failing_trust_write_puts_back_what_it_wrote(tmp_path):
                    root / "manifests" / "tiny.toml", b"manifest")
     assert sorted(p.relative_to(root).as_posix() for p in (root / "keys").rglob("*")) == ["keys/old.pub"]
     assert (root / "keys" / "old.pub").read_bytes() == b"old"
+
+
+def _drop_hub_caches(repo: str) -> None:
+    """Forget every hub-cache copy of the release repo (this process's), so the next read asks the Hub."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    from frt_dist.distribution.sources import cache_dirs
+    from frt_dist.release.consume import cache_folder
+
+    for d in {*cache_dirs(), Path(constants.HF_HUB_CACHE)}:
+        shutil.rmtree(d / cache_folder(repo), ignore_errors=True)
+
+
+def test_at_the_pinned_commit_the_lock_takes_only_the_files_it_recorded(published, trusted, env, monkeypatch, tmp_path):
+    """A receipt the release removed, planted back into the mirror's snapshot of the pinned commit
+    (offline), or listed by a Hub at that commit: ignored and named, never accepted without an
+    upgrade."""
+    old = env.files(REL, "v1", repo_type="model")
+    files = dict(old)
+    del files["receipts/tiny/solo-prefill.json"], files["receipts/tiny/solo-prefill.json.sig"]
+    pinned = env.commit(REL, files, branch="v1", repo_type="model")
+    assert frt("lock", "--upgrade-release", "--allow-loss", cwd=trusted)[0] == 0
+    lpath = trusted / "lockfiles" / "tiny.lock"
+    before = lpath.read_bytes()
+    assert lock_of(trusted).release["commit"] == pinned and len(lock_of(trusted).receipts) == 1
+    # a Hub that lists the removed receipt again at the pinned commit
+    env.rewrite(REL, pinned, old, repo_type="model")
+    _drop_hub_caches(REL)
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0, err
+    assert lpath.read_bytes() == before and "gained" not in out + err
+    warn = [ln for ln in err.splitlines() if ln.startswith("warning: ")]
+    assert any(f"release {REL} at {pinned[:12]}" in ln and "receipts/tiny/solo-prefill.json" in ln
+               and "the lock does not record" in ln for ln in warn), err.splitlines()
+    # a mirror whose snapshot of the pinned commit has the receipt planted back (offline)
+    mirror = tmp_path / "mirror"
+    assert frt("mirror", str(mirror), "--all-variants", cwd=trusted)[0] == 0
+    snap = mirror / "models--acme--tiny-release" / "snapshots" / pinned / "receipts" / "tiny"
+    for name in ("solo-prefill.json", "solo-prefill.json.sig"):
+        (snap / name).write_bytes(old[f"receipts/tiny/{name}"])
+    env.stop()
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
+    monkeypatch.setenv("FRT_MIRROR", str(mirror))
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0, err
+    assert lpath.read_bytes() == before and "gained" not in out + err
+    assert "receipts/tiny/solo-prefill.json" in err and "the lock does not record" in err
+
+
+@pytest.mark.parametrize("name", ["receipts/tiny/../../manifests/evil.json", "/receipts/tiny/absolute.json",
+                                  "receipts/tiny/new\nline.json"])
+def test_a_release_file_named_outside_the_release_layout_is_refused(published, env, tmp_path, name):
+    """A Hub that lists, at the release's commit, a file whose name leaves the layout (``..``), is
+    absolute or holds a newline: `frt init --from` ends in an ``error:`` naming it, nothing written."""
+    import httpx2
+
+    commit = published.res["commit"]
+    url = f"{env.url}/api/models/{REL}/tree/{commit}?recursive=true&expand=false"
+    listing = httpx2.get(url).json()
+    listing.append({**next(e for e in listing if e["path"].endswith(".json")), "path": name})
+    env.answer(f"tree/{commit}?recursive=true", 200, json.dumps(listing).encode(), method="GET")
+    dest = tmp_path / "c"
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest))
+    assert rc == 1, (out, err)
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert line.startswith(f"error: release '{REL}' at {commit[:12]}: the Hub lists a file ")
+    assert repr(name.replace("\n", "\\x0a")) in line and "not a file of the release layout" in line
+    assert "cannot reach the Hub" not in err and not dest.exists()
+
+
+def test_a_fifo_at_the_mirrors_ref_is_refused_not_waited_on(published, trusted, monkeypatch, tmp_path):
+    """The first offline lock reads the mirror's ``refs/v1``: a FIFO there is refused with an
+    ``error:`` naming it (it would block a reader for ever); so is a FIFO for a pinned release file."""
+    import os
+
+    mirror = tmp_path / "mirror"
+    assert frt("mirror", str(mirror), "--all-variants", cwd=trusted)[0] == 0
+    ref = mirror / "models--acme--tiny-release" / "refs" / "v1"
+    commit = ref.read_text()
+    ref.unlink()
+    os.mkfifo(ref)
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
+    monkeypatch.setenv("FRT_MIRROR", str(mirror))
+    (trusted / "lockfiles" / "tiny.lock").rename(tmp_path / "tiny.lock")
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 1, (out, err)
+    assert f"error: release '{REL}': {ref}: is a FIFO (named pipe), not a regular file" in err, err
+    ref.unlink()
+    ref.write_text(commit)
+    (tmp_path / "tiny.lock").rename(trusted / "lockfiles" / "tiny.lock")
+    sig = mirror / "models--acme--tiny-release" / "snapshots" / commit / "receipts" / "tiny" / "fast-decode.json.sig"
+    sig.unlink()
+    os.mkfifo(sig)
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 1 and f"{REL}@{commit[:12]}/receipts/tiny/fast-decode.json.sig: is a FIFO (named pipe), not a regular file" in err, err

@@ -190,8 +190,12 @@ def _wanted(model: str, rel: str) -> bool:
     return rel.startswith(f"receipts/{model}/") and rel.endswith((".json", ".json.sig", ".json.sigstore"))
 
 
-def _patterns(model: str) -> list[str]:
-    return [f"manifests/{model}.toml", f"lockfiles/{model}.lock", f"receipts/{model}/*"]
+_LAYOUT = ("manifests", "lockfiles", "receipts")  # the release layout's folders (any model's)
+
+
+def _in_layout(rel: str) -> bool:
+    """Whether a path a Hub lists claims a place in the release layout (whatever its name does after)."""
+    return re.split(r"[/\\]", rel.lstrip("/\\"), maxsplit=1)[0] in _LAYOUT
 
 
 def cache_folder(repo: str) -> str:
@@ -199,13 +203,36 @@ def cache_folder(repo: str) -> str:
     return "models--" + "--".join(repo.split("/"))
 
 
-def _scan(root: Path, model: str) -> dict[str, str]:
-    out = {}
+MAX_REF_BYTES = 4096  # a mirror's refs/v<N>: one commit id
+
+
+def _read(path: Path, label: str) -> bytes:
+    """A release file of a mirror or a hub cache, read only when it is a regular file (a FIFO, a
+    device or a folder there is refused, never opened for reading) and at most ``MAX_FILE_BYTES``."""
+    from ..documents.schema import read_bytes  # noqa: PLC0415
+
+    try:
+        return read_bytes(path, ReleaseError, label, limit=MAX_FILE_BYTES)
+    except ReleaseError as exc:
+        exc.hints.append(f"remove {path} (a damaged or planted copy); `frt mirror DIR` where the Hub is reachable "
+                         "writes the release's files again")
+        raise
+
+
+def _scan(root: Path, model: str, label: str, only=None) -> tuple[dict[str, str], list[str]]:
+    """The sha256 of each release file of ``model`` under the snapshot folder ``root`` (each read as
+    ``_read`` reads), and the files there that ``only`` (the files a lock records at this commit;
+    None: every file) leaves out, not read."""
+    out, extra = {}, []
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
-        if p.is_file() and _wanted(model, rel) and not names.problem("path", rel):
-            out[rel] = _sha256(p.read_bytes())
-    return out
+        if not _wanted(model, rel) or p.is_dir():
+            continue
+        if (only is not None and rel not in only) or names.problem("path", rel):
+            extra.append(rel)
+            continue
+        out[rel] = _sha256(_read(p, f"{label}/{rel}"))
+    return out, extra
 
 
 def _local_snapshot(repo: str, commit: str, want: dict[str, str] | None, dirs: list[Path]) -> Path | None:
@@ -218,19 +245,28 @@ def _local_snapshot(repo: str, commit: str, want: dict[str, str] | None, dirs: l
         if want is None:
             return snap
         try:
-            if all((snap / rel).is_file() and _sha256((snap / rel).read_bytes()) == sha for rel, sha in want.items()):
+            if all(_sha256(_read(snap / rel, rel)) == sha for rel, sha in want.items()):
                 return snap
-        except OSError:
+        except (OSError, FrtError):
             continue
     return None
 
 
 def _local_ref(repo: str, version: int, dirs: list[Path]) -> str | None:
+    from ..documents.schema import read_bytes  # noqa: PLC0415
+
     for d in dirs:
         p = d / cache_folder(repo) / "refs" / f"v{version}"
+        if not os.path.lexists(p):
+            continue
+        try:  # a FIFO there is refused, never waited on
+            data = read_bytes(p, ReleaseError, f"release {repo!r}: {p}", limit=MAX_REF_BYTES)
+        except ReleaseError as exc:
+            exc.hints.append("remove it; `frt mirror DIR` where the Hub is reachable writes the mirror's release again")
+            raise
         try:
-            text = p.read_text("ascii").strip()
-        except (OSError, UnicodeDecodeError):
+            text = data.decode("ascii").strip()
+        except UnicodeDecodeError:
             continue
         if _HEX40.match(text):
             return text
@@ -246,11 +282,43 @@ def _dirs(mirror: str | None) -> list[Path]:
     return out + cache_dirs()
 
 
+def _hub_files(repo: str, commit: str, model: str) -> list[str]:
+    """The release files of ``model`` the Hub lists at ``commit`` (one recursive listing). A listed
+    file that claims a place in the release layout with a name that is not a plain relative path
+    there (``..``, absolute, a control character: docs/reference.md#names) is refused, naming it:
+    nothing of the release is read then."""
+    from huggingface_hub.hf_api import RepoFile  # noqa: PLC0415
+
+    from .record import shown  # noqa: PLC0415
+
+    client = api()
+    listed = hub_call(repo, f"list files at {commit[:12]}", lambda: [
+        e.path for e in client.list_repo_tree(repo, revision=commit, repo_type=REPO_TYPE, recursive=True)
+        if isinstance(e, RepoFile)])
+    out = []
+    for rel in listed:
+        if not isinstance(rel, str) or not _in_layout(rel):
+            continue
+        why = names.problem("path", rel)
+        if why:
+            raise ReleaseError(f"release {repo!r} at {commit[:12]}: the Hub lists a file {shown(rel)!r} whose name "
+                               f"{why}: not a file of the release layout (manifests/, lockfiles/, receipts/); "
+                               "nothing was read or written",
+                               reasons=[{"repo": repo, "commit": commit, "file": shown(rel), "reason": why}],
+                               hints=["ask the publisher to remove the file and push the release again"])
+        if _wanted(model, rel):
+            out.append(rel)
+    return sorted(out)
+
+
 def fetch(repo: str, version: int, model: str, *, commit: str | None = None, recorded: dict | None = None,
           mirror: str | None = None) -> Fetched:
     """The release files of ``model`` in ``repo`` at ``commit`` (None: the head of branch ``v<version>``).
     A commit whose recorded files (``recorded``: path -> sha256) are all in a mirror or the hub cache
-    asks the Hub nothing; offline (``HF_HUB_OFFLINE``) the mirror and the caches are all there is."""
+    asks the Hub nothing; offline (``HF_HUB_OFFLINE``) the mirror and the caches are all there is.
+    With ``recorded`` (the commit a lock pins) the release is exactly those files: any other file
+    the snapshot folder holds or the Hub lists at that commit is left out, unread, and named in an
+    ``FrtWarning`` (only an upgrade reads the release anew)."""
     from ..distribution.sources import is_offline  # noqa: PLC0415
 
     dirs = _dirs(mirror)
@@ -270,6 +338,7 @@ def fetch(repo: str, version: int, model: str, *, commit: str | None = None, rec
                                "Hub is offline (HF_HUB_OFFLINE)",
                                hints=["mirror the release where the Hub is reachable (`frt mirror DIR`), and name "
                                       "the mirror ([tool.frt] mirror, FRT_MIRROR)"])
+    listed_extra = []
     if root is None:
         import sys  # noqa: PLC0415
 
@@ -278,17 +347,36 @@ def fetch(repo: str, version: int, model: str, *, commit: str | None = None, rec
 
         if not sys.stderr.isatty():  # progress on a terminal only (docs/reference.md#common-options)
             disable_progress_bars()
+        take = _hub_files(repo, commit, model)
+        if recorded:
+            listed_extra = [rel for rel in take if rel not in recorded]
+            take = [rel for rel in take if rel in recorded]
+        from ..distribution.sources import cache_dirs  # noqa: PLC0415
 
+        # the exact names (plain relative paths: no pattern character), not the release's patterns, into the
+        # hub cache frt looks in (huggingface_hub's own, as the environment names it now)
         root = Path(hub_call(repo, f"files at {commit[:12]}", lambda: snapshot_download(
-            repo, repo_type=REPO_TYPE, revision=commit, allow_patterns=_patterns(model),
+            repo, repo_type=REPO_TYPE, revision=commit, allow_patterns=take or ["/"], cache_dir=cache_dirs()[-1],
             endpoint=settings.value("HF_ENDPOINT"))))
-    got = Fetched(repo, version, commit, model, root, _scan(root, model))
+    files, extra = _scan(root, model, f"{repo}@{commit[:12]}", only=recorded or None)
+    got = Fetched(repo, version, commit, model, root, files)
     if recorded:
         bad = sorted(rel for rel, sha in recorded.items() if got.files.get(rel) != sha)
         if bad:
             raise ReleaseError(f"release {repo!r} at {commit[:12]}: {', '.join(bad)} differ from the sha256 the "
                                "lock records (a damaged mirror or cache)",
                                hints=["remove the damaged copy and run `frt lock` again where the Hub is reachable"])
+        extra = sorted(set(extra) | set(listed_extra))
+        if extra:
+            import warnings  # noqa: PLC0415
+
+            from ..errors import FrtWarning  # noqa: PLC0415
+            from .record import shown  # noqa: PLC0415
+
+            warnings.warn(f"release {repo} at {commit[:12]}: {len(extra)} file(s) the lock does not record at this "
+                          f"commit ignored: {', '.join(shown(x) for x in extra)} (a commit's files never change on "
+                          "the Hub; `frt lock --upgrade-release` reads the release anew and reports each change)",
+                          FrtWarning, stacklevel=2)
     return got
 
 
