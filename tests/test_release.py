@@ -1169,3 +1169,25 @@ def test_a_fifo_at_the_mirrors_ref_is_refused_not_waited_on(published, trusted, 
     os.mkfifo(sig)
     rc, out, err = frt("lock", cwd=trusted)
     assert rc == 1 and f"{REL}@{commit[:12]}/receipts/tiny/fast-decode.json.sig: is a FIFO (named pipe), not a regular file" in err, err
+
+
+def test_a_re_signed_receipt_is_reported_with_the_signature_files_digests(published, trusted, env):
+    """The publisher re-signs a receipt (same bytes, a new key): the upgrade report's line names the
+    signature file and its sha256 before and after, not the receipt's digest twice."""
+    before = env.files(REL, "v1", repo_type="model")["receipts/tiny/fast-decode.json.sig"]
+    priv_b, _ = make_key(published.root / "keys", "qualify-b")
+    doc = hub_manifest_doc()
+    doc["trust"] = {"receipts": {"keys": ["keys/qualify-a.pub", "keys/qualify-b.pub"]}}
+    published.write_manifest(doc)
+    assert frt("sign", "--key", str(priv_b), str(published.root / "receipts" / "tiny" / "fast-decode.json"))[0] == 0
+    published.publish()
+    after = env.files(REL, "v1", repo_type="model")["receipts/tiny/fast-decode.json.sig"]
+    assert after != before
+    rc, out, err = frt("lock", "--upgrade-release", "--allow-loss", cwd=trusted)
+    assert rc == 0, err
+    import hashlib
+
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("  ~ receipts/tiny/fast-decode.json")]
+    old, new = (hashlib.sha256(b).hexdigest()[:12] for b in (before, after))
+    assert (f"(signature fast-decode.json.sig changed: file sha256 sha256:{old} -> file sha256 sha256:{new}): "
+            "rejected") in line, line

@@ -499,14 +499,15 @@ def change(old, new) -> dict | None:
            "added": [], "removed": [], "edited": []}
     for rel in sorted(set(before) | set(after)):
         x, y = before.get(rel), after.get(rel)
-        resigned = any(sigs_a.get(rel + s) != sigs_b.get(rel + s) for s in SIG_SUFFIXES)
+        sig_changes = [{"file": rel + s, "from": sigs_a.get(rel + s), "to": sigs_b.get(rel + s)}
+                       for s in SIG_SUFFIXES if sigs_a.get(rel + s) != sigs_b.get(rel + s)]
         if x is None:
             out["added"].append({"file": rel, "sha256": y, "verdict": verdict(rel)})
         elif y is None:
             out["removed"].append({"file": rel, "sha256": x})
-        elif x != y or resigned:
-            out["edited"].append({"file": rel, "from": x, "to": y, "signature-changed": resigned,
-                                  "verdict": verdict(rel)})
+        elif x != y or sig_changes:
+            out["edited"].append({"file": rel, "from": x, "to": y, "signature-changed": bool(sig_changes),
+                                  "signatures": sig_changes, "verdict": verdict(rel)})
     return out
 
 
@@ -524,10 +525,15 @@ def change_lines(ch: dict, *, reasons: bool = True) -> list[str]:
     lines = [head + (f"commit {ch['from'][:12]} -> {ch['to'][:12]}" if ch["from"] else f"pinned at commit {ch['to'][:12]}")]
     for it in ch["added"]:
         lines.append(f"  + {it['file']} (file sha256 {short_digest(it['sha256'])}): {verdict(it['verdict'])}")
+    def sig(d):
+        return f"file sha256 {short_digest(d)}" if d else "none"
+
     for it in ch["edited"]:
-        what = (f"edited: file sha256 {short_digest(it['from'])} -> {short_digest(it['to'])}" if it["from"] != it["to"]
-                else f"signature changed, file sha256 {short_digest(it['to'])}")
-        lines.append(f"  ~ {it['file']} ({what}): {verdict(it['verdict'])}")
+        parts = [f"edited: file sha256 {short_digest(it['from'])} -> {short_digest(it['to'])}"] if it["from"] != it["to"] \
+            else []
+        parts += [f"signature {s['file'].rsplit('/', 1)[-1]} changed: {sig(s['from'])} -> {sig(s['to'])}"
+                  for s in it.get("signatures", [])]
+        lines.append(f"  ~ {it['file']} ({'; '.join(parts)}): {verdict(it['verdict'])}")
     for it in ch["removed"]:
         lines.append(f"  - {it['file']} (file sha256 {short_digest(it['sha256'])}): removed from the release")
     return lines
@@ -1094,7 +1100,7 @@ def store_files(lock, store, *, progress=None) -> list[str]:
     src = fetch(rel["repo"], rel["version"], lock.model, commit=rel["commit"], recorded=rel["files"])
     sent = []
     for path, sha in sorted(rel["files"].items()):
-        data = src.path(path).read_bytes()
+        data = src.read(path)
         if _sha256(data) != sha:  # (fetch checked it; a file changed since is not sent)
             raise ReleaseError(f"release {rel['repo']} {path}: not the bytes the lock records; not published")
         key = release_key(sha)
@@ -1139,7 +1145,7 @@ def mirror_files(lock, top, tmp, *, progress=None, store=None) -> list[dict]:
                 return [{"kind": "missing", "path": f"{cache_folder(rel['repo'])}/snapshots/{rel['commit']}",
                          "reason": f"release {rel['repo']}: {exc}"}]
             raise
-        src = type("_Local", (), {"read": staticmethod(lambda path: got.path(path).read_bytes())})
+        src = got
     with top.child(cache_folder(rel["repo"]), create=True) as folder, folder.child("blobs", create=True) as blobs:
         for path, sha in sorted(rel["files"].items()):
             data = src.read(path)
@@ -1186,7 +1192,12 @@ def mirror_problems(lock, dest: Path) -> list[dict]:
             out.append({"kind": "missing", "path": where, "expected": sha, "computed": None,
                         "reason": f"release {rel['repo']} file {path} is not in the mirror"})
             continue
-        got = _sha256(p.read_bytes())
+        try:
+            got = _sha256(_read(p, where))
+        except ReleaseError as exc:
+            out.append({"kind": "mismatched", "path": where, "expected": sha, "computed": None,
+                        "reason": f"release {rel['repo']} file {path}: {exc}"})
+            continue
         if got != sha:
             out.append({"kind": "mismatched", "path": where, "expected": sha, "computed": got,
                         "reason": f"release {rel['repo']} file {path}: expected {sha}, computed {got}"})
