@@ -1191,3 +1191,25 @@ def test_a_re_signed_receipt_is_reported_with_the_signature_files_digests(publis
     old, new = (hashlib.sha256(b).hexdigest()[:12] for b in (before, after))
     assert (f"(signature fast-decode.json.sig changed: file sha256 sha256:{old} -> file sha256 sha256:{new}): "
             "rejected") in line, line
+
+
+@pytest.mark.subprocess
+def test_a_trickling_hub_stops_at_the_commands_deadline(published, env, tmp_path):
+    """A Hub that sends the release's receipts one byte every 1.5 s (several files at once: the
+    download is parallel) never trips a per-read timeout; `frt init --from` stops at
+    ``FRT_HUB_DEADLINE`` with an ``error:`` naming a file and the setting, exit 1, nothing written.
+    (Each trickled file is ~1 kB: without the deadline the command would run for hours; the
+    process's own timeout is only the hang guard.)"""
+    from helpers.frt import frt_process
+
+    env.trickle(f"/{REL}/resolve/{published.res['commit']}/receipts/tiny/", 1.5)
+    dest = tmp_path / "c"
+    r = frt_process("init", "--from", f"hf://{REL}@v1", str(dest), timeout=60,
+                    env={"HF_ENDPOINT": env.url, "HF_HOME": str(tmp_path / "home"), "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                         "FRT_HUB_DEADLINE": "4", "FRT_HUB_TIMEOUT": "5"})
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+    assert f"{REL} receipts/tiny/" in line and "not received within FRT_HUB_DEADLINE=4s" in line, line
+    assert "hint: a large download on a slow link: raise FRT_HUB_DEADLINE" in r.stderr
+    assert not dest.exists()

@@ -112,8 +112,18 @@ def hub_call(repo: str, what: str, fn, *, writing: bool = False):
 
 
 def _hub_call(repo: str, what: str, fn, *, writing: bool, hf_errors, httpx2):
+    from ..distribution.hub import deadline_error  # noqa: PLC0415
+
     try:
-        return fn()
+        try:
+            return fn()
+        except FrtError:
+            raise
+        except Exception:  # a timeout (or what huggingface_hub made of it) once FRT_HUB_DEADLINE passed: said as such
+            err = deadline_error(f"release {repo!r}: {what}")
+            if err is not None:
+                raise err from None
+            raise
     except hf_errors.OfflineModeIsEnabled:
         raise ReleaseError(f"release {repo!r}: the Hub cannot be asked: offline mode is on ({what})",
                            hints=["unset HF_HUB_OFFLINE, or lock from a mirror that holds the release "
