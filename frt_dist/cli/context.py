@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 
-from .. import settings
 from ..errors import FrtError, UsageError
 
 
@@ -30,11 +29,14 @@ def find_lock(project, model: str, explicit: str | None):
     """The lockfile in force: ``--lockfile``, else ``FRT_LOCK``, else the project's. A missing
     lockfile is a "no" (exit 1, docs/reference.md#exit-codes) wherever it was named; one that does not parse is bad input."""
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
+    from ..project.discover import env_lockfile  # noqa: PLC0415
 
-    for source, given in (("--lockfile", explicit), ("FRT_LOCK", settings.value("FRT_LOCK"))):
+    named = env_lockfile()  # a relative FRT_LOCK is taken against FRT_PROJECT when that is set
+    for source, given, how in (("--lockfile", explicit, "--lockfile"),
+                               ("FRT_LOCK", named and named[0], named and named[1])):
         if given:
             if not os.path.isfile(given):  # False, not OSError, for a name too long to stat
-                raise FrtError(f"no lockfile at {given} ({source})",
+                raise FrtError(f"no lockfile at {given} ({how})",
                                hints=[f"frt lock --model {model}, or name an existing lockfile in {source}"])
             lock = Lockfile.read(given)
             if model != "MODEL" and lock.model != model:  # "MODEL": the caller takes the lockfile's own
