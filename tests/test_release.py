@@ -1213,3 +1213,22 @@ def test_a_trickling_hub_stops_at_the_commands_deadline(published, env, tmp_path
     assert f"{REL} receipts/tiny/" in line and "not received within FRT_HUB_DEADLINE=4s" in line, line
     assert "hint: a large download on a slow link: raise FRT_HUB_DEADLINE" in r.stderr
     assert not dest.exists()
+
+
+def test_upgrade_carries_the_projects_trust_whatever_valid_toml_form_it_has(published, trusted, env):
+    """A ``[trust]`` header after ``[trust.receipts]`` (valid TOML: the table was only implied before)
+    holding the publisher policy as dotted keys: `frt release upgrade` keeps it as it reads, as
+    tomllib reads it, instead of refusing the project's manifest."""
+    import tomllib
+
+    mpath = trusted / "manifests" / "tiny.toml"
+    mpath.write_text(mpath.read_text() + '\n[trust]\npublishers.remote-org.signature = "optional"\n')
+    mine = tomllib.loads(mpath.read_text())["trust"]
+    assert set(mine) == {"receipts", "publishers"}
+    assert frt("lock", cwd=trusted)[0] == 0  # the manifest reads, as tomllib reads it
+    _publish_v2(published)
+    rc, out, err = frt("release", "upgrade", "--trust", cwd=trusted)
+    assert rc == 0, err
+    got = tomllib.loads(mpath.read_text())
+    assert got["release"]["version"] == 2 and got["trust"]["publishers"] == mine["publishers"]
+    assert got["trust"]["receipts"]["keys"][:len(mine["receipts"]["keys"])] == mine["receipts"]["keys"]

@@ -1064,8 +1064,8 @@ def release_manifest(fetched: Fetched) -> str:
                f"\n[release]\nrepo = \"{fetched.repo}\"\nversion = {fetched.version}\n")
         data = parse_toml(out.encode("utf-8"), ManifestError, label)
     if data != want:
-        raise ReleaseError(f"release {fetched.repo!r}: {rel} is written in a form frt cannot take apart "
-                           "([trust.receipts] or a package's trust as an inline table?)",
+        raise ReleaseError(f"release {fetched.repo!r}: {rel} could not be written again without the publisher's "
+                           "trust so that it reads as the release's, less that trust",
                            hints=["write the manifest by hand: the release's, without [trust.receipts], "
                                   "[trust.publishers] and the packages' trust/signature/signer keys, plus "
                                   f"[release] repo = \"{fetched.repo}\", version = {fetched.version}"])
