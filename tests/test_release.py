@@ -1015,6 +1015,7 @@ def test_a_signer_identity_with_control_characters_is_escaped_everywhere_and_nev
     assert f"  signer key {keyid}: 1 receipt(s)" in out
     rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(tmp_path / "d"), "--trust")
     assert rc == 1 and _printable(out + err) and "a Sigstore identity or issuer with a control character" in err
+    assert not (tmp_path / "d").exists()
 
 
 def test_trust_validates_everything_before_it_writes(published, env, tmp_path):

@@ -42,7 +42,7 @@ from ..errors import (
 from .record import NO_POLICY, is_release_label, label_prefix, release_receipts  # noqa: F401 (re-exported)
 
 __all__ = ["Fetched", "LockRelease", "ReleaseError", "parse_ref", "fetch", "for_lock", "trust", "signers",
-           "change", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",
+           "refused_signers", "identity_problem", "change", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",
            "mirror_files", "mirror_problems", "stale_reasons", "release_manifest", "models_of", "api", "hub_call",
            "branch_commit", "SIG_SUFFIXES", "code_trust", "release_code_trust", "store_files", "release_key"]
 
