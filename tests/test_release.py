@@ -1146,6 +1146,8 @@ def test_a_fifo_at_the_mirrors_ref_is_refused_not_waited_on(published, trusted, 
     ``error:`` naming it (it would block a reader for ever); so is a FIFO for a pinned release file."""
     import os
 
+    from test_hostile_files import bounded
+
     mirror = tmp_path / "mirror"
     assert frt("mirror", str(mirror), "--all-variants", cwd=trusted)[0] == 0
     ref = mirror / "models--acme--tiny-release" / "refs" / "v1"
@@ -1159,7 +1161,7 @@ def test_a_fifo_at_the_mirrors_ref_is_refused_not_waited_on(published, trusted, 
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
     monkeypatch.setenv("FRT_MIRROR", str(mirror))
     (trusted / "lockfiles" / "tiny.lock").rename(tmp_path / "tiny.lock")
-    rc, out, err = frt("lock", cwd=trusted)
+    rc, out, err = bounded(lambda: frt("lock", cwd=trusted), ref)  # a reader stuck on the FIFO fails the test
     assert rc == 1, (out, err)
     assert f"error: release '{REL}': {ref}: is a FIFO (named pipe), not a regular file" in err, err
     ref.unlink()
@@ -1168,7 +1170,7 @@ def test_a_fifo_at_the_mirrors_ref_is_refused_not_waited_on(published, trusted, 
     sig = mirror / "models--acme--tiny-release" / "snapshots" / commit / "receipts" / "tiny" / "fast-decode.json.sig"
     sig.unlink()
     os.mkfifo(sig)
-    rc, out, err = frt("lock", cwd=trusted)
+    rc, out, err = bounded(lambda: frt("lock", cwd=trusted), sig)
     assert rc == 1 and f"{REL}@{commit[:12]}/receipts/tiny/fast-decode.json.sig: is a FIFO (named pipe), not a regular file" in err, err
 
 
