@@ -988,19 +988,22 @@ def test_a_signer_identity_with_control_characters_is_escaped_everywhere_and_nev
     hide its own line and show a fake ``key`` line; and a signature row for a receipt the release
     does not hold. Every command prints the identity escaped; `frt release trust` refuses it with
     nothing written; the counts are the release's own receipts."""
+    keyid = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
+
     def edit(lf):
         rows = sorted(lf.signatures.values(), key=lambda r: r["file"])
         lf.signatures[rows[1]["receipt"]] = _sigstore_row(rows[1], SPOOF, "https://issuer\x1b]8;;x\x07")
-        ghost = "sha256:" + "ab" * 32  # a receipt the release does not publish, "signed" by the key
+        lf.signatures[rows[0]["receipt"]] = {**rows[0], "signer": "sha256:\x1b[2K" + "1" * 64}  # a "keyid", no pin
+        ghost = "sha256:" + "ab" * 32  # a receipt the release does not publish, "signed" by the real key
         lf.signatures[ghost] = {**rows[0], "receipt": ghost, "file": "receipts/tiny/ghost.json"}
 
     _push_lock_edit(env, published, edit)
-    keyid = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
     dest = tmp_path / "c"
     rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest))
     assert rc == 0, err
     assert _printable(out + err), out
-    assert f"  key {keyid} (1 receipt(s))" in out  # the ghost row is not a receipt of the release
+    assert keyid not in out  # it signs no receipt of the release: the ghost row counts for nothing
+    assert "  key sha256:\\x1b[2K1111" in out and "refused: its lockfile pins no public key" in out
     line = next(ln for ln in out.splitlines() if "identity ci@acme" in ln)
     assert line.startswith("  identity ci@acme\\x0d\\x1b[2K\\x1b[8mkey sha256:")
     assert "refused: it holds a control character" in line
@@ -1012,7 +1015,7 @@ def test_a_signer_identity_with_control_characters_is_escaped_everywhere_and_nev
     assert (dest / "manifests" / "tiny.toml").read_bytes() == before and not (dest / "keys").exists()
     rc, out, err = frt("release", "upgrade", "--dry-run", cwd=dest)
     assert rc == 0 and _printable(out + err), out
-    assert f"  signer key {keyid}: 1 receipt(s)" in out
+    assert keyid not in out and "  signer key sha256:\\x1b[2K1111" in out
     rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(tmp_path / "d"), "--trust")
     assert rc == 1 and _printable(out + err) and "a Sigstore identity or issuer with a control character" in err
     assert not (tmp_path / "d").exists()

@@ -133,7 +133,8 @@ def _keys(keys: dict) -> str:
 def _signer(s: dict) -> str:
     if s["kind"] == "package":
         return f"package {shown(s['repo'])} ({_keys({k: s[k] for k in ('trust', 'signature', 'signer') if k in s})})"
-    return f"key {s['keyid']}" if s["kind"] == "key" else f"identity {shown(s['identity'])} (issuer {shown(s['issuer'])})"
+    return f"key {shown(s['keyid'])}" if s["kind"] == "key" else \
+        f"identity {shown(s['identity'])} (issuer {shown(s['issuer'])})"
 
 
 def trust_lines(rows, repo, commit) -> list[str]:

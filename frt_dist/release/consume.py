@@ -660,7 +660,7 @@ def refused_signers(fetched: Fetched, found: list[dict]) -> ReleaseError | None:
     bad = [s for s in found if s.get("refused")]
     if not bad:
         return None
-    who = [(f"key {s['keyid']}" if s["kind"] == "key" else
+    who = [(f"key {shown(s['keyid'])}" if s["kind"] == "key" else
             f"identity {shown(s['identity'])} (issuer {shown(s['issuer'])})") + f": {shown(s['refused'])}" for s in bad]
     return ReleaseError(f"release {fetched.repo!r} at {fetched.commit[:12]}: its lockfile names {len(bad)} signer(s) frt "
                         "cannot trust; nothing was written:\n  " + "\n  ".join(who),

@@ -210,7 +210,7 @@ def change_lines(doc: dict) -> list[str]:
     else:
         lines.append("  the release's manifest: no route, seam, band or package changes")
     for s in doc["signers"]:
-        who = f"key {s['keyid']}" if s["kind"] == "key" else \
+        who = f"key {shown(s['keyid'])}" if s["kind"] == "key" else \
             f"identity {shown(s['identity'])} (issuer {shown(s['issuer'])})"
         lines.append(f"  signer {who}: {s['receipts']} receipt(s), "
                      + (f"refused: {shown(s['refused'])}" if s.get("refused") else
