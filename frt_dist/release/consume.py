@@ -42,7 +42,8 @@ from ..errors import (
 from .record import NO_POLICY, is_release_label, label_prefix, release_receipts  # noqa: F401 (re-exported)
 
 __all__ = ["Fetched", "LockRelease", "ReleaseError", "parse_ref", "fetch", "for_lock", "trust", "signers",
-           "refused_signers", "identity_problem", "change", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",
+           "refused_signers", "identity_problem", "change", "change_lines", "NO_POLICY", "REPO_TYPE",
+           "is_release_label", "label_prefix",
            "mirror_files", "mirror_problems", "stale_reasons", "release_manifest", "models_of", "api", "hub_call",
            "branch_commit", "SIG_SUFFIXES", "code_trust", "release_code_trust", "store_files", "release_key"]
 
@@ -533,11 +534,11 @@ def change_lines(ch: dict, *, reasons: bool = True) -> list[str]:
 
     head = f"release {ch['repo']} v{ch['version']}: "
     lines = [head + (f"commit {ch['from'][:12]} -> {ch['to'][:12]}" if ch["from"] else f"pinned at commit {ch['to'][:12]}")]
-    for it in ch["added"]:
-        lines.append(f"  + {it['file']} (file sha256 {short_digest(it['sha256'])}): {verdict(it['verdict'])}")
-    def sig(d):
+    def sig(d):  # a signature file's sha256 on one side of a change, or its absence
         return f"file sha256 {short_digest(d)}" if d else "none"
 
+    for it in ch["added"]:
+        lines.append(f"  + {it['file']} (file sha256 {short_digest(it['sha256'])}): {verdict(it['verdict'])}")
     for it in ch["edited"]:
         parts = [f"edited: file sha256 {short_digest(it['from'])} -> {short_digest(it['to'])}"] if it["from"] != it["to"] \
             else []
