@@ -1016,6 +1016,9 @@ def test_a_signer_identity_with_control_characters_is_escaped_everywhere_and_nev
     rc, out, err = frt("release", "upgrade", "--dry-run", cwd=dest)
     assert rc == 0 and _printable(out + err), out
     assert keyid not in out and "  signer key sha256:\\x1b[2K1111" in out
+    rc, out, err = frt("release", "upgrade", "--trust", cwd=dest)
+    assert rc == 1 and "a Sigstore identity or issuer with a control character" in err and _printable(out + err)
+    assert (dest / "manifests" / "tiny.toml").read_bytes() == before and not (dest / "keys").exists()
     rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(tmp_path / "d"), "--trust")
     assert rc == 1 and _printable(out + err) and "a Sigstore identity or issuer with a control character" in err
     assert not (tmp_path / "d").exists()

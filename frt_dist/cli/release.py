@@ -212,6 +212,9 @@ def _upgrade(args, project, model, m) -> int:
         emit(args, {"ok": True, "upgrade": doc}, "\n".join(lines))
         return 0
     text, _ = upgrade.apply(project, model, new)
+    refused = release.refused_signers(new, signers) if args.trust else None
+    if refused is not None:  # --trust would refuse them: said before anything is written
+        raise refused
     old_text = mpath.read_bytes()
     keys_before = {p: p.read_bytes() for p in (project.root / "keys").rglob("*") if p.is_file()} \
         if (project.root / "keys").is_dir() else {}
