@@ -1222,6 +1222,8 @@ def test_a_trickling_hub_stops_at_the_commands_deadline(published, env, tmp_path
     assert f"{REL} receipts/tiny/" in line and "not received within FRT_HUB_DEADLINE=4s" in line, line
     assert "hint: a large download on a slow link: raise FRT_HUB_DEADLINE" in r.stderr
     assert not dest.exists()
+    rc, out, err = frt_main(["init", "--from", f"hf://{REL}@v1", str(dest)], env={"FRT_HUB_DEADLINE": "0"})
+    assert rc == 2 and "error: FRT_HUB_DEADLINE='0': expected a positive number" in err and not dest.exists()
 
 
 def test_upgrade_carries_the_projects_trust_whatever_valid_toml_form_it_has(published, trusted, env):
