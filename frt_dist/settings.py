@@ -58,6 +58,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "boto3; boto3: always boto3", topic="distribution"),
     # the Hub
     _S("FRT_HUB_TIMEOUT", "30", "seconds a Hub request may take", topic="distribution"),
+    _S("FRT_HUB_DEADLINE", "1800", "seconds all the Hub transfers of one frt command may take together (those in "
+       "parallel and retries included)", topic="distribution"),
     _S("FRT_SIGSTORE_TRUSTED_ROOT", None, "a Sigstore trusted_root.json to check Sigstore bundles (publisher "
        "and receipt signatures) against, instead of the one sigstore ships", topic="provenance"),
     # serving through vLLM

@@ -264,6 +264,25 @@ def test_frt_lock_mirror_from_is_labelled_with_the_locks_model(fleet, tmp_path, 
     assert rc == 2 and f"error: FRT_LOCK {tp.lock_path} is the lockfile of model 'tiny', not 'demo-decoder'" in err
 
 
+def test_a_relative_frt_lock_is_taken_against_frt_project(fleet, tmp_path, monkeypatch):
+    """``FRT_PROJECT=DIR FRT_LOCK=lockfiles/tiny.lock`` names DIR's lockfile, wherever the command
+    runs; a missing one is named by its whole path and how it was taken."""
+    tp, _ = fleet
+    monkeypatch.chdir(tmp_path)  # no project here, no lockfiles/ here
+    monkeypatch.setenv("FRT_PROJECT", str(tp.root))
+    monkeypatch.setenv("FRT_LOCK", "lockfiles/tiny.lock")
+    rc, doc, err = _json(["resolve", *HW, "--phase", "decode"])
+    assert rc == 0, err
+    monkeypatch.setenv("FRT_LOCK", "lockfiles/gone.lock")
+    rc, out, err = frt_main(["resolve", *HW])
+    assert rc == 1
+    assert f"error: no lockfile at {tp.root / 'lockfiles' / 'gone.lock'} (FRT_LOCK=lockfiles/gone.lock, relative to " \
+           f"FRT_PROJECT={tp.root})" in err, err
+    monkeypatch.delenv("FRT_PROJECT")
+    rc, out, err = frt_main(["resolve", *HW, "--project", str(tp.root)])
+    assert rc == 1 and f"(FRT_LOCK=lockfiles/gone.lock, relative to the current folder {tmp_path})" in err, err
+
+
 # --- the root of a frt-dist checkout ----------------------------------------------------------------
 
 

@@ -977,3 +977,292 @@ def test_the_newer_version_note_is_advice_a_failing_hub_does_not_stop_the_lock(p
     rc, out, err = frt("lock", cwd=trusted)
     assert rc == 0, err
     assert "newer version" not in err
+
+
+# ---------------------------------------------------------------------------
+# a hostile release (issue 35): what its lockfile, its files and its Hub say is checked before it is
+# printed, trusted, written or locked
+
+
+def _push_lock_edit(env, published, edit) -> str:
+    """Commit to branch v1 the release's files with its lockfile edited by ``edit(Lockfile)`` (as a
+    publisher's tool, or an attacker holding the repo, could); returns the commit."""
+    files = env.files(REL, "v1", repo_type="model")
+    lf = published.lock
+    edit(lf)
+    files["lockfiles/tiny.lock"] = lf.render()
+    return env.commit(REL, files, branch="v1", repo_type="model")
+
+
+def _printable(text: str) -> bool:
+    return all(c.isprintable() for ln in text.splitlines() for c in ln)
+
+
+SPOOF = "ci@acme\r\x1b[2K\x1b[8mkey sha256:" + "0" * 64 + " (2 receipt(s))"
+
+
+def _sigstore_row(row: dict, identity: str, issuer: str) -> dict:
+    return {"receipt": row["receipt"], "file": row["file"], "kind": "sigstore", "signer": identity, "issuer": issuer,
+            "bundle": {}}
+
+
+def test_a_signer_identity_with_control_characters_is_escaped_everywhere_and_never_trusted(published, env, tmp_path):
+    """The release's lockfile names a Sigstore identity holding ``\\r`` and ESC sequences that would
+    hide its own line and show a fake ``key`` line; and a signature row for a receipt the release
+    does not hold. Every command prints the identity escaped; `frt release trust` refuses it with
+    nothing written; the counts are the release's own receipts."""
+    keyid = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
+
+    def edit(lf):
+        rows = sorted(lf.signatures.values(), key=lambda r: r["file"])
+        lf.signatures[rows[1]["receipt"]] = _sigstore_row(rows[1], SPOOF, "https://issuer\x1b]8;;x\x07")
+        lf.signatures[rows[0]["receipt"]] = {**rows[0], "signer": "sha256:\x1b[2K" + "1" * 64}  # a "keyid", no pin
+        ghost = "sha256:" + "ab" * 32  # a receipt the release does not publish, "signed" by the real key
+        lf.signatures[ghost] = {**rows[0], "receipt": ghost, "file": "receipts/tiny/ghost.json"}
+
+    _push_lock_edit(env, published, edit)
+    dest = tmp_path / "c"
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest))
+    assert rc == 0, err
+    assert _printable(out + err), out
+    assert keyid not in out  # it signs no receipt of the release: the ghost row counts for nothing
+    assert "  key sha256:\\x1b[2K1111" in out and "refused: its lockfile pins no public key" in out
+    line = next(ln for ln in out.splitlines() if "identity ci@acme" in ln)
+    assert line.startswith("  identity ci@acme\\x0d\\x1b[2K\\x1b[8mkey sha256:")
+    assert "refused: it holds a control character" in line
+    before = (dest / "manifests" / "tiny.toml").read_bytes()
+    rc, out, err = frt("release", "trust", cwd=dest)
+    assert rc == 1 and _printable(out + err)
+    assert "a Sigstore identity or issuer with a control character" in err and "ci@acme\\x0d\\x1b[2K" in err
+    assert "nothing was written" in err
+    assert (dest / "manifests" / "tiny.toml").read_bytes() == before and not (dest / "keys").exists()
+    rc, out, err = frt("release", "upgrade", "--dry-run", cwd=dest)
+    assert rc == 0 and _printable(out + err), out
+    assert keyid not in out and "  signer key sha256:\\x1b[2K1111" in out
+    rc, out, err = frt("release", "upgrade", "--trust", cwd=dest)
+    assert rc == 1 and "a Sigstore identity or issuer with a control character" in err and _printable(out + err)
+    assert (dest / "manifests" / "tiny.toml").read_bytes() == before and not (dest / "keys").exists()
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(tmp_path / "d"), "--trust")
+    assert rc == 1 and _printable(out + err) and "a Sigstore identity or issuer with a control character" in err
+    assert not (tmp_path / "d").exists()
+
+
+def test_trust_validates_everything_before_it_writes(published, env, tmp_path):
+    """A signer row with ``issuer = ""`` (a manifest no frt command could read afterwards) and a
+    pinned PEM that is not the key its keyid names: each refused, naming what is wrong, with nothing
+    written; the project still locks afterwards."""
+    dest = consumer(tmp_path)
+    before = (dest / "manifests" / "tiny.toml").read_bytes()
+
+    def empty_issuer(lf):
+        row = sorted(lf.signatures.values(), key=lambda r: r["file"])[1]
+        lf.signatures[row["receipt"]] = _sigstore_row(row, "ci@acme.example", "")
+
+    _push_lock_edit(env, published, empty_issuer)
+    rc, out, err = frt("release", "trust", cwd=dest)
+    assert rc == 1, (out, err)
+    assert "identity 'ci@acme.example' with an empty issuer" in err and "nothing was written" in err
+    assert (dest / "manifests" / "tiny.toml").read_bytes() == before and not (dest / "keys").exists()
+    _, other = make_key(tmp_path / "other-keys", "other")
+
+    def wrong_pem(lf):
+        pin = lf.receipt_keys["keys/qualify-a.pub"]
+        lf.receipt_keys["keys/qualify-a.pub"] = {"keyid": pin["keyid"], "pem": other.read_text()}
+
+    _push_lock_edit(env, published, wrong_pem)
+    keyid = published.lock.receipt_keys["keys/qualify-a.pub"]["keyid"]
+    rc, out, err = frt("release", "trust", cwd=dest)
+    assert rc == 1, (out, err)
+    assert f"the PEM its lockfile pins for keys/qualify-a.pub is not the key {keyid} its signatures name" in err
+    assert "records no receipt signature" not in err and "nothing was written" in err
+    assert (dest / "manifests" / "tiny.toml").read_bytes() == before and not (dest / "keys").exists()
+    env.set_trusted("remote-org", True)
+    assert frt("lock", "--allow-loss", cwd=dest)[0] == 0  # the project is not broken by a refused trust
+
+
+def test_a_failing_trust_write_puts_back_what_it_wrote(tmp_path):
+    """`frt release trust` writes key files, then the manifest: when the manifest cannot be written,
+    the key files written before it are put back as they were and the folders made for them removed."""
+    from frt_dist.release.consume import _write_all
+
+    root = tmp_path / "p"
+    (root / "keys").mkdir(parents=True)
+    (root / "keys" / "old.pub").write_bytes(b"old")
+    (root / "manifests").write_text("a file where the manifest's folder should be")
+    with pytest.raises(OSError):
+        _write_all(root, {"keys/acme/rel/k.pub": b"new key", "keys/old.pub": b"replaced"},
+                   root / "manifests" / "tiny.toml", b"manifest")
+    assert sorted(p.relative_to(root).as_posix() for p in (root / "keys").rglob("*")) == ["keys/old.pub"]
+    assert (root / "keys" / "old.pub").read_bytes() == b"old"
+
+
+def _drop_hub_caches(repo: str) -> None:
+    """Forget every hub-cache copy of the release repo (this process's), so the next read asks the Hub."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    from frt_dist.distribution.sources import cache_dirs
+    from frt_dist.release.consume import cache_folder
+
+    for d in {*cache_dirs(), Path(constants.HF_HUB_CACHE)}:
+        shutil.rmtree(d / cache_folder(repo), ignore_errors=True)
+
+
+def test_at_the_pinned_commit_the_lock_takes_only_the_files_it_recorded(published, trusted, env, monkeypatch, tmp_path):
+    """A receipt the release removed, planted back into the mirror's snapshot of the pinned commit
+    (offline), or listed by a Hub at that commit: ignored and named, never accepted without an
+    upgrade."""
+    old = env.files(REL, "v1", repo_type="model")
+    files = dict(old)
+    del files["receipts/tiny/solo-prefill.json"], files["receipts/tiny/solo-prefill.json.sig"]
+    pinned = env.commit(REL, files, branch="v1", repo_type="model")
+    assert frt("lock", "--upgrade-release", "--allow-loss", cwd=trusted)[0] == 0
+    lpath = trusted / "lockfiles" / "tiny.lock"
+    before = lpath.read_bytes()
+    assert lock_of(trusted).release["commit"] == pinned and len(lock_of(trusted).receipts) == 1
+    # a Hub that lists the removed receipt again at the pinned commit
+    env.rewrite(REL, pinned, old, repo_type="model")
+    _drop_hub_caches(REL)
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0, err
+    assert lpath.read_bytes() == before and "gained" not in out + err
+    warn = [ln for ln in err.splitlines() if ln.startswith("warning: ")]
+    assert any(f"release {REL} at {pinned[:12]}" in ln and "receipts/tiny/solo-prefill.json" in ln
+               and "the lock does not record" in ln for ln in warn), err.splitlines()
+    # a mirror whose snapshot of the pinned commit has the receipt planted back (offline)
+    mirror = tmp_path / "mirror"
+    assert frt("mirror", str(mirror), "--all-variants", cwd=trusted)[0] == 0
+    snap = mirror / "models--acme--tiny-release" / "snapshots" / pinned / "receipts" / "tiny"
+    for name in ("solo-prefill.json", "solo-prefill.json.sig"):
+        (snap / name).write_bytes(old[f"receipts/tiny/{name}"])
+    env.stop()
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
+    monkeypatch.setenv("FRT_MIRROR", str(mirror))
+    rc, out, err = frt("lock", cwd=trusted)
+    assert rc == 0, err
+    assert lpath.read_bytes() == before and "gained" not in out + err
+    assert "receipts/tiny/solo-prefill.json" in err and "the lock does not record" in err
+
+
+@pytest.mark.parametrize("name", ["receipts/tiny/../../manifests/evil.json", "/receipts/tiny/absolute.json",
+                                  "receipts/tiny/new\nline.json"])
+def test_a_release_file_named_outside_the_release_layout_is_refused(published, env, tmp_path, name):
+    """A Hub that lists, at the release's commit, a file whose name leaves the layout (``..``), is
+    absolute or holds a newline: `frt init --from` ends in an ``error:`` naming it, nothing written."""
+    import httpx2
+
+    commit = published.res["commit"]
+    url = f"{env.url}/api/models/{REL}/tree/{commit}?recursive=true&expand=false"
+    listing = httpx2.get(url).json()
+    listing.append({**next(e for e in listing if e["path"].endswith(".json")), "path": name})
+    env.answer(f"tree/{commit}?recursive=true", 200, json.dumps(listing).encode(), method="GET")
+    dest = tmp_path / "c"
+    rc, out, err = frt("init", "--from", f"hf://{REL}@v1", str(dest))
+    assert rc == 1, (out, err)
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert line.startswith(f"error: release '{REL}' at {commit[:12]}: the Hub lists a file ")
+    assert repr(name.replace("\n", "\\x0a")) in line and "not a file of the release layout" in line
+    assert "cannot reach the Hub" not in err and not dest.exists()
+
+
+def test_a_fifo_at_the_mirrors_ref_is_refused_not_waited_on(published, trusted, monkeypatch, tmp_path):
+    """The first offline lock reads the mirror's ``refs/v1``: a FIFO there is refused with an
+    ``error:`` naming it (it would block a reader for ever); so is a FIFO for a pinned release file."""
+    import os
+
+    from test_hostile_files import bounded
+
+    mirror = tmp_path / "mirror"
+    assert frt("mirror", str(mirror), "--all-variants", cwd=trusted)[0] == 0
+    ref = mirror / "models--acme--tiny-release" / "refs" / "v1"
+    commit = ref.read_text()
+    ref.unlink()
+    os.mkfifo(ref)
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
+    monkeypatch.setenv("FRT_MIRROR", str(mirror))
+    (trusted / "lockfiles" / "tiny.lock").rename(tmp_path / "tiny.lock")
+    rc, out, err = bounded(lambda: frt("lock", cwd=trusted), ref)  # a reader stuck on the FIFO fails the test
+    assert rc == 1, (out, err)
+    assert f"error: release '{REL}': {ref}: is a FIFO (named pipe), not a regular file" in err, err
+    ref.unlink()
+    ref.write_text(commit)
+    (tmp_path / "tiny.lock").rename(trusted / "lockfiles" / "tiny.lock")
+    sig = mirror / "models--acme--tiny-release" / "snapshots" / commit / "receipts" / "tiny" / "fast-decode.json.sig"
+    sig.unlink()
+    os.mkfifo(sig)
+    rc, out, err = bounded(lambda: frt("lock", cwd=trusted), sig)
+    assert rc == 1 and f"{REL}@{commit[:12]}/receipts/tiny/fast-decode.json.sig: is a FIFO (named pipe), not a regular file" in err, err
+
+
+def test_a_re_signed_receipt_is_reported_with_the_signature_files_digests(published, trusted, env):
+    """The publisher re-signs a receipt (same bytes, a new key): the upgrade report's line names the
+    signature file and its sha256 before and after, not the receipt's digest twice."""
+    before = env.files(REL, "v1", repo_type="model")["receipts/tiny/fast-decode.json.sig"]
+    priv_b, _ = make_key(published.root / "keys", "qualify-b")
+    doc = hub_manifest_doc()
+    doc["trust"] = {"receipts": {"keys": ["keys/qualify-a.pub", "keys/qualify-b.pub"]}}
+    published.write_manifest(doc)
+    assert frt("sign", "--key", str(priv_b), str(published.root / "receipts" / "tiny" / "fast-decode.json"))[0] == 0
+    published.publish()
+    after = env.files(REL, "v1", repo_type="model")["receipts/tiny/fast-decode.json.sig"]
+    assert after != before
+    rc, out, err = frt("lock", "--upgrade-release", "--allow-loss", cwd=trusted)
+    assert rc == 0, err
+    import hashlib
+
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("  ~ receipts/tiny/fast-decode.json")]
+    old, new = (hashlib.sha256(b).hexdigest()[:12] for b in (before, after))
+    assert (f"(signature fast-decode.json.sig changed: file sha256 sha256:{old} -> file sha256 sha256:{new}): "
+            "rejected") in line, line
+
+
+@pytest.mark.subprocess
+def test_a_trickling_hub_stops_at_the_commands_deadline(published, env, tmp_path):
+    """A Hub that sends the release's receipts one byte every 1.5 s (several files at once: the
+    download is parallel) never trips a per-read timeout; `frt init --from` stops at
+    ``FRT_HUB_DEADLINE`` with an ``error:`` naming a file and the setting, exit 1, nothing written.
+    (Each trickled file is ~1 kB: without the deadline the command would run for hours; the
+    process's own timeout is only the hang guard.)"""
+    from helpers.frt import frt_process
+
+    env.trickle(f"/{REL}/resolve/{published.res['commit']}/receipts/tiny/", 1.5)
+    dest = tmp_path / "c"
+    r = frt_process("init", "--from", f"hf://{REL}@v1", str(dest), timeout=60,
+                    env={"HF_ENDPOINT": env.url, "HF_HOME": str(tmp_path / "home"), "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                         "FRT_HUB_DEADLINE": "4", "FRT_HUB_TIMEOUT": "5"})
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+    assert f"{REL} receipts/tiny/" in line and "not received within FRT_HUB_DEADLINE=4s" in line, line
+    assert "hint: a large download on a slow link: raise FRT_HUB_DEADLINE" in r.stderr
+    assert not dest.exists()
+    rc, out, err = frt_main(["init", "--from", f"hf://{REL}@v1", str(dest)], env={"FRT_HUB_DEADLINE": "0"})
+    assert rc == 2 and "error: FRT_HUB_DEADLINE='0': expected a positive number" in err and not dest.exists()
+
+
+def test_upgrade_carries_the_projects_trust_whatever_valid_toml_form_it_has(published, trusted, env):
+    """A ``[trust]`` header after ``[trust.receipts]`` (valid TOML: the table was only implied before)
+    holding the publisher policy as dotted keys: `frt release upgrade` keeps it as it reads, as
+    tomllib reads it, instead of refusing the project's manifest."""
+    import tomllib
+
+    mpath = trusted / "manifests" / "tiny.toml"
+    mpath.write_text(mpath.read_text() + '\n[trust]\npublishers.remote-org.signature = "optional"\n')
+    mine = tomllib.loads(mpath.read_text())["trust"]
+    assert set(mine) == {"receipts", "publishers"}
+    assert frt("lock", cwd=trusted)[0] == 0  # the manifest reads, as tomllib reads it
+    _publish_v2(published)
+    rc, out, err = frt("release", "upgrade", "--trust", cwd=trusted)
+    assert rc == 0, err
+    got = tomllib.loads(mpath.read_text())
+    assert got["release"]["version"] == 2 and got["trust"]["publishers"] == mine["publishers"]
+    assert got["trust"]["receipts"]["keys"][:len(mine["receipts"]["keys"])] == mine["receipts"]["keys"]

@@ -944,3 +944,23 @@ def test_a_line_no_decision_reads_is_still_refused_by_verify(demo, damage, why):
     r = frt_process(["verify"], cwd=demo)
     assert r.returncode == 2 and why in r.stderr and "lockfiles/demo-decoder.lock" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_an_embedded_receipt_edited_without_its_digest_is_a_receipt_problem_in_the_report(demo):
+    """The receipt text edited, its recorded digest left: `frt verify --json` prints the verify report
+    (``ok: false`` and a ``receipt`` problem naming the receipt), as docs/reference.md documents,
+    never an error document without ``ok`` (a program reading ``ok`` would break on it)."""
+    from helpers.frt import frt_main
+
+    e = Edit(lockpath(demo))
+    row = e.receipt("fused", "prefill")
+    row["receipt"]["evidence"]["timing"]["speedup-median"] = 9.9
+    e.save(readable=False)
+    rc, out, err = frt_main(["--project", str(demo), "verify", "--json"])
+    assert rc == 1, err
+    doc = json.loads(out)
+    assert doc["ok"] is False and set(doc) >= {"ok", "lockfiles", "problems", "notes"}, doc
+    p = problem(doc, "receipt", ".digest (receipts/demo-decoder/fused--prefill--fp32--amd-epyc.json)")
+    assert p["expected"] == row["digest"] and p["computed"] == digest(row["receipt"])
+    rc, out, err = frt_main(["--project", str(demo), "verify"])
+    assert rc == 1 and "receipt: " in out and "error: verification failed" in err

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 
-from .. import settings
 from ..errors import FrtError, UsageError
 
 
@@ -32,11 +31,14 @@ def find_lock(project, model: str | None, explicit: str | None):
     lockfile needs a model). A missing lockfile is a "no" (exit 1, docs/reference.md#exit-codes)
     wherever it was named; one that does not parse is bad input."""
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
+    from ..project.discover import env_lockfile  # noqa: PLC0415
 
-    for source, given in (("--lockfile", explicit), ("FRT_LOCK", settings.value("FRT_LOCK"))):
+    named = env_lockfile()  # a relative FRT_LOCK is taken against FRT_PROJECT when that is set
+    for source, given, how in (("--lockfile", explicit, "--lockfile"),
+                               ("FRT_LOCK", named and named[0], named and named[1])):
         if given:
             if not os.path.isfile(given):  # False, not OSError, for a name too long to stat
-                raise FrtError(f"no lockfile at {given} ({source})",
+                raise FrtError(f"no lockfile at {given} ({how})",
                                hints=[f"frt lock --model {model or 'MODEL'}, or name an existing lockfile in {source}"])
             lock = Lockfile.read(given)
             if model is not None and lock.model != model:

@@ -59,11 +59,15 @@ def _init_from(args) -> int:
         raise UsageError(f"release {repo} v{version} publishes {len(models)} models ({', '.join(models) or 'none'})",
                          hints=["name one: --model MODEL"])
     fetched = release.fetch(repo, version, model, commit=commit)
-    written = init_from_release(args.dir, model, release.release_manifest(fetched))
+    text = release.release_manifest(fetched)
+    found = release.signers(fetched) if f"lockfiles/{model}.lock" in fetched.files else []
+    refused = release.refused_signers(fetched, found) if args.trust else None
+    if refused is not None:  # --trust would refuse after the project is made: refused before anything is written
+        raise refused
+    written = init_from_release(args.dir, model, text)
     root = Path(args.dir).resolve()
     from ..project.discover import Project  # noqa: PLC0415
 
-    found = release.signers(fetched) if f"lockfiles/{model}.lock" in fetched.files else []
     code = release.code_trust(fetched)
     rows = release.trust(Project(root, "project", {}), model, fetched) if args.trust else []
     doc = {"project": str(root), "model": model, "written": [p.name for p in written],

@@ -74,13 +74,14 @@ def _run(args) -> int:
     try:
         _global_options(args)
         show_warnings(args)
-        if args.command in ("lock", "mirror", "release", "init"):
-            try:
-                from ..distribution.hub import configure_timeout  # noqa: PLC0415
+        if args.command in ("lock", "mirror", "release", "init", "publish"):
+            from ..distribution.hub import configure_timeout, end_deadline  # noqa: PLC0415
 
-                configure_timeout()
-            except ImportError:  # pragma: no cover
-                pass
+            configure_timeout()  # FRT_HUB_TIMEOUT per request, FRT_HUB_DEADLINE for all of this command's
+            try:
+                return COMMANDS[args.command](args)
+            finally:
+                end_deadline()
         return COMMANDS[args.command](args)
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):  # `frt ... | head`: the reader left; end quietly

@@ -123,7 +123,7 @@ def signer_lines(found, repo, commit, code=()) -> list[str]:
                    "signer to trust, `frt lock` rejects every one")
     else:
         out.append(f"the receipts of {repo}@{commit[:12]} are signed by (its lockfile says; none is trusted yet):")
-        out += [f"  {_signer(s)} ({s['receipts']} receipt(s))" for s in found]
+        out += [f"  {_signer(s)} ({s['receipts']} receipt(s))" + _refused(s) for s in found]
     pk = [c for c in code if c["kind"] == "package"]
     if pk:
         out.append("the release's manifest trusts the code of (not copied; none is trusted yet):")
@@ -138,6 +138,11 @@ def signer_lines(found, repo, commit, code=()) -> list[str]:
     return out
 
 
+def _refused(s: dict) -> str:
+    """A signer `frt release trust` will not add: why, printed safely."""
+    return f"; refused: {shown(s['refused'])}" if s.get("refused") else ""
+
+
 def _keys(keys: dict) -> str:
     from ..release.consume import _toml_value  # noqa: PLC0415
 
@@ -147,7 +152,8 @@ def _keys(keys: dict) -> str:
 def _signer(s: dict) -> str:
     if s["kind"] == "package":
         return f"package {shown(s['repo'])} ({_keys({k: s[k] for k in ('trust', 'signature', 'signer') if k in s})})"
-    return f"key {s['keyid']}" if s["kind"] == "key" else f"identity {shown(s['identity'])} (issuer {shown(s['issuer'])})"
+    return f"key {shown(s['keyid'])}" if s["kind"] == "key" else \
+        f"identity {shown(s['identity'])} (issuer {shown(s['issuer'])})"
 
 
 def trust_lines(rows, repo, commit) -> list[str]:
@@ -243,6 +249,9 @@ def _upgrade(args, project, model, m) -> int:
         emit(args, {"ok": True, "upgrade": doc}, "\n".join(lines))
         return 0
     text, _ = upgrade.apply(project, model, new)
+    refused = release.refused_signers(new, signers) if args.trust else None
+    if refused is not None:  # --trust would refuse them: said before anything is written
+        raise refused
     old_text = mpath.read_bytes()
     keys_before = {p: p.read_bytes() for p in (project.root / "keys").rglob("*") if p.is_file()} \
         if (project.root / "keys").is_dir() else {}

@@ -12,40 +12,141 @@ frt then reads its files to compute them.
 
 from __future__ import annotations
 
+import time
+
 from .. import settings
 from ..base.record import dataclass
 from ..errors import HubError
 
-__all__ = ["HubClient", "RemoteVariant", "configure_timeout", "apply_timeout"]
+__all__ = ["HubClient", "RemoteVariant", "configure_timeout", "apply_timeout", "end_deadline", "deadline_error"]
 
 REPO_TYPE = "kernel"
 DEFAULT_TIMEOUT_S = 30.0
 
 
 _TIMEOUT_S: float | None = None
+# FRT_HUB_DEADLINE: when (time.monotonic()) every Hub transfer of the running command must have ended,
+# and the setting's value for messages; None outside a command (a library caller's requests are its own)
+_DEADLINE: float | None = None
+_DEADLINE_S: float | None = None
 
 
-def configure_timeout(seconds: float | None = None) -> None:
+def configure_timeout(seconds: float | None = None, *, deadline: float | None = None) -> None:
     """Give the Hub requests frt makes a timeout (``huggingface_hub``'s shared HTTP
-    client has none by default, so a Hub that hangs would hang ``frt lock``). Called
-    by the CLI (``FRT_HUB_TIMEOUT``, default 30 s); library callers keep whatever
+    client has none by default, so a Hub that hangs would hang ``frt lock``), and the command one
+    deadline for all of them (``FRT_HUB_DEADLINE``, from now): a Hub that trickles a byte at a time
+    never trips a per-read timeout, and several files fetched in parallel each take their own. Called
+    by the CLI at a command's start (``FRT_HUB_TIMEOUT``, default 30 s); library callers keep whatever
     client they configured unless they call it."""
-    global _TIMEOUT_S
+    global _TIMEOUT_S, _DEADLINE, _DEADLINE_S
     _TIMEOUT_S = float(seconds if seconds is not None else settings.number("FRT_HUB_TIMEOUT"))
+    _DEADLINE_S = float(deadline if deadline is not None else settings.number("FRT_HUB_DEADLINE"))
+    _DEADLINE = time.monotonic() + _DEADLINE_S
+
+
+def end_deadline() -> None:
+    """The command is over: its deadline no longer bounds requests made in this process."""
+    global _DEADLINE, _DEADLINE_S
+    _DEADLINE = _DEADLINE_S = None
+
+
+def deadline_error(what: str | None = None) -> HubError | None:
+    """The error for a Hub transfer stopped by ``FRT_HUB_DEADLINE`` (``what``: the file or request),
+    or None while the deadline has not passed (or there is none)."""
+    if _DEADLINE is None or time.monotonic() < _DEADLINE:
+        return None
+    what = what or "a Hub transfer"
+    return HubError(f"{what}: not received within FRT_HUB_DEADLINE={_DEADLINE_S:g}s, the deadline of all of this "
+                    "command's Hub transfers (those in parallel and retries included); nothing was written",
+                    reasons=[{"request": what, "reason": f"FRT_HUB_DEADLINE={_DEADLINE_S:g}s passed"}],
+                    hints=["a large download on a slow link: raise FRT_HUB_DEADLINE (seconds); a Hub that answers "
+                           "this slowly: check HF_ENDPOINT and the network, then retry"])
+
+
+def _what(request) -> str:
+    """The file a Hub request fetches (``<org>/<name> <path>`` of a ``.../resolve/<rev>/<path>`` URL),
+    else the request itself, for the deadline's message."""
+    from urllib.parse import unquote  # noqa: PLC0415
+
+    segs = [unquote(x) for x in request.url.path.split("/")]
+    if "resolve" in segs:
+        i = segs.index("resolve")
+        if i >= 2 and len(segs) > i + 2:
+            from ..documents.lock_release import shown  # noqa: PLC0415
+
+            return shown(f"{segs[i - 2]}/{segs[i - 1]} {'/'.join(segs[i + 2:])}")
+    return f"{request.method} {request.url.path}"
+
+
+def _on_request(request) -> None:
+    """Before each request on the shared client: none starts past the deadline, and none may wait
+    (connect, read, write) longer than what is left of it."""
+    if _DEADLINE is None:
+        return
+    left = _DEADLINE - time.monotonic()
+    if left <= 0:
+        raise deadline_error(_what(request))
+    t = dict(request.extensions.get("timeout") or {})
+    for k in ("connect", "read", "write", "pool"):
+        t[k] = left if t.get(k) is None else min(t[k], left)
+    request.extensions = {**request.extensions, "timeout": t}
+
+
+def _on_response(response) -> None:
+    """Each answer's body is read through a ``DeadlineStream``: a trickle ends at the deadline."""
+    cls = _deadline_stream()
+    if _DEADLINE is not None and not isinstance(response.stream, cls):
+        response.stream = cls(response.stream, _what(response.request))
+
+
+_STREAM: list = []  # the DeadlineStream class, made when httpx2 is first needed (not by `import frt_dist`)
+
+
+def _deadline_stream():
+    if not _STREAM:
+        import httpx2  # noqa: PLC0415 - huggingface_hub's HTTP client
+
+        class DeadlineStream(httpx2.SyncByteStream):
+            """A response body whose every chunk is checked against the command's deadline."""
+
+            def __init__(self, inner, what: str):
+                self.inner, self.what = inner, what
+
+            def __iter__(self):
+                for chunk in self.inner:
+                    err = deadline_error(self.what)
+                    if err is not None:
+                        raise err
+                    yield chunk
+
+            def close(self) -> None:
+                self.inner.close()
+
+        _STREAM.append(DeadlineStream)
+    return _STREAM[0]
 
 
 def _apply_timeout() -> None:
-    """Set the timeout on the shared client (public ``get_session``; the client is
-    recreated after a fork or a TLS error, so it is set again before each call)."""
-    if _TIMEOUT_S is not None:
-        from huggingface_hub import get_session  # noqa: PLC0415
+    """Set the timeout and the deadline's hooks on the shared client (public ``get_session``,
+    ``event_hooks``; the client is recreated after a fork or a TLS error, so it is set again before
+    each call)."""
+    if _TIMEOUT_S is None and _DEADLINE is None:
+        return
+    from huggingface_hub import get_session  # noqa: PLC0415
 
-        get_session().timeout = _TIMEOUT_S
+    session = get_session()
+    if _TIMEOUT_S is not None:
+        session.timeout = _TIMEOUT_S
+    hooks = {k: list(v) for k, v in session.event_hooks.items()}
+    for kind, hook in (("request", _on_request), ("response", _on_response)):
+        if hook not in hooks.setdefault(kind, []):
+            hooks[kind].append(hook)
+            session.event_hooks = hooks
 
 
 def apply_timeout() -> None:
-    """``configure_timeout``'s timeout on the shared client, for another module that asks the Hub
-    through huggingface_hub (``frt_dist.release.consume``)."""
+    """``configure_timeout``'s timeout and deadline on the shared client, for another module that asks
+    the Hub through huggingface_hub (``frt_dist.release.consume``)."""
     _apply_timeout()
 
 
@@ -71,7 +172,17 @@ class HubClient:
 
         _apply_timeout()
         try:
-            return fn()
+            try:
+                return fn()
+            except HubError:
+                raise
+            except Exception:  # a timeout (or what a library made of it) once the deadline passed: said as such
+                err = deadline_error(f"package {repo!r}: {what}")
+                if err is not None:
+                    raise err from None
+                raise
+        except HubError:
+            raise
         except hf_errors.OfflineModeIsEnabled:
             raise HubError(f"package {repo!r}: the Hub cannot be asked: offline mode is on ({what})",
                            reasons=[{"package": repo, "reason": "offline (HF_HUB_OFFLINE)"}],

@@ -290,6 +290,9 @@ def download_variant(repo: str, revision: str, variant: str) -> tuple[Path, Path
     (the variant folder, its ``kernels--<org>--<name>`` tree). ``NotFound`` when the Hub fails."""
     from huggingface_hub import snapshot_download  # noqa: PLC0415
 
+    from .hub import apply_timeout  # noqa: PLC0415
+
+    apply_timeout()  # a command's FRT_HUB_TIMEOUT and FRT_HUB_DEADLINE (none for a library caller)
     try:
         snap = Path(snapshot_download(repo, repo_type="kernel", revision=revision,
                                       allow_patterns=[f"build/{variant}/*"], ignore_patterns=_BYTECODE,
@@ -379,6 +382,9 @@ def locate_file(pkg, item: LockedFile, *, project_root: Path, offline: bool,
         raise Unsupplied(item, None, "not in the hub cache and the Hub is offline (HF_HUB_OFFLINE)")
     from huggingface_hub import hf_hub_download  # noqa: PLC0415
 
+    from .hub import apply_timeout  # noqa: PLC0415
+
+    apply_timeout()  # a command's FRT_HUB_TIMEOUT and FRT_HUB_DEADLINE (none for a library caller)
     staging = tempfile.mkdtemp(prefix=staging_prefix)
     try:
         return Path(hf_hub_download(pkg.repo, rel, repo_type="kernel", revision=pkg.revision,

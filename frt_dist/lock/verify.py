@@ -166,7 +166,15 @@ def _stale_receipt_files(lock, label: str, project) -> list[dict]:
     from .build import rejected_digest  # noqa: PLC0415 - a file's digest, whatever it holds
 
     out = []
-    for rec in sorted(lock.receipts.values(), key=lambda r: (r.file, r.digest)):
+    readable = []
+    for d in lock.receipts:
+        try:
+            readable.append(lock.receipts[d])
+        except LockfileError as exc:
+            if exc.exit_code == 2:
+                raise
+            continue  # an embedded receipt that does not read (or match its digest): rederive reports it, by kind
+    for rec in sorted(readable, key=lambda r: (r.file, r.digest)):
         if names.problem("path", rec.file):
             continue  # (an unsafe name is never followed; rederive reports it)
         p = Path(project.root) / rec.file

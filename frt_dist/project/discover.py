@@ -27,7 +27,7 @@ from ..base.record import dataclass, field
 from ..documents.schema import parse_toml
 from ..errors import FrtError, NoProject, UsageError
 
-__all__ = ["Project", "bundled_root", "import_entry", "lock_root", "no_project"]
+__all__ = ["Project", "bundled_root", "import_entry", "lock_root", "no_project", "env_lockfile"]
 
 
 @functools.cache
@@ -174,6 +174,22 @@ class Project:
                 return found
             return cls(lock.parent, _kind(lock.parent, {}), {})
         raise no_project(here, python=python)
+
+
+def env_lockfile() -> tuple[str, str] | None:
+    """The lockfile ``FRT_LOCK`` names, and how its path was taken (for messages), or None when unset.
+    A relative ``FRT_LOCK`` is taken against ``FRT_PROJECT`` when that is set (the two name one
+    deployment, as a service's environment does: ``FRT_PROJECT=/srv/p FRT_LOCK=lockfiles/m.lock``),
+    else against the current folder (docs/reference.md#environment)."""
+    given = env.value("FRT_LOCK")
+    if not given:
+        return None
+    proj = env.value("FRT_PROJECT")
+    if proj and not os.path.isabs(os.path.expanduser(given)):
+        return os.path.join(proj, given), f"FRT_LOCK={given}, relative to FRT_PROJECT={proj}"
+    how = "FRT_LOCK" if os.path.isabs(os.path.expanduser(given)) else \
+        f"FRT_LOCK={given}, relative to the current folder {os.getcwd()}"
+    return os.path.expanduser(given), how
 
 
 def no_project(here: Path, *, python: bool = False) -> NoProject:

@@ -453,8 +453,10 @@ def _cert_identity(cert) -> str:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         return "no identity"
+    from ..documents.lock_release import shown  # noqa: PLC0415 - a certificate's names are printed as what they are
+
     names = san.get_values_for_type(x509.UniformResourceIdentifier) + san.get_values_for_type(x509.RFC822Name)
-    return ", ".join(names) or "no identity"
+    return shown(", ".join(names)) or "no identity"
 
 
 def check_bundle(bundle, digest_hex: str, identities, *, trusted_root: Path | None = None) -> tuple[Identity | None, str | None]:

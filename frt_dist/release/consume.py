@@ -42,7 +42,8 @@ from ..errors import (
 )
 
 __all__ = ["Fetched", "LockRelease", "ReleaseError", "parse_ref", "fetch", "for_lock", "trust", "signers",
-           "change", "change_lines", "NO_POLICY", "REPO_TYPE", "is_release_label", "label_prefix",
+           "refused_signers", "identity_problem", "change", "change_lines", "NO_POLICY", "REPO_TYPE",
+           "is_release_label", "label_prefix",
            "mirror_files", "mirror_problems", "stale_reasons", "release_manifest", "models_of", "api", "hub_call",
            "branch_commit", "SIG_SUFFIXES", "code_trust", "release_code_trust", "store_files", "release_key"]
 
@@ -112,8 +113,18 @@ def hub_call(repo: str, what: str, fn, *, writing: bool = False):
 
 
 def _hub_call(repo: str, what: str, fn, *, writing: bool, hf_errors, httpx2):
+    from ..distribution.hub import deadline_error  # noqa: PLC0415
+
     try:
-        return fn()
+        try:
+            return fn()
+        except FrtError:
+            raise
+        except Exception:  # a timeout (or what huggingface_hub made of it) once FRT_HUB_DEADLINE passed: said as such
+            err = deadline_error(f"release {repo!r}: {what}")
+            if err is not None:
+                raise err from None
+            raise
     except hf_errors.OfflineModeIsEnabled:
         raise ReleaseError(f"release {repo!r}: the Hub cannot be asked: offline mode is on ({what})",
                            hints=["unset HF_HUB_OFFLINE, or lock from a mirror that holds the release "
@@ -190,8 +201,12 @@ def _wanted(model: str, rel: str) -> bool:
     return rel.startswith(f"receipts/{model}/") and rel.endswith((".json", ".json.sig", ".json.sigstore"))
 
 
-def _patterns(model: str) -> list[str]:
-    return [f"manifests/{model}.toml", f"lockfiles/{model}.lock", f"receipts/{model}/*"]
+_LAYOUT = ("manifests", "lockfiles", "receipts")  # the release layout's folders (any model's)
+
+
+def _in_layout(rel: str) -> bool:
+    """Whether a path a Hub lists claims a place in the release layout (whatever its name does after)."""
+    return re.split(r"[/\\]", rel.lstrip("/\\"), maxsplit=1)[0] in _LAYOUT
 
 
 def cache_folder(repo: str) -> str:
@@ -199,13 +214,36 @@ def cache_folder(repo: str) -> str:
     return "models--" + "--".join(repo.split("/"))
 
 
-def _scan(root: Path, model: str) -> dict[str, str]:
-    out = {}
+MAX_REF_BYTES = 4096  # a mirror's refs/v<N>: one commit id
+
+
+def _read(path: Path, label: str) -> bytes:
+    """A release file of a mirror or a hub cache, read only when it is a regular file (a FIFO, a
+    device or a folder there is refused, never opened for reading) and at most ``MAX_FILE_BYTES``."""
+    from ..documents.schema import read_bytes  # noqa: PLC0415
+
+    try:
+        return read_bytes(path, ReleaseError, label, limit=MAX_FILE_BYTES)
+    except ReleaseError as exc:
+        exc.hints.append(f"remove {path} (a damaged or planted copy); `frt mirror DIR` where the Hub is reachable "
+                         "writes the release's files again")
+        raise
+
+
+def _scan(root: Path, model: str, label: str, only=None) -> tuple[dict[str, str], list[str]]:
+    """The sha256 of each release file of ``model`` under the snapshot folder ``root`` (each read as
+    ``_read`` reads), and the files there that ``only`` (the files a lock records at this commit;
+    None: every file) leaves out, not read."""
+    out, extra = {}, []
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
-        if p.is_file() and _wanted(model, rel) and not names.problem("path", rel):
-            out[rel] = _sha256(p.read_bytes())
-    return out
+        if not _wanted(model, rel) or p.is_dir():
+            continue
+        if (only is not None and rel not in only) or names.problem("path", rel):
+            extra.append(rel)
+            continue
+        out[rel] = _sha256(_read(p, f"{label}/{rel}"))
+    return out, extra
 
 
 def _local_snapshot(repo: str, commit: str, want: dict[str, str] | None, dirs: list[Path]) -> Path | None:
@@ -218,19 +256,28 @@ def _local_snapshot(repo: str, commit: str, want: dict[str, str] | None, dirs: l
         if want is None:
             return snap
         try:
-            if all((snap / rel).is_file() and _sha256((snap / rel).read_bytes()) == sha for rel, sha in want.items()):
+            if all(_sha256(_read(snap / rel, rel)) == sha for rel, sha in want.items()):
                 return snap
-        except OSError:
+        except (OSError, FrtError):
             continue
     return None
 
 
 def _local_ref(repo: str, version: int, dirs: list[Path]) -> str | None:
+    from ..documents.schema import read_bytes  # noqa: PLC0415
+
     for d in dirs:
         p = d / cache_folder(repo) / "refs" / f"v{version}"
+        if not os.path.lexists(p):
+            continue
+        try:  # a FIFO there is refused, never waited on
+            data = read_bytes(p, ReleaseError, f"release {repo!r}: {p}", limit=MAX_REF_BYTES)
+        except ReleaseError as exc:
+            exc.hints.append("remove it; `frt mirror DIR` where the Hub is reachable writes the mirror's release again")
+            raise
         try:
-            text = p.read_text("ascii").strip()
-        except (OSError, UnicodeDecodeError):
+            text = data.decode("ascii").strip()
+        except UnicodeDecodeError:
             continue
         if _HEX40.match(text):
             return text
@@ -246,11 +293,43 @@ def _dirs(mirror: str | None) -> list[Path]:
     return out + cache_dirs()
 
 
+def _hub_files(repo: str, commit: str, model: str) -> list[str]:
+    """The release files of ``model`` the Hub lists at ``commit`` (one recursive listing). A listed
+    file that claims a place in the release layout with a name that is not a plain relative path
+    there (``..``, absolute, a control character: docs/reference.md#names) is refused, naming it:
+    nothing of the release is read then."""
+    from huggingface_hub.hf_api import RepoFile  # noqa: PLC0415
+
+    from .record import shown  # noqa: PLC0415
+
+    client = api()
+    listed = hub_call(repo, f"list files at {commit[:12]}", lambda: [
+        e.path for e in client.list_repo_tree(repo, revision=commit, repo_type=REPO_TYPE, recursive=True)
+        if isinstance(e, RepoFile)])
+    out = []
+    for rel in listed:
+        if not isinstance(rel, str) or not _in_layout(rel):
+            continue
+        why = names.problem("path", rel)
+        if why:
+            raise ReleaseError(f"release {repo!r} at {commit[:12]}: the Hub lists a file {shown(rel)!r} whose name "
+                               f"{why}: not a file of the release layout (manifests/, lockfiles/, receipts/); "
+                               "nothing was read or written",
+                               reasons=[{"repo": repo, "commit": commit, "file": shown(rel), "reason": why}],
+                               hints=["ask the publisher to remove the file and push the release again"])
+        if _wanted(model, rel):
+            out.append(rel)
+    return sorted(out)
+
+
 def fetch(repo: str, version: int, model: str, *, commit: str | None = None, recorded: dict | None = None,
           mirror: str | None = None) -> Fetched:
     """The release files of ``model`` in ``repo`` at ``commit`` (None: the head of branch ``v<version>``).
     A commit whose recorded files (``recorded``: path -> sha256) are all in a mirror or the hub cache
-    asks the Hub nothing; offline (``HF_HUB_OFFLINE``) the mirror and the caches are all there is."""
+    asks the Hub nothing; offline (``HF_HUB_OFFLINE``) the mirror and the caches are all there is.
+    With ``recorded`` (the commit a lock pins) the release is exactly those files: any other file
+    the snapshot folder holds or the Hub lists at that commit is left out, unread, and named in an
+    ``FrtWarning`` (only an upgrade reads the release anew)."""
     from ..distribution.sources import is_offline  # noqa: PLC0415
 
     dirs = _dirs(mirror)
@@ -270,6 +349,7 @@ def fetch(repo: str, version: int, model: str, *, commit: str | None = None, rec
                                "Hub is offline (HF_HUB_OFFLINE)",
                                hints=["mirror the release where the Hub is reachable (`frt mirror DIR`), and name "
                                       "the mirror ([tool.frt] mirror, FRT_MIRROR)"])
+    listed_extra = []
     if root is None:
         import sys  # noqa: PLC0415
 
@@ -278,17 +358,36 @@ def fetch(repo: str, version: int, model: str, *, commit: str | None = None, rec
 
         if not sys.stderr.isatty():  # progress on a terminal only (docs/reference.md#common-options)
             disable_progress_bars()
+        take = _hub_files(repo, commit, model)
+        if recorded:
+            listed_extra = [rel for rel in take if rel not in recorded]
+            take = [rel for rel in take if rel in recorded]
+        from ..distribution.sources import cache_dirs  # noqa: PLC0415
 
+        # the exact names (plain relative paths: no pattern character), not the release's patterns, into the
+        # hub cache frt looks in (huggingface_hub's own, as the environment names it now)
         root = Path(hub_call(repo, f"files at {commit[:12]}", lambda: snapshot_download(
-            repo, repo_type=REPO_TYPE, revision=commit, allow_patterns=_patterns(model),
+            repo, repo_type=REPO_TYPE, revision=commit, allow_patterns=take or ["/"], cache_dir=cache_dirs()[-1],
             endpoint=settings.value("HF_ENDPOINT"))))
-    got = Fetched(repo, version, commit, model, root, _scan(root, model))
+    files, extra = _scan(root, model, f"{repo}@{commit[:12]}", only=recorded or None)
+    got = Fetched(repo, version, commit, model, root, files)
     if recorded:
         bad = sorted(rel for rel, sha in recorded.items() if got.files.get(rel) != sha)
         if bad:
             raise ReleaseError(f"release {repo!r} at {commit[:12]}: {', '.join(bad)} differ from the sha256 the "
                                "lock records (a damaged mirror or cache)",
                                hints=["remove the damaged copy and run `frt lock` again where the Hub is reachable"])
+        extra = sorted(set(extra) | set(listed_extra))
+        if extra:
+            import warnings  # noqa: PLC0415
+
+            from ..errors import FrtWarning  # noqa: PLC0415
+            from .record import shown  # noqa: PLC0415
+
+            warnings.warn(f"release {repo} at {commit[:12]}: {len(extra)} file(s) the lock does not record at this "
+                          f"commit ignored: {', '.join(shown(x) for x in extra)} (a commit's files never change on "
+                          "the Hub; `frt lock --upgrade-release` reads the release anew and reports each change)",
+                          FrtWarning, stacklevel=2)
     return got
 
 
@@ -411,14 +510,15 @@ def change(old, new) -> dict | None:
            "added": [], "removed": [], "edited": []}
     for rel in sorted(set(before) | set(after)):
         x, y = before.get(rel), after.get(rel)
-        resigned = any(sigs_a.get(rel + s) != sigs_b.get(rel + s) for s in SIG_SUFFIXES)
+        sig_changes = [{"file": rel + s, "from": sigs_a.get(rel + s), "to": sigs_b.get(rel + s)}
+                       for s in SIG_SUFFIXES if sigs_a.get(rel + s) != sigs_b.get(rel + s)]
         if x is None:
             out["added"].append({"file": rel, "sha256": y, "verdict": verdict(rel)})
         elif y is None:
             out["removed"].append({"file": rel, "sha256": x})
-        elif x != y or resigned:
-            out["edited"].append({"file": rel, "from": x, "to": y, "signature-changed": resigned,
-                                  "verdict": verdict(rel)})
+        elif x != y or sig_changes:
+            out["edited"].append({"file": rel, "from": x, "to": y, "signature-changed": bool(sig_changes),
+                                  "signatures": sig_changes, "verdict": verdict(rel)})
     return out
 
 
@@ -434,12 +534,17 @@ def change_lines(ch: dict, *, reasons: bool = True) -> list[str]:
 
     head = f"release {ch['repo']} v{ch['version']}: "
     lines = [head + (f"commit {ch['from'][:12]} -> {ch['to'][:12]}" if ch["from"] else f"pinned at commit {ch['to'][:12]}")]
+    def sig(d):  # a signature file's sha256 on one side of a change, or its absence
+        return f"file sha256 {short_digest(d)}" if d else "none"
+
     for it in ch["added"]:
         lines.append(f"  + {it['file']} (file sha256 {short_digest(it['sha256'])}): {verdict(it['verdict'])}")
     for it in ch["edited"]:
-        what = (f"edited: file sha256 {short_digest(it['from'])} -> {short_digest(it['to'])}" if it["from"] != it["to"]
-                else f"signature changed, file sha256 {short_digest(it['to'])}")
-        lines.append(f"  ~ {it['file']} ({what}): {verdict(it['verdict'])}")
+        parts = [f"edited: file sha256 {short_digest(it['from'])} -> {short_digest(it['to'])}"] if it["from"] != it["to"] \
+            else []
+        parts += [f"signature {s['file'].rsplit('/', 1)[-1]} changed: {sig(s['from'])} -> {sig(s['to'])}"
+                  for s in it.get("signatures", [])]
+        lines.append(f"  ~ {it['file']} ({'; '.join(parts)}): {verdict(it['verdict'])}")
     for it in ch["removed"]:
         lines.append(f"  - {it['file']} (file sha256 {short_digest(it['sha256'])}): removed from the release")
     return lines
@@ -464,12 +569,50 @@ def stale_reasons(old, new) -> list[str]:
 # trust: the explicit step
 
 
+def _release_digests(fetched: Fetched) -> set[str]:
+    """The receipt digests of the receipts the release itself holds (its ``receipts/<model>/*.json``):
+    a signature row of its lockfile for any other receipt signs nothing of this release."""
+    from ..base.canonical import digest  # noqa: PLC0415
+    from ..documents.schema import json_loads  # noqa: PLC0415
+
+    out = set()
+    for rel in fetched.files:
+        if rel.endswith(".json"):
+            try:
+                out.add(digest(json_loads(fetched.read(rel))))
+            except (FrtError, ValueError, TypeError):
+                continue  # not a receipt: `frt lock` rejects it, naming it
+    return out
+
+
+def identity_problem(identity, issuer) -> str | None:
+    """Why a Sigstore signer from a release cannot be printed as is or trusted: a control (or other
+    unprintable) character, which could rewrite what a terminal shows; an empty identity or
+    issuer, or an issuer that is not an https URL (no manifest could hold it). ``None`` when fine."""
+    if not isinstance(identity, str) or not isinstance(issuer, str):
+        return "its identity or issuer is not a string"
+    if not all(c.isprintable() for c in identity + issuer):
+        return "it holds a control character: a Sigstore identity or issuer with a control character is never trusted"
+    if not identity:
+        return "its identity is empty"
+    if not issuer:
+        return f"identity {identity!r} with an empty issuer"
+    if not issuer.startswith("https://"):
+        return f"its issuer {issuer!r} is not an OIDC issuer URL (https://...)"
+    return None
+
+
 def signers(fetched: Fetched) -> list[dict]:
-    """The signers the release's lockfile records for its receipts: ``{"kind": "key", "keyid", "pem",
-    "receipts"}`` (the PEM as that lock pins it, its keyid checked) or ``{"kind": "sigstore",
-    "identity", "issuer", "receipts"}``."""
+    """The signers the release's lockfile records for the receipts the release holds: ``{"kind": "key",
+    "keyid", "pem", "receipts"}`` (the PEM as that lock pins it, checked against its keyid) or
+    ``{"kind": "sigstore", "identity", "issuer", "receipts"}``; ``receipts`` counts the release's own
+    receipt files each signs (a row for a receipt the release does not hold counts for nothing). A
+    signer that cannot be trusted carries ``"refused"``: why (a PEM that is not the key its keyid
+    names, an identity with a control character or an empty issuer); ``frt release trust`` refuses
+    while any does."""
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
     from ..errors import LockfileError  # noqa: PLC0415
+    from ..provenance.signing import key_from_pin  # noqa: PLC0415
 
     rel = f"lockfiles/{fetched.model}.lock"
     if rel not in fetched.files:
@@ -478,25 +621,55 @@ def signers(fetched: Fetched) -> list[dict]:
         theirs = Lockfile.read(fetched.path(rel), label=f"{fetched.repo}/{rel}")
     except LockfileError as exc:
         raise ReleaseError(f"release {fetched.repo!r}: {exc}") from None
-    pems = {pin["keyid"]: pin for pin in theirs.receipt_keys.values()}
+    own = _release_digests(fetched)
+    pems = {pin["keyid"]: (path, pin) for path, pin in theirs.receipt_keys.items()}
     found: dict[tuple, dict] = {}
     for row in theirs.signatures.values():
+        if row.get("receipt") not in own:
+            continue
         if row["kind"] == "key":
-            pin = pems.get(row["signer"])
-            if pin is None:
-                continue
-            from ..provenance.signing import key_from_pin  # noqa: PLC0415
-
-            key, why = key_from_pin(row["signer"], pin)
-            if key is None:
-                continue
-            s = found.setdefault(("key", key.keyid), {"kind": "key", "keyid": key.keyid, "pem": key.pem, "receipts": 0})
+            kid = row["signer"]
+            s = found.get(("key", kid))
+            if s is None:
+                s = found[("key", kid)] = {"kind": "key", "keyid": kid, "pem": None, "receipts": 0}
+                if kid not in pems:
+                    s["refused"] = f"its lockfile pins no public key (receipt-keys) for {kid}"
+                else:
+                    path, pin = pems[kid]
+                    key, why = key_from_pin(path, pin)
+                    if key is None:
+                        s["refused"] = (f"the PEM its lockfile pins for {path} is not the key {kid} its signatures "
+                                        f"name ({why})")
+                    else:
+                        s["pem"] = key.pem
         else:
-            s = found.setdefault(("sigstore", row["signer"], row.get("issuer")),
-                                 {"kind": "sigstore", "identity": row["signer"], "issuer": row.get("issuer"),
-                                  "receipts": 0})
+            issuer = row.get("issuer")
+            s = found.setdefault(("sigstore", row["signer"], issuer),
+                                 {"kind": "sigstore", "identity": row["signer"], "issuer": issuer, "receipts": 0})
+            why = identity_problem(row["signer"], issuer)
+            if why:
+                s["refused"] = why
         s["receipts"] += 1
-    return [found[k] for k in sorted(found)]
+    return [found[k] for k in sorted(found, key=lambda k: tuple(str(x) for x in k))]
+
+
+def refused_signers(fetched: Fetched, found: list[dict]) -> ReleaseError | None:
+    """The error ``frt release trust`` raises, before it writes anything, when a signer of ``found``
+    (``signers``) cannot be trusted: each named, printed safely."""
+    from .record import shown  # noqa: PLC0415
+
+    bad = [s for s in found if s.get("refused")]
+    if not bad:
+        return None
+    who = [(f"key {shown(s['keyid'])}" if s["kind"] == "key" else
+            f"identity {shown(s['identity'])} (issuer {shown(s['issuer'])})") + f": {shown(s['refused'])}" for s in bad]
+    return ReleaseError(f"release {fetched.repo!r} at {fetched.commit[:12]}: its lockfile names {len(bad)} signer(s) frt "
+                        "cannot trust; nothing was written:\n  " + "\n  ".join(who),
+                        reasons=[{"repo": fetched.repo, "commit": fetched.commit, "signer": shown(s.get("keyid") or
+                                                                                                   s.get("identity")),
+                                  "reason": shown(s["refused"])} for s in bad],
+                        hints=["ask the publisher to fix its lockfile and push again; trust no signer from this "
+                               "release until then"])
 
 
 def code_trust(fetched: Fetched) -> list[dict]:
@@ -544,12 +717,14 @@ def trust(project, model: str, fetched: Fetched) -> list[dict]:
     package this manifest uses (``trust = true``, and a publisher-signature policy). Returns one row
     per signer and per package with ``"added"`` true or false (already there). Nothing is written when
     the manifest cannot be edited in place."""
-    from ..documents.lock_writer import write_atomic  # noqa: PLC0415
     from ..documents.manifest import Manifest  # noqa: PLC0415
     from ..documents.schema import load_toml  # noqa: PLC0415
     from ..errors import ManifestError  # noqa: PLC0415
 
     found = signers(fetched)
+    refused = refused_signers(fetched, found)
+    if refused is not None:
+        raise refused
     code = code_trust(fetched)
     if not found and not any(c["kind"] == "package" for c in code):
         raise ReleaseError(f"release {fetched.repo!r} at {fetched.commit[:12]}: its lockfile records no receipt "
@@ -623,13 +798,48 @@ def trust(project, model: str, fetched: Fetched) -> list[dict]:
                          "place; nothing was written",
                          hints=["set these yourself (and write the key files from the release's lockfile, "
                                 "receipt-keys): " + "; ".join(lines)])
-    for rel, pem in new_files.items():
-        p = project.root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(p, pem)
-    write_atomic(mpath, new_text.encode("utf-8"))
-    Manifest.read(mpath, label=label)  # it must read back (a failure here names the field)
+    try:  # the manifest as it will read back, checked before anything is written
+        Manifest.from_dict(parse_toml(new_text.encode("utf-8"), ManifestError, label), file=label)
+    except ManifestError as exc:
+        raise ReleaseError(f"release {fetched.repo!r}: trusting what its lockfile names would leave {label} "
+                           f"unreadable ({exc}); nothing was written",
+                           hints=["ask the publisher to fix its lockfile and push again"]) from None
+    _write_all(project.root, new_files, mpath, new_text.encode("utf-8"))
     return rows
+
+
+def _write_all(root: Path, files: dict[str, bytes], mpath: Path, manifest: bytes) -> None:
+    """Write the key ``files`` (project-relative), then the manifest, each atomically; when any write
+    fails, the files written so far are put back as they were (and the folders made for them
+    removed), so a failed trust leaves the project as it found it."""
+    from ..documents.lock_writer import write_atomic  # noqa: PLC0415
+
+    done: list[tuple[Path, bytes | None]] = []
+    made: list[Path] = []
+    try:
+        for rel, data in files.items():
+            p = root / rel
+            missing = [d for d in (p.parent, *p.parent.parents) if not d.exists() and root in d.parents]
+            p.parent.mkdir(parents=True, exist_ok=True)
+            made += reversed(missing)
+            done.append((p, p.read_bytes() if p.is_file() else None))
+            write_atomic(p, data)
+        write_atomic(mpath, manifest)
+    except BaseException:
+        for p, old in reversed(done):
+            try:
+                if old is None:
+                    p.unlink(missing_ok=True)
+                else:
+                    write_atomic(p, old)
+            except OSError:
+                pass
+        for d in reversed(made):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        raise
 
 
 def _toml_value(v) -> str:
@@ -855,8 +1065,8 @@ def release_manifest(fetched: Fetched) -> str:
                f"\n[release]\nrepo = \"{fetched.repo}\"\nversion = {fetched.version}\n")
         data = parse_toml(out.encode("utf-8"), ManifestError, label)
     if data != want:
-        raise ReleaseError(f"release {fetched.repo!r}: {rel} is written in a form frt cannot take apart "
-                           "([trust.receipts] or a package's trust as an inline table?)",
+        raise ReleaseError(f"release {fetched.repo!r}: {rel} could not be written again without the publisher's "
+                           "trust so that it reads as the release's, less that trust",
                            hints=["write the manifest by hand: the release's, without [trust.receipts], "
                                   "[trust.publishers] and the packages' trust/signature/signer keys, plus "
                                   f"[release] repo = \"{fetched.repo}\", version = {fetched.version}"])
@@ -901,7 +1111,7 @@ def store_files(lock, store, *, progress=None) -> list[str]:
     src = fetch(rel["repo"], rel["version"], lock.model, commit=rel["commit"], recorded=rel["files"])
     sent = []
     for path, sha in sorted(rel["files"].items()):
-        data = src.path(path).read_bytes()
+        data = src.read(path)
         if _sha256(data) != sha:  # (fetch checked it; a file changed since is not sent)
             raise ReleaseError(f"release {rel['repo']} {path}: not the bytes the lock records; not published")
         key = release_key(sha)
@@ -946,7 +1156,7 @@ def mirror_files(lock, top, tmp, *, progress=None, store=None) -> list[dict]:
                 return [{"kind": "missing", "path": f"{cache_folder(rel['repo'])}/snapshots/{rel['commit']}",
                          "reason": f"release {rel['repo']}: {exc}"}]
             raise
-        src = type("_Local", (), {"read": staticmethod(lambda path: got.path(path).read_bytes())})
+        src = got
     with top.child(cache_folder(rel["repo"]), create=True) as folder, folder.child("blobs", create=True) as blobs:
         for path, sha in sorted(rel["files"].items()):
             data = src.read(path)
@@ -993,7 +1203,12 @@ def mirror_problems(lock, dest: Path) -> list[dict]:
             out.append({"kind": "missing", "path": where, "expected": sha, "computed": None,
                         "reason": f"release {rel['repo']} file {path} is not in the mirror"})
             continue
-        got = _sha256(p.read_bytes())
+        try:
+            got = _sha256(_read(p, where))
+        except ReleaseError as exc:
+            out.append({"kind": "mismatched", "path": where, "expected": sha, "computed": None,
+                        "reason": f"release {rel['repo']} file {path}: {exc}"})
+            continue
         if got != sha:
             out.append({"kind": "mismatched", "path": where, "expected": sha, "computed": got,
                         "reason": f"release {rel['repo']} file {path}: expected {sha}, computed {got}"})

@@ -210,10 +210,11 @@ def change_lines(doc: dict) -> list[str]:
     else:
         lines.append("  the release's manifest: no route, seam, band or package changes")
     for s in doc["signers"]:
-        who = f"key {s['keyid']}" if s["kind"] == "key" else \
+        who = f"key {shown(s['keyid'])}" if s["kind"] == "key" else \
             f"identity {shown(s['identity'])} (issuer {shown(s['issuer'])})"
         lines.append(f"  signer {who}: {s['receipts']} receipt(s), "
-                     + ("NEW: not in your [trust.receipts]; review it" if s["new"] else "trusted"))
+                     + (f"refused: {shown(s['refused'])}" if s.get("refused") else
+                        "NEW: not in your [trust.receipts]; review it" if s["new"] else "trusted"))
     for c in doc["code-trust"]:
         lines.append(f"  package {shown(c['repo'])}: the release's manifest trusts its code, yours does not (NEW): "
                      "review it")
@@ -248,6 +249,16 @@ def _own_trust(text: str, data: dict) -> tuple[list[str], dict]:
     return blocks, {r: k for r, k in pkg.items() if k}
 
 
+def _parsed(text: str, label: str) -> dict | None:
+    from ..documents.schema import parse_toml  # noqa: PLC0415
+    from ..errors import ManifestError  # noqa: PLC0415
+
+    try:
+        return parse_toml(text.encode("utf-8"), ManifestError, label)
+    except ManifestError:
+        return None
+
+
 def apply(project, model: str, fetched: Fetched) -> tuple[str, dict]:
     """The text of ``model``'s manifest upgraded to ``fetched`` (the release's, its trust left out, plus
     ``[release]`` at its version) with the project's own trust put back; and the parsed result.
@@ -269,6 +280,7 @@ def apply(project, model: str, fetched: Fetched) -> tuple[str, dict]:
         raise UsageError(f"{label}: the release's manifest writes a package table in a form frt cannot add your "
                          "package trust to; nothing was written",
                          hints=["apply the release's manifest by hand, keeping your [trust.*] tables"])
+    bare = text  # the release's manifest with the project's package trust, before its trust tables
     if blocks:
         text = text.rstrip("\n") + "\n\n" + "\n\n".join(blocks) + "\n"
     want = dict(base)
@@ -277,14 +289,18 @@ def apply(project, model: str, fetched: Fetched) -> tuple[str, dict]:
     for repo, keys in pkg_trust.items():
         if repo in want.get("packages", {}) and "path" not in want["packages"][repo]:
             want["packages"][repo] = {**want["packages"][repo], **keys}
-    try:
-        got = parse_toml(text.encode("utf-8"), ManifestError, label)
-    except ManifestError:
-        got = None
+    got = _parsed(text, label)
+    if got != want and mine.get("trust"):
+        # written another valid way (a [trust] header holding dotted keys, inline tables): the same
+        # content, as TOML writes it, instead of the lines as they were
+        import tomli_w  # noqa: PLC0415
+
+        text = (bare.rstrip("\n") + "\n\n# Your trust tables, carried over by `frt release upgrade` (rewritten: "
+                "their lines could not be taken over as written):\n" + tomli_w.dumps({"trust": mine["trust"]}))
+        got = _parsed(text, label)
     if got != want:
-        raise UsageError(f"{label}: your [trust.*] tables are written in a form frt cannot carry over to the "
-                         "release's manifest; nothing was written",
-                         hints=["write them as [trust.receipts] / [trust.publishers.\"ORG\"] tables, or apply the "
-                                "release's manifest by hand"])
+        raise UsageError(f"{label}: your [trust.*] tables could not be carried over to the release's manifest as "
+                         "they read; nothing was written",
+                         hints=["apply the release's manifest by hand, keeping your [trust.*] tables"])
     _manifest(got, label)
     return text, got

@@ -69,6 +69,10 @@ Client quirks worth knowing when writing tests:
 * ``hold(pattern)`` keeps matching requests unanswered until ``release()`` (or the server stops, or a
   hang-guard ceiling passes): a test that needs a client stuck in a request waits for that request
   with ``wait_for_request`` instead of guessing how long a sleep covers it on a busy machine.
+* ``trickle(pattern, every_s)`` answers matching GETs with their whole length promised, then one byte
+  every ``every_s`` (a Hub no per-read timeout stops); ``rewrite(repo, commit, files)`` serves other
+  files at a commit that already exists (a Hub that lies about an immutable commit). Both are hostile
+  Hubs for the deadline and pinning tests; a trickle ends when the server stops.
 
 Files whose suffix is a typical binary (``.so``, ``.bin``, ...) or that are bigger than 10 MiB are
 served the way the Hub serves LFS files (tree entry with an ``lfs`` block, sha256 ETag); everything
@@ -220,6 +224,9 @@ class HubServer:
         self._answers: list[tuple[str | None, str, int, bytes]] = []
         # (pattern, requests still to hold or None for all, the event that releases them)
         self._holds: list[list] = []
+        # (pattern, seconds between bytes): GET answers sent one byte at a time
+        self._trickles: list[tuple[str, float]] = []
+        self._stopping = threading.Event()
         self._arrived = threading.Condition(self._lock)
         self.requests: list[tuple[str, str]] = []
         # tokens that may write (create a repo or a branch, commit); None: every request may write
@@ -246,6 +253,7 @@ class HubServer:
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
+        self._stopping.set()
         self.release()
         httpd.shutdown()
         httpd.server_close()
@@ -338,6 +346,19 @@ class HubServer:
         with self._lock:
             self._answers.append((method, pattern, int(status), bytes(body)))
 
+    def trickle(self, pattern: str, every_s: float) -> None:
+        """GET answers whose path contains ``pattern``: the status and headers at once (the whole
+        ``Content-Length`` promised), then the body one byte every ``every_s`` seconds."""
+        with self._lock:
+            self._trickles.append((pattern, float(every_s)))
+
+    def rewrite(self, repo_id: str, commit: str, files: dict[str, bytes], *, repo_type: str = "kernel") -> None:
+        """Serve ``files`` as the tree of the existing ``commit`` from now on (the Hub's commits are
+        immutable; this one lies)."""
+        with self._lock:
+            c = self._repo(_key(repo_type, repo_id)).commits[commit]
+            c.files = {_normalize_path(p): _Blob.make(_normalize_path(p), bytes(d)) for p, d in files.items()}
+
     def delay(self, pattern: str, seconds: float) -> None:
         """Sleep ``seconds`` before answering requests whose path contains ``pattern``."""
         with self._lock:
@@ -362,6 +383,7 @@ class HubServer:
             self._faults.clear()
             self._delays.clear()
             self._answers.clear()
+            self._trickles.clear()
         self.release()
 
     # -- request accounting -------------------------------------------------
@@ -495,8 +517,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if self.command != "HEAD":
+        if self.command == "HEAD":
+            return
+        with self.hub._lock:
+            decoded = unquote(self.path)
+            every = next((s for pat, s in self.hub._trickles if pat in self.path or pat in decoded), None)
+        if every is None or self.command != "GET":
             self.wfile.write(body)
+            return
+        for i in range(len(body)):
+            if self.hub._stopping.wait(every):
+                self.close_connection = True
+                return
+            self.wfile.write(body[i:i + 1])
+            self.wfile.flush()
 
     # -- routing ------------------------------------------------------------
 
