@@ -300,7 +300,7 @@ def _hub_files(repo: str, commit: str, model: str) -> list[str]:
     nothing of the release is read then."""
     from huggingface_hub.hf_api import RepoFile  # noqa: PLC0415
 
-    from .record import shown  # noqa: PLC0415
+    from ..documents.lock_release import shown  # noqa: PLC0415
 
     client = api()
     listed = hub_call(repo, f"list files at {commit[:12]}", lambda: [
@@ -382,7 +382,7 @@ def fetch(repo: str, version: int, model: str, *, commit: str | None = None, rec
             import warnings  # noqa: PLC0415
 
             from ..errors import FrtWarning  # noqa: PLC0415
-            from .record import shown  # noqa: PLC0415
+            from ..documents.lock_release import shown  # noqa: PLC0415
 
             warnings.warn(f"release {repo} at {commit[:12]}: {len(extra)} file(s) the lock does not record at this "
                           f"commit ignored: {', '.join(shown(x) for x in extra)} (a commit's files never change on "
@@ -656,7 +656,7 @@ def signers(fetched: Fetched) -> list[dict]:
 def refused_signers(fetched: Fetched, found: list[dict]) -> ReleaseError | None:
     """The error ``frt release trust`` raises, before it writes anything, when a signer of ``found``
     (``signers``) cannot be trusted: each named, printed safely."""
-    from .record import shown  # noqa: PLC0415
+    from ..documents.lock_release import shown  # noqa: PLC0415
 
     bad = [s for s in found if s.get("refused")]
     if not bad:
