@@ -54,7 +54,7 @@ def setup(tmp: Path, inputs: int):
     plan = frt_dist.load("noop", lockfile=lock, hardware=CPU)
     guard = plan.entry("s", "decode")
     fn = plan.fns[("s", "decode")]
-    con = plan._contracts[("s", "decode")]
+    con = plan.contract("s", "decode")
     names, checks, consts = serve_guard._fast_checks(con)
     ns = {"Tensor": torch.Tensor, "Parameter": torch.nn.Parameter, "fn": fn,
           "dtype0": con.dtypes[0] if con.dtypes else None, "dtypes": con.dtypes, "device": con.device,

@@ -45,21 +45,22 @@ def main() -> None:
     bare_s = time.perf_counter() - t
 
     from frt_dist.documents.metadata import parse_variant_metadata
-    from frt_dist.provenance import publisher
+    from frt_dist.documents.publisher_policy import SignerPolicy
+    from frt_dist.provenance import publisher, sigstore_root
 
     wheel = (DATA / "rfc8785-0.1.2-py3-none-any.whl").read_bytes()
     bundle = (DATA / "rfc8785-0.1.2-py3-none-any.whl.sigstore").read_bytes()
-    policy = publisher.SignerPolicy("https://github.com/trailofbits/rfc8785.py",
-                                    ("https://github.com/trailofbits/rfc8785.py/.github/workflows/release.yml",))
+    policy = SignerPolicy("https://github.com/trailofbits/rfc8785.py",
+                          ("https://github.com/trailofbits/rfc8785.py/.github/workflows/release.yml",))
     meta = (ROOT / "packages/rmsnorm/build/torch-cpu/metadata.json").read_bytes()
-    root = publisher.trusted_root_path()
+    root = sigstore_root.trusted_root_path()
 
     def build():
-        publisher._verifier.cache_clear()
-        publisher._verifier(str(root))
+        sigstore_root._verifier.cache_clear()
+        sigstore_root.verifier(root)
 
     build_s = timed(build, max(5, n // 20))
-    publisher._verifier(str(root))
+    sigstore_root.verifier(root)
     verify_s = timed(lambda: publisher.verify_bundle(wheel, bundle, policy), n)
     parse_s = timed(lambda: parse_variant_metadata(meta, repo="frt-demo/rmsnorm", variant="torch-cpu"), n)
     print(f"n={n}")

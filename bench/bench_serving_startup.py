@@ -84,7 +84,7 @@ else:
     import frt_dist
     plan = frt_dist.load("demo-decoder", hardware=frt_dist.Hardware(**HW), accept=ACCEPT)
     mark("load")
-con = plan._contracts[("norm", "decode")]
+con = plan.contract("norm", "decode")
 args = [torch.randn(*[4 if d == "rows" else int(d) for d in spec.shape], dtype=torch.float32) for spec in con.inputs]
 entry = plan.entry("norm", "decode")
 with torch.inference_mode():

@@ -482,8 +482,8 @@ def test_an_unknown_file_is_refused_by_name_and_size_without_being_read(proj, mo
     extra = _source_vdir(tp) / "scale" / "extra.bin"
     extra.write_bytes(b"\0" * 3 * MiB)
     opened = []
-    real = store._open_checked
-    monkeypatch.setattr(store, "_open_checked", lambda path, *a: opened.append(path) or real(path, *a))
+    real = store.open_checked
+    monkeypatch.setattr(store, "open_checked", lambda path, *a: opened.append(path) or real(path, *a))
     exc = _refusal(loader.load_locked, lock, SCALE, hardware=CPU)
     assert [(r["kind"], r["path"], r["computed"], r["size"]) for r in exc.reasons] == [
         ("unknown", "build/torch-cpu/scale/extra.bin", None, 3 * MiB)]
