@@ -283,6 +283,25 @@ def test_a_relative_frt_lock_is_taken_against_frt_project(fleet, tmp_path, monke
     assert rc == 1 and f"(FRT_LOCK=lockfiles/gone.lock, relative to the current folder {tmp_path})" in err, err
 
 
+def test_load_takes_a_relative_frt_lock_as_the_commands_do(fleet, tmp_path, monkeypatch):
+    """``frt_dist.load`` (and so the vLLM plugin) reads ``FRT_PROJECT=DIR FRT_LOCK=lockfiles/tiny.lock`` as the
+    ``frt`` commands do: DIR's lockfile, wherever the process runs; a missing one named with how it was taken."""
+    import frt_dist
+    from frt_dist.errors import LockfileError
+
+    tp, _ = fleet
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FRT_PROJECT", str(tp.root))
+    monkeypatch.setenv("FRT_LOCK", "lockfiles/tiny.lock")
+    plan = frt_dist.load("tiny", hardware=CPU, fallback="host")
+    assert Path(plan.lockfile.path) == tp.root / "lockfiles" / "tiny.lock"
+    monkeypatch.setenv("FRT_LOCK", "lockfiles/gone.lock")
+    with pytest.raises(LockfileError) as e:
+        frt_dist.load("tiny", hardware=CPU, fallback="host")
+    assert str(e.value) == (f"no lockfile at {tp.root / 'lockfiles' / 'gone.lock'} (FRT_LOCK=lockfiles/gone.lock, "
+                            f"relative to FRT_PROJECT={tp.root})") and e.value.exit_code == 1
+
+
 # --- the root of a frt-dist checkout ----------------------------------------------------------------
 
 

@@ -56,14 +56,19 @@ def find_lockfile(model: str, lockfile=None, project=None):
     """(Lockfile, project root for its path packages), in this order: ``lockfile=``,
     ``FRT_LOCK``, the project's ``lockfiles/<model>.lock``."""
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
-    from ..project.discover import lock_root  # noqa: PLC0415
+    from ..project.discover import env_lockfile, lock_root  # noqa: PLC0415
 
     proj = _project(project, lockfile)
     if isinstance(lockfile, Lockfile):
         lock = lockfile
         root = lock_root(lock) if lock.path else proj.root
     else:
-        path = lockfile if lockfile is not None else settings.value("FRT_LOCK")
+        path = lockfile
+        if path is None and (named := env_lockfile()) is not None:  # relative: against FRT_PROJECT when set
+            path, how = named
+            if not os.path.isfile(path):
+                raise LockfileError(f"no lockfile at {path} ({how})", exit_code=1,
+                                    hints=["name an existing lockfile in FRT_LOCK, or unset it to use the project's"])
         if path is None:
             path = proj.lockfile_path(model)
             if not path.is_file():
