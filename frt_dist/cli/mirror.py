@@ -94,6 +94,10 @@ def _cmd_mirror(args, project, store, publish: bool) -> int:
         select["machines"] = [hardware_from_args(args)]  # this machine, detected: checked like a declared one
     if locks is None:
         locks = {model: find_lock(project, model, None) for model in models}
+    if publish and hasattr(store, "finish_lock") and len(locks) > 1:  # a registry reference names one artefact
+        raise UsageError(f"{store.url}: a registry reference holds one lock's artefact, and this project has "
+                         f"{len(locks)} lockfiles ({', '.join(sorted(locks))})",
+                         hints=[f"publish each model to its own tag: frt publish {store.loc.repo_url}:MODEL --model MODEL"])
     for lock in locks.values():  # every model's selection is checked before anything is written
         select_for_mirror(lock, **select)
     reports, lines = [], []
@@ -134,6 +138,10 @@ def _cmd_mirror(args, project, store, publish: bool) -> int:
             if lock.release:
                 lines.append(f"  release {lock.release['repo']} @ {lock.release['commit'][:12]}: "
                              f"{len(lock.release.get('files', {}))} file(s) by their sha256, {len(pub.release)} uploaded")
+            if pub.artefact is not None:  # a registry: the manifest to pin nodes to
+                a = pub.artefact
+                lines.append(f"  artefact {a['reference']} ({a['layers']} layer(s), tagged {a['tag']}; "
+                             f"{len(a['referrers'])} signature referrer(s))")
             for r in pub.replaced:
                 lines.append(f"  replaced {r['key']} ({r['repo']} {r['path']}): {r['reason']}")
             for sk in pub.skipped:

@@ -111,6 +111,10 @@ def open_store(location, *, reading: bool = False) -> ObjectStore:
         from .s3_boto3 import S3Store  # noqa: PLC0415
 
         return S3Store(loc)
+    if loc.scheme == "oci":  # one artefact in an OCI registry (docs/reference.md#oci-registries)
+        from .oci import OciStore  # noqa: PLC0415
+
+        return OciStore(loc, reading=reading)
     if loc.scheme == "file":
         from .filestore import FileStore  # noqa: PLC0415
 
