@@ -566,6 +566,11 @@ class OciStore(ObjectStore):
         return f"{self.url} ({m[0]})" if m and not self.loc.digest else self.url
 
     def where(self, key: str) -> str:
+        if self._manifest is None and self.reading:
+            try:
+                self.manifest()
+            except Exception:  # noqa: BLE001 - a name for a message: the fetch's own error is raised where it is used
+                pass
         layer = self._layer_or_none(key) if self._manifest else None
         return f"{self._where()} layer {layer.title if layer else key}"
 
