@@ -89,7 +89,7 @@ def test_publish_pushes_one_artefact_per_lock_each_file_a_layer_titled_with_its_
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_oras_pull_unpacks_a_valid_mirror_and_a_node_with_only_lockfiles_loads_from_it_offline(published, tmp_path,
-                                                                                              oci_registry):
+                                                                                              monkeypatch):
     """The scenario of the issue: publisher → `oras pull` into a folder → a node with only lockfiles/ and
     HF_HUB_OFFLINE=1 loads from that folder; a second node loads from oci://…@sha256:… directly."""
     tp, lock, url, art = published
@@ -116,7 +116,8 @@ def test_oras_pull_unpacks_a_valid_mirror_and_a_node_with_only_lockfiles_loads_f
     assert doc["out"] == 32.0 and doc["stats"]["objects"] == 0  # from the folder: nothing from any store
     # the second node: the same lockfiles/, straight from the pinned artefact (in this process: torch is here)
     remote.reset_stats()
-    plan = frt_dist.load("tiny", project=node, hardware=CPU, mirror=art["reference"])
+    monkeypatch.setenv("FRT_MIRROR", art["reference"])
+    plan = frt_dist.load("tiny", project=node, hardware=CPU)
     assert plan.packages["t-org/scale"].location == art["reference"]
     assert remote.stats()["objects"] == 2  # the bound variant's two files only, each hashed on its way in
     import torch
