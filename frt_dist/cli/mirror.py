@@ -94,7 +94,7 @@ def _cmd_mirror(args, project, store, publish: bool) -> int:
         select["machines"] = [hardware_from_args(args)]  # this machine, detected: checked like a declared one
     if locks is None:
         locks = {model: find_lock(project, model, None) for model in models}
-    if publish and hasattr(store, "finish_lock") and len(locks) > 1:  # a registry reference names one artefact
+    if publish and getattr(getattr(store, "loc", None), "scheme", "") == "oci" and len(locks) > 1:  # one lock per reference
         raise UsageError(f"{store.url}: a registry reference holds one lock's artefact, and this project has "
                          f"{len(locks)} lockfiles ({', '.join(sorted(locks))})",
                          hints=[f"publish each model to its own tag: frt publish {store.loc.repo_url}:MODEL --model MODEL"])

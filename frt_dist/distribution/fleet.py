@@ -175,9 +175,10 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
         report.release = store_files(lock, store, progress=emit)
     report.lockfile = lock_key(lock.model)
     store.put_bytes(report.lockfile, lock.render())  # last: only now does the store hold a release
-    finish = getattr(store, "finish_lock", None)  # a registry: one manifest over those blobs, then its signatures
-    if finish is not None:
-        report.artefact = finish(lock, report)
+    if getattr(getattr(store, "loc", None), "scheme", "") == "oci":  # a registry: one manifest over those blobs
+        from .oci_publish import finish_lock  # noqa: PLC0415
+
+        report.artefact = finish_lock(store, lock, report)
     return report
 
 

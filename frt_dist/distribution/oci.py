@@ -223,7 +223,8 @@ def registry_error(where: str, status: int, what: str) -> Exception:
     if status == 401:
         return StoreAccess(f"{where}: the registry wants credentials (401) and took none frt had",
                            hints=["log in (docker login / oras login, or an auths entry in DOCKER_CONFIG/config.json "
-                                  "or ~/.docker/config.json) with a user allowed to pull (and push, to publish)"])
+                                  "or ~/.docker/config.json) with a user allowed to pull (and push, to publish); frt "
+                                  "runs no credential helper (credsStore, credHelpers): give it an auths entry"])
     if status == 403:
         return StoreAccess(f"{where}: access denied (403)",
                            hints=["the registry refused this user: check its permissions on the repository"])
@@ -424,8 +425,9 @@ class _Client:
         token_url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(q)
         cache = q.get("scope", "") + "|" + realm
         with self._lock:
-            if cache in self._tokens:
+            if cache in self._tokens and self._tokens[cache] != self._auth:
                 return self._tokens[cache]
+            self._tokens.pop(cache, None)  # refused (expired): ask the token service again
         headers = {"User-Agent": "frt-dist"}
         own_host = rh == self._origin(self.base)[1]
         if creds and (rs == "https" or own_host):
@@ -842,10 +844,6 @@ class OciStore(ObjectStore):
         self.last_put_headers = {k.lower(): v for k, v in r.resp.getheaders()}
         return digest
 
-    def finish_lock(self, lock, report) -> dict:
-        """``publish_lock``'s last step on a registry: the artefact's manifest (``finish_lock`` below)."""
-        return finish_lock(self, lock, report)
-
     def close(self) -> None:
         self.client.close()
 
@@ -856,69 +854,6 @@ def _deadline_error(where: str, deadline: float) -> StoreUnavailable:
                             hints=["the registry is too slow or sends its bytes a few at a time; check the registry "
                                    "and the network (FRT_STORE_DEADLINE raises the limit for a slow link and large "
                                    "files)"])
-
-
-# ---------------------------------------------------------------------------
-# the artefact of one lock
-
-
-def mirror_paths(lock, packages: list[dict]) -> list[tuple[str, str, bytes | None]]:
-    """Every file of the artefact: ``(title, key, bytes or None)``, ``bytes`` given for the small
-    files made here (the refs). ``packages``: the publish report's ``{"repo", "variants"}``."""
-    from .sources import locked_files, repo_folder  # noqa: PLC0415
-
-    out = []
-    for p in packages:
-        pkg = lock.packages[p["repo"]]
-        folder = repo_folder(pkg.repo)
-        for v in p["variants"]:
-            for item in locked_files(pkg, v):
-                out.append((f"{folder}/snapshots/{pkg.snapshot}/{item.path}", item.object_key, None))
-        ref = pkg.snapshot.encode("ascii")
-        out.append((f"{folder}/refs/v{pkg.version}", "", ref))
-        out.append((f"{folder}/refs/main", "", ref))
-    rel = lock.release
-    if rel and rel.get("files"):
-        from ..release.consume import cache_folder, release_key  # noqa: PLC0415
-
-        folder = cache_folder(rel["repo"])
-        for path, sha in sorted(rel["files"].items()):
-            out.append((f"{folder}/snapshots/{rel['commit']}/{path}", release_key(sha), None))
-        out.append((f"{folder}/refs/v{rel['version']}", "", rel["commit"].encode("ascii")))
-    from .store_api import lock_key  # noqa: PLC0415
-
-    out.append((lock_key(lock.model), lock_key(lock.model), None))
-    return out
-
-
-def finish_lock(store: OciStore, lock, report) -> dict:
-    """After ``publish_lock`` sent every blob and the lockfile: the artefact's manifest, tagged, then
-    the signatures as referrers. Returns ``{"digest", "reference", "layers", "referrers"}``."""
-    layers = []
-    for title, key, data in mirror_paths(lock, report.packages):
-        if data is not None:
-            digest = "sha256:" + hashlib.sha256(data).hexdigest()
-            store.upload(digest, len(data), lambda data=data: data)
-            size = len(data)
-        else:
-            digest, size = store.blobs[key]
-        ann = {TITLE: title}
-        if key:
-            ann[KEY] = key
-        layers.append({"mediaType": LAYER, "digest": digest, "size": size, "annotations": ann})
-    store.upload("sha256:" + hashlib.sha256(EMPTY_JSON).hexdigest(), len(EMPTY_JSON), lambda: EMPTY_JSON)
-    doc = {"schemaVersion": 2, "mediaType": MANIFEST, "artifactType": ARTIFACT,
-           "config": empty_descriptor(), "layers": layers,
-           "annotations": {MODEL: lock.model, LOCK_DIGEST: lock_digest(lock)}}
-    data = canonical_json(doc)
-    tag = store.loc.tag or "latest"
-    digest = store.put_manifest(tag, data)
-    out = {"digest": digest, "reference": f"{store.loc.repo_url}@{digest}", "tag": f"{store.loc.repo_url}:{tag}",
-           "layers": len(layers), "blobs-sent": store.sent, "referrers": []}
-    from .oci_sign import attach_signatures  # noqa: PLC0415
-
-    out["referrers"] = attach_signatures(store, lock, digest, len(data))
-    return out
 
 
 def empty_descriptor() -> dict:

@@ -85,6 +85,9 @@ def verify_artefact(verify, project, models, url: str, *, variants=None, all_var
     try:
         with open_store(loc, reading=True) as store:
             digest = store.manifest()[0]
+            model = store.manifest()[2].get("annotations", {}).get("dev.frt-dist.model")
+            if models is None and isinstance(model, str) and (Path(project.lockfiles_dir) / f"{model}.lock").is_file():
+                models = [model]  # one artefact holds one lock: the others are not in it
             pulled = unpack(store, tmp / "m")
             report = verify(project, models, mirror=tmp / "m", variants=variants, all_variants=all_variants)
             from ..documents.lockfile import Lockfile  # noqa: PLC0415

@@ -80,10 +80,6 @@ def parse_location(text) -> Location:
         if not rest.startswith("/"):
             raise StoreAccess(f"{text}: a file URL needs an absolute path (file:///srv/frt-mirror)")
         return Location("file", path=rest)
-    if scheme == "oci":  # an OCI registry (frt_dist.distribution.oci)
-        from .oci import parse_oci  # noqa: PLC0415
-
-        return parse_oci(text)
     raise StoreAccess(f"{text}: frt does not know the scheme {scheme!r}",
                       hints=["mirror locations are s3://bucket/prefix, oci://registry/repository[:tag], file:///path or a folder "
                              "(GCS, R2, MinIO and Ceph speak the S3 API: s3:// with AWS_ENDPOINT_URL)"])
