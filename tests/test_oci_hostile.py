@@ -114,6 +114,27 @@ def test_a_redirect_to_another_host_carries_no_credentials_and_the_bytes_are_sti
         bad.stop()
 
 
+def test_a_token_service_gets_the_credentials_the_registry_only_its_token_and_a_plain_http_realm_is_refused(
+        pub, oci_registry, tmp_path, monkeypatch):
+    tp, lock, url, art = pub
+    bad = HostileRegistry(oci_registry.host, mode="token").start()
+    try:
+        bad.docker_config(tmp_path / "creds")
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "creds"))
+        via = url.replace(oci_registry.host, bad.host)
+        plan = frt_dist.load("tiny", project=tp.root, hardware=CPU, mirror=via)
+        assert plan.packages["t-org/scale"].location == via
+        tokens = [h for h in bad.side_log if h["path"].startswith("/token")]
+        assert len(tokens) == 1 and "service=hostile" in tokens[0]["path"]  # asked once, for the challenge's scope
+        assert all(auth for m, p, auth in bad.log[1:])  # then every request carries the token
+        bad.realm = "http://token.example.invalid/token"  # a token service that would see the password in clear
+        r = frt_main(["verify", "--mirror", via], cwd=tp.root)
+        assert r.code == 2 and "token service http://token.example.invalid is not HTTPS; refused" in r.err
+        assert bad.password not in r.err + r.out and "Traceback" not in r.err
+    finally:
+        bad.stop()
+
+
 def test_a_registry_that_trickles_is_stopped_at_the_deadline(pub, oci_registry, tmp_path, monkeypatch):
     tp, lock, url, art = pub
     bad = HostileRegistry(oci_registry.host, mode="trickle").start()

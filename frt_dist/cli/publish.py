@@ -21,7 +21,9 @@ def add_parser(sub) -> None:
                               "AWS_ACCESS_KEY_ID... as the AWS tools read them); nodes then run "
                               "frt mirror /srv/kernels --from s3://bucket/frt")
     common_options(s, verbose=VERBOSE)
-    s.add_argument("url", metavar="URL", nargs="?", help="the object store: s3://bucket/prefix or file:///path")
+    s.add_argument("url", metavar="URL", nargs="?", help="the object store: s3://bucket/prefix, file:///path, or "
+                                                         "oci://registry/repository[:tag] (one artefact per lock; "
+                                                         "its manifest digest is printed)")
     s.add_argument("--repair", action="store_true",
                    help="send every selected object again, even one already present with the right size")
     selection_flags(s)

@@ -112,12 +112,15 @@ class HostileRegistry:
     - ``"manifest"``: a manifest GET answers ``manifest_body`` (with its true digest in Docker-Content-Digest);
     - ``"redirect"``: every request needs Basic credentials (``user``/``password``; a 401 otherwise), and a
       blob GET is redirected (307) to another host (``localhost`` on another port), which serves the blob
-      from upstream and records the headers it was sent in ``side_log``.
+      from upstream and records the headers it was sent in ``side_log``;
+    - ``"token"``: every request needs a Bearer token from the token service (the other host, ``/token``,
+      ``realm`` overrides its address), which hands one out for the Basic credentials only.
     """
 
     def __init__(self, upstream: str, mode: str = "pass"):
         import hashlib
         import http.client
+        import json
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -125,6 +128,7 @@ class HostileRegistry:
         self.trickle_s, self.manifest_body = 0.05, b""
         self.user, self.password = "frt-ci", "oci-secret-DoNotLeak-7c1a"
         self.log: list[tuple[str, str, bool]] = []
+        self.token, self.realm = "tok-" + "9" * 24, None
         self.side_log: list[dict] = []
         me = self
 
@@ -170,6 +174,11 @@ class HostileRegistry:
                     if auth != good:
                         answer(self, 401, [("WWW-Authenticate", 'Basic realm="hostile"')], b"{}")
                         return
+                if me.mode == "token" and auth != f"Bearer {me.token}":
+                    realm = me.realm or f"http://127.0.0.1:{me.side_port}/token"
+                    answer(self, 401, [("WWW-Authenticate", f'Bearer realm="{realm}",service="hostile",'
+                                                             'scope="repository:x:pull"')], b"{}")
+                    return
                 blob = self.command == "GET" and "/blobs/sha256:" in self.path
                 if me.mode == "redirect" and blob:
                     answer(self, 307, [("Location", f"http://localhost:{me.side_port}{self.path}")], b"")
@@ -209,7 +218,14 @@ class HostileRegistry:
                 pass
 
             def do_GET(self):
-                me.side_log.append(dict(self.headers.items()))
+                me.side_log.append({"path": self.path, **dict(self.headers.items())})
+                if self.path.startswith("/token"):
+                    import base64
+
+                    good = "Basic " + base64.b64encode(f"{me.user}:{me.password}".encode()).decode()
+                    ok = self.headers.get("Authorization") == good
+                    answer(self, 200 if ok else 401, [], json.dumps({"token": me.token}).encode() if ok else b"{}")
+                    return
                 resp, data = forward(self, "GET", self.path)
                 answer(self, resp.status, resp.getheaders(), data)
 
