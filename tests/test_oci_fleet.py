@@ -176,6 +176,12 @@ def test_addresses_plain_http_and_what_a_registry_reference_cannot_be(tmp_path, 
     tp.lock()
     r = frt_main(["publish", "oci://127.0.0.1:1/k@sha256:" + "a" * 64], cwd=tp.root)
     assert r.code == 2 and "publish to a tag" in r.err and "Traceback" not in r.err
+    shutil.copy(tp.lock_path, tp.lock_path.with_name("second.lock"))  # two lockfiles: one reference holds one
+    r = frt_main(["publish", "oci://127.0.0.1:1/k:prod", "--all-variants"], cwd=tp.root)
+    assert r.code == 2 and "holds one lock's artefact" in r.err and "--model MODEL" in r.err, r.err
+    tp.lock_path.with_name("second.lock").unlink()
+    r = frt_main(["receipts", "pull", "oci://127.0.0.1:1/k:prod"], cwd=tp.root)  # receipts travel through a store
+    assert r.code == 2 and "frt receipts push s3://" in r.err and "Traceback" not in r.err
 
 
 def test_a_missing_artefact_is_an_exit_2_refusal_naming_the_reference(published, oci_registry, tmp_path):
