@@ -156,14 +156,15 @@ def run_s5cmd(n: int, needed: dict, work: Path, env: dict, url: str) -> dict:
     return {"wall_s": wall, "bytes": got}
 
 
-def run_nodes(n: int, w: dict, work: Path, env: dict, mode: str, *, sync: bool = False, client: str = "auto") -> dict:
+def run_nodes(n: int, w: dict, work: Path, env: dict, mode: str, *, sync: bool = False, client: str = "auto",
+              mirror: str | None = None) -> dict:
     out = work / f"nodes-{mode}-{time.monotonic_ns()}"
     stores = [work / f"store-{mode}-{i}" for i in range(n)]
     nodes = []
     for i in range(n):
         node_env = {**env, "FRT_STORE": str(stores[i]), "XDG_CACHE_HOME": str(work / f"xdg-{i}"),
                     "FRT_STORE_CLIENT": client}
-        node = {"cwd": w["cwd"], "model": w["model"], "lockfile": w["lockfile"], "mirror": f"s3://{BUCKET}/{w['prefix']}",
+        node = {"cwd": w["cwd"], "model": w["model"], "lockfile": w["lockfile"], "mirror": mirror or f"s3://{BUCKET}/{w['prefix']}",
                 "hardware": w["hardware"], "mode": mode if mode != "sync" else "prepare", "env": node_env,
                 "verify_files": False}
         if sync:
@@ -191,6 +192,122 @@ def run_nodes(n: int, w: dict, work: Path, env: dict, mode: str, *, sync: bool =
     return {"wall_s": summary["wall_s"], "bytes": [d["stats"]["bytes"] for d in docs]}
 
 
+# Each side imports what it needs first, then times only the operation (printed as the last stderr line): the
+# ORAS SDK's import alone takes seconds here (jsonschema's format checkers), and frt's CLI start-up is measured
+# elsewhere; the whole command's wall time is kept too.
+_FRT_OP = ("import json, sys, time\nfrom frt_dist.cli.main import main\nimport frt_dist.distribution.oci\n"
+           "t = time.perf_counter(); rc = main(sys.argv[1:])\n"
+           "print(json.dumps({'op_s': time.perf_counter() - t}), file=sys.stderr); sys.exit(rc)\n")
+_ORAS_OP = ("import json, os, sys, time, oras.client\nc = oras.client.OrasClient(insecure=True)\n"
+            "if sys.argv[1] == 'wait': sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline()\n"
+            "t = time.perf_counter()\n"
+            "if sys.argv[2] == 'pull': c.pull(target=sys.argv[3], outdir=sys.argv[4])\n"
+            "else:\n"
+            "    os.chdir(sys.argv[4])\n"
+            "    files = sorted(os.path.relpath(os.path.join(d, f)) for d, _, fs in os.walk('.') for f in fs)\n"
+            "    json.dump({f: {'org.opencontainers.image.title': f} for f in files}, open(sys.argv[5], 'w'))\n"
+            "    c.push(target=sys.argv[3], files=files, annotation_file=sys.argv[5], disable_path_validation=True)\n"
+            "print(json.dumps({'op_s': time.perf_counter() - t}), file=sys.stderr)\n")
+
+
+def _timed(cmd, env, cwd=None) -> tuple[float, float, str]:
+    """(the operation's own seconds, the whole process's, its stdout)."""
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if r.returncode:
+        raise SystemExit(f"{' '.join(map(str, cmd[:4]))} failed:\n{r.stderr[-2000:]}")
+    return json.loads(r.stderr.strip().splitlines()[-1])["op_s"], wall, r.stdout
+
+
+def run_registry(work: Path, env: dict, big_mb: int, n: int, rounds: int) -> None:
+    """``--registry``: push and pull of the ``big`` workload through a local OCI registry (Debian's
+    docker-registry, tests/helpers/ociregistry.py) by frt and by ``oras`` (the ORAS Python SDK, its own
+    processes) on the same artefact, each push into an empty registry; then ``n`` nodes at once loading
+    from ``oci://…@sha256:…`` (fetch+verify) against ``n`` ``oras pull`` processes at once."""
+    from frt_dist.documents.lockfile import Lockfile
+    from helpers.factories import NORM_SRC, SCALE_SRC, tiny_project
+    from helpers.ociregistry import Registry
+
+    big = os.urandom(big_mb << 20)
+    tp = tiny_project(work, "big", packages={
+        "scale": {"name": "scale", "module": {"__init__.py": SCALE_SRC, "weights.bin": big}},
+        "norm": {"name": "norm", "source": NORM_SRC}})
+    del big
+    tp.lock(receipts=[("fast", "decode"), ("fast", "prefill")])
+    lock = Lockfile.read(tp.lock_path)
+    (work / "docker").mkdir()
+    env = {**env, "DOCKER_CONFIG": str(work / "docker")}
+    w = {"cwd": str(tp.root), "model": "tiny", "lockfile": str(tp.lock_path), "lock": lock, "prefix": "",
+         "hardware": TINY_HW}
+    best: dict[str, float] = {}
+    frt = [sys.executable, "-c", _FRT_OP]
+
+    def keep(what, op, whole=None):
+        print(f"registry {what}: {op:.2f} s" + (f" (whole process {whole:.2f} s)" if whole else ""), file=sys.stderr,
+              flush=True)
+        best[what] = min(best.get(what, op), op)
+        if whole:
+            best[what + " whole"] = min(best.get(what + " whole", whole), whole)
+
+    for r in range(rounds):
+        reg = Registry().start()
+        try:
+            ref = f"{reg.host}/frt/big"
+            op, whole, out = _timed([*frt, "publish", f"oci://{ref}:bench", "--variant", "torch-cpu", "--json"], env,
+                                    tp.root)
+            keep("frt push", op, whole)
+            digest = json.loads(out)["models"][0]["artefact"]["digest"]
+            for who in (["frt", "oras"] if r % 2 == 0 else ["oras", "frt"]):
+                dest = work / f"pull-{who}"
+                if who == "frt":
+                    op, whole, _ = _timed([*frt, "mirror", str(dest), "--from", f"oci://{ref}@{digest}", "--variant",
+                                           "torch-cpu"], env, tp.root)
+                else:
+                    op, whole, _ = _timed([sys.executable, "-c", _ORAS_OP, "now", "pull", f"{ref}@{digest}", str(dest)],
+                                          env)
+                keep(f"{who} pull", op, whole)
+            nodes = run_nodes(n, w, work, env, "prepare", mirror=f"oci://{ref}@{digest}")
+            keep(f"frt {n} nodes", nodes["wall_s"])
+            procs = [subprocess.Popen([sys.executable, "-c", _ORAS_OP, "wait", "pull", f"{ref}@{digest}",
+                                       str(work / f"op-{i}")], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True) for i in range(n)]
+            for p in procs:  # every process has imported the SDK: release them together
+                if p.stdout.readline().strip() != "ready":
+                    raise SystemExit(p.stderr.read()[-1000:])
+            t0 = time.perf_counter()
+            for p in procs:
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            errs = [p.communicate()[1] for p in procs]
+            wall = time.perf_counter() - t0
+            if any(p.returncode for p in procs):
+                raise SystemExit(f"oras pull failed: {errs[0][-1000:]!r}")
+            keep(f"oras {n} pulls", wall)
+            for i in range(n):
+                _rm(work / f"op-{i}")
+        finally:
+            reg.stop()
+        reg2 = Registry().start()  # oras pushes the unpacked artefact (the same files and titles) into an empty registry
+        try:
+            op, whole, _ = _timed([sys.executable, "-c", _ORAS_OP, "now", "push", f"{reg2.host}/frt/big:bench",
+                                   str(work / "pull-oras"), str(work / "annotations.json")], env)
+            keep("oras push", op, whole)
+        finally:
+            reg2.stop()
+            _rm(work / "pull-oras")
+            _rm(work / "pull-frt")
+    print(f"\n| {big_mb} MB package, local registry | frt s | oras s | ratio | whole process: frt s | oras s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, a, b in (("push (into an empty registry)", "frt push", "oras push"),
+                        ("pull (frt: fetch + verify into a mirror folder)", "frt pull", "oras pull"),
+                        (f"{n} nodes pulling at once (frt: fetch + verify into each node's store)", f"frt {n} nodes",
+                         f"oras {n} pulls")):
+        wa, wb = best.get(a + " whole"), best.get(b + " whole")
+        tail = f" {wa:.2f} | {wb:.2f} |" if wa else " | |"
+        print(f"| {label} | {best[a]:.2f} | {best[b]:.2f} | {best[a] / best[b]:.2f}x |{tail}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", default="8,32")
@@ -202,7 +319,22 @@ def main() -> int:
                     help="also fetch+verify with the boto3 read client (FRT_STORE_CLIENT=boto3): the before column")
     ap.add_argument("--fresh-client", action="store_true",
                     help="nodes import their S3 client themselves (not before the fork), as separate processes do")
+    ap.add_argument("--registry", action="store_true",
+                    help="only the OCI registry part: push and pull of the big package by frt and by oras, and "
+                         "--nodes (first value, default 16) nodes pulling at once")
     args = ap.parse_args()
+    if args.registry:
+        work = Path(tempfile.mkdtemp(prefix="frt-bench-oci-"))
+        try:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FRT_", "HF_"))}
+            env.update(PYTHONPATH=str(ROOT), PYTHONPYCACHEPREFIX=str(work / "pycache"), HF_HUB_OFFLINE="1")
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "frt_dist"), str(ROOT / "tests")],
+                           env=env, check=True, stdout=subprocess.DEVNULL)
+            n = int(args.nodes.split(",")[0]) if args.nodes != "8,32" else 16
+            run_registry(work, env, args.big_mb, n, args.rounds)
+        finally:
+            _rm(work)
+        return 0
     global FRESH_CLIENT
     FRESH_CLIENT = args.fresh_client
     ns = [int(x) for x in args.nodes.split(",")]

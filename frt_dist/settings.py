@@ -54,6 +54,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("FRT_STORE_TIMEOUT", "20", "seconds an object-store connection or read may stall", topic="distribution"),
     _S("FRT_STORE_DEADLINE", "600", "seconds one whole object-store transfer may take, retries included; a load "
        "through a store's URL takes them for all its fetches together", topic="distribution"),
+    _S("FRT_OCI_PLAIN_HTTP", "0", "1: talk plain HTTP to an oci:// registry that is not on loopback (a registry you "
+       "trust on a private network); HTTPS otherwise", topic="distribution"),
     _S("FRT_STORE_CLIENT", "auto", "auto: obstore reads a store when the environment alone configures it, else "
        "boto3; boto3: always boto3", topic="distribution"),
     # the Hub
@@ -93,6 +95,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("XDG_CACHE_HOME", None, "the user's cache folder (huggingface_hub's default HF_HOME is under it)",
        owner="XDG", topic="distribution"),
     _S("KERNELS_CACHE", None, "the `kernels` package's cache folder", owner="kernels", topic="distribution"),
+    _S("DOCKER_CONFIG", None, "the folder whose config.json holds registry credentials for oci:// mirrors "
+       "(default ~/.docker)", owner="Docker", topic="distribution"),
     _S("AWS_ENDPOINT_URL", None, "an S3-protocol server's address (scheme://host[:port])", owner="AWS",
        topic="distribution"),
     _S("AWS_ENDPOINT_URL_S3", None, "as AWS_ENDPOINT_URL, for S3 only", owner="AWS", topic="distribution"),

@@ -133,6 +133,21 @@ def bucket(s3, monkeypatch):
     yield name
 
 
+@pytest.fixture(scope="session")
+def oci_registry():
+    """A real OCI registry (Debian's docker-registry, its own process) on 127.0.0.1, one per test session
+    (each xdist worker its own); each test takes its own repository (``oci_registry.repo()``). Skipped
+    without the binary, failed under CI (tests/helpers/ociregistry.py)."""
+    from helpers.ociregistry import Registry, require
+
+    require()
+    reg = Registry().start()
+    try:
+        yield reg
+    finally:
+        reg.stop()
+
+
 @pytest.fixture
 def frt():
     """The `frt` runner (``helpers.frt``): ``frt("lock", cwd=p)`` in this process, ``frt.process(...)`` as a

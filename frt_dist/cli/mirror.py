@@ -30,7 +30,8 @@ def add_parser(sub) -> None:
                    help="the mirror folder (a hub-cache layout; created when needed); an "
                         "object-store URL here publishes (deprecated: `frt publish URL`)")
     s.add_argument("--from", dest="from_url", metavar="URL",
-                   help="fill DIR from this object store (s3://bucket/prefix, file:///path) instead of the "
+                   help="fill DIR from this object store (s3://bucket/prefix, oci://registry/repo[:tag|@sha256:…], "
+                        "file:///path) instead of the "
                         "packages' own sources; the project's lockfile decides what and verifies every byte")
     s.add_argument("--repair", action="store_true", help="with an object-store URL (deprecated): as `frt publish --repair`")
     selection_flags(s)

@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
                               "AWS_ACCESS_KEY_ID... as the AWS tools read them); nodes then run "
                               "frt mirror /srv/kernels --from s3://bucket/frt")
     common_options(s, verbose=VERBOSE)
-    s.add_argument("url", metavar="URL", help="the object store: s3://bucket/prefix or file:///path")
+    s.add_argument("url", metavar="URL", help="the object store: s3://bucket/prefix, file:///path, or "
+                   "oci://registry/repository[:tag] (one artefact per lock; its manifest digest is printed)")
     s.add_argument("--repair", action="store_true",
                    help="send every selected object again, even one already present with the right size")
     selection_flags(s)
@@ -33,7 +34,8 @@ def run(args) -> int:
 
     if not is_url(args.url):
         raise UsageError(f"frt publish {args.url}: not an object-store URL",
-                         hints=["s3://bucket/prefix or file:///path; `frt mirror DIR` fills a folder"])
+                         hints=["s3://bucket/prefix, file:///path or oci://registry/repository[:tag]; "
+                                "`frt mirror DIR` fills a folder"])
     return publish(args, again="frt publish")
 
 
@@ -47,6 +49,11 @@ def publish(args, *, again: str) -> int:
     project = find_project(args)  # no project here: said before any store is opened
     with open_store(args.url) as store:
         locks, select = selection(args, project)
+        if getattr(getattr(store, "loc", None), "scheme", "") == "oci" and len(locks) > 1:  # one lock per reference
+            raise UsageError(f"{store.url}: a registry reference holds one lock's artefact, and this project has "
+                             f"{len(locks)} lockfiles ({', '.join(sorted(locks))})",
+                             hints=[f"publish each model to its own tag: frt publish {store.loc.repo_url}:MODEL "
+                                    "--model MODEL"])
         reports, lines = [], []
         for model, lock in locks.items():
             bar = progress_bar(args, total=None, desc=f"mirror {model}", unit="B", unit_scale=True, unit_divisor=1024)
@@ -68,6 +75,10 @@ def publish(args, *, again: str) -> int:
                 lines.append(f"  release {lock.release['repo']} @ {lock.release['commit'][:12]}: "
                              f"{len(lock.release.get('files', {}))} file(s) by their sha256, {len(pub.release)} "
                              "uploaded")
+            if pub.artefact is not None:  # a registry: the manifest to pin nodes to
+                a = pub.artefact
+                lines.append(f"  artefact {a['reference']} ({a['layers']} layer(s), tagged {a['tag']}; "
+                             f"{len(a['referrers'])} signature referrer(s))")
             for r in pub.replaced:
                 lines.append(f"  replaced {r['key']} ({r['repo']} {r['path']}): {r['reason']}")
             for sk in pub.skipped:

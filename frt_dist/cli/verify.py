@@ -18,7 +18,8 @@ def add_parser(sub) -> None:
     s.add_argument("--model", metavar="M", help="verify one model's lockfile (default: every lockfile of the project)")
     s.add_argument("--lockfile", metavar="FILE",
                    help="verify this lockfile (one you were given), re-derived from what it embeds and this project")
-    s.add_argument("--mirror", metavar="DIR", help="also check that DIR holds every locked file")
+    s.add_argument("--mirror", metavar="DIR", help="also check that DIR (a folder, or an oci:// artefact with its "
+                   "signature referrers) holds every locked file")
     s.add_argument("--variant", action="append", metavar="V",
                    help="with --mirror: variants to check (default: this system's)")
     s.add_argument("--all-variants", action="store_true", help="with --mirror: check every locked variant")
@@ -88,6 +89,9 @@ def _verify_fixes(args, problems: list[dict], lock_kinds: set) -> list[str]:
         if not variants:  # a ref only: the variants the mirror holds of that package
             variants = [d.name for q in parts for d in Path(args.mirror).glob(f"{q[0]}/snapshots/*/build/*")]
         select = "".join(f" --variant {shlex.quote(v)}" for v in dict.fromkeys(variants)) or " --all-variants"
+    if str(args.mirror).startswith("oci://"):  # an artefact is made whole by publishing it again
+        return out + [f"publish the artefact again from the project that locks it: `frt publish "
+                      f"{shlex.quote(args.mirror)}{model}{select}`; a node can pin a good one (oci://…@sha256:…)"]
     if node:  # a node has no sources of its own: it fills its mirror from the fleet's store
         url = project.mirror if project.mirror and "://" in project.mirror else "URL"  # [tool.frt] mirror, a store
         select += f" --from {shlex.quote(url)}"

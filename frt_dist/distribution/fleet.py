@@ -66,11 +66,13 @@ class PublishReport:
     checked: dict = field(default_factory=lambda: {"checksum": 0, "download": 0})  # how the present ones were shown
     replaced: list[dict] = field(default_factory=list)  # {"key", "repo", "path", "reason"}: there, but not the file
     release: list[str] = field(default_factory=list)  # the keys of the Hub release's files sent (already there: not listed)
+    artefact: dict | None = None  # an oci:// store: the artefact's manifest (frt_dist.distribution.oci.finish_lock)
 
     def to_dict(self) -> dict:
         return {"url": self.url, "model": self.model, "lockfile": self.lockfile, "packages": self.packages,
                 "uploaded": self.uploaded, "present": self.present, "bytes": self.bytes, "skipped": self.skipped,
-                "checked": dict(self.checked), "replaced": self.replaced, "release-files": self.release}
+                "checked": dict(self.checked), "replaced": self.replaced, "release-files": self.release,
+                **({"artefact": self.artefact} if self.artefact is not None else {})}
 
 
 def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool = False, hardware=None,
@@ -173,6 +175,10 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
         report.release = store_files(lock, store, progress=emit)
     report.lockfile = lock_key(lock.model)
     store.put_bytes(report.lockfile, lock.render())  # last: only now does the store hold a release
+    if getattr(getattr(store, "loc", None), "scheme", "") == "oci":  # a registry: one manifest over those blobs
+        from .oci_publish import finish_lock  # noqa: PLC0415
+
+        report.artefact = finish_lock(store, lock, report)
     return report
 
 

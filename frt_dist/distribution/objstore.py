@@ -81,10 +81,10 @@ from .store_api import (
     lock_key,
     locked_file_key,
     object_key,
-    parse_location,
     receipt_key,
     store_config,
 )
+from .store_api import parse_location as _parse_location
 
 if TYPE_CHECKING:  # the clients are imported when first used (``__getattr__`` below)
     from .filestore import FileStore
@@ -95,6 +95,17 @@ __all__ = ["Location", "parse_location", "is_url", "open_store", "ObjectStore", 
            "ObstoreS3Reader", "read_client", "read_client_why",
            "StoreAccess", "StoreUnavailable", "ObjectMissing", "object_key", "locked_file_key", "lock_key", "receipt_key",
            "digest_from_object_key", "store_config", "endpoint_problem", "check_endpoint", "StoreInfo"]
+
+def parse_location(text) -> Location:
+    """``store_api.parse_location``, and ``oci://REGISTRY/REPOSITORY[:TAG][@sha256:HEX]`` (an OCI registry,
+    ``frt_dist.distribution.oci``, parsed there: imported only when such a URL is given)."""
+    text = os.fspath(text)
+    if is_url(text) and text.split("://", 1)[0].lower() == "oci":
+        from .oci import parse_oci  # noqa: PLC0415
+
+        return parse_oci(text)
+    return _parse_location(text)
+
 
 def open_store(location, *, reading: bool = False) -> ObjectStore:
     """The store for a URL (``Location`` or text); a plain folder is a ``UsageError`` (callers
@@ -111,6 +122,10 @@ def open_store(location, *, reading: bool = False) -> ObjectStore:
         from .s3_boto3 import S3Store  # noqa: PLC0415
 
         return S3Store(loc)
+    if loc.scheme == "oci":  # one artefact in an OCI registry (docs/reference.md#oci-registries)
+        from .oci import OciStore  # noqa: PLC0415
+
+        return OciStore(loc, reading=reading)
     if loc.scheme == "file":
         from .filestore import FileStore  # noqa: PLC0415
 

@@ -82,7 +82,7 @@ def parse_location(text) -> Location:
             raise StoreAccess(f"{text}: a file URL needs an absolute path (file:///srv/frt-mirror)")
         return Location("file", path=rest)
     raise StoreAccess(f"{text}: frt does not know the scheme {scheme!r}",
-                      hints=["mirror locations are s3://bucket/prefix, file:///path or a folder "
+                      hints=["mirror locations are s3://bucket/prefix, oci://registry/repository[:tag], file:///path or a folder "
                              "(GCS, R2, MinIO and Ceph speak the S3 API: s3:// with AWS_ENDPOINT_URL)"])
 
 

@@ -87,6 +87,10 @@ def verify(project, models: list[str] | None = None, *, mirror: str | Path | Non
     ``models``, it must be the lockfile of one of them)."""
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
 
+    if mirror is not None and "://" in str(mirror):  # an oci:// artefact: unpacked privately, verified as a folder
+        from ..distribution.oci_verify import verify_artefact  # noqa: PLC0415
+
+        return verify_artefact(verify, project, models, str(mirror), variants=variants, all_variants=all_variants)
     if mirror is not None and not Path(mirror).is_dir():
         # bad input, not a failed verification: every locked file reported missing would bury the cause
         what = "is not a directory" if Path(mirror).exists() else "does not exist"

@@ -381,8 +381,8 @@ def fetch(repo: str, version: int, model: str, *, commit: str | None = None, rec
         if extra:
             import warnings  # noqa: PLC0415
 
-            from ..errors import FrtWarning  # noqa: PLC0415
             from ..documents.lock_release import shown  # noqa: PLC0415
+            from ..errors import FrtWarning  # noqa: PLC0415
 
             warnings.warn(f"release {repo} at {commit[:12]}: {len(extra)} file(s) the lock does not record at this "
                           f"commit ignored: {', '.join(shown(x) for x in extra)} (a commit's files never change on "

@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import warnings
 
-from .. import settings
 from ..errors import FrtWarning, KernelUnavailable, LockfileError, UsageError
 from ..system.hardware import Hardware
 from .ledger import CAPTURED, NOT_OBSERVED
