@@ -1,4 +1,9 @@
-"""The Hub client: what ``frt lock`` asks the Hub, through ``huggingface_hub``.
+"""The Hub client: what frt asks the Hub, through ``huggingface_hub``'s public API, with one timeout
+and deadline (``configure_timeout``) and its errors as frt's.
+
+Two kinds of repo: kernel packages (``HubClient``, what ``frt lock`` reads of a package) and
+release repos (Hub *model* repos: ``api``, ``hub_call``, ``branch_commit``; ``frt release push``,
+``frt init --from``, ``frt lock`` on a project that consumes a release, ``release_files``).
 
 Per package the request budget is fixed by the number of variants, never by
 the number of files: one ``refs`` call (branch ``vN`` → commit), one (recursive) tree
@@ -16,11 +21,13 @@ import time
 
 from .. import settings
 from ..base.record import dataclass
-from ..errors import HubError
+from ..errors import FrtError, HubError, ReleaseError, UsageError
 
-__all__ = ["HubClient", "RemoteVariant", "configure_timeout", "apply_timeout", "end_deadline", "deadline_error"]
+__all__ = ["HubClient", "RemoteVariant", "configure_timeout", "apply_timeout", "end_deadline", "deadline_error",
+           "RELEASE_REPO_TYPE", "api", "endpoint", "hub_call", "branch_commit"]
 
 REPO_TYPE = "kernel"
+RELEASE_REPO_TYPE = "model"  # a release is published as a Hub model repo
 DEFAULT_TIMEOUT_S = 30.0
 
 
@@ -145,9 +152,23 @@ def _apply_timeout() -> None:
 
 
 def apply_timeout() -> None:
-    """``configure_timeout``'s timeout and deadline on the shared client, for another module that asks
-    the Hub through huggingface_hub (``frt_dist.release.consume``)."""
+    """``configure_timeout``'s timeout and deadline on the shared client, for a module that asks the
+    Hub through huggingface_hub itself (``sources``' downloads, ``frt_dist.release.upgrade``)."""
     _apply_timeout()
+
+
+def _within_deadline(fn, what: str, own: type[FrtError]):
+    """``fn()``; a timeout (or what a library made of it) once ``FRT_HUB_DEADLINE`` passed is said as
+    such (``deadline_error(what)``); an ``own`` error passes as it is."""
+    try:
+        return fn()
+    except own:
+        raise
+    except Exception:
+        err = deadline_error(what)
+        if err is not None:
+            raise err from None
+        raise
 
 
 @dataclass(frozen=True)
@@ -172,15 +193,7 @@ class HubClient:
 
         _apply_timeout()
         try:
-            try:
-                return fn()
-            except HubError:
-                raise
-            except Exception:  # a timeout (or what a library made of it) once the deadline passed: said as such
-                err = deadline_error(f"package {repo!r}: {what}")
-                if err is not None:
-                    raise err from None
-                raise
+            return _within_deadline(fn, f"package {repo!r}: {what}", HubError)
         except HubError:
             raise
         except hf_errors.OfflineModeIsEnabled:
@@ -295,3 +308,95 @@ class HubClient:
             self._trust_cache[org] = bool(getattr(info, "trustedKernelPublisher", False) or
                                           getattr(info, "trusted_kernel_publisher", False))
         return self._trust_cache[org]
+
+
+# ---------------------------------------------------------------------------
+# release repos (Hub model repos), through huggingface_hub's own client
+
+
+def api(token: bool = False):
+    """An ``HfApi`` on ``HF_ENDPOINT`` (with the user's token when ``token``), for release repos."""
+    from huggingface_hub import HfApi, get_token  # noqa: PLC0415
+
+    return HfApi(endpoint=settings.value("HF_ENDPOINT"), library_name="frt-dist",
+                 token=get_token() if token else None)
+
+
+def endpoint() -> str:
+    """The Hub endpoint frt talks to (``HF_ENDPOINT``, else huggingface_hub's default), for messages."""
+    from huggingface_hub import constants  # noqa: PLC0415
+
+    return (settings.value("HF_ENDPOINT") or constants.ENDPOINT or "https://huggingface.co").rstrip("/")
+
+
+# what a Hub answer huggingface_hub cannot use raises inside it: a field missing (KeyError), a value of
+# another type (TypeError, AttributeError), a body that is not JSON (ValueError, JSONDecodeError's base)
+_UNEXPECTED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
+
+
+def hub_call(repo: str, what: str, fn, *, writing: bool = False):
+    """``fn()`` on the release repo ``repo`` with huggingface_hub's errors as frt errors naming the repo
+    and the endpoint: an HTTP error, no connection, or an answer huggingface_hub cannot use (a field
+    it expects missing, a body that is not JSON), never a traceback."""
+    import httpx2  # noqa: PLC0415
+    from huggingface_hub import errors as hf_errors  # noqa: PLC0415
+
+    _apply_timeout()
+    try:
+        return _release_call(repo, what, fn, writing=writing, hf_errors=hf_errors, httpx2=httpx2)
+    except FrtError as exc:
+        if endpoint() not in exc.message:
+            exc.message = f"{exc.message} [Hub {endpoint()}]"
+            exc.args = (exc.message,)
+        raise
+
+
+def _release_call(repo: str, what: str, fn, *, writing: bool, hf_errors, httpx2):
+    try:
+        return _within_deadline(fn, f"release {repo!r}: {what}", FrtError)
+    except hf_errors.OfflineModeIsEnabled:
+        raise ReleaseError(f"release {repo!r}: the Hub cannot be asked: offline mode is on ({what})",
+                           hints=["unset HF_HUB_OFFLINE, or lock from a mirror that holds the release "
+                                  "(`frt mirror DIR` where the Hub is reachable; [tool.frt] mirror or FRT_MIRROR)"]) from None
+    except hf_errors.RepositoryNotFoundError:
+        raise ReleaseError(f"release {repo!r}: no such model repo on the Hub ({what})",
+                           hints=["check [release] repo in the manifest, or HF_ENDPOINT"]) from None
+    except hf_errors.RevisionNotFoundError:
+        raise ReleaseError(f"release {repo!r}: revision not found ({what})",
+                           hints=["the branch or commit may have been deleted; `frt lock --upgrade-release` "
+                                  "reads the version's branch again"]) from None
+    except hf_errors.HfHubHTTPError as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if writing and status in (401, 403):
+            raise UsageError(f"release {repo!r}: no write access on {api().endpoint} (HTTP {status}, {what}); "
+                             "nothing was committed",
+                             reasons=[{"repo": repo, "reason": f"HTTP {status}"}],
+                             hints=["use a token that may write to the repo's organisation: set HF_TOKEN, or "
+                                    "`hf auth login`"]) from None
+        if writing and status == 412:
+            raise ReleaseError(f"release {repo!r}: the branch moved under you ({what}): another commit landed "
+                               "after this push read the branch head; nothing was committed",
+                               reasons=[{"repo": repo, "reason": "branch moved (HTTP 412)"}],
+                               hints=["look at what was pushed (`frt init --from ...` in a scratch folder), then "
+                                      "run `frt release push` again"]) from None
+        raise ReleaseError(f"release {repo!r}: the Hub answered HTTP {status} ({what})",
+                           hints=["retry later; nothing was written"]) from None
+    except httpx2.HTTPError as exc:
+        raise ReleaseError(f"release {repo!r}: cannot reach the Hub: {exc} ({what})",
+                           hints=["check the network or HF_ENDPOINT; nothing was written"]) from None
+    except FrtError:
+        raise
+    except _UNEXPECTED as exc:
+        why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, KeyError) else f"the field {exc} is missing"
+        raise ReleaseError(f"release {repo!r}: the Hub at {endpoint()} gave an answer frt cannot use ({what}: {why})"
+                           + ("; nothing was committed" if writing else ""),
+                           reasons=[{"repo": repo, "endpoint": endpoint(), "request": what, "reason": why}],
+                           hints=["check HF_ENDPOINT names a Hugging Face Hub (or a server that speaks its API), "
+                                  "then retry"]) from None
+
+
+def branch_commit(client, repo: str, version: int) -> str | None:
+    """The head commit of branch ``v<version>`` of the release repo ``repo`` (``client``: ``api()``),
+    None when there is no such branch (one refs request)."""
+    refs = hub_call(repo, "refs", lambda: client.list_repo_refs(repo, repo_type=RELEASE_REPO_TYPE))
+    return next((b.target_commit for b in refs.branches if b.name == f"v{version}"), None)

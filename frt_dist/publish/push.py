@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import UsageError
-from ..release.consume import REPO_TYPE, SIG_SUFFIXES, ReleaseError, api, branch_commit, hub_call, release_receipts
+from ..distribution.hub import RELEASE_REPO_TYPE as REPO_TYPE
+from ..distribution.hub import api, branch_commit, hub_call
+from ..documents.lock_release import release_receipts
+from ..errors import ReleaseError, UsageError
+from ..release.consume import SIG_SUFFIXES
 
 __all__ = ["push"]
 

@@ -34,6 +34,8 @@ from pathlib import Path
 from .. import settings
 from ..base import names
 from ..base.record import dataclass, field
+from ..distribution.hub import RELEASE_REPO_TYPE as REPO_TYPE
+from ..distribution.hub import api, branch_commit, hub_call
 from ..documents.lock_release import NO_POLICY, is_release_label, label_prefix, release_receipts  # noqa: F401 (re-exported)
 from ..errors import (
     FrtError,
@@ -47,7 +49,6 @@ __all__ = ["Fetched", "LockRelease", "ReleaseError", "parse_ref", "fetch", "for_
            "mirror_files", "mirror_problems", "stale_reasons", "release_manifest", "models_of", "api", "hub_call",
            "branch_commit", "SIG_SUFFIXES", "code_trust", "release_code_trust", "store_files", "release_key"]
 
-REPO_TYPE = "model"
 MAX_FILE_BYTES = 16 << 20  # a release file (manifest, receipt, signature, lockfile) is read whole, at most this
 _REF = re.compile(r"^hf://([^@/]+/[^@/]+)(?:@v(\d+))?$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -68,107 +69,6 @@ def parse_ref(url: str, *, flag: str = "URL", need_version: bool = False) -> tup
 
 def _sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-# ---------------------------------------------------------------------------
-# the Hub, through huggingface_hub's own client
-
-
-def api(token: bool = False):
-    from huggingface_hub import HfApi, get_token  # noqa: PLC0415
-
-    return HfApi(endpoint=settings.value("HF_ENDPOINT"), library_name="frt-dist",
-                 token=get_token() if token else None)
-
-
-def endpoint() -> str:
-    """The Hub endpoint frt talks to (``HF_ENDPOINT``, else huggingface_hub's default), for messages."""
-    from huggingface_hub import constants  # noqa: PLC0415
-
-    return (settings.value("HF_ENDPOINT") or constants.ENDPOINT or "https://huggingface.co").rstrip("/")
-
-
-# what a Hub answer huggingface_hub cannot use raises inside it: a field missing (KeyError), a value of
-# another type (TypeError, AttributeError), a body that is not JSON (ValueError, JSONDecodeError's base)
-_UNEXPECTED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
-
-
-def hub_call(repo: str, what: str, fn, *, writing: bool = False):
-    """``fn()`` with huggingface_hub's errors as frt errors naming the release repo and the endpoint:
-    an HTTP error, no connection, or an answer huggingface_hub cannot use (a field it expects missing,
-    a body that is not JSON), never a traceback."""
-    import httpx2  # noqa: PLC0415
-    from huggingface_hub import errors as hf_errors  # noqa: PLC0415
-
-    from ..distribution.hub import apply_timeout  # noqa: PLC0415 - the CLI's FRT_HUB_TIMEOUT on the shared client
-
-    apply_timeout()
-    try:
-        return _hub_call(repo, what, fn, writing=writing, hf_errors=hf_errors, httpx2=httpx2)
-    except FrtError as exc:
-        if endpoint() not in exc.message:
-            exc.message = f"{exc.message} [Hub {endpoint()}]"
-            exc.args = (exc.message,)
-        raise
-
-
-def _hub_call(repo: str, what: str, fn, *, writing: bool, hf_errors, httpx2):
-    from ..distribution.hub import deadline_error  # noqa: PLC0415
-
-    try:
-        try:
-            return fn()
-        except FrtError:
-            raise
-        except Exception:  # a timeout (or what huggingface_hub made of it) once FRT_HUB_DEADLINE passed: said as such
-            err = deadline_error(f"release {repo!r}: {what}")
-            if err is not None:
-                raise err from None
-            raise
-    except hf_errors.OfflineModeIsEnabled:
-        raise ReleaseError(f"release {repo!r}: the Hub cannot be asked: offline mode is on ({what})",
-                           hints=["unset HF_HUB_OFFLINE, or lock from a mirror that holds the release "
-                                  "(`frt mirror DIR` where the Hub is reachable; [tool.frt] mirror or FRT_MIRROR)"]) from None
-    except hf_errors.RepositoryNotFoundError:
-        raise ReleaseError(f"release {repo!r}: no such model repo on the Hub ({what})",
-                           hints=["check [release] repo in the manifest, or HF_ENDPOINT"]) from None
-    except hf_errors.RevisionNotFoundError:
-        raise ReleaseError(f"release {repo!r}: revision not found ({what})",
-                           hints=["the branch or commit may have been deleted; `frt lock --upgrade-release` "
-                                  "reads the version's branch again"]) from None
-    except hf_errors.HfHubHTTPError as exc:
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-        if writing and status in (401, 403):
-            raise UsageError(f"release {repo!r}: no write access on {api().endpoint} (HTTP {status}, {what}); "
-                             "nothing was committed",
-                             reasons=[{"repo": repo, "reason": f"HTTP {status}"}],
-                             hints=["use a token that may write to the repo's organisation: set HF_TOKEN, or "
-                                    "`hf auth login`"]) from None
-        if writing and status == 412:
-            raise ReleaseError(f"release {repo!r}: the branch moved under you ({what}): another commit landed "
-                               "after this push read the branch head; nothing was committed",
-                               reasons=[{"repo": repo, "reason": "branch moved (HTTP 412)"}],
-                               hints=["look at what was pushed (`frt init --from ...` in a scratch folder), then "
-                                      "run `frt release push` again"]) from None
-        raise ReleaseError(f"release {repo!r}: the Hub answered HTTP {status} ({what})",
-                           hints=["retry later; nothing was written"]) from None
-    except httpx2.HTTPError as exc:
-        raise ReleaseError(f"release {repo!r}: cannot reach the Hub: {exc} ({what})",
-                           hints=["check the network or HF_ENDPOINT; nothing was written"]) from None
-    except FrtError:
-        raise
-    except _UNEXPECTED as exc:
-        why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, KeyError) else f"the field {exc} is missing"
-        raise ReleaseError(f"release {repo!r}: the Hub at {endpoint()} gave an answer frt cannot use ({what}: {why})"
-                           + ("; nothing was committed" if writing else ""),
-                           reasons=[{"repo": repo, "endpoint": endpoint(), "request": what, "reason": why}],
-                           hints=["check HF_ENDPOINT names a Hugging Face Hub (or a server that speaks its API), "
-                                  "then retry"]) from None
-
-
-def branch_commit(api, repo: str, version: int) -> str | None:
-    refs = hub_call(repo, "refs", lambda: api.list_repo_refs(repo, repo_type=REPO_TYPE))
-    return next((b.target_commit for b in refs.branches if b.name == f"v{version}"), None)
 
 
 # ---------------------------------------------------------------------------

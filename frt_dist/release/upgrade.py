@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import re
 
+from ..distribution.hub import RELEASE_REPO_TYPE as REPO_TYPE
+from ..distribution.hub import api, hub_call
 from ..errors import ReleaseError, UsageError
 from .consume import (
-    REPO_TYPE,
     Fetched,
     _add_package_keys,
     _section,
-    api,
-    hub_call,
     release_manifest,
     signers,
 )
