@@ -74,12 +74,6 @@ def test_lock_resolve_verify_matrix_are_light(tmp_path):
 # --- layers point one way: the order written in docs/design.md, against the import graph read from the source
 
 DESIGN = Path(__file__).resolve().parents[1] / "docs" / "design.md"
-# imports that still point upward, by (importing file, imported module), each with where it goes: the test
-# fails once one is gone, so the list only shrinks (docs/design.md says why these two are left)
-PENDING = {
-    ("frt_dist/distribution/mirror.py", "frt_dist.release.consume"),  # mirror_files: with consume's Hub fetch
-    ("frt_dist/distribution/fleet.py", "frt_dist.release.consume"),  # store_files: with consume's Hub fetch
-}
 
 
 def _layer_order(text: str) -> dict[str, int]:
@@ -181,11 +175,7 @@ def test_no_import_points_up_the_written_layer_order():
     order = _layer_order(DESIGN.read_text("utf-8"))
     assert order["base"] == order["errors"] == 0 and order["documents"] < order["lock"] < order["cli"]
     found = upward_imports(Path(frt_dist.__file__).parent, order)
-    pending = [f for f in found if any(f.startswith(file + ":") and f" imports {mod}:" in f for file, mod in PENDING)]
-    assert sorted(set(found) - set(pending)) == [], "imports against docs/design.md's layer order:\n" + "\n".join(found)
-    gone = sorted(f"{file} -> {mod}" for file, mod in PENDING
-                  if not any(f.startswith(file + ":") and f" imports {mod}:" in f for f in pending))
-    assert gone == [], f"no longer upward, take them off PENDING: {gone}"
+    assert found == [], "imports against docs/design.md's layer order:\n" + "\n".join(found)
 
 
 def test_the_layer_check_names_an_upward_import_hidden_in_a_function(tmp_path):

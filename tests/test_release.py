@@ -1102,8 +1102,8 @@ def _drop_hub_caches(repo: str) -> None:
 
     from huggingface_hub import constants
 
+    from frt_dist.distribution.release_files import cache_folder
     from frt_dist.distribution.sources import cache_dirs
-    from frt_dist.release.consume import cache_folder
 
     for d in {*cache_dirs(), Path(constants.HF_HUB_CACHE)}:
         shutil.rmtree(d / cache_folder(repo), ignore_errors=True)

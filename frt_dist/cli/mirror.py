@@ -89,7 +89,7 @@ def _mirror(args, project, store) -> int:
         for p in rep.packages:
             lines.append(f"  {p['repo']} @ {short_digest(p['snapshot'])}  {', '.join(p['variants'])}")
         if lock.release:
-            from ..release.consume import cache_folder  # noqa: PLC0415
+            from ..distribution.release_files import cache_folder  # noqa: PLC0415
 
             d["release"] = {k: lock.release[k] for k in ("repo", "version", "commit")}
             d["release"]["files"] = sorted(lock.release.get("files", {}))

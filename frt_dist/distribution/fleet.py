@@ -169,8 +169,8 @@ def publish_lock(lock, store: ObjectStore, *, variants=None, all_variants: bool 
                                 reasons=problems,
                                 hints=["fix the source (or go online) and run the same `frt mirror` again; objects "
                                        "already sent are skipped"])
-    if lock.release:  # a Hub release's files, as a folder mirror carries them (frt_dist.release.consume)
-        from ..release.consume import store_files  # noqa: PLC0415
+    if lock.release:  # a Hub release's files, as a folder mirror carries them (release_files)
+        from .release_files import store_files  # noqa: PLC0415
 
         report.release = store_files(lock, store, progress=emit)
     report.lockfile = lock_key(lock.model)

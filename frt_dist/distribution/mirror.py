@@ -115,8 +115,8 @@ def mirror_lock(lock, dir, *, variants=None, all_variants: bool = False, hardwar
                     run.package(lock.packages[repo], vs)
             except StoreUnavailable as exc:  # the store went away (past its bounded retries): say what stays
                 gone = exc
-            if lock.release and gone is None:  # a Hub release's files (frt_dist.release.consume), from the store too
-                from ..release.consume import mirror_files  # noqa: PLC0415
+            if lock.release and gone is None:  # a Hub release's files (release_files), from the store too
+                from .release_files import mirror_files  # noqa: PLC0415
 
                 run.problems += mirror_files(lock, top, owner.tmp, progress=progress, store=source)
         finally:

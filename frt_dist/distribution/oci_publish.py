@@ -43,7 +43,7 @@ def mirror_paths(lock, packages: list[dict]) -> list[tuple[str, str, bytes | Non
         out.append((f"{folder}/refs/main", "", ref))
     rel = lock.release
     if rel and rel.get("files"):
-        from ..release.consume import cache_folder, release_key  # noqa: PLC0415
+        from .release_files import cache_folder, release_key  # noqa: PLC0415
 
         folder = cache_folder(rel["repo"])
         for path, sha in sorted(rel["files"].items()):

@@ -71,9 +71,10 @@ _BYTECODE = ["*.pyc", "**/__pycache__/**"]
 # the places
 
 
-def repo_folder(repo: str) -> str:
-    """The hub-cache folder of a kernel repo: ``kernels--<org>--<name>``."""
-    return "kernels--" + "--".join(repo.split("/"))
+def repo_folder(repo: str, repo_type: str = "kernel") -> str:
+    """The hub-cache folder of a repo, as huggingface_hub names it: ``kernels--<org>--<name>`` for a
+    kernel repo, ``models--<org>--<name>`` for a model repo (a release: ``release_files``)."""
+    return f"{repo_type}s--" + "--".join(repo.split("/"))
 
 
 def _env(name: str, default: str) -> str:

@@ -133,7 +133,7 @@ def verify(project, models: list[str] | None = None, *, mirror: str | Path | Non
 
             report.problems += verify_mirror(lock, Path(mirror), variants=variants, all_variants=all_variants)
             if lock.release:  # the Hub release's files, beside the packages'
-                from ..release.consume import mirror_problems  # noqa: PLC0415
+                from ..distribution.release_files import mirror_problems  # noqa: PLC0415
 
                 report.problems += mirror_problems(lock, Path(mirror))
     return report

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from ..distribution.hub import RELEASE_REPO_TYPE as REPO_TYPE
 from ..distribution.hub import api, branch_commit, hub_call
+from ..distribution.release_files import SIG_SUFFIXES
 from ..documents.lock_release import release_receipts
 from ..errors import ReleaseError, UsageError
-from ..release.consume import SIG_SUFFIXES
 
 __all__ = ["push"]
 
