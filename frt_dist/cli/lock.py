@@ -122,7 +122,7 @@ def run(args) -> int:
             print(f"warning: {r.model}: written with less coverage than {rel} had ({n['lost']} lost, "
                   f"{n['dropped']} dropped), as --allow-loss asks", file=sys.stderr)
         if r.release:
-            from ..release.consume import change_lines  # noqa: PLC0415
+            from ..lock.release import change_lines  # noqa: PLC0415
 
             lines += change_lines(r.release, reasons=r.model not in refused)
     failures = []

@@ -62,7 +62,7 @@ class LockResult:
     written: bool = False
     stale: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    # what a re-lock changed in the Hub release it consumes (frt_dist.release.consume.change); None: no change
+    # what a re-lock changed in the Hub release it consumes (frt_dist.lock.release.change); None: no change
     release: dict | None = None
     # what this lock gains, loses and changes against the lockfile it replaces (``frt_dist.lock.coverage``);
     # empty when the bytes are the same
@@ -519,9 +519,9 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
     locker = _Locker(project, hub=hub, upgrade=upgrade, session=session)
     rel = None
     if manifest.release is not None:  # a Hub release's receipts and the package pins they were measured on
-        from ..release import consume as _release  # noqa: PLC0415
+        from . import release as release_view  # noqa: PLC0415
 
-        rel = _release.for_lock(project, manifest, old, upgrade=upgrade_release)
+        rel = release_view.for_lock(project, manifest, old, upgrade=upgrade_release)
     base = rel.package_base(old) if rel is not None else old
     packages, failures = {}, []
     for repo, pkg in sorted(manifest.packages.items()):
@@ -572,7 +572,7 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
                                 f"{short_digest(theirs)}), not this manifest's ({mine}): the release changed the route"]
                     kind = "release-route"
             if not problems and not ours and policy is None:
-                problems = [_release.NO_POLICY]
+                problems = [release_view.NO_POLICY]
                 kind = "release-untrusted"
             if (not problems and policy is not None and (policy.covers(rec.device_class) or not ours)
                     and rec.digest not in lf.signatures):
@@ -604,7 +604,7 @@ def lock_model(project: Project, model: str, *, check: bool = False, strict: boo
              f"default min-speedup {DEFAULT_MIN_SPEEDUP:g} (the speedup interval's low end must reach it); declare "
              f"`gate = {{ min-speedup = X }}` in [routes.{rname}] to choose the effect it must show")
     result = LockResult(model, lpath, lf, data, warnings=warnings, rejection_kinds=kinds,
-                        release=_release.change(old, lf) if rel is not None else None, default_gates=defaults)
+                        release=release_view.change(old, lf) if rel is not None else None, default_gates=defaults)
     same = old is not None and lpath.read_bytes() == data
     if not same:  # (an unreadable old lockfile is replaced like a missing one: nothing to compare)
         result.coverage = coverage_diff(old, lf)
@@ -820,7 +820,7 @@ def _stale_reasons(old: Lockfile | None, old_problem: str | None, new: Lockfile,
         if (a.candidates if a else None) != (b.candidates if b else None):
             out.append(f"route index cell {cell_name(key)}: {_ranking(a)} in the lock, {_ranking(b)} derived")
     if old.release or new.release:
-        from ..release.consume import stale_reasons  # noqa: PLC0415
+        from .release import stale_reasons  # noqa: PLC0415
 
         out += stale_reasons(old, new)
     if not out:

@@ -195,7 +195,7 @@ def new_signers(project, model: str, fetched: Fetched) -> list[dict]:
 
 
 def change_lines(doc: dict) -> list[str]:
-    """The upgrade report's text (the receipts' lines come from the lock: ``consume.change_lines``)."""
+    """The upgrade report's text (the receipts' lines come from the lock: ``frt_dist.lock.release.change_lines``)."""
     from ..documents.lock_release import shown  # noqa: PLC0415
 
     head = (f"release {doc['repo']}: v{doc['from-version']} -> v{doc['version']} (commit "
