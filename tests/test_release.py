@@ -1083,7 +1083,7 @@ def test_trust_validates_everything_before_it_writes(published, env, tmp_path):
 def test_a_failing_trust_write_puts_back_what_it_wrote(tmp_path):
     """`frt release trust` writes key files, then the manifest: when the manifest cannot be written,
     the key files written before it are put back as they were and the folders made for them removed."""
-    from frt_dist.release.consume import _write_all
+    from frt_dist.release.trust import _write_all
 
     root = tmp_path / "p"
     (root / "keys").mkdir(parents=True)

@@ -44,11 +44,13 @@ def run(args) -> int:
 
 def _init_from(args) -> int:
     """``frt init --from hf://ORG/NAME@vN [DIR] [--model M] [--trust]``."""
-    from ..release import consume as release  # noqa: PLC0415
+    from ..distribution import release_files  # noqa: PLC0415
+    from ..release import consume  # noqa: PLC0415
+    from ..release import trust as release_trust  # noqa: PLC0415
     from ..scaffold.init import init_from_release  # noqa: PLC0415
 
-    repo, version = release.parse_ref(args.from_release, flag="--from", need_version=True)
-    commit, models = release.models_of(repo, version)
+    repo, version = consume.parse_ref(args.from_release, flag="--from", need_version=True)
+    commit, models = consume.models_of(repo, version)
     if args.model is not None:
         if args.model not in models:
             raise UsageError(f"--model {args.model}: release {repo} v{version} publishes {', '.join(models) or 'no model'}")
@@ -58,18 +60,18 @@ def _init_from(args) -> int:
     else:
         raise UsageError(f"release {repo} v{version} publishes {len(models)} models ({', '.join(models) or 'none'})",
                          hints=["name one: --model MODEL"])
-    fetched = release.fetch(repo, version, model, commit=commit)
-    text = release.release_manifest(fetched)
-    found = release.signers(fetched) if f"lockfiles/{model}.lock" in fetched.files else []
-    refused = release.refused_signers(fetched, found) if args.trust else None
+    fetched = release_files.fetch(repo, version, model, commit=commit)
+    text = release_trust.release_manifest(fetched)
+    found = release_trust.signers(fetched) if f"lockfiles/{model}.lock" in fetched.files else []
+    refused = release_trust.refused_signers(fetched, found) if args.trust else None
     if refused is not None:  # --trust would refuse after the project is made: refused before anything is written
         raise refused
     written = init_from_release(args.dir, model, text)
     root = Path(args.dir).resolve()
     from ..project.discover import Project  # noqa: PLC0415
 
-    code = release.code_trust(fetched)
-    rows = release.trust(Project(root, "project", {}), model, fetched) if args.trust else []
+    code = release_trust.code_trust(fetched)
+    rows = release_trust.trust(Project(root, "project", {}), model, fetched) if args.trust else []
     doc = {"project": str(root), "model": model, "written": [p.name for p in written],
            "release": {"repo": repo, "version": version, "commit": commit},
            "signers": [{k: v for k, v in s.items() if k != "pem"} for s in found], "code-trust": code,

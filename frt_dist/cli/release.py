@@ -72,12 +72,14 @@ def _version(args, at: int | None, new: str) -> int | None:
 def run(args) -> int:
     """``frt release push hf://ORG/NAME[@vN] [--model M]`` / ``frt release trust [--model M]`` /
     ``frt release upgrade [[hf://ORG/NAME]@vN] [--model M] [--dry-run] [--trust] [--allow-loss]``."""
-    from ..release import consume as release  # noqa: PLC0415
+    from ..distribution import release_files  # noqa: PLC0415
+    from ..release import consume  # noqa: PLC0415
+    from ..release import trust as release_trust  # noqa: PLC0415
 
     project = find_project(args)
     model = the_model(project, args)
     if args.release_command == "push":
-        repo, at = release.parse_ref(args.url, flag="frt release push")
+        repo, at = consume.parse_ref(args.url, flag="frt release push")
         version = _version(args, at, f"frt release push hf://{repo}@v{{n}}")
         version = 1 if version is None else version
         from ..publish.push import push  # noqa: PLC0415
@@ -106,9 +108,9 @@ def run(args) -> int:
         old = Lockfile.read(lpath, label=project.rel(lpath))
         if old.release and old.release["repo"] == m.release.repo and old.release["version"] == m.release.version:
             pinned = old.release
-    fetched = release.fetch(m.release.repo, m.release.version, model, commit=pinned and pinned["commit"],
-                            recorded=pinned and pinned.get("files"), mirror=settings.value("FRT_MIRROR") or project.mirror)
-    rows = release.trust(project, model, fetched)
+    fetched = release_files.fetch(m.release.repo, m.release.version, model, commit=pinned and pinned["commit"],
+                                  recorded=pinned and pinned.get("files"), mirror=settings.value("FRT_MIRROR") or project.mirror)
+    rows = release_trust.trust(project, model, fetched)
     emit(args, {"ok": True, "release": {"repo": fetched.repo, "commit": fetched.commit}, "trusted": rows},
           "\n".join(trust_lines(rows, fetched.repo, fetched.commit)))
     if any(r["added"] for r in rows) and not (args.quiet or args.json):
@@ -144,9 +146,9 @@ def _refused(s: dict) -> str:
 
 
 def _keys(keys: dict) -> str:
-    from ..release.consume import _toml_value  # noqa: PLC0415
+    from ..release.trust import toml_value  # noqa: PLC0415
 
-    return ", ".join(f"{k} = {shown(_toml_value(v))}" for k, v in keys.items())
+    return ", ".join(f"{k} = {shown(toml_value(v))}" for k, v in keys.items())
 
 
 def _signer(s: dict) -> str:
@@ -171,14 +173,14 @@ def _upgrade_ref(given: str | None, repo: str) -> int | None:
     named, must be the one the manifest's ``[release]`` consumes."""
     import re  # noqa: PLC0415
 
-    from ..release import consume as release  # noqa: PLC0415
+    from ..release import consume  # noqa: PLC0415
 
     if given is None:
         return None
     m = re.fullmatch(r"@v(\d+)", given)
     if m:
         return int(m.group(1))
-    named, version = release.parse_ref(given, flag="frt release upgrade", need_version=True)
+    named, version = consume.parse_ref(given, flag="frt release upgrade", need_version=True)
     if named != repo:
         raise UsageError(f"frt release upgrade {given}: the manifest consumes release {repo!r}, not {named!r}",
                          hints=[f"frt release upgrade @v{version} (a version of {repo}); another release is another "
@@ -193,11 +195,12 @@ def _upgrade(args, project, model, m) -> int:
     import io  # noqa: PLC0415
     import json  # noqa: PLC0415
 
+    from ..distribution import release_files  # noqa: PLC0415
     from ..documents.lock_writer import write_atomic  # noqa: PLC0415
     from ..documents.lockfile import Lockfile  # noqa: PLC0415
     from ..documents.schema import load_toml, parse_toml  # noqa: PLC0415
     from ..errors import LockfileError, ManifestError  # noqa: PLC0415
-    from ..release import consume as release  # noqa: PLC0415
+    from ..release import trust as release_trust  # noqa: PLC0415
     from ..release import upgrade  # noqa: PLC0415
     from . import lock as lock_cmd  # noqa: PLC0415
 
@@ -220,7 +223,7 @@ def _upgrade(args, project, model, m) -> int:
     before_label = project.rel(mpath)
     if pinned:  # what the project consumes now: the release's manifest at the commit the lock pins
         try:
-            was = release.fetch(repo, pinned["version"], model, commit=pinned["commit"],
+            was = release_files.fetch(repo, pinned["version"], model, commit=pinned["commit"],
                                 recorded=pinned.get("files") or None, mirror=mirror)
             rel_path = f"manifests/{model}.toml"
             if rel_path in was.files:
@@ -228,7 +231,7 @@ def _upgrade(args, project, model, m) -> int:
                 before_label = f"{repo}@{was.commit[:12]}/{rel_path}"
         except FrtError:
             pass
-    new = release.fetch(repo, target, model, mirror=mirror)
+    new = release_files.fetch(repo, target, model, mirror=mirror)
     rel_path = f"manifests/{model}.toml"
     if rel_path not in new.files:
         raise ReleaseError(f"release {repo!r} v{target} at {new.commit[:12]} publishes no {rel_path}",
@@ -237,7 +240,7 @@ def _upgrade(args, project, model, m) -> int:
     rows = upgrade.manifest_changes(before, after, old_label=before_label, new_label=f"{repo}/{rel_path}")
     signers = upgrade.new_signers(project, model, new)
     trusted_pkgs = {r for r, t in mine.get("packages", {}).items() if t.get("trust")}
-    code = [c for c in release.code_trust(new) if c["kind"] == "package" and c["repo"] not in trusted_pkgs]
+    code = [c for c in release_trust.code_trust(new) if c["kind"] == "package" and c["repo"] not in trusted_pkgs]
     doc = {"repo": repo, "from-version": m.release.version, "version": target,
            "from-commit": pinned["commit"] if pinned else None, "commit": new.commit, "manifest": rows,
            "signers": signers, "code-trust": code, "applied": False}
@@ -249,7 +252,7 @@ def _upgrade(args, project, model, m) -> int:
         emit(args, {"ok": True, "upgrade": doc}, "\n".join(lines))
         return 0
     text, _ = upgrade.apply(project, model, new)
-    refused = release.refused_signers(new, signers) if args.trust else None
+    refused = release_trust.refused_signers(new, signers) if args.trust else None
     if refused is not None:  # --trust would refuse them: said before anything is written
         raise refused
     old_text = mpath.read_bytes()
@@ -260,7 +263,7 @@ def _upgrade(args, project, model, m) -> int:
     trusted = []
     if args.trust:
         try:
-            trusted = release.trust(project, model, new)
+            trusted = release_trust.trust(project, model, new)
         except (ReleaseError, UsageError):
             write_atomic(mpath, old_text)
             raise

@@ -4,8 +4,14 @@ under ``--upgrade-release``), the package pins its receipts were measured on, th
 record the lock writes, what a re-lock changed (``change``, ``change_lines``) and why a lock's
 release part is stale (``stale_reasons``, for ``frt lock --check``).
 
-The release's files come from ``frt_dist.distribution.release_files``; its receipts are judged by
-``frt_dist.lock.build`` under the project's own ``[trust.receipts]`` policy (docs/releases-consume.md).
+The release's files come from ``frt_dist.distribution.release_files``. Its receipts are judged by
+``frt_dist.lock.build`` like the project's own, with one rule more: a release receipt is accepted
+only when signed by a signer the *project's* ``[trust.receipts]`` policy names (``device-classes``
+does not exempt it); with no policy every one is rejected (``NO_POLICY``). The release's lockfile
+supplies the package pins its receipts were measured on (``LockRelease.package_base``), never its
+trust facts: those are the consumer's to derive. The ``[release]`` record: ``repo``, ``version``,
+``commit``, the sha256 of every release file read (``files``: what ``frt mirror`` carries and ``frt
+verify --mirror`` checks); docs/releases-consume.md.
 """
 
 from __future__ import annotations

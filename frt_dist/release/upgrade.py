@@ -22,14 +22,9 @@ import re
 
 from ..distribution.hub import RELEASE_REPO_TYPE as REPO_TYPE
 from ..distribution.hub import api, hub_call
+from ..distribution.release_files import Fetched
 from ..errors import ReleaseError, UsageError
-from .consume import (
-    Fetched,
-    _add_package_keys,
-    _section,
-    release_manifest,
-    signers,
-)
+from .trust import add_package_keys, release_manifest, section, signers
 
 __all__ = ["versions", "newest", "news", "manifest_changes", "change_lines", "apply", "new_signers"]
 
@@ -232,7 +227,7 @@ def _own_trust(text: str, data: dict) -> tuple[list[str], dict]:
     headers = [i for i, ln in enumerate(lines) if re.match(r"^\s*\[trust\.(receipts|publishers\b[^\]]*)\]\s*(#.*)?$", ln)]
     for i in headers:
         name = re.match(r"^\s*\[([^\]]+)\]", lines[i]).group(1)
-        sec = _section(lines, name)
+        sec = section(lines, name)
         if sec is None:
             continue
         a, b = sec
@@ -274,7 +269,7 @@ def apply(project, model: str, fetched: Fetched) -> tuple[str, dict]:
     base = parse_toml(text.encode("utf-8"), ManifestError, label)
     for repo, keys in sorted(pkg_trust.items()):
         if repo in base.get("packages", {}) and "path" not in base["packages"][repo]:
-            text = _add_package_keys(text, repo, keys) if text is not None else None
+            text = add_package_keys(text, repo, keys) if text is not None else None
     if text is None:
         raise UsageError(f"{label}: the release's manifest writes a package table in a form frt cannot add your "
                          "package trust to; nothing was written",
