@@ -187,7 +187,7 @@ def _package_reason(repo: str, exc: FrtError) -> str:
     return msg[len(head):].lstrip(": ") if msg.startswith(head) else msg
 
 
-# --- Hub releases (raised in frt_dist/release/consume.py) --------------------
+# --- Hub releases (raised in frt_dist/distribution/hub.py, release_files.py, frt_dist/release/) --------------------
 
 class ReleaseError(FrtError):
     """A release that cannot be read or published (exit 1: a "no"; the Hub said no, or moved)."""

@@ -1,5 +1,6 @@
-"""Releases on the Hub (frt_dist/release/consume.py): ``frt release push``, ``frt init --from``, ``frt lock``
-of a project that names a ``[release]``, ``--upgrade-release``, ``frt release trust``, own receipts
+"""Releases on the Hub (frt_dist/release/, lock/release.py, distribution/release_files.py): ``frt release
+push``, ``frt init --from``, ``frt lock`` of a project that names a ``[release]``,
+``--upgrade-release``, ``frt release trust``, own receipts
 beside a release's, ``frt mirror`` / offline lock / ``frt verify``.
 
 Everything goes through the real ``huggingface_hub`` client against the loopback Hub of

@@ -1,4 +1,4 @@
-"""The ``[release]`` record of a lockfile (a release is read by ``frt_dist.release.consume``): how a lock that consumes a Hub release
+"""The ``[release]`` record of a lockfile (a release is read by ``frt_dist.lock.release``): how a lock that consumes a Hub release
 writes it and reads it back, and how its receipts are told from the project's own (their labels start
 ``release/<org>/<name>/``). A leaf module: the lockfile reader and ``frt verify`` need it without the
 machinery that fetches a release."""

@@ -198,7 +198,7 @@ class Lockfile:
     # the one or two smallest (device class, arch) of its cells (``nearest_rows``); None when the
     # lock has none (an older frt wrote it, or the lock was built in memory)
     nearest: dict | None = field(default=None, repr=False, compare=False)
-    # the Hub release the receipts come from (frt_dist.release.consume): {"repo", "version", "commit", "files"[, "cells"]};
+    # the Hub release the receipts come from (frt_dist.lock.release): {"repo", "version", "commit", "files"[, "cells"]};
     # None (and no [release] table) when the manifest names none
     release: dict | None = None
 

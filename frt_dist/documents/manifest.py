@@ -192,7 +192,7 @@ class ReceiptPolicy:
 @dataclass(frozen=True)
 class ReleaseRef:
     """The manifest's ``[release]``: a Hub model repo whose receipts the project consumes, at a
-    version (its branch ``v<version>``; ``frt_dist.release.consume``)."""
+    version (its branch ``v<version>``; ``frt_dist.lock.release``)."""
 
     repo: str
     version: int
@@ -220,7 +220,7 @@ class Manifest:
     publishers: dict = field(default_factory=dict, compare=False)
     # [trust.receipts] (docs/reference.md#receipt-signatures): the receipt signers the project accepts; None: no policy
     receipt_policy: ReceiptPolicy | None = None
-    # [release]: the Hub release whose receipts this project consumes (frt_dist.release.consume); None: none
+    # [release]: the Hub release whose receipts this project consumes (frt_dist.lock.release); None: none
     release: ReleaseRef | None = None
     # a vLLM binding (`host = "vllm"`): the Hugging Face model folder qualification runs, relative to
     # the project root

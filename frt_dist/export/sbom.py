@@ -204,7 +204,7 @@ def cyclonedx_json(lock, *, licences: dict[str, str] | None = None, supplier: di
 
 def release_supplier(lock) -> tuple[dict | None, list]:
     """(the supplier, root properties) for a lock whose receipts come from a Hub release
-    (``frt_dist.release.consume``): the release repo supplies the evidence, at the commit the lock pins
+    (``frt_dist.lock.release``): the release repo supplies the evidence, at the commit the lock pins
     (``frt:release`` = ``hf://ORG/NAME@<commit>``), with the receipts it supplied
     (``frt:release-receipt``, one per digest). ``(None, [])`` for a lock that names no release."""
     rel = lock.release

@@ -1,5 +1,5 @@
 """``frt release push``: a model's manifest, the receipts its lock accepted (with their signature
-files) and its lockfile, as one commit on branch ``v<N>`` of a Hub model repo (``frt_dist.release.consume``
+files) and its lockfile, as one commit on branch ``v<N>`` of a Hub model repo (``frt_dist.distribution.release_files``
 reads releases; this module writes them)."""
 
 from __future__ import annotations

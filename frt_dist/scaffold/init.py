@@ -259,7 +259,7 @@ def _write_staged(dest: Path, fill) -> list[Path]:
 def init_from_release(dest: str | os.PathLike, model: str, manifest_text: str) -> list[Path]:
     """A project made from a Hub release (``frt init --from``): ``pyproject.toml`` (unless one is
     there), ``manifests/<model>.toml`` = ``manifest_text`` (the release's manifest plus its
-    ``[release]`` table, built by ``frt_dist.release.consume.release_manifest``), empty ``receipts/<model>/``
+    ``[release]`` table, built by ``frt_dist.release.trust.release_manifest``), empty ``receipts/<model>/``
     (the project's own evidence goes there) and ``lockfiles/``. The same refusals as ``init_project``;
     nothing is left half-written."""
     names.check("name", model, "--model", UsageError)
