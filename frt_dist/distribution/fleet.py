@@ -66,7 +66,7 @@ class PublishReport:
     checked: dict = field(default_factory=lambda: {"checksum": 0, "download": 0})  # how the present ones were shown
     replaced: list[dict] = field(default_factory=list)  # {"key", "repo", "path", "reason"}: there, but not the file
     release: list[str] = field(default_factory=list)  # the keys of the Hub release's files sent (already there: not listed)
-    artefact: dict | None = None  # an oci:// store: the artefact's manifest (frt_dist.distribution.oci.finish_lock)
+    artefact: dict | None = None  # an oci:// store: the artefact's manifest (frt_dist.distribution.oci_publish.finish_lock)
 
     def to_dict(self) -> dict:
         return {"url": self.url, "model": self.model, "lockfile": self.lockfile, "packages": self.packages,

@@ -4,7 +4,7 @@
 **One artefact per lock.** ``frt publish oci://…`` (and the deprecated ``frt mirror oci://…``) runs
 the object-store publish (``frt_dist.distribution.fleet.publish_lock``): each selected locked file,
 hashed against the lock, goes up as a blob (content-addressed: a HEAD first, so a blob is never
-sent twice), then the release files and the lockfile; then ``finish_lock`` writes one OCI image
+sent twice), then the release files and the lockfile; then ``oci_publish.finish_lock`` writes one OCI image
 manifest whose layers are those blobs, each titled (``org.opencontainers.image.title``) with its
 path in a mirror folder (``kernels--<org>--<name>/snapshots/<snapshot>/build/<variant>/<file>``,
 the refs, ``models--…`` for a release, ``lockfiles/<model>.lock``), so ``oras pull`` unpacks it
@@ -548,7 +548,7 @@ def _parse_manifest(data: bytes, where: str) -> tuple[dict, list[Layer]]:
 class OciStore(ObjectStore):
     """One artefact in a registry, as an ``ObjectStore`` (see the module docstring). Writing
     (``reading=False``) uploads blobs under the keys publish gives and remembers each one's
-    descriptor for ``finish_lock``; reading resolves the reference once and serves its layers."""
+    descriptor for ``oci_publish.finish_lock``; reading resolves the reference once and serves its layers."""
 
     def __init__(self, loc: OciLocation, *, reading: bool = False):
         self.loc, self.reading = loc, reading
