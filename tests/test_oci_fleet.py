@@ -192,3 +192,20 @@ def test_a_missing_artefact_is_an_exit_2_refusal_naming_the_reference(published,
     assert "no such artefact" in str(ei.value) and gone in str(ei.value) and ei.value.exit_code == 2
     r = frt_main(["mirror", str(tmp_path / "m"), "--from", gone, "--all-variants"], cwd=tp.root)
     assert r.code == 2 and f"error: {gone}: no such artefact" in r.err and "Traceback" not in r.err
+
+
+def test_a_loads_registry_client_follows_the_registry_settings(monkeypatch, tmp_path):
+    """The loader keeps one client per store and environment: a process that points ``DOCKER_CONFIG`` (whose
+    credentials the client sends) or ``FRT_OCI_PLAIN_HTTP`` elsewhere between two loads gets a client made
+    with the new values, not the first one."""
+    from frt_dist.loader import remote
+
+    url = "oci://127.0.0.1:9/frt/kernels:t"  # nothing is asked of the registry to make a client
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "a"))
+    first = remote._client(url)
+    assert remote._client(url) is first
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "b"))
+    second = remote._client(url)
+    assert second is not first
+    monkeypatch.setenv("FRT_OCI_PLAIN_HTTP", "1")
+    assert remote._client(url) not in (first, second)

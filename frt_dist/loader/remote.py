@@ -94,7 +94,11 @@ def reset_stats() -> None:
 def _client(url: str):
     from ..distribution.objstore import open_store  # noqa: PLC0415
 
-    key = (url, tuple(sorted({**settings.family("AWS_"), **settings.family("FRT_STORE_")}.items())))
+    # everything that configures a client: the AWS and store settings, and for oci:// the registry's
+    # (plain HTTP, the Docker config folder and the home it defaults to)
+    key = (url, tuple(sorted({**settings.family("AWS_"), **settings.family("FRT_STORE_"), **settings.family("FRT_OCI_"),
+                              "DOCKER_CONFIG": settings.raw("DOCKER_CONFIG"),
+                              "~": os.path.expanduser("~")}.items(), key=lambda kv: kv[0])))
     with _lock:
         got = _clients.get(key)
         if got is None:
