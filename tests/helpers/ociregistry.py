@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.s3server import free_port
+from helpers.s3server import end_process, free_port
 
 __all__ = ["Registry", "REGISTRY_BIN", "require"]
 
@@ -73,13 +73,7 @@ class Registry:
         raise RuntimeError("docker-registry did not answer within 20 s")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end_process(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def repo(self, name: str = "kernels") -> str:

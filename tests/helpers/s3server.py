@@ -31,6 +31,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def end_process(proc: subprocess.Popen | None) -> None:
+    """Stop a test server's process: terminate, wait 10 s, then kill (every wait bounded)."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def run_traced(cmd: list[str], log, **kw) -> tuple[subprocess.CompletedProcess, set[tuple[str, int]]]:
     """Run ``cmd`` under ``strace -f -e trace=connect``: every ``connect()`` of every process and
     thread, whatever language made it (a Python audit hook sees only Python's sockets, not those
@@ -120,13 +131,7 @@ class S3Server:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end_process(self.proc)
         if self.log is not None:
             self.log.close()
             self.log = None
