@@ -290,11 +290,11 @@ def test_qualify_refuses_a_captured_route_where_vllm_cannot_capture(tiny, work):
 
 
 def test_qualify_measures_the_route_as_the_manifest_defines_it_now(tiny, work):
-    """Edit -> qualify -> lock on a vLLM binding: after the route's contract is edited in manifests/, `frt qualify`
-    runs the engine on the route as the file defines it now (the plugin is handed the lock qualify measures, not the
-    one on disk), so its receipt carries the new route digest and `frt lock` accepts it: decode serves it."""
-    import json
-
+    """Edit -> qualify on a vLLM binding: after the route's contract is edited in manifests/, `frt qualify` runs the
+    engine on the route as the file defines it now (the plugin is handed the lock qualify measures, not the one on
+    disk): an edited contract width the model does not have fails qualification, where the locked route passes.
+    The rest of the loop (the receipt carries the new route digest, `frt lock` accepts it, an engine serves it) is
+    tests/test_release_lifecycle.py's, on the same binding."""
     import tomli_w
 
     from frt_dist.documents.manifest import Manifest
@@ -312,23 +312,9 @@ def test_qualify_measures_the_route_as_the_manifest_defines_it_now(tiny, work):
     doc["seams"]["norm"]["impls"]["rms"]["contract"]["width"] = 64
     doc["seams"]["norm"]["impls"]["rms"]["smoke"]["inputs"][0]["shape"] = ["rows", 64]
     mpath.write_text(tomli_w.dumps(doc), "utf-8")
+    assert Manifest.read(mpath).routes["eager"].digest != before
+    receipts = {p: p.read_bytes() for p in (proj / "receipts").rglob("*") if p.is_file()}
     proc = subprocess.run(qualify, cwd=proj, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "fell back to vLLM's own op" in proc.stdout + proc.stderr, (
         proc.stdout[-3000:] + proc.stderr[-3000:])
-    doc = vs.binding_manifest()
-    doc["seams"]["norm"]["impls"]["rms"]["contract"]["dtypes"] = ["float32", "bfloat16"]  # the route's contract
-    doc["qualify"]["max-rounds"] = 20  # the in-engine floor: what is measured here is which route, not its speed
-    mpath.write_text(tomli_w.dumps(doc), "utf-8")
-    after = Manifest.read(mpath).routes["eager"].digest
-    assert after != before
-    proc = subprocess.run(qualify, cwd=proj, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (receipt,) = (proj / "receipts" / "tiny-qwen2").glob("eager--decode--*.json")
-    assert json.loads(receipt.read_text("utf-8"))["cell"]["route-digest"] == after
-    lock = subprocess.run([frt, "lock", "--model", "tiny-qwen2", "--allow-loss"], cwd=proj, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert lock.returncode == 0, lock.stdout[-2000:] + lock.stderr[-2000:]
-    res = subprocess.run([frt, "resolve", "--model", "tiny-qwen2", "--json", "--accept", "supported_correct",
-                          "--fallback", "host"], cwd=proj, env=env, capture_output=True, text=True, timeout=300)
-    decode = next(d for d in json.loads(res.stdout)["decisions"] if d["phase"] == "decode")
-    assert (decode["decision"], decode["route"]) == ("route", "eager"), res.stdout[-2000:]
+    assert {p: p.read_bytes() for p in (proj / "receipts").rglob("*") if p.is_file()} == receipts  # none written
