@@ -3,7 +3,6 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: demo test venv clean bench
 

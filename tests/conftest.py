@@ -154,12 +154,3 @@ def frt():
     subprocess; each returns ``.code``, ``.out``, ``.err`` and ``.json()``."""
     return Frt()
 
-
-# The modules that start real vLLM engines run first (each test keeps its module's order): on two workers the
-# many short tests then fill in around these minute-long ones, instead of one worker finishing alone on an
-# engine start at the end of the run.
-_ENGINE_MODULES = ("test_vllm", "test_release_lifecycle")
-
-
-def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: 0 if item.path.name.startswith(_ENGINE_MODULES) else 1)
