@@ -155,12 +155,3 @@ def frt():
     return Frt()
 
 
-
-# The modules that start real vLLM engines run first (each keeps its own order): on two workers the many short
-# tests then fill in around these minute-long ones, instead of the run ending on engine tests (a fresh clone's
-# suite spent its last 4 minutes on them).
-_ENGINE_MODULES = ("test_vllm", "test_release_lifecycle")
-
-
-def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: 0 if item.path.name.startswith(_ENGINE_MODULES) else 1)
